@@ -152,11 +152,13 @@ int lw_call_return(struct pt_regs *ctx)
 	e->ret_ts_ns = bpf_ktime_get_ns();
 	e->ret = ctx->ax;
 	__u32 out = LW_COOKIE_OUTARG(cookie);
-	if (out >= 1 && out <= LW_MAX_ARGS) {
-		__u64 ptr = e->args[out - 1];
-		if (ptr && bpf_probe_read_user(&e->out, sizeof(e->out), (void *)ptr))
-			count_drop(LW_DROP_READ_FAULT, 1);
-	}
+	__u64 ptr = 0;
+	/* Constant indexes: the verifier cannot bound args[out - 1]. */
+	for (__u32 i = 0; i < LW_MAX_ARGS; i++)
+		if (i + 1 == out)
+			ptr = e->args[i];
+	if (ptr && bpf_probe_read_user(&e->out, sizeof(e->out), (void *)ptr))
+		count_drop(LW_DROP_READ_FAULT, 1);
 	bpf_map_delete_elem(&saved, &key);
 	bpf_ringbuf_submit(e, submit_flags());
 	return 0;

@@ -1,0 +1,43 @@
+# lanewatch — see README.md. Every target that loads BPF needs root.
+GO      ?= go
+SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+REFPATH := refpath/build
+
+.PHONY: help generate generate-check refpath build test run bench fuzz clean
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
+
+generate: ## regenerate the Go bindings and .o files from bpf/*.c (needs clang, libbpf-dev)
+	$(GO) generate ./probes
+
+generate-check: generate ## regenerate and fail if the committed bindings differ
+	@git diff --exit-code --stat -- probes/ bpf/ || { echo "generated BPF files are stale: run 'make generate' and commit"; exit 1; }
+	@test -z "$$(git status --porcelain -- probes/ | grep '^??')" || { echo "untracked generated files in probes/"; exit 1; }
+
+refpath: ## build the reference KV data path (C libraries and scenario drivers)
+	$(MAKE) -C refpath
+
+build: refpath ## build bin/agent and the reference data path
+	$(GO) build -o bin/agent ./cmd/agent
+
+test: build ## vet, check generated files, run every test (BPF tests need root)
+	$(GO) vet ./...
+	$(MAKE) generate-check
+	$(SUDO) $(GO) test -count=1 ./...
+
+run: build ## run the selftest on the reference data path with a live view of every transfer
+	$(SUDO) ./bin/agent selftest --live
+
+bench: build ## probe cost (none / empty program / lanewatch), pipeline throughput, agent peak RSS
+	$(SUDO) $(GO) test -run '^$$' -bench . -benchtime 1x -count 1 ./probes
+	$(GO) test -run '^$$' -bench Pipeline -benchmem -cpu 1 ./correlate
+	$(SUDO) ./bin/agent selftest | tail -n 3
+
+fuzz: ## run each fuzz target for 20 s
+	for t in FuzzParseMaps FuzzLookupSymbols FuzzChooseSite; do $(GO) test ./probes -run '^$$' -fuzz "^$$t$$" -fuzztime 20s || exit 1; done
+	$(GO) test ./agent -run '^$$' -fuzz '^FuzzReadTruth$$' -fuzztime 20s
+
+clean: ## remove build outputs
+	rm -rf bin
+	$(MAKE) -C refpath clean

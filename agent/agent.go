@@ -1,0 +1,265 @@
+// Package agent wires probes, the correlation engine and the exporters
+// together and owns their lifecycle: process discovery, start and stop.
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/lanewatch/lanewatch/correlate"
+	"github.com/lanewatch/lanewatch/probes"
+)
+
+// Config is everything `agent run` can be told.
+type Config struct {
+	ProcRoot       string        // procfs root, "/proc" on a host
+	PIDs           []int         // only these processes (empty: every process)
+	Libs           []string      // files to probe at start, before any process maps them
+	RescanInterval time.Duration // safety-net rescan of every process's mappings
+	RingBytes      uint32        // ring buffer size, 0 for the default
+	Sink           correlate.Sink
+	Logger         *slog.Logger
+	// OnExit runs on the reading goroutine after a process exited and its
+	// transfers were handed to Sink.
+	OnExit func(pid uint32)
+	// OnReady runs once every probe is attached and the first scan is done.
+	OnReady func()
+}
+
+// Stats is the agent's own health.
+type Stats struct {
+	Events  uint64
+	Drops   probes.Drops
+	Links   int
+	Files   int
+	Engine  correlate.Stats
+	Rescans uint64
+}
+
+// Agent traces CUDA transfers in every matching process.
+type Agent struct {
+	cfg     Config
+	log     *slog.Logger
+	probes  *probes.Probes
+	symbols []string
+
+	filesMu sync.Mutex
+	files   map[probes.FileID]fileVerdict
+
+	engineMu sync.Mutex // the engine is fed by the reader and told about processes by discovery
+	engine   *correlate.Engine
+
+	rescan  chan int // pids whose mappings changed (ld.so said so)
+	events  atomic.Uint64
+	rescans atomic.Uint64
+	targets map[int]bool // PIDs as a set; nil means all
+}
+
+// New loads the BPF programs. Nothing is attached until Run.
+func New(cfg Config) (*Agent, error) {
+	if cfg.ProcRoot == "" {
+		cfg.ProcRoot = "/proc"
+	}
+	if cfg.RescanInterval == 0 {
+		cfg.RescanInterval = 10 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Sink == nil {
+		return nil, errors.New("agent: no sink for transfers")
+	}
+	p, err := probes.Load(probes.Options{RingBytes: cfg.RingBytes, Logger: cfg.Logger})
+	if err != nil {
+		return nil, err
+	}
+	a := &Agent{
+		cfg:     cfg,
+		log:     cfg.Logger,
+		probes:  p,
+		symbols: symbolNames(),
+		files:   map[probes.FileID]fileVerdict{},
+		engine:  correlate.NewEngine(correlate.Config{Sink: cfg.Sink}),
+		rescan:  make(chan int, 1024),
+	}
+	if len(cfg.PIDs) > 0 {
+		a.targets = map[int]bool{}
+		for _, pid := range cfg.PIDs {
+			a.targets[pid] = true
+		}
+	}
+	return a, nil
+}
+
+// Run attaches, then reads events until ctx is done; then it detaches every
+// probe and flushes every pending transfer.
+func (a *Agent) Run(ctx context.Context) (err error) {
+	defer func() { err = errors.Join(err, a.close()) }()
+
+	// Exec/exit first: a process started from here on is seen from its start.
+	if err := a.probes.AttachProcessEvents(); err != nil {
+		return err
+	}
+	for _, lib := range a.cfg.Libs {
+		if err := a.attachLib(lib); err != nil {
+			a.log.Error("cannot probe library", "path", lib, "err", err) // the other targets still run
+		}
+	}
+	a.initialScan()
+	if a.cfg.OnReady != nil {
+		a.cfg.OnReady()
+	}
+
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		a.discover(stop)
+	}()
+	go func() {
+		<-ctx.Done()
+		close(stop)
+	}()
+	err = a.probes.Read(stop, a.handle)
+	wg.Wait()
+	a.engineMu.Lock()
+	a.engine.Flush()
+	a.engineMu.Unlock()
+	return err
+}
+
+// attachLib probes a file named on the command line.
+func (a *Agent) attachLib(path string) error {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return err
+	}
+	id, err := fileIDOfPath(abs)
+	if err != nil {
+		return err
+	}
+	if !a.inspectFile(id, abs, abs).probed {
+		return fmt.Errorf("%s: exports none of the probed symbols", abs)
+	}
+	return nil
+}
+
+// initialScan finds every process that already maps a probed library. Those
+// may have registered memory before we looked: they are observed since now.
+// Every other process can only register memory through a library it maps
+// later, which we will see: it is observed from its start.
+func (a *Agent) initialScan() {
+	pids := a.cfg.PIDs
+	if len(pids) == 0 {
+		all, err := listPIDs(a.cfg.ProcRoot)
+		if err != nil {
+			a.log.Error("cannot list processes", "err", err)
+		}
+		pids = all
+	}
+	for _, pid := range pids {
+		probed, snapshot, err := a.scanProcess(pid)
+		if err != nil {
+			if a.targets[pid] {
+				a.log.Error(describeScanError(pid, err)) // named on the command line: say so
+			} else {
+				a.log.Debug(describeScanError(pid, err))
+			}
+			continue
+		}
+		a.engineMu.Lock()
+		if probed {
+			a.engine.ObservedSince(uint32(pid), snapshot)
+		} else {
+			a.engine.ObservedFromStart(uint32(pid))
+		}
+		a.engineMu.Unlock()
+	}
+}
+
+// discover rescans processes whose dynamic linker reported a change, and
+// every process now and then in case a loader bypassed ld.so.
+func (a *Agent) discover(stop <-chan struct{}) {
+	tick := time.NewTicker(a.cfg.RescanInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case pid := <-a.rescan:
+			a.rescanProcess(pid)
+		case <-tick.C:
+			pids := a.cfg.PIDs
+			if len(pids) == 0 {
+				pids, _ = listPIDs(a.cfg.ProcRoot)
+			}
+			for _, pid := range pids {
+				a.rescanProcess(pid)
+			}
+		}
+	}
+}
+
+func (a *Agent) rescanProcess(pid int) {
+	a.rescans.Add(1)
+	if _, _, err := a.scanProcess(pid); err != nil {
+		a.log.Debug(describeScanError(pid, err))
+	}
+}
+
+// handle runs on the reading goroutine for every event, in ring order.
+func (a *Agent) handle(c *probes.Call) {
+	a.events.Add(1)
+	if a.targets != nil && !a.targets[int(c.PID)] {
+		return
+	}
+	switch c.Kind {
+	case probes.EventExec:
+		a.engineMu.Lock()
+		a.engine.ProcessExit(c.PID) // the old image's memory is gone
+		a.engine.ObservedFromStart(c.PID)
+		a.engineMu.Unlock()
+		return
+	case probes.EventExit:
+		a.engineMu.Lock()
+		a.engine.ProcessExit(c.PID)
+		a.engineMu.Unlock()
+		if a.cfg.OnExit != nil {
+			a.cfg.OnExit(c.PID)
+		}
+		return
+	}
+	if row := c.Row(); row != nil && row.Op == probes.OpLinkerUpdate {
+		select {
+		case a.rescan <- int(c.PID):
+		default: // discovery is behind; the periodic rescan will catch up
+		}
+		return
+	}
+	a.engineMu.Lock()
+	a.engine.Handle(c)
+	a.engineMu.Unlock()
+}
+
+// Stats reads the agent's counters.
+func (a *Agent) Stats() Stats {
+	d, err := a.probes.Drops()
+	if err != nil {
+		a.log.Warn("read drop counters", "err", err)
+	}
+	a.engineMu.Lock()
+	es := a.engine.Stats()
+	a.engineMu.Unlock()
+	return Stats{Events: a.events.Load(), Drops: d, Links: a.probes.Links(), Files: len(a.probes.Files()), Engine: es, Rescans: a.rescans.Load()}
+}
+
+func (a *Agent) close() error {
+	return a.probes.Close()
+}

@@ -1,0 +1,179 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/lanewatch/lanewatch/correlate"
+	"github.com/lanewatch/lanewatch/probes"
+)
+
+// fileVerdict caches what an ELF file offered, so each mapped file is parsed
+// once however many processes map it.
+type fileVerdict struct {
+	probed bool // exports at least one table symbol and is attached
+}
+
+// symbolNames are the table's symbols, looked up in every mapped ELF file.
+func symbolNames() []string {
+	names := make([]string, len(probes.Table))
+	for i, p := range probes.Table {
+		names[i] = p.Symbol
+	}
+	return names
+}
+
+// fileIDOf reads the device and inode of a mapping ("fd:01", 1234).
+func fileIDOf(m probes.Mapping) (probes.FileID, error) {
+	major, minor, ok := strings.Cut(m.Dev, ":")
+	if !ok {
+		return probes.FileID{}, fmt.Errorf("bad device %q", m.Dev)
+	}
+	ma, err1 := strconv.ParseUint(major, 16, 32)
+	mi, err2 := strconv.ParseUint(minor, 16, 32)
+	if err1 != nil || err2 != nil {
+		return probes.FileID{}, fmt.Errorf("bad device %q", m.Dev)
+	}
+	return probes.FileID{Dev: ma<<32 | mi, Inode: m.Inode}, nil
+}
+
+// fileIDOfPath stats a file the same way the kernel names it in maps.
+func fileIDOfPath(path string) (probes.FileID, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return probes.FileID{}, fmt.Errorf("stat %s: %w", path, err)
+	}
+	return probes.FileID{Dev: uint64(unix.Major(st.Dev))<<32 | uint64(unix.Minor(st.Dev)), Inode: st.Ino}, nil
+}
+
+// looksLikeCUDA says whether a file name promises CUDA symbols, so a file
+// that has none (stripped) deserves a warning rather than silence.
+func looksLikeCUDA(path string) bool {
+	base := filepath.Base(path)
+	return strings.HasPrefix(base, "libcudart.so") || strings.HasPrefix(base, "libcuda.so")
+}
+
+// inspectFile attaches the table's probes in one file if it exports any of
+// the symbols. pathInNS is the path as the process sees it (for messages),
+// openPath the path the agent can open (through /proc/PID/root).
+func (a *Agent) inspectFile(id probes.FileID, pathInNS, openPath string) fileVerdict {
+	a.filesMu.Lock()
+	v, seen := a.files[id]
+	a.filesMu.Unlock()
+	if seen {
+		return v
+	}
+	v = fileVerdict{}
+	syms, err := probes.LookupSymbols(openPath, a.symbols)
+	switch {
+	case err != nil && looksLikeCUDA(pathInNS):
+		a.log.Warn("cannot probe CUDA library", "path", pathInNS, "err", err)
+	case err != nil:
+		a.log.Debug("skip mapped file", "path", pathInNS, "err", err)
+	case len(syms) == 0 && looksLikeCUDA(pathInNS):
+		a.log.Warn("CUDA library exports none of the probed symbols (stripped?)", "path", pathInNS)
+	case len(syms) > 0:
+		af, err := a.probes.AttachFile(id, openPath, syms, a.attachPID())
+		if err != nil {
+			a.log.Error("attach failed", "path", pathInNS, "err", err)
+			break
+		}
+		v.probed = true
+		a.log.Info("attached", "path", pathInNS, "probes", len(af.Sites), "sites", siteSummary(af))
+	}
+	a.filesMu.Lock()
+	a.files[id] = v
+	a.filesMu.Unlock()
+	return v
+}
+
+// siteSummary counts probe sites by cost, e.g. "emulated=40 single-step=1".
+func siteSummary(af *probes.AttachedFile) string {
+	counts := map[string]int{}
+	for _, s := range af.Sites {
+		counts[s.Cost.String()]++
+	}
+	var parts []string
+	for k, n := range counts {
+		parts = append(parts, fmt.Sprintf("%s=%d", k, n))
+	}
+	return strings.Join(parts, " ")
+}
+
+// attachPID is the pid uprobes are limited to: one explicit target, or all (0).
+func (a *Agent) attachPID() int {
+	if len(a.cfg.PIDs) == 1 {
+		return a.cfg.PIDs[0]
+	}
+	return 0
+}
+
+// scanProcess attaches every probed file the process maps. It reports
+// whether the process maps any probed file, and the process's mappings as
+// they were after the attach (the observation snapshot).
+func (a *Agent) scanProcess(pid int) (probed bool, snapshot []correlate.Range, err error) {
+	maps, err := probes.ReadMaps(a.cfg.ProcRoot, pid)
+	if err != nil {
+		return false, nil, err
+	}
+	for _, m := range maps {
+		if !m.Executable() || !m.FileBacked() {
+			continue
+		}
+		id, err := fileIDOf(m)
+		if err != nil {
+			a.log.Warn("bad maps line", "pid", pid, "err", err)
+			continue
+		}
+		open := filepath.Join(a.cfg.ProcRoot, strconv.Itoa(pid), "root", m.Path)
+		if a.inspectFile(id, m.Path, open).probed {
+			probed = true
+		}
+	}
+	if !probed {
+		return false, nil, nil
+	}
+	// Re-read after attaching: anything mapped later was mapped while probed.
+	maps, err = probes.ReadMaps(a.cfg.ProcRoot, pid)
+	if err != nil {
+		return true, nil, err
+	}
+	snapshot = make([]correlate.Range, 0, len(maps))
+	for _, m := range maps {
+		snapshot = append(snapshot, correlate.Range{Start: m.Start, End: m.End})
+	}
+	return true, snapshot, nil
+}
+
+// listPIDs returns every numeric entry of the proc root.
+func listPIDs(procRoot string) ([]int, error) {
+	entries, err := os.ReadDir(procRoot)
+	if err != nil {
+		return nil, fmt.Errorf("list %s: %w", procRoot, err)
+	}
+	var pids []int
+	for _, e := range entries {
+		if pid, err := strconv.Atoi(e.Name()); err == nil && pid > 0 {
+			pids = append(pids, pid)
+		}
+	}
+	return pids, nil
+}
+
+// describeScanError turns a scan failure into a message an operator can act on.
+func describeScanError(pid int, err error) string {
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return fmt.Sprintf("pid %d: no such process", pid)
+	case errors.Is(err, fs.ErrPermission):
+		return fmt.Sprintf("pid %d: cannot read its memory maps (permission denied: run as root)", pid)
+	}
+	return fmt.Sprintf("pid %d: %v", pid, err)
+}

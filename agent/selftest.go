@@ -1,0 +1,351 @@
+package agent
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/lanewatch/lanewatch/correlate"
+)
+
+// Scenarios the selftest runs on each runtime build, after late-attach.
+var Scenarios = []string{"hicache-load", "pageable-load", "fragmented-load", "writeback-duplex",
+	"h2d-overlap", "default-kind", "api-coverage"}
+
+// Runtimes are the two builds of the reference runtime: with and without a
+// CET prologue, so both probe-site choices are exercised.
+var Runtimes = []string{"plain", "cet"}
+
+// SelftestConfig locates the reference data path and says where to report.
+type SelftestConfig struct {
+	RefDir    string    // refpath/build
+	Out       io.Writer // the result table
+	Live      io.Writer // every transfer as it is emitted; nil for none
+	Logger    *slog.Logger
+	Scenarios []string // default Scenarios
+	Runtimes  []string // default Runtimes
+	Timeout   time.Duration
+}
+
+// Result is one row of the selftest table.
+type Result struct {
+	Scenario, Runtime   string
+	PID                 uint32
+	WantRecords, Got    int
+	WantBytes, GotBytes uint64
+	DirectionErrs       int
+	MemoryErrs          int
+	OtherErrs           int
+	Drops               uint64
+	Problems            []string
+}
+
+// OK reports whether the agent saw exactly what the scenario did.
+func (r Result) OK() bool {
+	return r.WantRecords == r.Got && r.WantBytes == r.GotBytes && r.DirectionErrs == 0 &&
+		r.MemoryErrs == 0 && r.OtherErrs == 0 && r.Drops == 0 && len(r.Problems) == 0
+}
+
+// collector keeps every transfer by pid and signals process exits.
+type collector struct {
+	mu    sync.Mutex
+	byPID map[uint32][]correlate.Transfer
+	live  io.Writer
+	exits map[uint32]chan struct{}
+}
+
+func (c *collector) Transfer(t *correlate.Transfer) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.byPID[t.PID] = append(c.byPID[t.PID], *t)
+	if c.live != nil {
+		fmt.Fprintf(c.live, "  pid %-7d %-24s %-3s %9d B  host=%-8s stream=%#x\n",
+			t.PID, t.API, t.Direction, t.Bytes, t.HostMem, t.Stream)
+	}
+}
+
+func (c *collector) exitChan(pid uint32) chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ch, ok := c.exits[pid]
+	if !ok {
+		ch = make(chan struct{})
+		c.exits[pid] = ch
+	}
+	return ch
+}
+
+func (c *collector) onExit(pid uint32) { close(c.exitChan(pid)) }
+
+func (c *collector) take(pid uint32) []correlate.Transfer {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ts := c.byPID[pid]
+	delete(c.byPID, pid)
+	return ts
+}
+
+// Selftest runs every scenario of the reference data path under the real
+// probes and compares what the agent reported with the ground truth.
+func Selftest(ctx context.Context, cfg SelftestConfig) (results []Result, stats Stats, err error) {
+	if cfg.Scenarios == nil {
+		cfg.Scenarios = Scenarios
+	}
+	if cfg.Runtimes == nil {
+		cfg.Runtimes = Runtimes
+	}
+	if cfg.Timeout == 0 {
+		cfg.Timeout = 30 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	kvpath := filepath.Join(cfg.RefDir, "bin", "kvpath")
+	if _, err := os.Stat(kvpath); err != nil {
+		return nil, stats, fmt.Errorf("reference data path not built (run `make -C refpath`): %w", err)
+	}
+	tmp, err := os.MkdirTemp("", "lanewatch-selftest-")
+	if err != nil {
+		return nil, stats, err
+	}
+	defer os.RemoveAll(tmp)
+
+	col := &collector{byPID: map[uint32][]correlate.Transfer{}, live: cfg.Live, exits: map[uint32]chan struct{}{}}
+
+	// late-attach starts before the agent: its pool is registered unseen.
+	late, err := startHeld(ctx, kvpath, "late-attach", filepath.Join(tmp, "late-attach.jsonl"), nil)
+	if err != nil {
+		return nil, stats, err
+	}
+	defer late.cmd.Process.Kill()
+
+	ready := make(chan struct{})
+	ag, err := New(Config{
+		Libs: []string{
+			filepath.Join(cfg.RefDir, "lib", "libcuda.so.1"),
+			filepath.Join(cfg.RefDir, "plain", "libcudart.so.12"),
+			filepath.Join(cfg.RefDir, "cet", "libcudart.so.12"),
+		},
+		Sink:    col,
+		Logger:  cfg.Logger,
+		OnExit:  col.onExit,
+		OnReady: func() { close(ready) },
+	})
+	if err != nil {
+		return nil, stats, err
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	runErr := make(chan error, 1)
+	go func() { runErr <- ag.Run(runCtx) }()
+	defer func() { stop(); <-runErr }()
+	select {
+	case <-ready:
+	case err := <-runErr:
+		return nil, stats, fmt.Errorf("agent: %w", err)
+	case <-time.After(cfg.Timeout):
+		return nil, stats, fmt.Errorf("agent did not attach within %s", cfg.Timeout)
+	}
+	defer func() { stats = ag.Stats() }() // runs before the agent stops
+
+	run := func(name, runtime string, start func() (*proc, error)) error {
+		before := ag.Stats().Drops.Total()
+		p, err := start()
+		if err != nil {
+			return err
+		}
+		res := Result{Scenario: name, Runtime: runtime, PID: p.pid}
+		if err := p.wait(col, cfg.Timeout); err != nil {
+			res.Problems = append(res.Problems, err.Error())
+		}
+		res.Drops = ag.Stats().Drops.Total() - before
+		truth, err := readTruthFile(p.truth)
+		if err != nil {
+			res.Problems = append(res.Problems, err.Error())
+		}
+		compare(&res, truth, col.take(p.pid))
+		results = append(results, res)
+		return nil
+	}
+
+	if err := run("late-attach", "plain", func() (*proc, error) { return late, late.release() }); err != nil {
+		return results, stats, err
+	}
+	for _, rt := range cfg.Runtimes {
+		env := []string{}
+		if rt == "cet" {
+			env = append(env, "LD_LIBRARY_PATH="+filepath.Join(cfg.RefDir, "cet")+":"+filepath.Join(cfg.RefDir, "lib"))
+		}
+		for _, sc := range cfg.Scenarios {
+			truth := filepath.Join(tmp, rt+"-"+sc+".jsonl")
+			if err := run(sc, rt, func() (*proc, error) { return start(ctx, kvpath, sc, truth, env) }); err != nil {
+				return results, stats, err
+			}
+		}
+	}
+	return results, stats, nil
+}
+
+// proc is a running scenario.
+type proc struct {
+	cmd   *exec.Cmd
+	pid   uint32
+	truth string
+	stdin io.WriteCloser
+	out   *bufio.Reader
+}
+
+func start(ctx context.Context, kvpath, scenario, truth string, env []string) (*proc, error) {
+	cmd := exec.CommandContext(ctx, kvpath, "--scenario", scenario, "--truth", truth)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", scenario, err)
+	}
+	return &proc{cmd: cmd, pid: uint32(cmd.Process.Pid), truth: truth}, nil
+}
+
+// startHeld starts a scenario with --hold and waits until it is ready.
+func startHeld(ctx context.Context, kvpath, scenario, truth string, env []string) (*proc, error) {
+	cmd := exec.CommandContext(ctx, kvpath, "--scenario", scenario, "--truth", truth, "--hold")
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", scenario, err)
+	}
+	p := &proc{cmd: cmd, pid: uint32(cmd.Process.Pid), truth: truth, stdin: stdin, out: bufio.NewReader(stdout)}
+	line, err := p.out.ReadString('\n')
+	if err != nil || !strings.HasPrefix(line, "ready") {
+		cmd.Process.Kill()
+		return nil, fmt.Errorf("%s: expected a ready line, got %q: %v", scenario, line, err)
+	}
+	return p, nil
+}
+
+// release lets a held scenario go on with its copies.
+func (p *proc) release() error {
+	_, err := io.WriteString(p.stdin, "go\n")
+	if err == nil {
+		err = p.stdin.Close()
+	}
+	return err
+}
+
+// wait waits for the process to exit and for the agent to have flushed its
+// transfers (the agent saw the exit event).
+func (p *proc) wait(col *collector, timeout time.Duration) error {
+	if p.out != nil {
+		go io.Copy(io.Discard, p.out)
+	}
+	if err := p.cmd.Wait(); err != nil {
+		return fmt.Errorf("scenario exited: %w", err)
+	}
+	select {
+	case <-col.exitChan(p.pid):
+		return nil
+	case <-time.After(timeout):
+		return fmt.Errorf("agent did not report the exit of pid %d within %s", p.pid, timeout)
+	}
+}
+
+func readTruthFile(path string) ([]TruthCall, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return ReadTruth(f, path)
+}
+
+// compare matches the agent's transfers with the truth's copies record by
+// record, in submission order.
+func compare(res *Result, truth []TruthCall, got []correlate.Transfer) {
+	var want []TruthCall
+	for _, t := range truth {
+		if t.IsCopy() {
+			want = append(want, t)
+			res.WantBytes += t.Bytes
+		}
+	}
+	sort.SliceStable(got, func(i, j int) bool {
+		if got[i].SubmitNs != got[j].SubmitNs {
+			return got[i].SubmitNs < got[j].SubmitNs
+		}
+		return got[i].BatchIndex < got[j].BatchIndex
+	})
+	res.WantRecords, res.Got = len(want), len(got)
+	for _, g := range got {
+		res.GotBytes += g.Bytes
+	}
+	problem := func(format string, args ...any) {
+		if len(res.Problems) < 5 {
+			res.Problems = append(res.Problems, fmt.Sprintf(format, args...))
+		}
+	}
+	for i := 0; i < len(want) && i < len(got); i++ {
+		w, g := want[i], got[i]
+		if w.API != g.API || w.Bytes != g.Bytes || w.Dst != g.Dst.Addr || w.Src != g.Src.Addr || w.TID != g.TID {
+			res.OtherErrs++
+			problem("record %d: want %s %d B %#x→%#x tid %d, got %s %d B %#x→%#x tid %d", i,
+				w.API, w.Bytes, w.Src, w.Dst, w.TID, g.API, g.Bytes, g.Src.Addr, g.Dst.Addr, g.TID)
+			continue
+		}
+		if w.Direction != g.Direction {
+			res.DirectionErrs++
+			problem("record %d (%s): direction want %s got %s", i, w.API, w.Direction, g.Direction)
+		}
+		if w.ExpectHostMem != string(g.HostMem) && (w.Direction == "H2D" || w.Direction == "D2H") {
+			res.MemoryErrs++
+			problem("record %d (%s %s): host memory want %s got %s", i, w.API, w.Direction, w.ExpectHostMem, g.HostMem)
+		}
+	}
+	if len(want) != len(got) {
+		problem("want %d records, got %d", len(want), len(got))
+	}
+}
+
+// PrintResults writes the selftest table and returns whether all passed.
+func PrintResults(w io.Writer, results []Result, stats Stats) bool {
+	ok := true
+	fmt.Fprintf(w, "%-17s %-6s %-15s %-25s %-10s %-12s %-6s %s\n",
+		"SCENARIO", "BUILD", "RECORDS", "BYTES", "DIRECTION", "MEMORY KIND", "DROPS", "RESULT")
+	for _, r := range results {
+		verdict := "ok"
+		if !r.OK() {
+			verdict, ok = "FAIL", false
+		}
+		fmt.Fprintf(w, "%-17s %-6s %-15s %-25s %-10s %-12s %-6d %s\n", r.Scenario, r.Runtime,
+			fmt.Sprintf("%d/%d", r.Got, r.WantRecords), fmt.Sprintf("%d/%d", r.GotBytes, r.WantBytes),
+			errCell(r.DirectionErrs), errCell(r.MemoryErrs), r.Drops, verdict)
+		for _, p := range r.Problems {
+			fmt.Fprintf(w, "    %s\n", p)
+		}
+	}
+	fmt.Fprintf(w, "events %d, drops %d (ring full %d, lost returns %d, batch truncated %d, read faults %d), attach points %d in %d files\n",
+		stats.Events, stats.Drops.Total(), stats.Drops.RingFull, stats.Drops.NoEntry, stats.Drops.BatchTrunc,
+		stats.Drops.ReadFault, stats.Links, stats.Files)
+	return ok
+}
+
+func errCell(n int) string {
+	if n == 0 {
+		return "exact"
+	}
+	return fmt.Sprintf("%d wrong", n)
+}

@@ -1,0 +1,80 @@
+package agent
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+)
+
+// TruthCall is one line of the reference data path's ground truth: a CUDA
+// call the scenario made and what an observer must report for it.
+type TruthCall struct {
+	Seq           int    `json:"seq"`
+	Scenario      string `json:"scenario"`
+	PID           uint32 `json:"pid"`
+	TID           uint32 `json:"tid"`
+	API           string `json:"api"`
+	Op            string `json:"op"`
+	Dst           uint64 `json:"dst"`
+	Src           uint64 `json:"src"`
+	Bytes         uint64 `json:"bytes"`
+	Direction     string `json:"direction"`
+	Stream        uint64 `json:"stream"`
+	HostMem       string `json:"host_mem"`
+	ExpectHostMem string `json:"expect_host_mem"`
+	BatchIndex    *int   `json:"batch_index"`
+
+	End   bool `json:"end"`
+	Calls int  `json:"calls"`
+}
+
+// IsCopy reports whether the line is a transfer.
+func (t TruthCall) IsCopy() bool {
+	switch t.Op {
+	case "copy", "copy2d", "copy_peer", "copy_batch":
+		return true
+	}
+	return false
+}
+
+// ReadTruth parses a truth file. It fails, naming the line, on bad JSON and
+// when the closing {"end":true} line is missing (a scenario that died).
+func ReadTruth(r io.Reader, name string) ([]TruthCall, error) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64*1024), 1<<20)
+	var calls []TruthCall
+	line := 0
+	ended := false
+	for sc.Scan() {
+		line++
+		if len(sc.Bytes()) == 0 {
+			continue
+		}
+		if ended {
+			return nil, fmt.Errorf("%s:%d: data after the end line", name, line)
+		}
+		var t TruthCall
+		if err := json.Unmarshal(sc.Bytes(), &t); err != nil {
+			return nil, fmt.Errorf("%s:%d: %w", name, line, err)
+		}
+		if t.End {
+			if t.Calls != len(calls) {
+				return nil, fmt.Errorf("%s:%d: end line says %d calls, file has %d", name, line, t.Calls, len(calls))
+			}
+			ended = true
+			continue
+		}
+		if t.API == "" || t.Op == "" {
+			return nil, fmt.Errorf("%s:%d: call without api or op", name, line)
+		}
+		calls = append(calls, t)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("%s:%d: %w", name, line+1, err)
+	}
+	if !ended {
+		return nil, fmt.Errorf("%s: no end line after %d lines (scenario did not finish)", name, line)
+	}
+	return calls, nil
+}

@@ -1,0 +1,223 @@
+// Command agent is lanewatch: it traces host↔device transfers of CUDA
+// processes with eBPF uprobes and says, per transfer, who submitted it, which
+// way it went, how many bytes, and what kind of host memory it used.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/lanewatch/lanewatch/agent"
+	"github.com/lanewatch/lanewatch/exporters"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+const usage = `lanewatch agent: per-transfer observability for the data paths of LLM inference servers.
+
+Usage:
+  agent run      [flags]   trace every CUDA process on this host, one JSON record per transfer
+  agent selftest [flags]   run the bundled reference KV data path under the probes and check every record
+  agent version            print the version
+
+Run 'agent COMMAND -h' for the flags of a command. run and selftest need root
+(CAP_BPF, CAP_PERFMON, CAP_SYS_ADMIN for /proc/PID/root).
+`
+
+func main() {
+	os.Exit(realMain(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func realMain(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	switch args[0] {
+	case "run":
+		return cmdRun(args[1:], stdout, stderr)
+	case "selftest":
+		return cmdSelftest(args[1:], stdout, stderr)
+	case "version":
+		fmt.Fprintln(stdout, "lanewatch", version)
+		return 0
+	case "-h", "-help", "--help", "help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	}
+	fmt.Fprintf(stderr, "agent: unknown command %q\n\n%s", args[0], usage)
+	return 2
+}
+
+// pidList is a repeatable/comma-separated --pid flag.
+type pidList []int
+
+func (p *pidList) String() string {
+	s := make([]string, len(*p))
+	for i, v := range *p {
+		s[i] = strconv.Itoa(v)
+	}
+	return strings.Join(s, ",")
+}
+
+func (p *pidList) Set(v string) error {
+	for _, f := range strings.Split(v, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n <= 0 {
+			return fmt.Errorf("not a process id: %q", f)
+		}
+		*p = append(*p, n)
+	}
+	return nil
+}
+
+// stringList is a repeatable --lib flag.
+type stringList []string
+
+func (s *stringList) String() string     { return strings.Join(*s, ",") }
+func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
+
+func newLogger(w io.Writer, level string) (*slog.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("--log.level: %w", err)
+	}
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l})), nil
+}
+
+func cmdRun(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var pids pidList
+	var libs stringList
+	fs.Var(&pids, "pid", "trace only these processes (repeatable or comma-separated); default: every process that maps a CUDA library, now or later")
+	fs.Var(&libs, "lib", "also probe this ELF file at start (repeatable), before any process maps it")
+	output := fs.String("output", "-", "where to write JSONL transfer records (- for stdout)")
+	procRoot := fs.String("path.procfs", "/proc", "procfs mount point")
+	rescan := fs.Duration("rescan-interval", 10*time.Second, "how often every process's mappings are rescanned, besides the dynamic linker's notifications")
+	ring := fs.Uint("ring-bytes", 0, "BPF ring buffer size in bytes, a power of two (0: 4 MiB)")
+	level := fs.String("log.level", "info", "log level: debug, info, warn, error")
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: agent run [flags]\n\nAttaches uprobes to every CUDA runtime/driver library mapped by a process\n(and to libraries loaded later), writes one JSON record per host↔device transfer,\nand detaches cleanly on SIGINT/SIGTERM.\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	log, err := newLogger(stderr, *level)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 2
+	}
+	out := stdout
+	if *output != "-" {
+		f, err := os.Create(*output)
+		if err != nil {
+			log.Error("open output", "err", err)
+			return 1
+		}
+		defer f.Close()
+		out = f
+	}
+	sink := exporters.NewJSONL(out)
+	ag, err := agent.New(agent.Config{
+		ProcRoot: *procRoot, PIDs: pids, Libs: libs, RescanInterval: *rescan,
+		RingBytes: uint32(*ring), Sink: sink, Logger: log,
+	})
+	if err != nil {
+		log.Error("start", "err", err)
+		return 1
+	}
+	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer cancel()
+	log.Info("lanewatch running", "version", version, "output", *output)
+	runErr := ag.Run(ctx)
+	flushErr := sink.Flush()
+	if err := errors.Join(runErr, flushErr); err != nil {
+		log.Error("stopped", "err", err)
+		return 1
+	}
+	log.Info("stopped: every probe detached")
+	return 0
+}
+
+func cmdSelftest(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("selftest", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	refDir := fs.String("refpath", defaultRefDir(), "build directory of the reference data path (make -C refpath)")
+	live := fs.Bool("live", false, "print every transfer as the agent reports it")
+	scenarios := fs.String("scenarios", strings.Join(agent.Scenarios, ","), "comma-separated scenarios to run after late-attach")
+	level := fs.String("log.level", "warn", "log level: debug, info, warn, error")
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: agent selftest [flags]\n\nRuns every scenario of the reference KV data path under the real probes and compares\nwhat the agent saw with the scenario's ground truth, record by record. Exits 1 on any\nmismatch or drop.\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	log, err := newLogger(stderr, *level)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 2
+	}
+	cfg := agent.SelftestConfig{RefDir: *refDir, Out: stdout, Logger: log, Scenarios: strings.Split(*scenarios, ",")}
+	if *live {
+		cfg.Live = stdout
+	}
+	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer cancel()
+	results, stats, err := agent.Selftest(ctx, cfg)
+	ok := agent.PrintResults(stdout, results, stats)
+	if rss, rerr := peakRSS(); rerr == nil {
+		fmt.Fprintf(stdout, "agent peak RSS %.1f MiB\n", float64(rss)/(1<<20))
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "selftest:", err)
+		return 1
+	}
+	if !ok {
+		fmt.Fprintln(stdout, "selftest FAILED")
+		return 1
+	}
+	fmt.Fprintln(stdout, "selftest passed")
+	return 0
+}
+
+// defaultRefDir finds refpath/build next to the binary (bin/agent) or in the
+// working directory.
+func defaultRefDir() string {
+	if exe, err := os.Executable(); err == nil {
+		d := filepath.Join(filepath.Dir(exe), "..", "refpath", "build")
+		if _, err := os.Stat(d); err == nil {
+			return filepath.Clean(d)
+		}
+	}
+	return filepath.Join("refpath", "build")
+}
+
+// peakRSS reads VmHWM from /proc/self/status, in bytes.
+func peakRSS() (uint64, error) {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, err := strconv.ParseUint(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			return kb * 1024, err
+		}
+	}
+	return 0, errors.New("no VmHWM in /proc/self/status")
+}

@@ -1,0 +1,217 @@
+package correlate
+
+import (
+	"encoding/binary"
+	"testing"
+
+	"github.com/lanewatch/lanewatch/probes"
+)
+
+// recorder lays out raw ring buffer records as struct lw_event
+// (bpf/lanewatch.h): kind u8, nargs u8, probe u16, pid u32, tid u32,
+// batch_index u32, ts_ns, ret_ts_ns, ret, out, args[9] u64; little-endian.
+type recorder struct {
+	t        testing.TB
+	buf      []byte
+	ts, rets []uint64 // per record, to shift the clock on replay
+}
+
+// add appends one call of sym. Semantic values go to the argument
+// positions of the symbol's table row, as the BPF program would read them.
+func (r *recorder) add(sym string, tid uint32, ts, rts uint64, v probes.Call) {
+	id := probeID(r.t, sym)
+	row := &probes.Table[id]
+	var rec [120]byte
+	if len(rec) != probes.EventSize {
+		r.t.Fatalf("lw_event is %d bytes, recorder writes %d", probes.EventSize, len(rec))
+	}
+	le := binary.LittleEndian
+	rec[0] = byte(probes.EventCall)
+	rec[1] = byte(row.NArgs)
+	le.PutUint16(rec[2:], id)
+	le.PutUint32(rec[4:], testPID)
+	le.PutUint32(rec[8:], tid)
+	le.PutUint64(rec[16:], ts)
+	if row.Program != probes.ProgEntryReturn {
+		rts = 0
+	}
+	le.PutUint64(rec[24:], rts)
+	set := func(i int, x uint64) {
+		if i >= 0 {
+			le.PutUint64(rec[48+8*i:], x)
+		}
+	}
+	a := row.Args
+	set(a.Dst, v.Dst)
+	set(a.Src, v.Src)
+	set(a.Bytes, v.Bytes)
+	set(a.Kind, uint64(v.CopyKind))
+	set(a.Stream, v.Stream)
+	set(a.Event, v.Event)
+	set(a.Size, v.Size)
+	if row.Out {
+		le.PutUint64(rec[40:], v.Ptr)
+		set(a.Ptr, 0x7ffc_0000_1000) // the out pointer itself: a stack address
+	} else {
+		set(a.Ptr, v.Ptr)
+	}
+	r.buf = append(r.buf, rec[:]...)
+	r.ts = append(r.ts, ts)
+	r.rets = append(r.rets, rts)
+}
+
+// hicache records a HiCache-like stream: a registered host pool and a
+// device pool, then cycles of per-layer page loads (runtime copy + nested
+// driver copy) on a load stream with an event per layer that the compute
+// stream waits on, pageable write-backs on a third stream, and a
+// synchronisation of both at the end of each cycle. It returns the span of
+// one cycle in ns; setup is the number of records before the first cycle.
+func hicache(t testing.TB, cycles int) (r *recorder, setup int, span uint64) {
+	r = &recorder{t: t}
+	const (
+		loader, sched                = 101, 102
+		load, compute, wback         = 0x5500_0000_1000, 0x5500_0000_2000, 0x5500_0000_3000
+		layers, pages, page          = 32, 8, 64 << 10
+		writebacks                   = 2
+		step                         = 500 // ns between calls: 2 M calls/s per thread
+		hostPool, devPool, writeHeap = pool, dev, heap
+	)
+	ts := uint64(1_000_000)
+	r.add("cuMemHostRegister_v2", loader, ts+10, ts+90, probes.Call{Ptr: hostPool, Size: poolLen})
+	r.add("cudaHostRegister", loader, ts, ts+100, probes.Call{Ptr: hostPool, Size: poolLen})
+	r.add("cuMemAlloc_v2", loader, ts+110, ts+190, probes.Call{Ptr: devPool, Size: devLen})
+	r.add("cudaMalloc", loader, ts+100, ts+200, probes.Call{Ptr: devPool, Size: devLen})
+	setup = len(r.ts)
+	ts += 1000
+	start := ts
+	for range cycles {
+		for l := range uint64(layers) {
+			for p := range uint64(pages) {
+				off := (l*pages + p) * page
+				c := probes.Call{Dst: devPool + off, Src: hostPool + off, Bytes: page, CopyKind: probes.KindHostToDevice, Stream: load}
+				r.add("cudaMemcpyAsync", loader, ts, 0, c)
+				r.add("cuMemcpyHtoDAsync_v2", loader, ts+50, 0, c)
+				ts += step
+			}
+			ev := probes.Call{Event: 0x5500_0001_0000 + l, Stream: load}
+			r.add("cudaEventRecord", loader, ts, 0, ev)
+			r.add("cuEventRecord", loader, ts+50, 0, ev)
+			ev.Stream = compute
+			r.add("cudaStreamWaitEvent", sched, ts+60, 0, ev)
+			r.add("cuStreamWaitEvent", sched, ts+70, 0, ev)
+			ts += step
+			for w := range uint64(writebacks) {
+				c := probes.Call{Dst: writeHeap + w*page, Src: devPool + w*page, Bytes: page, CopyKind: probes.KindDeviceToHost, Stream: wback}
+				r.add("cudaMemcpyAsync", sched, ts, 0, c)
+				r.add("cuMemcpyDtoHAsync_v2", sched, ts+50, 0, c)
+				ts += step
+			}
+		}
+		for _, s := range []uint64{compute, wback} {
+			r.add("cuStreamSynchronize", sched, ts+10, ts+9000, probes.Call{Stream: s})
+			r.add("cudaStreamSynchronize", sched, ts, ts+10000, probes.Call{Stream: s})
+			ts += 10000
+		}
+	}
+	return r, setup, (ts - start) / uint64(cycles)
+}
+
+// replay feeds the records after the setup through Decode and Handle
+// round after round, shifting the clock by the recording's span each round.
+type replay struct {
+	r        *recorder
+	from, j  int
+	span     uint64 // of all cycles of the recording
+	shift    uint64
+	e        *Engine
+	c        probes.Call
+	nrecords int
+}
+
+func (p *replay) next(tb testing.TB) {
+	if p.j == p.nrecords {
+		p.j = p.from
+		p.shift += p.span
+	}
+	rec := p.r.buf[p.j*probes.EventSize : (p.j+1)*probes.EventSize]
+	binary.LittleEndian.PutUint64(rec[16:], p.r.ts[p.j]+p.shift)
+	if rt := p.r.rets[p.j]; rt != 0 {
+		binary.LittleEndian.PutUint64(rec[24:], rt+p.shift)
+	}
+	if err := probes.Decode(rec, &p.c); err != nil {
+		tb.Fatal(err)
+	}
+	p.e.Handle(&p.c)
+	p.j++
+}
+
+func newReplay(tb testing.TB, e *Engine, cycles int) *replay {
+	r, setup, span := hicache(tb, cycles)
+	p := &replay{r: r, span: span * uint64(cycles), e: e, nrecords: len(r.ts)}
+	e.ObservedFromStart(testPID)
+	for p.j < setup {
+		p.next(tb)
+	}
+	p.from = setup
+	return p
+}
+
+type countSink struct{ n, completed, pinned, pageable int }
+
+func (s *countSink) Transfer(t *Transfer) {
+	s.n++
+	if t.CompleteNs != 0 {
+		s.completed++
+	}
+	switch t.HostMem {
+	case MemPinned:
+		s.pinned++
+	case MemPageable:
+		s.pageable++
+	}
+}
+
+func TestPipelineReplay(t *testing.T) {
+	sink := &countSink{}
+	e := NewEngine(Config{Sink: sink})
+	p := newReplay(t, e, 4)
+	for range 3 * (p.nrecords - p.from) {
+		p.next(t)
+	}
+	// Steady state: a whole cycle of Decode+Handle allocates nothing.
+	cycle := (p.nrecords - p.from) / 4
+	if a := testing.AllocsPerRun(20, func() {
+		for range cycle {
+			p.next(t)
+		}
+	}); a != 0 {
+		t.Errorf("one cycle of %d events allocates %v times", cycle, a)
+	}
+	e.Flush()
+	st := e.Stats()
+	if sink.n != sink.completed || uint64(sink.n) != st.Transfers || st.TimedOut+st.PendingEvicted != 0 {
+		t.Errorf("sink %+v stats %+v", sink, st)
+	}
+	if sink.pinned == 0 || sink.pageable == 0 || sink.pinned+sink.pageable != sink.n {
+		t.Errorf("memory kinds %+v", sink)
+	}
+	if st.Merged*2 != st.Events { // every runtime call of the stream has its driver twin
+		t.Errorf("merged %d of %d events", st.Merged, st.Events)
+	}
+}
+
+// BenchmarkPipeline decodes and correlates a recorded HiCache-like event
+// stream, one ring buffer record per iteration.
+func BenchmarkPipeline(b *testing.B) {
+	e := NewEngine(Config{Sink: &countSink{}})
+	p := newReplay(b, e, 16)
+	for range p.nrecords - p.from { // warm: slab, maps and queues at size
+		p.next(b)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		p.next(b)
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
+}

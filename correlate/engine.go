@@ -1,0 +1,680 @@
+package correlate
+
+import (
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/lanewatch/lanewatch/probes"
+)
+
+// Sink receives every transfer exactly once. The pointer is only valid
+// during the call: a sink that keeps the transfer must copy it.
+type Sink interface {
+	Transfer(*Transfer)
+}
+
+// SinkFunc adapts a function to Sink.
+type SinkFunc func(*Transfer)
+
+// Transfer calls f(t).
+func (f SinkFunc) Transfer(t *Transfer) { f(t) }
+
+// Defaults of Config.
+const (
+	DefaultPendingTimeout = 10 * time.Second
+	DefaultMaxPending     = 1 << 16
+	maxHandles            = 4096 // streams and events kept per process
+)
+
+// Config tunes an Engine. The zero value works, with a sink that discards.
+type Config struct {
+	Sink Sink
+	// PendingTimeout is how long, in event time (probes.Call.Time), a
+	// transfer waits for a synchronisation to prove its completion before
+	// it is emitted without one.
+	PendingTimeout time.Duration
+	// MaxPending caps the transfers waiting per process; past it the oldest
+	// is emitted without completion and counted.
+	MaxPending int
+	// MaxProcesses caps the processes tracked (registry included; every
+	// process the caller calls ObservedFromStart/ObservedSince for counts,
+	// default 32768). Events of processes past it are counted, and their
+	// copies emitted at once with unknown memory.
+	MaxProcesses int
+	// MaxRanges caps pinned and device ranges per process, each.
+	MaxRanges int
+	// ExecObserved makes an exec event that reaches Handle mark the process
+	// observed from its start. Leave it false when the caller decides that
+	// itself (it knows whether its probes cover the new image).
+	ExecObserved bool
+}
+
+// Stats are the engine's counters.
+type Stats struct {
+	Events         uint64 // calls and process events handled
+	Transfers      uint64 // transfers emitted
+	Completed      uint64 // ... of which with a proven completion time
+	Merged         uint64 // driver calls folded into their runtime call
+	TimedOut       uint64 // emitted without completion after PendingTimeout
+	PendingEvicted uint64 // emitted without completion because MaxPending was hit
+	FailedCalls    uint64 // calls that returned an error (no effect)
+	UnknownProbe   uint64 // events of an unknown kind or probe row
+	HandleCapHits  uint64 // stream/event tables of a process reset at their cap
+	RangeCapHits   uint64 // registrations not kept (process marked lossy)
+	ProcessCapHits uint64 // events of processes past MaxProcesses
+	UnmatchedFrees uint64 // unregister/free of a range not held
+}
+
+// perThreadStream tags a stream key as a thread's per-thread default
+// stream; user-space stream handles are pointers far below this bit.
+const perThreadStream = 1 << 63
+
+// rowInfo is what the engine needs of a probe row, computed once.
+type rowInfo struct {
+	sym       string
+	opName    string
+	op        probes.Op
+	layer     probes.Layer
+	perThread bool // _ptsz/_ptds: stream 0 is the calling thread's stream
+	returns   bool // the event comes at return (ProgEntryReturn)
+}
+
+// slot is the last call a thread made, kept until its next call so that a
+// runtime call and the driver call nested in it become one.
+type slot struct {
+	valid      bool
+	op         probes.Op
+	layer      probes.Layer
+	kind       probes.CopyKind
+	start, end uint64
+	dst, src   uint64
+	bytes      uint64
+	ptr, size  uint64
+	ev, key    uint64
+	hasTx      bool
+	tx         ref
+}
+
+// proc is the engine's state of one process.
+type proc struct {
+	pid     uint32
+	mem     *procMem
+	threads map[uint32]*slot
+	streams map[uint64]*stream
+	events  map[uint64]*event
+	fifo    queue // pending transfers, oldest first
+	live    int
+}
+
+// Engine correlates probe calls into transfers. It is not safe for
+// concurrent use: feed it from one goroutine, in ring buffer order.
+type Engine struct {
+	cfg        Config
+	sink       Sink
+	timeout    uint64
+	sweepEvery uint64
+	reg        *Registry
+	rows       []rowInfo
+	procs      map[uint32]*proc
+	last       *proc
+
+	txs  []pending
+	free []int32
+	seq  uint64
+
+	now, lastSweep uint64
+	stats          Stats
+	scratch        Transfer
+}
+
+// NewEngine returns an engine with cfg's zero fields set to the defaults.
+func NewEngine(cfg Config) *Engine {
+	if cfg.Sink == nil {
+		cfg.Sink = SinkFunc(func(*Transfer) {})
+	}
+	if cfg.PendingTimeout <= 0 {
+		cfg.PendingTimeout = DefaultPendingTimeout
+	}
+	if cfg.MaxPending <= 0 {
+		cfg.MaxPending = DefaultMaxPending
+	}
+	e := &Engine{
+		cfg:     cfg,
+		sink:    cfg.Sink,
+		timeout: uint64(cfg.PendingTimeout),
+		reg:     NewRegistry(cfg.MaxRanges, cfg.MaxProcesses),
+		rows:    make([]rowInfo, len(probes.Table)),
+		procs:   map[uint32]*proc{},
+	}
+	e.sweepEvery = max(e.timeout/8, 1)
+	for i := range probes.Table {
+		p := &probes.Table[i]
+		e.rows[i] = rowInfo{
+			sym: p.Symbol, opName: p.Op.String(), op: p.Op, layer: p.Layer,
+			perThread: strings.HasSuffix(p.Symbol, "_ptsz") || strings.HasSuffix(p.Symbol, "_ptds"),
+			returns:   p.Program == probes.ProgEntryReturn,
+		}
+	}
+	return e
+}
+
+// ObservedFromStart says every registration of the process can be seen
+// (it started after the probes were in place).
+func (e *Engine) ObservedFromStart(pid uint32) { e.reg.ObservedFromStart(pid) }
+
+// ObservedSince says the agent began watching a running process whose
+// address space then held snapshot. See Registry.ObservedSince.
+func (e *Engine) ObservedSince(pid uint32, snapshot []Range) { e.reg.ObservedSince(pid, snapshot) }
+
+// EventsLost says events may have been dropped (ring buffer full): no
+// address of a process known now is provably pageable any more.
+func (e *Engine) EventsLost() {
+	for pid := range e.reg.procs {
+		e.reg.MarkLossy(pid)
+	}
+}
+
+// Lookup classifies an address of a process from the registry.
+func (e *Engine) Lookup(pid uint32, addr uint64) (MemKind, uint64) { return e.reg.Lookup(pid, addr) }
+
+// Stats returns the counters.
+func (e *Engine) Stats() Stats {
+	s := e.stats
+	rs := e.reg.Stats()
+	s.RangeCapHits, s.ProcessCapHits, s.UnmatchedFrees = rs.RangeCapHits, rs.ProcessCapHits, rs.UnmatchedFrees
+	return s
+}
+
+// Handle consumes one decoded call. Calls must come in ring buffer order.
+func (e *Engine) Handle(c *probes.Call) {
+	e.stats.Events++
+	if c.Time > e.now {
+		e.now = c.Time
+		if e.now-e.lastSweep >= e.sweepEvery {
+			e.lastSweep = e.now
+			e.sweep()
+		}
+	}
+	switch c.Kind {
+	case probes.EventCall, probes.EventBatchEntry:
+	case probes.EventExit:
+		e.ProcessExit(c.PID)
+		return
+	case probes.EventExec:
+		e.ProcessExit(c.PID) // the old image's memory and streams are gone
+		if e.cfg.ExecObserved {
+			e.ObservedFromStart(c.PID)
+		}
+		return
+	default:
+		e.stats.UnknownProbe++
+		return
+	}
+	if int(c.Probe) >= len(e.rows) {
+		e.stats.UnknownProbe++
+		return
+	}
+	ri := &e.rows[c.Probe]
+	switch {
+	case ri.op == probes.OpLinkerUpdate:
+		return // the caller rescans the process; nothing to correlate
+	case ri.op < probes.OpCopy || ri.op > probes.OpStreamWaitEvent,
+		ri.layer != probes.LayerRuntime && ri.layer != probes.LayerDriver:
+		e.stats.UnknownProbe++
+		return
+	}
+	p := e.proc(c.PID)
+	if p == nil {
+		if ri.op.IsCopy() {
+			e.emitUntracked(c, ri)
+		}
+		return
+	}
+	key := streamKey(c, ri)
+	th := p.threads[c.TID]
+	if th == nil {
+		th = &slot{}
+		p.threads[c.TID] = th
+	} else if th.valid {
+		if twin(th, c, ri, key) {
+			e.merge(th, c, ri)
+			return
+		}
+		e.close(th)
+	}
+	*th = slot{valid: true, op: ri.op, layer: ri.layer, kind: c.CopyKind, start: c.Time, end: c.ReturnTime,
+		dst: c.Dst, src: c.Src, bytes: c.Bytes, ptr: c.Ptr, size: c.Size, ev: c.Event, key: key}
+	if ri.op.IsCopy() {
+		th.tx, th.hasTx = e.copy(p, c, ri, key), true
+		return
+	}
+	e.apply(p, c, ri, key)
+}
+
+// streamKey names the stream a call uses within its process: handle 0 is
+// the legacy default stream, or the thread's own for per-thread-default
+// symbols; 1 and 2 are cudaStreamLegacy and cudaStreamPerThread.
+func streamKey(c *probes.Call, ri *rowInfo) uint64 {
+	switch c.Stream {
+	case 0:
+		if ri.perThread {
+			return perThreadStream | uint64(c.TID)
+		}
+		return 0
+	case 1:
+		return 0
+	case 2:
+		return perThreadStream | uint64(c.TID)
+	}
+	return c.Stream
+}
+
+// twin reports whether c is the other layer's half of the call in s: same
+// op, same operands, and the driver call nested in the runtime call's time.
+func twin(s *slot, c *probes.Call, ri *rowInfo, key uint64) bool {
+	if s.layer == ri.layer || s.op != ri.op {
+		return false
+	}
+	rs, re, ds, de := s.start, s.end, c.Time, c.ReturnTime
+	if s.layer == probes.LayerDriver {
+		rs, re, ds, de = c.Time, c.ReturnTime, s.start, s.end
+	}
+	if ds < rs || re != 0 && (ds > re || de > re) {
+		return false
+	}
+	switch s.op {
+	case probes.OpCopy, probes.OpCopy2D, probes.OpCopyPeer, probes.OpCopyBatch:
+		return s.dst == c.Dst && s.src == c.Src && s.bytes == c.Bytes
+	case probes.OpHostRegister:
+		return s.ptr == c.Ptr && s.size == c.Size
+	case probes.OpHostAlloc, probes.OpDeviceAlloc, probes.OpHostUnregister, probes.OpHostFree, probes.OpDeviceFree:
+		return s.ptr == c.Ptr
+	case probes.OpStreamSync:
+		return s.key == key
+	case probes.OpEventRecord, probes.OpStreamWaitEvent:
+		return s.key == key && s.ev == c.Event
+	case probes.OpEventSync:
+		return s.ev == c.Event
+	}
+	return false
+}
+
+// merge folds c into the call held in s. The first half already took
+// effect; the second only names itself on the transfer.
+func (e *Engine) merge(s *slot, c *probes.Call, ri *rowInfo) {
+	e.stats.Merged++
+	s.valid = false
+	if !s.hasTx || !e.live(s.tx) {
+		return
+	}
+	t := &e.txs[s.tx.idx]
+	if s.layer == probes.LayerRuntime { // runtime first: c is the nested driver call
+		t.DriverAPI = ri.sym
+		if s.kind == probes.KindDefault && c.CopyKind < probes.KindDefault {
+			classify(t.p.mem, c.CopyKind, &t.Transfer) // the driver states the direction
+		}
+	} else { // driver first: c is the runtime call around it
+		t.DriverAPI, t.API = t.API, ri.sym
+		t.SubmitNs = min(t.SubmitNs, c.Time)
+		t.Stream = c.Stream
+		if c.CopyKind < probes.KindDefault && s.kind == probes.KindDefault {
+			classify(t.p.mem, c.CopyKind, &t.Transfer)
+		}
+	}
+	t.open = false
+	if t.done {
+		e.emit(s.tx.idx)
+	}
+}
+
+// close ends the merge window of a thread's last call.
+func (e *Engine) close(s *slot) {
+	s.valid = false
+	if !s.hasTx || !e.live(s.tx) {
+		return
+	}
+	t := &e.txs[s.tx.idx]
+	t.open = false
+	if t.done {
+		e.emit(s.tx.idx)
+	}
+}
+
+func (e *Engine) proc(pid uint32) *proc {
+	if e.last != nil && e.last.pid == pid {
+		return e.last
+	}
+	p := e.procs[pid]
+	if p == nil {
+		m := e.reg.proc(pid)
+		if m == nil {
+			return nil
+		}
+		p = &proc{pid: pid, mem: m, threads: map[uint32]*slot{}, streams: map[uint64]*stream{}, events: map[uint64]*event{}}
+		e.procs[pid] = p
+	}
+	e.last = p
+	return p
+}
+
+func (e *Engine) stream(p *proc, key uint64) *stream {
+	st := p.streams[key]
+	if st == nil {
+		if len(p.streams) >= maxHandles {
+			e.stats.HandleCapHits++
+			for k, s := range p.streams {
+				if s.live == 0 && len(s.deps) == 0 {
+					delete(p.streams, k)
+				}
+			}
+		}
+		st = &stream{}
+		p.streams[key] = st
+	}
+	return st
+}
+
+func (e *Engine) event(p *proc, handle uint64) *event {
+	ev := p.events[handle]
+	if ev == nil {
+		if len(p.events) >= maxHandles {
+			e.stats.HandleCapHits++
+			clear(p.events) // a sync on a forgotten event proves nothing: transfers time out instead
+		}
+		ev = &event{}
+		p.events[handle] = ev
+	}
+	return ev
+}
+
+// classify fills direction and memory kinds from the stated direction and
+// the registry (m may be nil: nothing known).
+func classify(m *procMem, kind probes.CopyKind, t *Transfer) {
+	t.HostMem = ""
+	switch kind {
+	case probes.KindHostToDevice:
+		t.Direction, t.Src.Mem, t.Dst.Mem = DirH2D, m.kind(t.Src.Addr), MemDevice
+		t.HostMem = t.Src.Mem
+	case probes.KindDeviceToHost:
+		t.Direction, t.Src.Mem, t.Dst.Mem = DirD2H, MemDevice, m.kind(t.Dst.Addr)
+		t.HostMem = t.Dst.Mem
+	case probes.KindDeviceToDevice:
+		t.Direction, t.Src.Mem, t.Dst.Mem = DirD2D, MemDevice, MemDevice
+	case probes.KindHostToHost:
+		t.Direction, t.Src.Mem, t.Dst.Mem = DirH2H, m.kind(t.Src.Addr), m.kind(t.Dst.Addr)
+	default: // cudaMemcpyDefault: where each pointer lives decides
+		s, d := m.kind(t.Src.Addr), m.kind(t.Dst.Addr)
+		t.Src.Mem, t.Dst.Mem = s, d
+		switch {
+		case s == MemUnknown || d == MemUnknown:
+			t.Direction = DirUnknown // an unplaced address may be device memory allocated before we looked
+		case s == MemDevice && d == MemDevice:
+			t.Direction = DirD2D
+		case s == MemDevice:
+			t.Direction, t.HostMem = DirD2H, d
+		case d == MemDevice:
+			t.Direction, t.HostMem = DirH2D, s
+		default:
+			t.Direction = DirH2H
+		}
+	}
+}
+
+func newTransfer(t *Transfer, c *probes.Call, ri *rowInfo) {
+	*t = Transfer{PID: c.PID, TID: c.TID, Stream: c.Stream, API: ri.sym, Op: ri.opName, Bytes: c.Bytes,
+		Src: Side{Addr: c.Src}, Dst: Side{Addr: c.Dst}, SubmitNs: c.Time, BatchIndex: -1}
+	if c.Kind == probes.EventBatchEntry {
+		t.BatchIndex = int(c.BatchIndex)
+	}
+}
+
+// copy makes a pending transfer of a copy call.
+func (e *Engine) copy(p *proc, c *probes.Call, ri *rowInfo, key uint64) ref {
+	if p.live >= e.cfg.MaxPending {
+		e.evictOldest(p)
+	}
+	st := e.stream(p, key)
+	idx := e.alloc()
+	e.seq++
+	t := &e.txs[idx]
+	*t = pending{seq: e.seq, p: p, st: st,
+		// A runtime call may still be joined by its driver call, and a
+		// driver call reported at return by the runtime call around it.
+		open: ri.layer == probes.LayerRuntime || ri.returns}
+	newTransfer(&t.Transfer, c, ri)
+	classify(p.mem, c.CopyKind, &t.Transfer)
+	r := ref{idx: idx, seq: e.seq}
+	e.push(&st.q, st.live, r)
+	st.live++
+	e.push(&p.fifo, p.live, r)
+	p.live++
+	return r
+}
+
+// push appends r to q, first dropping stale refs at its front and, when
+// stale refs outnumber live ones behind a stuck front, everywhere.
+func (e *Engine) push(q *queue, live int, r ref) {
+	for q.len() > 0 && !e.live(q.front()) {
+		q.pop()
+	}
+	if q.len() > 2*live+64 {
+		n := 0
+		for _, x := range q.buf[q.head:] {
+			if e.live(x) {
+				q.buf[n] = x
+				n++
+			}
+		}
+		q.buf, q.head = q.buf[:n], 0
+	}
+	q.push(r)
+}
+
+func (e *Engine) live(r ref) bool { return e.txs[r.idx].seq == r.seq }
+
+func (e *Engine) alloc() int32 {
+	if n := len(e.free); n > 0 {
+		idx := e.free[n-1]
+		e.free = e.free[:n-1]
+		return idx
+	}
+	e.txs = append(e.txs, pending{})
+	return int32(len(e.txs) - 1)
+}
+
+// emit hands a pending transfer to the sink and frees its slot.
+func (e *Engine) emit(idx int32) {
+	t := &e.txs[idx]
+	if t.st != nil {
+		t.st.live--
+		t.st = nil
+	}
+	t.p.live--
+	e.stats.Transfers++
+	if t.done {
+		e.stats.Completed++
+	}
+	e.sink.Transfer(&t.Transfer)
+	t.seq, t.p = 0, nil
+	e.free = append(e.free, idx)
+}
+
+// emitUntracked reports a copy of a process past MaxProcesses at once.
+func (e *Engine) emitUntracked(c *probes.Call, ri *rowInfo) {
+	newTransfer(&e.scratch, c, ri)
+	classify(nil, c.CopyKind, &e.scratch)
+	e.stats.Transfers++
+	e.sink.Transfer(&e.scratch)
+}
+
+func (e *Engine) complete(idx int32, at uint64) {
+	t := &e.txs[idx]
+	t.CompleteNs, t.done = at, true
+	if t.st != nil {
+		t.st.live--
+		t.st = nil
+	}
+	if !t.open {
+		e.emit(idx)
+	}
+}
+
+// completeUpTo completes the transfers of st numbered up to upTo that were
+// submitted before cutoff, at time at.
+func (e *Engine) completeUpTo(st *stream, upTo, cutoff, at uint64) {
+	for st.q.len() > 0 {
+		r := st.q.front()
+		t := &e.txs[r.idx]
+		if t.seq != r.seq || t.st != st {
+			st.q.pop()
+			continue
+		}
+		if r.seq > upTo || t.SubmitNs >= cutoff {
+			return
+		}
+		st.q.pop()
+		e.complete(r.idx, at)
+	}
+}
+
+// apply gives a memory or ordering call its effect.
+func (e *Engine) apply(p *proc, c *probes.Call, ri *rowInfo, key uint64) {
+	if c.ReturnTime != 0 && c.Ret != 0 {
+		e.stats.FailedCalls++
+		return
+	}
+	m := p.mem
+	switch ri.op {
+	case probes.OpHostAlloc, probes.OpHostRegister:
+		e.reg.add(m, &m.pinned, &m.device, c.Ptr, c.Size)
+	case probes.OpDeviceAlloc:
+		e.reg.add(m, &m.device, &m.pinned, c.Ptr, c.Size)
+	case probes.OpHostUnregister, probes.OpHostFree:
+		if c.Ptr != 0 {
+			e.reg.remove(&m.pinned, c.Ptr)
+		}
+	case probes.OpDeviceFree:
+		if c.Ptr != 0 { // cudaFree(0) only initialises the context
+			e.reg.remove(&m.device, c.Ptr)
+		}
+	case probes.OpStreamSync:
+		if c.ReturnTime == 0 {
+			return
+		}
+		// Work queued before the call, and all it waited for, is done.
+		if st := p.streams[key]; st != nil {
+			e.completeUpTo(st, e.seq, c.Time, c.ReturnTime)
+			for _, d := range st.deps {
+				e.completeUpTo(d.st, d.upTo, ^uint64(0), c.ReturnTime)
+			}
+			st.deps = st.deps[:0]
+		}
+	case probes.OpEventRecord:
+		ev := e.event(p, c.Event)
+		st := e.stream(p, key)
+		ev.recorded = c.Time
+		ev.caps = append(append(ev.caps[:0], capture{st: st, upTo: e.seq}), st.deps...)
+	case probes.OpEventSync:
+		ev := p.events[c.Event]
+		if c.ReturnTime == 0 || ev == nil || ev.recorded > c.Time {
+			return // a record after the wait began may not be what it waited for
+		}
+		for _, d := range ev.caps {
+			e.completeUpTo(d.st, d.upTo, ^uint64(0), c.ReturnTime)
+		}
+	case probes.OpStreamWaitEvent:
+		ev := p.events[c.Event]
+		if ev == nil {
+			return
+		}
+		st := e.stream(p, key)
+		for _, d := range ev.caps {
+			if d.st != st {
+				st.addDep(d)
+			}
+		}
+	}
+}
+
+func (e *Engine) evictOldest(p *proc) {
+	for p.fifo.len() > 0 {
+		r := p.fifo.front()
+		p.fifo.pop()
+		if e.live(r) {
+			if !e.txs[r.idx].done {
+				e.stats.PendingEvicted++
+			}
+			e.emit(r.idx)
+			return
+		}
+	}
+}
+
+// sweep emits transfers that waited past the timeout and ends merge
+// windows of threads that went quiet.
+func (e *Engine) sweep() {
+	for _, p := range e.procs {
+		for p.fifo.len() > 0 {
+			r := p.fifo.front()
+			t := &e.txs[r.idx]
+			if t.seq != r.seq {
+				p.fifo.pop()
+				continue
+			}
+			if t.SubmitNs+e.timeout >= e.now {
+				break
+			}
+			p.fifo.pop()
+			if !t.done {
+				e.stats.TimedOut++
+			}
+			e.emit(r.idx)
+		}
+		for tid, th := range p.threads {
+			if max(th.start, th.end)+e.timeout < e.now {
+				e.close(th)
+				delete(p.threads, tid)
+			}
+		}
+	}
+}
+
+// drain emits every pending transfer of p, oldest first.
+func (e *Engine) drain(p *proc) {
+	for _, th := range p.threads {
+		e.close(th)
+	}
+	for p.fifo.len() > 0 {
+		r := p.fifo.front()
+		p.fifo.pop()
+		if e.live(r) {
+			e.emit(r.idx)
+		}
+	}
+}
+
+// Flush emits every pending transfer, with its completion when known. The
+// engine stays usable.
+func (e *Engine) Flush() {
+	pids := make([]uint32, 0, len(e.procs))
+	for pid := range e.procs {
+		pids = append(pids, pid)
+	}
+	slices.Sort(pids)
+	for _, pid := range pids {
+		e.drain(e.procs[pid])
+	}
+}
+
+// ProcessExit emits the process's pending transfers and forgets it.
+func (e *Engine) ProcessExit(pid uint32) {
+	if p := e.procs[pid]; p != nil {
+		e.drain(p)
+		delete(e.procs, pid)
+		if e.last == p {
+			e.last = nil
+		}
+	}
+	e.reg.Forget(pid)
+}

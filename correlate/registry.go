@@ -1,0 +1,301 @@
+package correlate
+
+import (
+	"slices"
+)
+
+// Range is a half-open address range [Start, End).
+type Range struct {
+	Start, End uint64
+}
+
+// Default caps of a Registry.
+const (
+	DefaultMaxRanges    = 1 << 16
+	DefaultMaxProcesses = 1 << 15
+)
+
+// observation says what the agent could have seen of a process.
+type observation uint8
+
+const (
+	obsNone      observation = iota // never told: nothing is provably pageable
+	obsFromStart                    // every registration was seen
+	obsSince                        // registrations before the snapshot may be missed
+)
+
+// rangeSet is a sorted slice of non-overlapping ranges.
+type rangeSet []Range
+
+// find returns the index of the range containing addr, or -1. It does not
+// allocate.
+func (s rangeSet) find(addr uint64) int {
+	lo, hi := 0, len(s)
+	for lo < hi { // first range whose start is > addr
+		m := int(uint(lo+hi) >> 1)
+		if s[m].Start <= addr {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	if lo > 0 && addr < s[lo-1].End {
+		return lo - 1
+	}
+	return -1
+}
+
+// overlapping returns [i, j): the ranges that intersect r.
+func (s rangeSet) overlapping(r Range) (int, int) {
+	lo, hi := 0, len(s)
+	for lo < hi { // first range whose end is > r.Start (ends are sorted too)
+		m := int(uint(lo+hi) >> 1)
+		if s[m].End <= r.Start {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	j := lo
+	for j < len(s) && s[j].Start < r.End {
+		j++
+	}
+	return lo, j
+}
+
+// indexOfStart returns the index of the range starting exactly at start, or -1.
+func (s rangeSet) indexOfStart(start uint64) int {
+	i := s.find(start)
+	if i >= 0 && s[i].Start == start {
+		return i
+	}
+	return -1
+}
+
+// procMem is one process's memory map as the registry knows it.
+type procMem struct {
+	pinned, device rangeSet
+	obs            observation
+	snapshot       rangeSet // obsSince: what was mapped when watching began
+	lossy          bool     // a registration may have been missed (cap, lost events)
+}
+
+// RegistryStats counts what a Registry could not keep.
+type RegistryStats struct {
+	RangeCapHits   uint64 // registrations dropped because a process hit MaxRanges
+	ProcessCapHits uint64 // events of a process dropped because MaxProcesses was reached
+	UnmatchedFrees uint64 // unregister/free of a range the registry did not hold
+}
+
+// Registry holds, per process, the pinned host ranges and the device ranges
+// that are alive, and what the agent could have observed of each process. It
+// is not safe for concurrent use.
+type Registry struct {
+	maxRanges, maxProcs int
+	procs               map[uint32]*procMem
+	stats               RegistryStats
+}
+
+// NewRegistry returns an empty registry. maxRanges caps the ranges of each
+// kind per process and maxProcs the number of processes; 0 picks the
+// defaults. A cap that is hit is counted, never silently exceeded.
+func NewRegistry(maxRanges, maxProcs int) *Registry {
+	if maxRanges <= 0 {
+		maxRanges = DefaultMaxRanges
+	}
+	if maxProcs <= 0 {
+		maxProcs = DefaultMaxProcesses
+	}
+	return &Registry{maxRanges: maxRanges, maxProcs: maxProcs, procs: map[uint32]*procMem{}}
+}
+
+// Stats returns the registry's counters.
+func (r *Registry) Stats() RegistryStats { return r.stats }
+
+// proc returns the process's map, creating it; nil (counted) when the
+// process cap is reached.
+func (r *Registry) proc(pid uint32) *procMem {
+	if m := r.procs[pid]; m != nil {
+		return m
+	}
+	if len(r.procs) >= r.maxProcs {
+		r.stats.ProcessCapHits++
+		return nil
+	}
+	m := &procMem{}
+	r.procs[pid] = m
+	return m
+}
+
+// ObservedFromStart says the process was started after the agent: every
+// registration it makes is seen, so an unregistered host address is pageable.
+func (r *Registry) ObservedFromStart(pid uint32) {
+	if m := r.proc(pid); m != nil {
+		m.obs, m.snapshot = obsFromStart, nil
+	}
+}
+
+// ObservedSince says the agent began watching a running process whose
+// address space then held snapshot (from /proc/PID/maps). An unregistered
+// host address inside the snapshot may have been registered before we
+// looked (unknown); one outside it was mapped later (pageable).
+func (r *Registry) ObservedSince(pid uint32, snapshot []Range) {
+	if m := r.proc(pid); m != nil {
+		m.obs, m.snapshot = obsSince, normalize(snapshot)
+	}
+}
+
+// MarkLossy says registrations of the process may have been lost (for
+// example the ring buffer dropped events): from now on no address of it is
+// provably pageable.
+func (r *Registry) MarkLossy(pid uint32) {
+	if m := r.procs[pid]; m != nil {
+		m.lossy = true
+	}
+}
+
+// Forget drops everything known about the process.
+func (r *Registry) Forget(pid uint32) { delete(r.procs, pid) }
+
+// AddPinned records a pinned host range of the process.
+func (r *Registry) AddPinned(pid uint32, start, size uint64) {
+	if m := r.proc(pid); m != nil {
+		r.add(m, &m.pinned, &m.device, start, size)
+	}
+}
+
+// AddDevice records a device allocation of the process.
+func (r *Registry) AddDevice(pid uint32, start, size uint64) {
+	if m := r.proc(pid); m != nil {
+		r.add(m, &m.device, &m.pinned, start, size)
+	}
+}
+
+// RemovePinned drops the pinned range that starts at start.
+func (r *Registry) RemovePinned(pid uint32, start uint64) {
+	if m := r.procs[pid]; m != nil {
+		r.remove(&m.pinned, start)
+	} else {
+		r.stats.UnmatchedFrees++
+	}
+}
+
+// RemoveDevice drops the device range that starts at start.
+func (r *Registry) RemoveDevice(pid uint32, start uint64) {
+	if m := r.procs[pid]; m != nil {
+		r.remove(&m.device, start)
+	} else {
+		r.stats.UnmatchedFrees++
+	}
+}
+
+// Lookup classifies one address of a process and returns the start of the
+// range that holds it (0 when it is in none). It does not allocate.
+func (r *Registry) Lookup(pid uint32, addr uint64) (MemKind, uint64) {
+	m := r.procs[pid]
+	if m == nil {
+		return MemUnknown, 0
+	}
+	return m.lookup(addr)
+}
+
+func (m *procMem) lookup(addr uint64) (MemKind, uint64) {
+	if i := m.pinned.find(addr); i >= 0 {
+		return MemPinned, m.pinned[i].Start
+	}
+	if i := m.device.find(addr); i >= 0 {
+		return MemDevice, m.device[i].Start
+	}
+	return m.unregistered(addr), 0
+}
+
+// kind is lookup without the range start; nil means an untracked process.
+func (m *procMem) kind(addr uint64) MemKind {
+	if m == nil {
+		return MemUnknown
+	}
+	k, _ := m.lookup(addr)
+	return k
+}
+
+// unregistered applies the observation window to an address in no range.
+func (m *procMem) unregistered(addr uint64) MemKind {
+	if m.lossy {
+		return MemUnknown
+	}
+	switch m.obs {
+	case obsFromStart:
+		return MemPageable
+	case obsSince:
+		if m.snapshot.find(addr) >= 0 {
+			return MemUnknown
+		}
+		return MemPageable
+	}
+	return MemUnknown
+}
+
+// add inserts [start, start+size) into set. The same range again is a no-op
+// (the runtime and the driver both report one registration); a range that
+// overlaps others, of either kind, replaces them: the address space can only
+// hold one live mapping, so the older ones were freed without us seeing it.
+func (r *Registry) add(m *procMem, set, other *rangeSet, start, size uint64) {
+	if size == 0 || start == 0 {
+		return
+	}
+	end := start + size
+	if end < start {
+		end = ^uint64(0)
+	}
+	nr := Range{start, end}
+	i, j := set.overlapping(nr)
+	if j == i+1 && (*set)[i] == nr {
+		return
+	}
+	if oi, oj := other.overlapping(nr); oj > oi {
+		*other = slices.Delete(*other, oi, oj)
+	}
+	if j == i && len(*set) >= r.maxRanges {
+		r.stats.RangeCapHits++
+		m.lossy = true // an unseen range makes "pageable" unprovable
+		return
+	}
+	*set = slices.Replace(*set, i, j, nr)
+}
+
+func (r *Registry) remove(set *rangeSet, start uint64) {
+	if i := set.indexOfStart(start); i >= 0 {
+		*set = slices.Delete(*set, i, i+1)
+		return
+	}
+	r.stats.UnmatchedFrees++
+}
+
+// normalize copies ranges, sorted, with overlapping and touching ones merged.
+func normalize(rs []Range) rangeSet {
+	out := make(rangeSet, 0, len(rs))
+	for _, r := range rs {
+		if r.End > r.Start {
+			out = append(out, r)
+		}
+	}
+	slices.SortFunc(out, func(a, b Range) int {
+		switch {
+		case a.Start < b.Start:
+			return -1
+		case a.Start > b.Start:
+			return 1
+		}
+		return 0
+	})
+	n := 0
+	for _, r := range out {
+		if n > 0 && r.Start <= out[n-1].End {
+			out[n-1].End = max(out[n-1].End, r.End)
+			continue
+		}
+		out[n] = r
+		n++
+	}
+	return out[:n]
+}

@@ -1,0 +1,79 @@
+// Package correlate turns decoded probe calls into transfers: it keeps a
+// per-process registry of pinned and device memory, classifies every copy
+// (direction, memory kind of each side), folds a runtime call and the driver
+// call it makes on the same thread into one transfer, and learns when a
+// transfer completed from the synchronisations that follow it.
+//
+// It makes no system calls: it is fed by events, so it runs and is tested
+// alone.
+package correlate
+
+// MemKind is what backs one side of a transfer.
+type MemKind string
+
+// Memory kinds. MemUnknown is a real answer, not an error: the agent could
+// not have seen the registration (late attach, lost events, caps).
+const (
+	MemPinned   MemKind = "pinned"   // page-locked host memory (host alloc or register)
+	MemPageable MemKind = "pageable" // host memory provably never registered
+	MemDevice   MemKind = "device"   // device memory
+	MemUnknown  MemKind = "unknown"  // host or device memory the agent cannot classify
+)
+
+// Directions of a transfer.
+const (
+	DirH2D     = "H2D"
+	DirD2H     = "D2H"
+	DirD2D     = "D2D"
+	DirH2H     = "H2H"
+	DirUnknown = "unknown" // cudaMemcpyDefault with a side the registry cannot place
+)
+
+// Side is one end of a transfer.
+type Side struct {
+	Addr uint64  `json:"addr"`
+	Mem  MemKind `json:"memory"`
+}
+
+// Transfer is one copy as the engine reports it, one per runtime call (or
+// per driver call made directly, or per batch entry).
+//
+// JSON schema (one object per transfer, snake_case):
+//
+//	pid, tid          process and thread that submitted the copy
+//	stream            stream handle as passed to the call (0: default stream)
+//	api               probed symbol of the outer call ("cudaMemcpyAsync_ptsz")
+//	driver_api        driver symbol folded into it, when the runtime called one
+//	op                copy | copy2d | copy_peer | copy_batch
+//	direction         H2D | D2H | D2D | H2H | unknown
+//	bytes             bytes moved (width*height for 2D copies)
+//	src, dst          {"addr": address, "memory": pinned|pageable|device|unknown}
+//	host_mem          memory of the host side, H2D and D2H only
+//	submit_ns         CLOCK_MONOTONIC ns when the call was entered
+//	complete_ns       CLOCK_MONOTONIC ns by which a synchronisation proved the
+//	                  copy finished (an upper bound); absent when unknown
+//	batch_index       position in a cudaMemcpyBatchAsync call, -1 otherwise
+//	inferred          behavioural guess of the host memory (pinned|pageable),
+//	                  never overwriting host_mem; absent until measured
+//	call_ns           duration of the submitting call, the evidence for inferred
+type Transfer struct {
+	PID        uint32  `json:"pid"`
+	TID        uint32  `json:"tid"`
+	Stream     uint64  `json:"stream"`
+	API        string  `json:"api"`
+	DriverAPI  string  `json:"driver_api,omitempty"`
+	Op         string  `json:"op"`
+	Direction  string  `json:"direction"`
+	Bytes      uint64  `json:"bytes"`
+	Src        Side    `json:"src"`
+	Dst        Side    `json:"dst"`
+	HostMem    MemKind `json:"host_mem,omitempty"`
+	SubmitNs   uint64  `json:"submit_ns"`
+	CompleteNs uint64  `json:"complete_ns,omitempty"`
+	BatchIndex int     `json:"batch_index"`
+
+	// Behavioural evidence (DESIGN.md, late attach). Entry-only copy probes
+	// give no call duration, so both stay empty until a return probe does.
+	Inferred MemKind `json:"inferred,omitempty"`
+	CallNs   uint64  `json:"call_ns,omitempty"`
+}

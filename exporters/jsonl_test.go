@@ -1,0 +1,124 @@
+package exporters
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"reflect"
+	"testing"
+
+	"github.com/lanewatch/lanewatch/correlate"
+)
+
+var samples = []correlate.Transfer{
+	{
+		PID: 4242, TID: 4250, Stream: 0x5500_0000_1000, API: "cudaMemcpyAsync_ptsz", DriverAPI: "cuMemcpyHtoDAsync_v2_ptsz",
+		Op: "copy", Direction: correlate.DirH2D, Bytes: 1 << 20,
+		Src:     correlate.Side{Addr: 0x7f00_0000_0000, Mem: correlate.MemPinned},
+		Dst:     correlate.Side{Addr: 0x7e00_0000_0000, Mem: correlate.MemDevice},
+		HostMem: correlate.MemPinned, SubmitNs: 123456789012345, CompleteNs: 123456789112345, BatchIndex: -1,
+		Inferred: correlate.MemPinned, CallNs: 4100,
+	},
+	{ // every omitempty field empty, a batch entry
+		PID: 1, TID: 1, API: "cudaMemcpyBatchAsync", Op: "copy_batch", Direction: correlate.DirUnknown,
+		Src: correlate.Side{Mem: correlate.MemUnknown}, Dst: correlate.Side{Addr: ^uint64(0), Mem: correlate.MemUnknown},
+		BatchIndex: 63,
+	},
+	{ // strings that need escaping
+		API: "a\"b\\c\n\t\x01é\xff<&>", Op: "copy", Direction: "D2H", BatchIndex: -1,
+	},
+}
+
+func TestJSONLRoundTrip(t *testing.T) {
+	var out bytes.Buffer
+	j := NewJSONL(&out)
+	for i := range samples {
+		j.Transfer(&samples[i])
+	}
+	if out.Len() != 0 {
+		t.Errorf("unbuffered: %d bytes before Flush", out.Len())
+	}
+	if err := j.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	sc := bufio.NewScanner(&out)
+	for i := 0; sc.Scan(); i++ {
+		if i >= len(samples) {
+			t.Fatalf("extra line %q", sc.Text())
+		}
+		var got correlate.Transfer
+		if err := json.Unmarshal(sc.Bytes(), &got); err != nil {
+			t.Fatalf("line %d %q: %v", i+1, sc.Text(), err)
+		}
+		want := samples[i]
+		want.API = string([]rune(want.API)) // invalid UTF-8 decodes as U+FFFD
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("line %d:\n got %+v\nwant %+v", i+1, got, want)
+		}
+		// Same keys and values as encoding/json writes from the tags.
+		ref, err := json.Marshal(samples[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		var a, b map[string]any
+		if err := json.Unmarshal(sc.Bytes(), &a); err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(ref, &b); err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(a, b) {
+			t.Errorf("line %d differs from encoding/json:\n got %s\nwant %s", i+1, sc.Bytes(), ref)
+		}
+	}
+}
+
+type failWriter struct{}
+
+func (failWriter) Write([]byte) (int, error) { return 0, errors.New("disk full") }
+
+func TestJSONLWriteError(t *testing.T) {
+	j := NewJSONL(failWriter{})
+	for range 2000 { // past the buffer
+		j.Transfer(&samples[0])
+	}
+	if err := j.Flush(); err == nil || err.Error() != "disk full" {
+		t.Fatalf("Flush = %v, want disk full", err)
+	}
+}
+
+func TestAppendTransferAllocs(t *testing.T) {
+	buf := make([]byte, 0, 1024)
+	if a := testing.AllocsPerRun(100, func() { buf = AppendTransfer(buf[:0], &samples[0]) }); a != 0 {
+		t.Errorf("AppendTransfer allocates %v times", a)
+	}
+}
+
+func BenchmarkJSONL(b *testing.B) {
+	var sink bytes.Buffer
+	j := NewJSONL(&sink)
+	b.ReportAllocs()
+	for range b.N {
+		j.Transfer(&samples[0])
+		if sink.Len() > 1<<20 {
+			sink.Reset()
+		}
+	}
+}
+
+func BenchmarkEncodingJSON(b *testing.B) {
+	var sink bytes.Buffer
+	enc := json.NewEncoder(bufio.NewWriter(&sink))
+	b.ReportAllocs()
+	for range b.N {
+		if err := enc.Encode(&samples[0]); err != nil {
+			b.Fatal(err)
+		}
+		if sink.Len() > 1<<20 {
+			sink.Reset()
+		}
+	}
+}
+
+var _ correlate.Sink = (*JSONL)(nil)

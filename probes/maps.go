@@ -1,0 +1,184 @@
+package probes
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// Mapping is one line of /proc/PID/maps.
+type Mapping struct {
+	Start, End, Offset uint64
+	Perms              string // "r-xp": read, write, execute, private|shared
+	Dev                string // "fd:01", major:minor in hex
+	Inode              uint64
+	// Path is the rest of the line: a file path (may contain spaces, and ends
+	// in " (deleted)" once the file is unlinked), a pseudo name such as
+	// "[heap]" or "[anon:name]", or "" for an anonymous mapping. The kernel
+	// escapes only '\n' (as "\012") and not '\\', so the path is kept as
+	// printed rather than unescaped ambiguously.
+	Path string
+}
+
+// Executable reports whether the mapping may hold code.
+func (m Mapping) Executable() bool { return len(m.Perms) == 4 && m.Perms[2] == 'x' }
+
+// FileBacked reports whether the mapping comes from a file (possibly
+// deleted), as opposed to anonymous memory or a kernel pseudo mapping.
+func (m Mapping) FileBacked() bool { return m.Inode != 0 && strings.HasPrefix(m.Path, "/") }
+
+// maxMapsLine bounds one line: a path is at most PATH_MAX (4096) bytes, even
+// escaped it stays far below this, so a longer line is not a maps file.
+const maxMapsLine = 1 << 20
+
+// ParseMaps parses the text of a /proc/PID/maps file. name is used in errors
+// ("name:line: ..."). Mappings must come sorted and disjoint, as the kernel
+// writes them, so that Contains can search them; a file read while the
+// process remaps may break that and gives an error the caller can retry.
+func ParseMaps(r io.Reader, name string) ([]Mapping, error) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 4096), maxMapsLine)
+	sc.Split(scanLF)
+	var ms []Mapping
+	line := 0
+	for sc.Scan() {
+		line++
+		m, err := parseMapsLine(sc.Text())
+		if err != nil {
+			return nil, fmt.Errorf("%s:%d: %w", name, line, err)
+		}
+		if n := len(ms); n > 0 && m.Start < ms[n-1].End {
+			return nil, fmt.Errorf("%s:%d: mapping %x-%x overlaps or precedes %x-%x", name, line, m.Start, m.End, ms[n-1].Start, ms[n-1].End)
+		}
+		ms = append(ms, m)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("%s:%d: %w", name, line+1, err)
+	}
+	return ms, nil
+}
+
+// scanLF splits at '\n' only: unlike bufio.ScanLines it keeps a trailing
+// '\r', which the kernel prints raw when a file name ends in one.
+func scanLF(data []byte, atEOF bool) (int, []byte, error) {
+	if i := bytes.IndexByte(data, '\n'); i >= 0 {
+		return i + 1, data[:i], nil
+	}
+	if atEOF && len(data) > 0 {
+		return len(data), data, nil
+	}
+	return 0, nil, nil
+}
+
+// parseMapsLine parses "start-end perms offset dev inode [path]".
+func parseMapsLine(s string) (Mapping, error) {
+	var m Mapping
+	rest := s
+	field := func(what string) (string, error) {
+		f, r, ok := strings.Cut(rest, " ")
+		if f == "" {
+			return "", fmt.Errorf("missing %s in %q", what, s)
+		}
+		if ok {
+			rest = r
+		} else {
+			rest = ""
+		}
+		return f, nil
+	}
+	rng, err := field("address range")
+	if err != nil {
+		return m, err
+	}
+	lo, hi, ok := strings.Cut(rng, "-")
+	if !ok {
+		return m, fmt.Errorf("address range %q has no '-'", rng)
+	}
+	if m.Start, err = strconv.ParseUint(lo, 16, 64); err != nil {
+		return m, fmt.Errorf("start address %q: %w", lo, err)
+	}
+	if m.End, err = strconv.ParseUint(hi, 16, 64); err != nil {
+		return m, fmt.Errorf("end address %q: %w", hi, err)
+	}
+	if m.End <= m.Start {
+		return m, fmt.Errorf("empty or reversed range %q", rng)
+	}
+	if m.Perms, err = field("permissions"); err != nil {
+		return m, err
+	}
+	if !validPerms(m.Perms) {
+		return m, fmt.Errorf("permissions %q, want like \"r-xp\"", m.Perms)
+	}
+	off, err := field("offset")
+	if err != nil {
+		return m, err
+	}
+	if m.Offset, err = strconv.ParseUint(off, 16, 64); err != nil {
+		return m, fmt.Errorf("offset %q: %w", off, err)
+	}
+	if m.Dev, err = field("device"); err != nil {
+		return m, err
+	}
+	major, minor, ok := strings.Cut(m.Dev, ":")
+	if !ok || !isHex(major) || !isHex(minor) {
+		return m, fmt.Errorf("device %q, want major:minor in hex", m.Dev)
+	}
+	ino, err := field("inode")
+	if err != nil {
+		return m, err
+	}
+	if m.Inode, err = strconv.ParseUint(ino, 10, 64); err != nil {
+		return m, fmt.Errorf("inode %q: %w", ino, err)
+	}
+	// The kernel pads the path to a column with spaces; anonymous mappings
+	// end right after the inode (with one trailing space).
+	m.Path = strings.TrimLeft(rest, " ")
+	return m, nil
+}
+
+func validPerms(p string) bool {
+	return len(p) == 4 &&
+		(p[0] == 'r' || p[0] == '-') &&
+		(p[1] == 'w' || p[1] == '-') &&
+		(p[2] == 'x' || p[2] == '-') &&
+		(p[3] == 'p' || p[3] == 's')
+}
+
+func isHex(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F') {
+			return false
+		}
+	}
+	return true
+}
+
+// ReadMaps reads and parses <procRoot>/<pid>/maps. Errors wrap the os error,
+// so errors.Is(err, fs.ErrNotExist) tells a process that is gone and
+// fs.ErrPermission one the agent may not inspect.
+func ReadMaps(procRoot string, pid int) ([]Mapping, error) {
+	path := filepath.Join(procRoot, strconv.Itoa(pid), "maps")
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("read maps: %w", err)
+	}
+	defer f.Close()
+	return ParseMaps(f, path)
+}
+
+// Contains reports whether addr lies in one of ms, which must be sorted by
+// Start and disjoint (as ParseMaps returns them).
+func Contains(ms []Mapping, addr uint64) bool {
+	i := sort.Search(len(ms), func(i int) bool { return ms[i].End > addr })
+	return i < len(ms) && ms[i].Start <= addr
+}

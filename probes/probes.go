@@ -1,0 +1,325 @@
+package probes
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"github.com/cilium/ebpf/ringbuf"
+	"github.com/cilium/ebpf/rlimit"
+)
+
+// Options configure the loaded programs.
+type Options struct {
+	// RingBytes is the ring buffer size (a power of two, multiple of the page
+	// size). Zero keeps the compiled-in 4 MiB.
+	RingBytes uint32
+	// WakeupBytes: the reader is woken only when this much data is unread;
+	// below it, it drains on its own timer (DrainInterval). Zero: RingBytes/4.
+	WakeupBytes uint64
+	// DrainInterval is how often the reader drains without a wakeup.
+	DrainInterval time.Duration
+	Logger        *slog.Logger
+}
+
+// Probes owns the loaded BPF objects, every attach point and the reader.
+// Close detaches everything, then closes the reader, then the objects.
+type Probes struct {
+	objs   lanewatchObjects
+	reader *ringbuf.Reader
+	opts   Options
+	log    *slog.Logger
+
+	mu       sync.Mutex
+	files    map[FileID]*AttachedFile
+	procLink []link.Link // exec/exit tracepoints
+}
+
+// FileID identifies a file by device and inode: a library is attached once
+// however many processes map it and under whatever path.
+type FileID struct {
+	Dev   uint64
+	Inode uint64
+}
+
+// AttachedFile records what was attached in one ELF file.
+type AttachedFile struct {
+	Path    string
+	Sites   map[string]Site // symbol → chosen probe site
+	links   []link.Link
+	Missing []string // table symbols the file does not export
+}
+
+// Load loads the BPF programs and opens the ring buffer reader. It needs
+// CAP_BPF and CAP_PERFMON (root).
+func Load(opts Options) (*Probes, error) {
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.DrainInterval == 0 {
+		opts.DrainInterval = 20 * time.Millisecond
+	}
+	if err := rlimit.RemoveMemlock(); err != nil {
+		return nil, fmt.Errorf("remove memlock limit: %w", err)
+	}
+	spec, err := loadLanewatch()
+	if err != nil {
+		return nil, fmt.Errorf("load BPF spec: %w", err)
+	}
+	ring := spec.Maps["events"].MaxEntries
+	if opts.RingBytes != 0 {
+		ring = opts.RingBytes
+		spec.Maps["events"].MaxEntries = ring
+	}
+	if opts.WakeupBytes == 0 {
+		opts.WakeupBytes = uint64(ring) / 4
+	}
+	if err := spec.Variables["wakeup_bytes"].Set(opts.WakeupBytes); err != nil {
+		return nil, fmt.Errorf("set wakeup_bytes: %w", err)
+	}
+	p := &Probes{opts: opts, log: opts.Logger, files: map[FileID]*AttachedFile{}}
+	if err := spec.LoadAndAssign(&p.objs, nil); err != nil {
+		var verr *ebpf.VerifierError
+		if errors.As(err, &verr) {
+			return nil, fmt.Errorf("load BPF programs: %+v", verr)
+		}
+		return nil, fmt.Errorf("load BPF programs: %w", err)
+	}
+	p.reader, err = ringbuf.NewReader(p.objs.Events)
+	if err != nil {
+		p.objs.Close()
+		return nil, fmt.Errorf("open ring buffer: %w", err)
+	}
+	return p, nil
+}
+
+// AttachProcessEvents attaches the exec/exit tracepoints (tp_btf: no tracefs needed).
+func (p *Probes) AttachProcessEvents() error {
+	for _, prog := range []*ebpf.Program{p.objs.LwExec, p.objs.LwExit} {
+		l, err := link.AttachTracing(link.TracingOptions{Program: prog})
+		if err != nil {
+			return fmt.Errorf("attach %s: %w", prog, err)
+		}
+		p.mu.Lock()
+		p.procLink = append(p.procLink, l)
+		p.mu.Unlock()
+	}
+	return nil
+}
+
+// Attached reports whether the file was already attached.
+func (p *Probes) Attached(id FileID) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	_, ok := p.files[id]
+	return ok
+}
+
+// AttachFile attaches every table symbol the ELF file at path exports, at the
+// cheapest safe site of each. pid > 0 limits the probes to one process.
+// A file is attached once; a second call returns the first result. On a
+// partial failure every link made for this file is closed again.
+func (p *Probes) AttachFile(id FileID, path string, syms map[string]Symbol, pid int) (*AttachedFile, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if af, ok := p.files[id]; ok {
+		return af, nil
+	}
+	ex, err := link.OpenExecutable(path)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	af := &AttachedFile{Path: path, Sites: map[string]Site{}}
+	for i := range Table {
+		row := &Table[i]
+		sym, ok := syms[row.Symbol]
+		if !ok {
+			af.Missing = append(af.Missing, row.Symbol)
+			continue
+		}
+		code, err := ReadCode(path, sym.Offset, 16)
+		if err != nil {
+			af.close()
+			return nil, fmt.Errorf("%s: read %s: %w", path, row.Symbol, err)
+		}
+		site, err := ChooseSite(code)
+		if err != nil {
+			af.close()
+			return nil, fmt.Errorf("%s: %s: %w", path, row.Symbol, err)
+		}
+		uo := &link.UprobeOptions{Address: sym.Offset, Offset: site.Offset, PID: pid, Cookie: Cookie(i, site.SPDelta)}
+		if err := p.attachRow(ex, row, uo, af); err != nil {
+			af.close()
+			return nil, fmt.Errorf("%s: attach %s at +%d: %w", path, row.Symbol, site.Offset, err)
+		}
+		af.Sites[row.Symbol] = site
+	}
+	p.files[id] = af
+	return af, nil
+}
+
+func (p *Probes) attachRow(ex *link.Executable, row *Probe, uo *link.UprobeOptions, af *AttachedFile) error {
+	switch row.Program {
+	case ProgEntry:
+		l, err := ex.Uprobe(row.Symbol, p.objs.LwCall, uo)
+		if err != nil {
+			return err
+		}
+		af.links = append(af.links, l)
+	case ProgBatch:
+		l, err := ex.Uprobe(row.Symbol, p.objs.LwBatch, uo)
+		if err != nil {
+			return err
+		}
+		af.links = append(af.links, l)
+	case ProgEntryReturn:
+		in, err := ex.Uprobe(row.Symbol, p.objs.LwCallEnter, uo)
+		if err != nil {
+			return err
+		}
+		out, err := ex.Uretprobe(row.Symbol, p.objs.LwCallReturn, uo)
+		if err != nil {
+			in.Close() // never leave an entry probe whose return half is missing
+			return err
+		}
+		af.links = append(af.links, in, out)
+	default:
+		return fmt.Errorf("row %s: unknown program %d", row.Symbol, row.Program)
+	}
+	return nil
+}
+
+func (af *AttachedFile) close() error {
+	var first error
+	for _, l := range af.links {
+		if err := l.Close(); err != nil && first == nil {
+			first = err
+		}
+	}
+	af.links = nil
+	return first
+}
+
+// Files returns a copy of what is attached, by file.
+func (p *Probes) Files() map[FileID]AttachedFile {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make(map[FileID]AttachedFile, len(p.files))
+	for id, af := range p.files {
+		out[id] = *af
+	}
+	return out
+}
+
+// Links is the number of attach points in place.
+func (p *Probes) Links() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := len(p.procLink)
+	for _, af := range p.files {
+		n += len(af.links)
+	}
+	return n
+}
+
+// Drops sums the per-CPU drop counters by reason (see lw_drop_reason).
+type Drops struct {
+	RingFull   uint64 // events lost because the ring buffer was full
+	NoEntry    uint64 // return probes without their saved entry
+	BatchTrunc uint64 // batch entries beyond the per-call limit
+	ReadFault  uint64 // user memory that could not be read
+}
+
+// Total is every event lost or damaged.
+func (d Drops) Total() uint64 { return d.RingFull + d.NoEntry + d.BatchTrunc + d.ReadFault }
+
+// Drops reads the drop counters.
+func (p *Probes) Drops() (Drops, error) {
+	var d Drops
+	for reason, dst := range []*uint64{&d.RingFull, &d.NoEntry, &d.BatchTrunc, &d.ReadFault} {
+		var perCPU []uint64
+		if err := p.objs.Drops.Lookup(uint32(reason), &perCPU); err != nil {
+			return d, fmt.Errorf("read drop counter %d: %w", reason, err)
+		}
+		for _, v := range perCPU {
+			*dst += v
+		}
+	}
+	return d, nil
+}
+
+// Read drains the ring buffer until stop is closed, calling handle for every
+// event in order. handle runs on the reading goroutine and must not block; the
+// Call it receives is reused for the next event.
+func (p *Probes) Read(stop <-chan struct{}, handle func(*Call)) error {
+	var rec ringbuf.Record
+	var call Call
+	for {
+		select {
+		case <-stop:
+			return p.drain(&rec, &call, handle)
+		default:
+		}
+		p.reader.SetDeadline(time.Now().Add(p.opts.DrainInterval))
+		for {
+			err := p.reader.ReadInto(&rec)
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				break
+			}
+			if errors.Is(err, ringbuf.ErrClosed) {
+				return nil
+			}
+			if err != nil {
+				return fmt.Errorf("read ring buffer: %w", err)
+			}
+			if err := Decode(rec.RawSample, &call); err != nil {
+				p.log.Warn("bad event", "err", err)
+				continue
+			}
+			handle(&call)
+		}
+	}
+}
+
+// drain hands over what is left in the ring without waiting.
+func (p *Probes) drain(rec *ringbuf.Record, call *Call, handle func(*Call)) error {
+	p.reader.SetDeadline(time.Now())
+	for {
+		err := p.reader.ReadInto(rec)
+		if err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, ringbuf.ErrClosed) {
+				return nil
+			}
+			return err
+		}
+		if Decode(rec.RawSample, call) == nil {
+			handle(call)
+		}
+	}
+}
+
+// Close detaches every probe, then closes the reader and the objects,
+// returning the first error.
+func (p *Probes) Close() error {
+	p.mu.Lock()
+	var errs []error
+	for _, af := range p.files {
+		errs = append(errs, af.close())
+	}
+	for _, l := range p.procLink {
+		errs = append(errs, l.Close())
+	}
+	p.files = map[FileID]*AttachedFile{}
+	p.procLink = nil
+	p.mu.Unlock()
+	if p.reader != nil {
+		errs = append(errs, p.reader.Close())
+	}
+	errs = append(errs, p.objs.Close())
+	return errors.Join(errs...)
+}

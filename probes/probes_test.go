@@ -1,0 +1,92 @@
+package probes
+
+import (
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+)
+
+// collect reads events in the background until stop is called.
+func collect(t *testing.T, p *Probes) (stop func() []Call) {
+	t.Helper()
+	var mu sync.Mutex
+	var got []Call
+	quit := make(chan struct{})
+	done := make(chan error)
+	go func() {
+		done <- p.Read(quit, func(c *Call) {
+			mu.Lock()
+			got = append(got, *c)
+			mu.Unlock()
+		})
+	}()
+	return func() []Call {
+		time.Sleep(100 * time.Millisecond) // let the timer-driven drain catch up
+		close(quit)
+		if err := <-done; err != nil {
+			t.Errorf("Read: %v", err)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		return got
+	}
+}
+
+func ldso(t *testing.T) string {
+	t.Helper()
+	p, err := filepath.EvalSymlinks("/lib64/ld-linux-x86-64.so.2")
+	if err != nil {
+		t.Fatalf("dynamic linker: %v", err)
+	}
+	return p
+}
+
+// A process started after the probes are attached is seen from exec to exit,
+// and the dynamic linker's notification fires in it.
+func TestProcessEventsAndLinkerProbe(t *testing.T) {
+	requireRoot(t)
+	p, err := Load(Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if err := p.AttachProcessEvents(); err != nil {
+		t.Fatal(err)
+	}
+	ld := ldso(t)
+	syms, err := LookupSymbols(ld, []string{"_dl_debug_state"})
+	if err != nil || len(syms) != 1 {
+		t.Fatalf("%s: _dl_debug_state: %v %v", ld, syms, err)
+	}
+	if _, err := p.AttachFile(FileID{Inode: 1}, ld, syms, 0); err != nil {
+		t.Fatal(err)
+	}
+	stop := collect(t, p)
+	cmd := exec.Command("/bin/true")
+	if err := cmd.Run(); err != nil {
+		t.Fatal(err)
+	}
+	pid := uint32(cmd.Process.Pid)
+	var exec_, exit, linker int
+	for _, c := range stop() {
+		if c.PID != pid {
+			continue
+		}
+		switch {
+		case c.Kind == EventExec:
+			exec_++
+		case c.Kind == EventExit:
+			exit++
+		case c.Row() != nil && c.Row().Op == OpLinkerUpdate:
+			linker++
+		}
+	}
+	if exec_ != 1 || exit != 1 || linker == 0 {
+		t.Errorf("pid %d: exec %d, exit %d, linker updates %d; want 1, 1, >0", pid, exec_, exit, linker)
+	}
+	if d, err := p.Drops(); err != nil || d.Total() != 0 {
+		t.Errorf("drops %+v, err %v", d, err)
+	}
+}

@@ -1,0 +1,115 @@
+package probes
+
+import (
+	"errors"
+	"fmt"
+
+	"golang.org/x/arch/x86/x86asm"
+)
+
+// SiteCost is what one hit of a uprobe costs, decided by the instruction the
+// kernel finds at the probe site (measured on Linux 6.18: see DESIGN.md).
+type SiteCost uint8
+
+const (
+	CostSingleStep SiteCost = iota + 1 // copied out and single-stepped: ≈6.4 µs
+	CostEmulated                       // emulated in the kernel (push reg, nop): ≈0.75 µs
+	CostTrampoline                     // 5-byte nop rewritten into a call: ≈0.34 µs
+)
+
+func (c SiteCost) String() string {
+	switch c {
+	case CostSingleStep:
+		return "single-step"
+	case CostEmulated:
+		return "emulated"
+	case CostTrampoline:
+		return "trampoline"
+	}
+	return fmt.Sprintf("SiteCost(%d)", uint8(c))
+}
+
+// Site is where to attach a uprobe within a function.
+type Site struct {
+	Offset  uint64 // bytes past the symbol
+	SPDelta int    // bytes pushed between the symbol and the site; 0 while only ENDBR64 is skipped
+	Insn    string // the instruction at the site, e.g. "PUSH RBP"
+	Cost    SiteCost
+	Skipped string // what was skipped to get there ("ENDBR64"), or ""
+}
+
+func (s Site) String() string {
+	str := fmt.Sprintf("+%d %s (%s", s.Offset, s.Insn, s.Cost)
+	if s.Skipped != "" {
+		str += ", after " + s.Skipped
+	}
+	if s.SPDelta != 0 {
+		str += fmt.Sprintf(", sp%+d", -s.SPDelta)
+	}
+	return str + ")"
+}
+
+// endbr64 opens every function of a CET-built library. It only marks a valid
+// indirect-branch target, so a probe after it sees the same registers and
+// stack pointer as one at the symbol, but the kernel cannot emulate it.
+const endbr64 = "\xf3\x0f\x1e\xfa"
+
+// nop5 is the 5-byte NOP the kernel rewrites into a call to its trampoline.
+const nop5 = "\x0f\x1f\x44\x00\x00"
+
+// ChooseSite picks the cheapest safe uprobe site in a function whose first
+// bytes are code. Only ENDBR64 is ever skipped: skipping a push would move
+// the stack pointer, skipping a mov could overwrite an argument register.
+// Any decodable instruction is a valid site; Cost says what a hit costs.
+func ChooseSite(code []byte) (s Site, err error) {
+	// x86asm is table driven and well fuzzed, but a panic here would take
+	// the agent down over one odd function; turn it into an error.
+	defer func() {
+		if r := recover(); r != nil {
+			s, err = Site{}, fmt.Errorf("decode % x: %v", head(code), r)
+		}
+	}()
+	if len(code) == 0 {
+		return Site{}, errors.New("no code to decode")
+	}
+	at := code
+	if len(code) >= len(endbr64) && string(code[:len(endbr64)]) == endbr64 {
+		s.Offset, s.Skipped = uint64(len(endbr64)), "ENDBR64"
+		at = code[len(endbr64):]
+		if len(at) == 0 {
+			return Site{}, errors.New("code ends after ENDBR64")
+		}
+	}
+	inst, err := x86asm.Decode(at, 64)
+	if err != nil {
+		return Site{}, fmt.Errorf("decode % x at +%d: %w", head(at), s.Offset, err)
+	}
+	s.Insn = inst.String()
+	s.Cost = classify(at[:inst.Len])
+	return s, nil
+}
+
+// classify follows the kernel's x86 uprobe code: it emulates push of a
+// general register (with REX 0x41 only, for r8-r15) and the 1-byte nop,
+// optimizes the 5-byte nop, and single-steps everything else.
+func classify(insn []byte) SiteCost {
+	switch {
+	case len(insn) == 1 && insn[0] >= 0x50 && insn[0] <= 0x57:
+		return CostEmulated
+	case len(insn) == 2 && insn[0] == 0x41 && insn[1] >= 0x50 && insn[1] <= 0x57:
+		return CostEmulated
+	case len(insn) == 1 && insn[0] == 0x90:
+		return CostEmulated
+	case string(insn) == nop5:
+		return CostTrampoline
+	}
+	return CostSingleStep
+}
+
+// head is the start of code, short enough for an error message.
+func head(code []byte) []byte {
+	if len(code) > 16 {
+		return code[:16]
+	}
+	return code
+}

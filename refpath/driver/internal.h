@@ -1,0 +1,57 @@
+/* Internal interfaces of the reference driver (libcuda.so.1). Not installed. */
+#ifndef REFPATH_DRIVER_INTERNAL_H
+#define REFPATH_DRIVER_INTERNAL_H
+
+#include "refcuda.h"
+#include <pthread.h>
+#include <stdint.h>
+#include <stddef.h>
+#include <time.h>
+
+/* Everything is built with -fvisibility=hidden; only API entry points are exported.
+ * noinline keeps every entry point a real function at its own address, so a uprobe
+ * on it fires for every call. */
+#define RC_API __attribute__((noinline, visibility("default")))
+
+/* Directions, numbered like cudaMemcpyKind. */
+enum rc_dir { RC_H2H = 0, RC_H2D = 1, RC_D2H = 2, RC_D2D = 3 };
+
+#define RC_CHUNK (256u * 1024u) /* the engine moves data in chunks of this size */
+
+static inline uint64_t rc_now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* init.c */
+void rc_init(void);
+
+/* mem.c: device arena and the table of pinned (registered or allocated) host ranges */
+int rc_is_device(const void *p, size_t n);
+int rc_is_pinned(const void *p, size_t n);
+void rc_mem_init(size_t device_bytes);
+
+/* A copy: 2D in general (1D is height 1). */
+struct rc_xfer {
+	char *dst;
+	const char *src;
+	size_t dpitch, spitch, width, height;
+	int dir;    /* enum rc_dir */
+	int staged; /* host side is pageable: staged through a pinned bounce buffer */
+	struct refcudaCopyTimes *times;
+};
+
+/* lane.c: the per-direction PCIe lane model */
+void rc_lane_init(double h2d_gbps, double d2h_gbps);
+/* Runs a copy in the calling thread. *cursor: end of this engine's previous chunk
+ * if the copy follows it without a gap, else 0; updated. */
+void rc_xfer_run(const struct rc_xfer *x, uint64_t *cursor);
+
+/* stream.c */
+struct CUstream_st *rc_stream_resolve(CUstream s, int per_thread);
+int rc_submit_copy(struct rc_xfer *x, CUstream s, unsigned int flags);
+void rc_streams_init(void);
+
+#endif

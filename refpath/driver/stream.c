@@ -1,0 +1,438 @@
+/*
+ * Streams and events. Each stream has a copy-engine thread and a bounded FIFO of
+ * operations (copy, event record, wait for an event). Async calls enqueue and
+ * return; synchronous ones enqueue on the default stream and wait for their
+ * ticket. The enqueue path takes one uncontended mutex and signals the engine
+ * only when it sleeps, so a call costs no syscall in the common case.
+ */
+#include "internal.h"
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define STREAM_MAGIC 0x53545245u /* "STRE" */
+#define EVENT_MAGIC 0x45564e54u  /* "EVNT" */
+#define QUEUE_CAP 4096u
+#define ENGINE_BATCH 32u
+
+enum op_type { OP_COPY, OP_EVENT_RECORD, OP_WAIT_EVENT, OP_STOP };
+
+struct CUevent_st {
+	uint32_t magic;
+	atomic_int refs; /* the handle plus every queued op that names it */
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	uint64_t recorded; /* generation of the latest cuEventRecord */
+	uint64_t done;     /* highest generation an engine has reached */
+};
+
+struct op {
+	int type;
+	struct rc_xfer x;
+	struct CUevent_st *ev;
+	uint64_t gen;
+};
+
+struct CUstream_st {
+	uint32_t magic;
+	pthread_mutex_t mu;
+	pthread_cond_t cv_work, cv_space, cv_done;
+	struct op *ring;
+	unsigned head, count;
+	uint64_t submitted, completed;
+	int engine_idle, space_waiters, done_waiters;
+	pthread_t thread;
+	struct CUstream_st *next, *prev; /* all live streams, for cuCtxSynchronize */
+};
+
+static pthread_mutex_t all_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct CUstream_st all_head = {.next = &all_head, .prev = &all_head};
+static struct CUstream_st *legacy_stream;
+static pthread_key_t ptds_key;
+static __thread struct CUstream_st *ptds_stream;
+
+/* ---------------- events ---------------- */
+
+static void event_unref(struct CUevent_st *e)
+{
+	if (atomic_fetch_sub(&e->refs, 1) == 1) {
+		pthread_mutex_destroy(&e->mu);
+		pthread_cond_destroy(&e->cv);
+		free(e);
+	}
+}
+
+static struct CUevent_st *event_check(CUevent e)
+{
+	return (e && e->magic == EVENT_MAGIC) ? e : NULL;
+}
+
+/* ---------------- engine ---------------- */
+
+static void op_run(struct op *o, uint64_t *cursor)
+{
+	switch (o->type) {
+	case OP_COPY:
+		if (o->x.dir == RC_H2D || o->x.dir == RC_D2H)
+			rc_xfer_run(&o->x, cursor);
+		else
+			rc_xfer_run(&o->x, &(uint64_t){0});
+		break;
+	case OP_EVENT_RECORD:
+		pthread_mutex_lock(&o->ev->mu);
+		if (o->gen > o->ev->done)
+			o->ev->done = o->gen;
+		pthread_cond_broadcast(&o->ev->cv);
+		pthread_mutex_unlock(&o->ev->mu);
+		event_unref(o->ev);
+		break;
+	case OP_WAIT_EVENT:
+		pthread_mutex_lock(&o->ev->mu);
+		while (o->ev->done < o->gen) {
+			pthread_cond_wait(&o->ev->cv, &o->ev->mu);
+			*cursor = 0; /* the engine stalled: the next copy starts afresh */
+		}
+		pthread_mutex_unlock(&o->ev->mu);
+		event_unref(o->ev);
+		break;
+	}
+}
+
+static void *engine_main(void *arg)
+{
+	struct CUstream_st *s = arg;
+	struct op batch[ENGINE_BATCH];
+	uint64_t cursor = 0; /* see lane.c: back-to-back copies leave no gap */
+	int stop = 0;
+	while (!stop) {
+		pthread_mutex_lock(&s->mu);
+		while (s->count == 0) {
+			cursor = 0; /* idle: the next copy starts when it is submitted */
+			s->engine_idle = 1;
+			pthread_cond_wait(&s->cv_work, &s->mu);
+			s->engine_idle = 0;
+		}
+		unsigned n = s->count < ENGINE_BATCH ? s->count : ENGINE_BATCH;
+		for (unsigned i = 0; i < n; i++)
+			batch[i] = s->ring[(s->head + i) % QUEUE_CAP];
+		s->head = (s->head + n) % QUEUE_CAP;
+		s->count -= n;
+		if (s->space_waiters)
+			pthread_cond_broadcast(&s->cv_space);
+		pthread_mutex_unlock(&s->mu);
+
+		/* Complete ops one by one so a sync waits only for its own ticket. */
+		for (unsigned i = 0; i < n; i++) {
+			if (batch[i].type == OP_STOP)
+				stop = 1;
+			else
+				op_run(&batch[i], &cursor);
+			pthread_mutex_lock(&s->mu);
+			s->completed++;
+			if (s->done_waiters)
+				pthread_cond_broadcast(&s->cv_done);
+			pthread_mutex_unlock(&s->mu);
+		}
+	}
+	return NULL;
+}
+
+/* Bounded: blocks while the queue is full. Returns the op's ticket. */
+static uint64_t stream_enqueue(struct CUstream_st *s, const struct op *o)
+{
+	pthread_mutex_lock(&s->mu);
+	while (s->count == QUEUE_CAP) {
+		s->space_waiters++;
+		pthread_cond_wait(&s->cv_space, &s->mu);
+		s->space_waiters--;
+	}
+	s->ring[(s->head + s->count) % QUEUE_CAP] = *o;
+	s->count++;
+	uint64_t ticket = ++s->submitted;
+	if (s->engine_idle)
+		pthread_cond_signal(&s->cv_work);
+	pthread_mutex_unlock(&s->mu);
+	return ticket;
+}
+
+/* ticket 0 means "everything submitted so far". */
+static void stream_wait(struct CUstream_st *s, uint64_t ticket)
+{
+	pthread_mutex_lock(&s->mu);
+	if (!ticket)
+		ticket = s->submitted;
+	while (s->completed < ticket) {
+		s->done_waiters++;
+		pthread_cond_wait(&s->cv_done, &s->mu);
+		s->done_waiters--;
+	}
+	pthread_mutex_unlock(&s->mu);
+}
+
+static struct CUstream_st *stream_new(void)
+{
+	struct CUstream_st *s = calloc(1, sizeof *s);
+	if (!s)
+		return NULL;
+	s->ring = malloc(QUEUE_CAP * sizeof *s->ring);
+	if (!s->ring) {
+		free(s);
+		return NULL;
+	}
+	pthread_mutex_init(&s->mu, NULL);
+	pthread_cond_init(&s->cv_work, NULL);
+	pthread_cond_init(&s->cv_space, NULL);
+	pthread_cond_init(&s->cv_done, NULL);
+	s->magic = STREAM_MAGIC;
+	if (pthread_create(&s->thread, NULL, engine_main, s) != 0) {
+		free(s->ring);
+		free(s);
+		return NULL;
+	}
+	pthread_setname_np(s->thread, "refcuda-engine");
+	pthread_mutex_lock(&all_mu);
+	s->next = &all_head;
+	s->prev = all_head.prev;
+	all_head.prev->next = s;
+	all_head.prev = s;
+	pthread_mutex_unlock(&all_mu);
+	return s;
+}
+
+/* Drains the stream, stops its engine and frees it. */
+static void stream_free(struct CUstream_st *s)
+{
+	pthread_mutex_lock(&all_mu);
+	s->prev->next = s->next;
+	s->next->prev = s->prev;
+	pthread_mutex_unlock(&all_mu);
+	struct op stop = {.type = OP_STOP};
+	stream_enqueue(s, &stop);
+	pthread_join(s->thread, NULL);
+	s->magic = 0;
+	pthread_mutex_destroy(&s->mu);
+	pthread_cond_destroy(&s->cv_work);
+	pthread_cond_destroy(&s->cv_space);
+	pthread_cond_destroy(&s->cv_done);
+	free(s->ring);
+	free(s);
+}
+
+static void ptds_destroy(void *p)
+{
+	stream_free(p);
+}
+
+void rc_streams_init(void)
+{
+	pthread_key_create(&ptds_key, ptds_destroy);
+	legacy_stream = stream_new();
+}
+
+/* Maps a stream argument to a stream: 0 is the legacy default stream, or the
+ * calling thread's own default stream for the per-thread (_ptds/_ptsz) forms. */
+struct CUstream_st *rc_stream_resolve(CUstream s, int per_thread)
+{
+	rc_init();
+	if (s == CU_STREAM_PER_THREAD || (!s && per_thread)) {
+		if (!ptds_stream) {
+			ptds_stream = stream_new();
+			if (ptds_stream)
+				pthread_setspecific(ptds_key, ptds_stream);
+		}
+		return ptds_stream;
+	}
+	if (!s || s == CU_STREAM_LEGACY)
+		return legacy_stream;
+	return s->magic == STREAM_MAGIC ? s : NULL;
+}
+
+/* ---------------- copy submission ---------------- */
+
+static __thread struct refcudaCopyTimes *times_next;
+static __thread size_t times_left;
+
+RC_API void refcudaSetCopyRecords(struct refcudaCopyTimes *recs, size_t n)
+{
+	times_next = recs;
+	times_left = recs ? n : 0;
+	for (size_t i = 0; i < times_left; i++)
+		recs[i] = (struct refcudaCopyTimes){0, 0};
+}
+
+int rc_submit_copy(struct rc_xfer *x, CUstream stream, unsigned int flags)
+{
+	struct CUstream_st *s = rc_stream_resolve(stream, (flags & REFCUDA_PER_THREAD) != 0);
+	if (!s)
+		return CUDA_ERROR_INVALID_HANDLE;
+	x->times = NULL;
+	if (times_left) {
+		x->times = times_next++;
+		times_left--;
+	}
+	if (!x->width || !x->height)
+		return CUDA_SUCCESS;
+	if (x->staged) {
+		/* Pageable: after the stream's earlier work, the calling thread stages the
+		 * bytes through the lane itself, so even the Async forms block for a time
+		 * that grows with the size. */
+		stream_wait(s, 0);
+		rc_xfer_run(x, &(uint64_t){0});
+		return CUDA_SUCCESS;
+	}
+	struct op o = {.type = OP_COPY, .x = *x};
+	uint64_t t = stream_enqueue(s, &o);
+	if (!(flags & REFCUDA_ASYNC))
+		stream_wait(s, t);
+	return CUDA_SUCCESS;
+}
+
+/* ---------------- exported stream and event API ---------------- */
+
+RC_API CUresult cuStreamCreate(CUstream *phStream, unsigned int Flags)
+{
+	(void)Flags;
+	rc_init();
+	if (!phStream)
+		return CUDA_ERROR_INVALID_VALUE;
+	struct CUstream_st *s = stream_new();
+	if (!s)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	*phStream = s;
+	return CUDA_SUCCESS;
+}
+
+RC_API CUresult cuStreamDestroy_v2(CUstream hStream)
+{
+	rc_init();
+	if (!hStream || hStream == CU_STREAM_LEGACY || hStream == CU_STREAM_PER_THREAD ||
+	    hStream->magic != STREAM_MAGIC)
+		return CUDA_ERROR_INVALID_HANDLE;
+	stream_free(hStream);
+	return CUDA_SUCCESS;
+}
+
+static CUresult stream_sync(CUstream h, int per_thread)
+{
+	struct CUstream_st *s = rc_stream_resolve(h, per_thread);
+	if (!s)
+		return CUDA_ERROR_INVALID_HANDLE;
+	stream_wait(s, 0);
+	return CUDA_SUCCESS;
+}
+
+RC_API CUresult cuStreamSynchronize(CUstream hStream)
+{
+	return stream_sync(hStream, 0);
+}
+
+RC_API CUresult cuStreamSynchronize_ptsz(CUstream hStream)
+{
+	return stream_sync(hStream, 1);
+}
+
+RC_API CUresult cuEventCreate(CUevent *phEvent, unsigned int Flags)
+{
+	(void)Flags;
+	rc_init();
+	if (!phEvent)
+		return CUDA_ERROR_INVALID_VALUE;
+	struct CUevent_st *e = calloc(1, sizeof *e);
+	if (!e)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	e->magic = EVENT_MAGIC;
+	atomic_init(&e->refs, 1);
+	pthread_mutex_init(&e->mu, NULL);
+	pthread_cond_init(&e->cv, NULL);
+	*phEvent = e;
+	return CUDA_SUCCESS;
+}
+
+/* Like the real driver, destroying an event with queued work is legal: the
+ * memory goes when the last queued op that names it has run. */
+RC_API CUresult cuEventDestroy_v2(CUevent hEvent)
+{
+	struct CUevent_st *e = event_check(hEvent);
+	if (!e)
+		return CUDA_ERROR_INVALID_HANDLE;
+	e->magic = 0;
+	event_unref(e);
+	return CUDA_SUCCESS;
+}
+
+static CUresult event_record(CUevent hEvent, CUstream hStream, int per_thread)
+{
+	struct CUevent_st *e = event_check(hEvent);
+	struct CUstream_st *s = rc_stream_resolve(hStream, per_thread);
+	if (!e || !s)
+		return CUDA_ERROR_INVALID_HANDLE;
+	pthread_mutex_lock(&e->mu);
+	uint64_t gen = ++e->recorded;
+	pthread_mutex_unlock(&e->mu);
+	atomic_fetch_add(&e->refs, 1);
+	struct op o = {.type = OP_EVENT_RECORD, .ev = e, .gen = gen};
+	stream_enqueue(s, &o);
+	return CUDA_SUCCESS;
+}
+
+RC_API CUresult cuEventRecord(CUevent hEvent, CUstream hStream)
+{
+	return event_record(hEvent, hStream, 0);
+}
+
+RC_API CUresult cuEventRecord_ptsz(CUevent hEvent, CUstream hStream)
+{
+	return event_record(hEvent, hStream, 1);
+}
+
+RC_API CUresult cuEventSynchronize(CUevent hEvent)
+{
+	struct CUevent_st *e = event_check(hEvent);
+	if (!e)
+		return CUDA_ERROR_INVALID_HANDLE;
+	pthread_mutex_lock(&e->mu);
+	uint64_t want = e->recorded;
+	while (e->done < want)
+		pthread_cond_wait(&e->cv, &e->mu);
+	pthread_mutex_unlock(&e->mu);
+	return CUDA_SUCCESS;
+}
+
+static CUresult stream_wait_event(CUstream hStream, CUevent hEvent, int per_thread)
+{
+	struct CUevent_st *e = event_check(hEvent);
+	struct CUstream_st *s = rc_stream_resolve(hStream, per_thread);
+	if (!e || !s)
+		return CUDA_ERROR_INVALID_HANDLE;
+	pthread_mutex_lock(&e->mu);
+	uint64_t gen = e->recorded; /* waits for the latest record at call time */
+	pthread_mutex_unlock(&e->mu);
+	atomic_fetch_add(&e->refs, 1);
+	struct op o = {.type = OP_WAIT_EVENT, .ev = e, .gen = gen};
+	stream_enqueue(s, &o);
+	return CUDA_SUCCESS;
+}
+
+RC_API CUresult cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int Flags)
+{
+	(void)Flags;
+	return stream_wait_event(hStream, hEvent, 0);
+}
+
+RC_API CUresult cuStreamWaitEvent_ptsz(CUstream hStream, CUevent hEvent, unsigned int Flags)
+{
+	(void)Flags;
+	return stream_wait_event(hStream, hEvent, 1);
+}
+
+/* Waits for every stream of the process: each for what was submitted to it when
+ * it is reached. all_mu keeps the streams alive meanwhile; engines never take it. */
+RC_API CUresult cuCtxSynchronize(void)
+{
+	rc_init();
+	pthread_mutex_lock(&all_mu);
+	for (struct CUstream_st *s = all_head.next; s != &all_head; s = s->next)
+		stream_wait(s, 0);
+	pthread_mutex_unlock(&all_mu);
+	return CUDA_SUCCESS;
+}

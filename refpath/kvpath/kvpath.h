@@ -1,0 +1,39 @@
+/* kvpath: the scenario driver of the reference KV data path. */
+#ifndef REFPATH_KVPATH_H
+#define REFPATH_KVPATH_H
+
+#include "refcuda.h"
+#include "truth.h"
+#include <stddef.h>
+#include <stdint.h>
+
+struct opts {
+	const char *scenario;
+	const char *truth; /* may be NULL for callbench */
+	int hold;
+	int layers;         /* 0: scenario default */
+	size_t layer_bytes; /* 0: scenario default */
+	long iterations;    /* 0: scenario default */
+};
+
+/* Result of a scenario: raw JSON members appended to the end line ("" for none). */
+struct result {
+	char extra[1024];
+};
+
+typedef int (*scenario_fn)(const struct opts *o, struct result *res);
+
+struct scenario {
+	const char *name;
+	scenario_fn run;
+	int layers;         /* defaults */
+	size_t layer_bytes;
+	int needs_truth;
+};
+
+extern const struct scenario scenarios[];
+
+/* main.c: the --hold point between setup and copies */
+void hold_point(const struct opts *o);
+
+#endif
