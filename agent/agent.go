@@ -55,10 +55,19 @@ type Agent struct {
 	engineMu sync.Mutex // the engine is fed by the reader and told about processes by discovery
 	engine   *correlate.Engine
 
+	procMu sync.Mutex
+	procs  map[int]*procState // processes believed observed from their start
+
 	rescan  chan int // pids whose mappings changed (ld.so said so)
 	events  atomic.Uint64
 	rescans atomic.Uint64
 	targets map[int]bool // PIDs as a set; nil means all
+}
+
+// procState remembers since when a process has been watched with every
+// library it maps already probed.
+type procState struct {
+	since uint64 // CLOCK_MONOTONIC ns: exec, or the initial scan
 }
 
 // New loads the BPF programs. Nothing is attached until Run.
@@ -86,6 +95,7 @@ func New(cfg Config) (*Agent, error) {
 		symbols: symbolNames(),
 		files:   map[probes.FileID]fileVerdict{},
 		engine:  correlate.NewEngine(correlate.Config{Sink: cfg.Sink}),
+		procs:   map[int]*procState{},
 		rescan:  make(chan int, 1024),
 	}
 	if len(cfg.PIDs) > 0 {
@@ -164,8 +174,9 @@ func (a *Agent) initialScan() {
 		}
 		pids = all
 	}
+	scanStart := monotonicNow()
 	for _, pid := range pids {
-		probed, snapshot, err := a.scanProcess(pid)
+		probed, _, snapshot, err := a.scanProcess(pid)
 		if err != nil {
 			if a.targets[pid] {
 				a.log.Error(describeScanError(pid, err)) // named on the command line: say so
@@ -181,6 +192,11 @@ func (a *Agent) initialScan() {
 			a.engine.ObservedFromStart(uint32(pid))
 		}
 		a.engineMu.Unlock()
+		if !probed {
+			a.procMu.Lock()
+			a.procs[pid] = &procState{since: scanStart}
+			a.procMu.Unlock()
+		}
 	}
 }
 
@@ -189,10 +205,15 @@ func (a *Agent) initialScan() {
 func (a *Agent) discover(stop <-chan struct{}) {
 	tick := time.NewTicker(a.cfg.RescanInterval)
 	defer tick.Stop()
+	dropTick := time.NewTicker(time.Second)
+	defer dropTick.Stop()
+	var lastDrops probes.Drops
 	for {
 		select {
 		case <-stop:
 			return
+		case <-dropTick.C:
+			lastDrops = a.checkDrops(lastDrops)
 		case pid := <-a.rescan:
 			a.rescanProcess(pid)
 		case <-tick.C:
@@ -207,11 +228,55 @@ func (a *Agent) discover(stop <-chan struct{}) {
 	}
 }
 
+// rescanProcess attaches libraries the process mapped since the last scan.
+// If one of them was probed only after the process started, calls made
+// through it before that were missed: the process is no longer observed from
+// its start, and memory mapped before now is unknown rather than pageable.
 func (a *Agent) rescanProcess(pid int) {
 	a.rescans.Add(1)
-	if _, _, err := a.scanProcess(pid); err != nil {
+	probed, lastAttach, snapshot, err := a.scanProcess(pid)
+	if err != nil {
 		a.log.Debug(describeScanError(pid, err))
+		return
 	}
+	if !probed {
+		return
+	}
+	a.procMu.Lock()
+	st, fromStart := a.procs[pid]
+	late := fromStart && lastAttach > st.since
+	if late {
+		delete(a.procs, pid)
+	}
+	a.procMu.Unlock()
+	if late {
+		a.log.Info("library probed after the process started using it: earlier registrations unknown", "pid", pid)
+		a.engineMu.Lock()
+		a.engine.ObservedSince(uint32(pid), snapshot)
+		a.engineMu.Unlock()
+	}
+}
+
+// checkDrops warns when the BPF side lost events since the last check. A lost
+// registration could make pinned memory look pageable, so the engine stops
+// calling anything it knows now provably pageable.
+func (a *Agent) checkDrops(last probes.Drops) probes.Drops {
+	d, err := a.probes.Drops()
+	if err != nil {
+		a.log.Warn("read drop counters", "err", err)
+		return last
+	}
+	if d.Total() == last.Total() {
+		return d
+	}
+	a.log.Warn("probe events dropped", "ring_full", d.RingFull-last.RingFull, "lost_returns", d.NoEntry-last.NoEntry,
+		"batch_truncated", d.BatchTrunc-last.BatchTrunc, "read_faults", d.ReadFault-last.ReadFault)
+	if d.RingFull != last.RingFull || d.NoEntry != last.NoEntry {
+		a.engineMu.Lock()
+		a.engine.EventsLost()
+		a.engineMu.Unlock()
+	}
+	return d
 }
 
 // handle runs on the reading goroutine for every event, in ring order.
@@ -222,12 +287,18 @@ func (a *Agent) handle(c *probes.Call) {
 	}
 	switch c.Kind {
 	case probes.EventExec:
+		a.procMu.Lock()
+		a.procs[int(c.PID)] = &procState{since: c.Time}
+		a.procMu.Unlock()
 		a.engineMu.Lock()
 		a.engine.ProcessExit(c.PID) // the old image's memory is gone
 		a.engine.ObservedFromStart(c.PID)
 		a.engineMu.Unlock()
 		return
 	case probes.EventExit:
+		a.procMu.Lock()
+		delete(a.procs, int(c.PID))
+		a.procMu.Unlock()
 		a.engineMu.Lock()
 		a.engine.ProcessExit(c.PID)
 		a.engineMu.Unlock()

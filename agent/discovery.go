@@ -18,7 +18,17 @@ import (
 // fileVerdict caches what an ELF file offered, so each mapped file is parsed
 // once however many processes map it.
 type fileVerdict struct {
-	probed bool // exports at least one table symbol and is attached
+	probed     bool   // exports at least one table symbol and is attached
+	attachedAt uint64 // CLOCK_MONOTONIC ns when the probes went in
+}
+
+// monotonicNow reads the clock the BPF programs stamp events with.
+func monotonicNow() uint64 {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+		return 0
+	}
+	return uint64(ts.Nano())
 }
 
 // symbolNames are the table's symbols, looked up in every mapped ELF file.
@@ -85,7 +95,7 @@ func (a *Agent) inspectFile(id probes.FileID, pathInNS, openPath string) fileVer
 			a.log.Error("attach failed", "path", pathInNS, "err", err)
 			break
 		}
-		v.probed = true
+		v.probed, v.attachedAt = true, monotonicNow()
 		a.log.Info("attached", "path", pathInNS, "probes", len(af.Sites), "sites", siteSummary(af))
 	}
 	a.filesMu.Lock()
@@ -116,12 +126,13 @@ func (a *Agent) attachPID() int {
 }
 
 // scanProcess attaches every probed file the process maps. It reports
-// whether the process maps any probed file, and the process's mappings as
-// they were after the attach (the observation snapshot).
-func (a *Agent) scanProcess(pid int) (probed bool, snapshot []correlate.Range, err error) {
+// whether the process maps any probed file, the latest time one of them was
+// attached, and the process's mappings as they were after the attach (the
+// observation snapshot).
+func (a *Agent) scanProcess(pid int) (probed bool, lastAttach uint64, snapshot []correlate.Range, err error) {
 	maps, err := probes.ReadMaps(a.cfg.ProcRoot, pid)
 	if err != nil {
-		return false, nil, err
+		return false, 0, nil, err
 	}
 	for _, m := range maps {
 		if !m.Executable() || !m.FileBacked() {
@@ -133,23 +144,24 @@ func (a *Agent) scanProcess(pid int) (probed bool, snapshot []correlate.Range, e
 			continue
 		}
 		open := filepath.Join(a.cfg.ProcRoot, strconv.Itoa(pid), "root", m.Path)
-		if a.inspectFile(id, m.Path, open).probed {
+		if v := a.inspectFile(id, m.Path, open); v.probed {
 			probed = true
+			lastAttach = max(lastAttach, v.attachedAt)
 		}
 	}
 	if !probed {
-		return false, nil, nil
+		return false, 0, nil, nil
 	}
 	// Re-read after attaching: anything mapped later was mapped while probed.
 	maps, err = probes.ReadMaps(a.cfg.ProcRoot, pid)
 	if err != nil {
-		return true, nil, err
+		return true, lastAttach, nil, err
 	}
 	snapshot = make([]correlate.Range, 0, len(maps))
 	for _, m := range maps {
 		snapshot = append(snapshot, correlate.Range{Start: m.Start, End: m.End})
 	}
-	return true, snapshot, nil
+	return true, lastAttach, snapshot, nil
 }
 
 // listPIDs returns every numeric entry of the proc root.

@@ -300,10 +300,10 @@ func compare(res *Result, truth []TruthCall, got []correlate.Transfer) {
 	}
 	for i := 0; i < len(want) && i < len(got); i++ {
 		w, g := want[i], got[i]
-		if w.API != g.API || w.Bytes != g.Bytes || w.Dst != g.Dst.Addr || w.Src != g.Src.Addr || w.TID != g.TID {
+		if w.API != g.API || w.Bytes != g.Bytes || w.Dst != g.Dst.Addr || w.Src != g.Src.Addr || w.TID != g.TID || w.Stream != g.Stream {
 			res.OtherErrs++
-			problem("record %d: want %s %d B %#x→%#x tid %d, got %s %d B %#x→%#x tid %d", i,
-				w.API, w.Bytes, w.Src, w.Dst, w.TID, g.API, g.Bytes, g.Src.Addr, g.Dst.Addr, g.TID)
+			problem("record %d: want %s %d B %#x→%#x tid %d stream %#x, got %s %d B %#x→%#x tid %d stream %#x", i,
+				w.API, w.Bytes, w.Src, w.Dst, w.TID, w.Stream, g.API, g.Bytes, g.Src.Addr, g.Dst.Addr, g.TID, g.Stream)
 			continue
 		}
 		if w.Direction != g.Direction {

@@ -80,9 +80,23 @@ func ChooseSite(code []byte) (s Site, err error) {
 			return Site{}, errors.New("code ends after ENDBR64")
 		}
 	}
+	if len(at) >= len(endbr64) && string(at[:len(endbr64)]) == endbr64 {
+		// x86asm does not know ENDBR64; a second one is single-stepped.
+		s.Insn, s.Cost = "ENDBR64", CostSingleStep
+		return s, nil
+	}
 	inst, err := x86asm.Decode(at, 64)
 	if err != nil {
 		return Site{}, fmt.Errorf("decode % x at +%d: %w", head(at), s.Offset, err)
+	}
+	// x86asm returns a lone prefix as an instruction with no opcode when the
+	// bytes that follow are cut off or unknown to it; UD0-UD2 decode but only
+	// trap. Neither is a function start to probe.
+	switch inst.Op {
+	case 0:
+		return Site{}, fmt.Errorf("decode % x at +%d: incomplete instruction", head(at), s.Offset)
+	case x86asm.UD0, x86asm.UD1, x86asm.UD2:
+		return Site{}, fmt.Errorf("decode % x at +%d: %v is not code", head(at), s.Offset, inst.Op)
 	}
 	s.Insn = inst.String()
 	s.Cost = classify(at[:inst.Len])

@@ -55,7 +55,7 @@ static long num(const char *flag, const char *v)
 int main(int argc, char **argv)
 {
 	const char *lib = NULL, *truth = NULL;
-	long copies = 200, interval_ms = 10;
+	long copies = 200, interval_ms = 10, settle_ms = 0;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 		if (!strcmp(a, "--lib") && v)
@@ -66,19 +66,27 @@ int main(int argc, char **argv)
 			copies = num(a, v), i++;
 		else if (!strcmp(a, "--interval-ms"))
 			interval_ms = num(a, v), i++;
+		else if (!strcmp(a, "--settle-ms"))
+			settle_ms = num(a, v), i++;
 		else {
-			fprintf(stderr, "usage: kvdl --lib PATH --truth FILE [--copies N] [--interval-ms M]\n");
+			fprintf(stderr, "usage: kvdl --lib PATH --truth FILE [--copies N] [--interval-ms M] [--settle-ms S]\n");
 			return 2;
 		}
 	}
 	if (!lib || !truth) {
-		fprintf(stderr, "usage: kvdl --lib PATH --truth FILE [--copies N] [--interval-ms M]\n");
+		fprintf(stderr, "usage: kvdl --lib PATH --truth FILE [--copies N] [--interval-ms M] [--settle-ms S]\n");
 		return 2;
 	}
 	void *h = dlopen(lib, RTLD_NOW);
 	if (!h) {
 		fprintf(stderr, "kvdl: dlopen %s: %s\n", lib, dlerror());
 		return 1;
+	}
+	/* --settle-ms: pause between dlopen and the first call, as a server that
+	 * loads CUDA then spends time on setup would; gives an observer time to attach */
+	if (settle_ms > 0) {
+		struct timespec st = {settle_ms / 1000, (settle_ms % 1000) * 1000000L};
+		nanosleep(&st, NULL);
 	}
 	struct rt rt = {
 		.HostRegister = (cudaError_t(*)(void *, size_t, unsigned int))sym(h, "cudaHostRegister"),
