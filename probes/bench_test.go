@@ -2,6 +2,7 @@ package probes
 
 import (
 	"encoding/json"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -33,64 +34,86 @@ func callbench(tb testing.TB, ref, build string, iterations int) float64 {
 // BenchmarkProbeCost measures, in one run and for both runtime builds, what a
 // cudaMemcpyAsync call costs with no probe, with an empty BPF program at the
 // symbol address (what a naive attach or bpftrace pays), and with lanewatch's
-// probe at the site it chooses. The ratios are the result.
+// probe at the site it chooses. The three are interleaved over several rounds
+// and the fastest round of each is kept, so a noisy neighbour on this shared
+// machine inflates none of them alone. The ratios are the result.
 func BenchmarkProbeCost(b *testing.B) {
 	requireRoot(b)
 	ref := refDir(b)
-	const iterations = 200000
+	const iterations, rounds = 200000, 3
 	for _, build := range []string{"plain", "cet"} {
 		lib := filepath.Join(ref, build, "libcudart.so.12")
 		syms, err := LookupSymbols(lib, []string{"cudaMemcpyAsync"})
 		if err != nil || len(syms) != 1 {
 			b.Fatalf("%s: cudaMemcpyAsync: %v", lib, err)
 		}
-		sym := syms["cudaMemcpyAsync"]
-
-		none := callbench(b, ref, build, iterations)
-
-		var empty emptyObjects
-		if err := loadEmptyObjects(&empty, nil); err != nil {
-			b.Fatal(err)
+		none, emptyNs, lwNs := math.Inf(1), math.Inf(1), math.Inf(1)
+		var site Site
+		var seen, dropped uint64
+		for r := 0; r < rounds; r++ {
+			none = min(none, callbench(b, ref, build, iterations))
+			emptyNs = min(emptyNs, withEmptyProgram(b, lib, syms["cudaMemcpyAsync"], func() float64 {
+				return callbench(b, ref, build, iterations)
+			}))
+			var ns float64
+			site, seen, dropped, ns = withLanewatch(b, lib, syms, func() float64 {
+				return callbench(b, ref, build, iterations)
+			})
+			lwNs = min(lwNs, ns)
 		}
-		ex, err := link.OpenExecutable(lib)
-		if err != nil {
-			b.Fatal(err)
-		}
-		l, err := ex.Uprobe("cudaMemcpyAsync", empty.LwEmpty, &link.UprobeOptions{Address: sym.Offset})
-		if err != nil {
-			b.Fatal(err)
-		}
-		emptyNs := callbench(b, ref, build, iterations)
-		l.Close()
-		empty.Close()
-
-		p, err := Load(Options{})
-		if err != nil {
-			b.Fatal(err)
-		}
-		id := FileID{Inode: uint64(len(build))} // any key: one file per Probes
-		af, err := p.AttachFile(id, lib, syms, 0)
-		if err != nil {
-			b.Fatal(err)
-		}
-		stop := make(chan struct{})
-		done := make(chan uint64)
-		go func() {
-			var n uint64
-			p.Read(stop, func(*Call) { n++ })
-			done <- n
-		}()
-		lwNs := callbench(b, ref, build, iterations)
-		close(stop)
-		seen := <-done
-		drops, _ := p.Drops()
-		p.Close()
-
 		b.ReportMetric(none, build+"-none-ns/call")
 		b.ReportMetric(emptyNs, build+"-empty@symbol-ns/call")
 		b.ReportMetric(lwNs, build+"-lanewatch-ns/call")
 		b.ReportMetric(lwNs/emptyNs, build+"-lanewatch/empty")
-		b.Logf("%s: site %s; none %.0f ns, empty program at symbol %.0f ns, lanewatch %.0f ns: ratio %.3f; events read %d, dropped %d",
-			build, af.Sites["cudaMemcpyAsync"], none, emptyNs, lwNs, lwNs/emptyNs, seen, drops.Total())
+		b.Logf("%s: site %s; none %.0f ns, empty program at symbol %.0f ns, lanewatch %.0f ns: lanewatch/empty %.3f (best of %d rounds); last round read %d events, dropped %d",
+			build, site, none, emptyNs, lwNs, lwNs/emptyNs, rounds, seen, dropped)
 	}
+}
+
+// withEmptyProgram runs f with the empty program attached at the symbol.
+func withEmptyProgram(b *testing.B, lib string, sym Symbol, f func() float64) float64 {
+	var empty emptyObjects
+	if err := loadEmptyObjects(&empty, nil); err != nil {
+		b.Fatal(err)
+	}
+	defer empty.Close()
+	ex, err := link.OpenExecutable(lib)
+	if err != nil {
+		b.Fatal(err)
+	}
+	l, err := ex.Uprobe("cudaMemcpyAsync", empty.LwEmpty, &link.UprobeOptions{Address: sym.Offset})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	return f()
+}
+
+// withLanewatch runs f with lanewatch's probe at its chosen site and a reader
+// draining the ring buffer, as in the agent.
+func withLanewatch(b *testing.B, lib string, syms map[string]Symbol, f func() float64) (Site, uint64, uint64, float64) {
+	p, err := Load(Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer p.Close()
+	af, err := p.AttachFile(FileID{Inode: 1}, lib, syms, 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	stop := make(chan struct{})
+	done := make(chan uint64)
+	go func() {
+		var n uint64
+		p.Read(stop, func(*Call) { n++ })
+		done <- n
+	}()
+	ns := f()
+	close(stop)
+	seen := <-done
+	drops, err := p.Drops()
+	if err != nil {
+		b.Fatal(err)
+	}
+	return af.Sites["cudaMemcpyAsync"], seen, drops.Total(), ns
 }
