@@ -55,13 +55,17 @@ type Agent struct {
 	engineMu sync.Mutex // the engine is fed by the reader and told about processes by discovery
 	engine   *correlate.Engine
 
-	procMu sync.Mutex
-	procs  map[int]*procState // processes believed observed from their start
+	procMu    sync.Mutex
+	procs     map[int]*procState // processes believed observed from their start
+	scannedAt map[int]uint64     // initial scan: when each process's maps were read
 
 	rescan  chan int // pids whose mappings changed (ld.so said so)
 	events  atomic.Uint64
 	rescans atomic.Uint64
 	targets map[int]bool // PIDs as a set; nil means all
+
+	finalMu sync.Mutex
+	final   *Stats // the last counters, once Run has detached everything
 }
 
 // procState remembers since when a process has been watched with every
@@ -89,14 +93,15 @@ func New(cfg Config) (*Agent, error) {
 		return nil, err
 	}
 	a := &Agent{
-		cfg:     cfg,
-		log:     cfg.Logger,
-		probes:  p,
-		symbols: symbolNames(),
-		files:   map[probes.FileID]fileVerdict{},
-		engine:  correlate.NewEngine(correlate.Config{Sink: cfg.Sink}),
-		procs:   map[int]*procState{},
-		rescan:  make(chan int, 1024),
+		cfg:       cfg,
+		log:       cfg.Logger,
+		probes:    p,
+		symbols:   symbolNames(),
+		files:     map[probes.FileID]fileVerdict{},
+		engine:    correlate.NewEngine(correlate.Config{Sink: cfg.Sink}),
+		procs:     map[int]*procState{},
+		scannedAt: map[int]uint64{},
+		rescan:    make(chan int, 1024),
 	}
 	if len(cfg.PIDs) > 0 {
 		a.targets = map[int]bool{}
@@ -110,7 +115,13 @@ func New(cfg Config) (*Agent, error) {
 // Run attaches, then reads events until ctx is done; then it detaches every
 // probe and flushes every pending transfer.
 func (a *Agent) Run(ctx context.Context) (err error) {
-	defer func() { err = errors.Join(err, a.close()) }()
+	defer func() {
+		final := a.Stats() // read the BPF counters while they still exist
+		a.finalMu.Lock()
+		a.final = &final
+		a.finalMu.Unlock()
+		err = errors.Join(err, a.close())
+	}()
 
 	// Exec/exit first: a process started from here on is seen from its start.
 	if err := a.probes.AttachProcessEvents(); err != nil {
@@ -176,6 +187,9 @@ func (a *Agent) initialScan() {
 	}
 	scanStart := monotonicNow()
 	for _, pid := range pids {
+		a.procMu.Lock()
+		a.scannedAt[pid] = monotonicNow()
+		a.procMu.Unlock()
 		probed, _, snapshot, err := a.scanProcess(pid)
 		if err != nil {
 			if a.targets[pid] {
@@ -288,6 +302,12 @@ func (a *Agent) handle(c *probes.Call) {
 	switch c.Kind {
 	case probes.EventExec:
 		a.procMu.Lock()
+		if c.Time < a.scannedAt[int(c.PID)] {
+			// Queued before the initial scan read this image's maps: the
+			// scan's verdict is newer than this event.
+			a.procMu.Unlock()
+			return
+		}
 		a.procs[int(c.PID)] = &procState{since: c.Time}
 		a.procMu.Unlock()
 		a.engineMu.Lock()
@@ -319,8 +339,14 @@ func (a *Agent) handle(c *probes.Call) {
 	a.engineMu.Unlock()
 }
 
-// Stats reads the agent's counters.
+// Stats reads the agent's counters; after Run returned, their last values.
 func (a *Agent) Stats() Stats {
+	a.finalMu.Lock()
+	final := a.final
+	a.finalMu.Unlock()
+	if final != nil {
+		return *final
+	}
 	d, err := a.probes.Drops()
 	if err != nil {
 		a.log.Warn("read drop counters", "err", err)

@@ -2,7 +2,10 @@
 /* lanewatch probes: one generic entry program for every probed call, an
  * entry/return pair for calls whose result matters (allocations, registrations,
  * synchronisations), a batch walker, and process exec/exit tracepoints.
- * What a call means is decided in Go from the probe table; BPF only captures. */
+ * What a call means is decided in Go from the probe table; BPF only captures.
+ * Programs attach as uprobe_multi links, one link per file and program: the
+ * kernel then detaches a whole file in one RCU grace period instead of one
+ * per probe (~100 ms each here). */
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
@@ -101,7 +104,7 @@ static __always_inline void capture(struct lw_event *e, struct pt_regs *ctx, __u
 	}
 }
 
-SEC("uprobe")
+SEC("uprobe.multi")
 int lw_call(struct pt_regs *ctx)
 {
 	__u64 cookie = bpf_get_attach_cookie(ctx);
@@ -115,7 +118,7 @@ int lw_call(struct pt_regs *ctx)
 	return 0;
 }
 
-SEC("uprobe")
+SEC("uprobe.multi")
 int lw_call_enter(struct pt_regs *ctx)
 {
 	__u64 cookie = bpf_get_attach_cookie(ctx);
@@ -129,7 +132,7 @@ int lw_call_enter(struct pt_regs *ctx)
 	return 0;
 }
 
-SEC("uretprobe")
+SEC("uretprobe.multi")
 int lw_call_return(struct pt_regs *ctx)
 {
 	__u64 cookie = bpf_get_attach_cookie(ctx);
@@ -166,7 +169,7 @@ int lw_call_return(struct pt_regs *ctx)
 
 /* cudaMemcpyBatchAsync(dsts, srcs, sizes, count, ...): one event per entry,
  * args[0..2] replaced by that entry's dst, src and size. */
-SEC("uprobe")
+SEC("uprobe.multi")
 int lw_batch(struct pt_regs *ctx)
 {
 	__u64 cookie = bpf_get_attach_cookie(ctx);

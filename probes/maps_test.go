@@ -222,7 +222,7 @@ func TestParseMapsNoFinalNewline(t *testing.T) {
 	}
 }
 
-func TestMappingPredicates(t *testing.T) {
+func TestMapsMappingPredicates(t *testing.T) {
 	tests := []struct {
 		line             string
 		exec, fileBacked bool

@@ -135,6 +135,7 @@ func (p *Probes) AttachFile(id FileID, path string, syms map[string]Symbol, pid 
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
 	af := &AttachedFile{Path: path, Sites: map[string]Site{}}
+	var entry, enter, batch sites // ProgEntry, ProgEntryReturn, ProgBatch rows
 	for i := range Table {
 		row := &Table[i]
 		sym, ok := syms[row.Symbol]
@@ -144,65 +145,74 @@ func (p *Probes) AttachFile(id FileID, path string, syms map[string]Symbol, pid 
 		}
 		code, err := ReadCode(path, sym.Offset, 16)
 		if err != nil {
-			af.close()
 			return nil, fmt.Errorf("%s: read %s: %w", path, row.Symbol, err)
 		}
 		site, err := ChooseSite(code)
 		if err != nil {
-			af.close()
 			return nil, fmt.Errorf("%s: %s: %w", path, row.Symbol, err)
 		}
-		uo := &link.UprobeOptions{Address: sym.Offset, Offset: site.Offset, PID: pid, Cookie: Cookie(i, site.SPDelta)}
-		if err := p.attachRow(ex, row, uo, af); err != nil {
-			af.close()
-			return nil, fmt.Errorf("%s: attach %s at +%d: %w", path, row.Symbol, site.Offset, err)
-		}
 		af.Sites[row.Symbol] = site
+		target := map[Program]*sites{ProgEntry: &entry, ProgEntryReturn: &enter, ProgBatch: &batch}[row.Program]
+		if target == nil {
+			return nil, fmt.Errorf("row %s: unknown program %d", row.Symbol, row.Program)
+		}
+		target.add(sym.Offset+site.Offset, Cookie(i, site.SPDelta))
+	}
+	attach := []struct {
+		s        *sites
+		prog     *ebpf.Program
+		isReturn bool
+	}{
+		{&entry, p.objs.LwCall, false},
+		{&batch, p.objs.LwBatch, false},
+		{&enter, p.objs.LwCallEnter, false},
+		{&enter, p.objs.LwCallReturn, true},
+	}
+	for _, a := range attach {
+		if len(a.s.addrs) == 0 {
+			continue
+		}
+		opts := &link.UprobeMultiOptions{Addresses: a.s.addrs, Cookies: a.s.cookies, PID: uint32(pid)}
+		var l link.Link
+		if a.isReturn {
+			l, err = ex.UretprobeMulti(nil, a.prog, opts)
+		} else {
+			l, err = ex.UprobeMulti(nil, a.prog, opts)
+		}
+		if err != nil {
+			af.close() // never leave an entry probe whose return half is missing
+			return nil, fmt.Errorf("%s: attach %s at %d sites: %w", path, a.prog, len(a.s.addrs), err)
+		}
+		af.links = append(af.links, l)
 	}
 	p.files[id] = af
 	return af, nil
 }
 
-func (p *Probes) attachRow(ex *link.Executable, row *Probe, uo *link.UprobeOptions, af *AttachedFile) error {
-	switch row.Program {
-	case ProgEntry:
-		l, err := ex.Uprobe(row.Symbol, p.objs.LwCall, uo)
-		if err != nil {
-			return err
-		}
-		af.links = append(af.links, l)
-	case ProgBatch:
-		l, err := ex.Uprobe(row.Symbol, p.objs.LwBatch, uo)
-		if err != nil {
-			return err
-		}
-		af.links = append(af.links, l)
-	case ProgEntryReturn:
-		in, err := ex.Uprobe(row.Symbol, p.objs.LwCallEnter, uo)
-		if err != nil {
-			return err
-		}
-		out, err := ex.Uretprobe(row.Symbol, p.objs.LwCallReturn, uo)
-		if err != nil {
-			in.Close() // never leave an entry probe whose return half is missing
-			return err
-		}
-		af.links = append(af.links, in, out)
-	default:
-		return fmt.Errorf("row %s: unknown program %d", row.Symbol, row.Program)
-	}
-	return nil
+// sites collects the file offsets and cookies of one program's attach points.
+type sites struct {
+	addrs   []uint64
+	cookies []uint64
+}
+
+func (s *sites) add(addr, cookie uint64) {
+	s.addrs = append(s.addrs, addr)
+	s.cookies = append(s.cookies, cookie)
 }
 
 func (af *AttachedFile) close() error {
-	var first error
-	for _, l := range af.links {
-		if err := l.Close(); err != nil && first == nil {
-			first = err
-		}
-	}
+	err := closeLinks(af.links)
 	af.links = nil
-	return first
+	return err
+}
+
+// closeLinks detaches links, keeping every error.
+func closeLinks(links []link.Link) error {
+	errs := make([]error, len(links))
+	for i, l := range links {
+		errs[i] = l.Close()
+	}
+	return errors.Join(errs...)
 }
 
 // Files returns a copy of what is attached, by file.
@@ -307,13 +317,12 @@ func (p *Probes) drain(rec *ringbuf.Record, call *Call, handle func(*Call)) erro
 // returning the first error.
 func (p *Probes) Close() error {
 	p.mu.Lock()
-	var errs []error
+	all := p.procLink
 	for _, af := range p.files {
-		errs = append(errs, af.close())
+		all = append(all, af.links...)
+		af.links = nil
 	}
-	for _, l := range p.procLink {
-		errs = append(errs, l.Close())
-	}
+	errs := []error{closeLinks(all)}
 	p.files = map[FileID]*AttachedFile{}
 	p.procLink = nil
 	p.mu.Unlock()

@@ -90,3 +90,44 @@ func TestProcessEventsAndLinkerProbe(t *testing.T) {
 		t.Errorf("drops %+v, err %v", d, err)
 	}
 }
+
+// With a ring too small for a burst and no reader, every event is either in
+// the ring or counted as dropped: none is lost silently.
+func TestDropsAreCounted(t *testing.T) {
+	requireRoot(t)
+	ref := refDir(t)
+	p, err := Load(Options{RingBytes: 4096})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	lib := filepath.Join(ref, "plain", "libcudart.so.12")
+	syms, err := LookupSymbols(lib, []string{"cudaMemcpyAsync"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.AttachFile(FileID{Inode: 1}, lib, syms, 0); err != nil {
+		t.Fatal(err)
+	}
+	const calls = 3000 + 1              // callbench warms up with one extra call
+	callbench(t, ref, "plain", calls-1) // no reader yet: the ring fills up
+	in := 0
+	p.Read(closedChan(), func(c *Call) {
+		if c.Row() != nil && c.Row().Symbol == "cudaMemcpyAsync" {
+			in++
+		}
+	})
+	d, err := p.Drops()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.RingFull == 0 || uint64(in)+d.RingFull != calls {
+		t.Errorf("%d events in the ring + %d counted drops, want %d calls with some dropped", in, d.RingFull, calls)
+	}
+}
+
+func closedChan() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}

@@ -135,6 +135,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	ag, err := agent.New(agent.Config{
 		ProcRoot: *procRoot, PIDs: pids, Libs: libs, RescanInterval: *rescan,
 		RingBytes: uint32(*ring), Sink: sink, Logger: log,
+		OnReady: func() { log.Info("lanewatch running: probes attached", "version", version, "output", *output) },
 	})
 	if err != nil {
 		log.Error("start", "err", err)
@@ -142,9 +143,31 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer cancel()
-	log.Info("lanewatch running", "version", version, "output", *output)
+	// Records reach the output within a second even when transfers are rare.
+	flushDone := make(chan struct{})
+	go func() {
+		defer close(flushDone)
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				if err := sink.Flush(); err != nil {
+					log.Error("write output", "err", err)
+				}
+			}
+		}
+	}()
 	runErr := ag.Run(ctx)
+	cancel()
+	<-flushDone
 	flushErr := sink.Flush()
+	st := ag.Stats()
+	log.Info("summary", "events", st.Events, "transfers", st.Engine.Transfers, "drops", st.Drops.Total(),
+		"ring_full", st.Drops.RingFull, "lost_returns", st.Drops.NoEntry, "batch_truncated", st.Drops.BatchTrunc,
+		"read_faults", st.Drops.ReadFault)
 	if err := errors.Join(runErr, flushErr); err != nil {
 		log.Error("stopped", "err", err)
 		return 1

@@ -1,0 +1,138 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// The test binary doubles as the agent binary when LW_AGENT_MAIN is set, so
+// the signal test exercises the real main.
+func TestMain(m *testing.M) {
+	if os.Getenv("LW_AGENT_MAIN") == "1" {
+		os.Exit(realMain(os.Args[1:], os.Stdout, os.Stderr))
+	}
+	os.Exit(m.Run())
+}
+
+func TestUsage(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := realMain(nil, &out, &errb); code != 2 || !strings.Contains(errb.String(), "agent run") {
+		t.Errorf("no args: code %d, stderr %q", code, errb.String())
+	}
+	errb.Reset()
+	if code := realMain([]string{"frobnicate"}, &out, &errb); code != 2 || !strings.Contains(errb.String(), `unknown command "frobnicate"`) {
+		t.Errorf("unknown command: code %d, stderr %q", code, errb.String())
+	}
+	errb.Reset()
+	if code := realMain([]string{"run", "--pid", "abc"}, &out, &errb); code != 2 || !strings.Contains(errb.String(), `not a process id: "abc"`) {
+		t.Errorf("bad pid: code %d, stderr %q", code, errb.String())
+	}
+	errb.Reset()
+	if code := realMain([]string{"run", "-h"}, &out, &errb); code != 2 || !strings.Contains(errb.String(), "--output") && !strings.Contains(errb.String(), "-output") {
+		t.Errorf("run -h: code %d, stderr %q", code, errb.String())
+	}
+	out.Reset()
+	if code := realMain([]string{"version"}, &out, &errb); code != 0 || !strings.HasPrefix(out.String(), "lanewatch ") {
+		t.Errorf("version: %d %q", code, out.String())
+	}
+}
+
+func TestPIDList(t *testing.T) {
+	var p pidList
+	if err := p.Set("12, 34"); err != nil || len(p) != 2 || p[0] != 12 || p[1] != 34 {
+		t.Errorf("Set: %v %v", p, err)
+	}
+	for _, bad := range []string{"", "0", "-3", "1,x"} {
+		var q pidList
+		if q.Set(bad) == nil {
+			t.Errorf("Set(%q) accepted", bad)
+		}
+	}
+}
+
+// `agent run` writes one JSON line per transfer and, on SIGINT, detaches
+// every probe and exits 0.
+func TestRunWritesJSONLAndStopsOnSIGINT(t *testing.T) {
+	if os.Geteuid() != 0 {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("BPF tests need root and CI=true forbids skipping them")
+		}
+		t.Skip("needs root")
+	}
+	ref, _ := filepath.Abs("../../refpath/build")
+	if _, err := os.Stat(filepath.Join(ref, "bin", "kvpath")); err != nil {
+		t.Fatalf("reference data path not built: %v", err)
+	}
+	dir := t.TempDir()
+	out := filepath.Join(dir, "transfers.jsonl")
+	cmd := exec.Command(os.Args[0], "run", "--output", out,
+		"--lib", filepath.Join(ref, "plain", "libcudart.so.12"), "--lib", filepath.Join(ref, "lib", "libcuda.so.1"))
+	cmd.Env = append(os.Environ(), "LW_AGENT_MAIN=1")
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	logs := bufio.NewScanner(stderr)
+	var logText strings.Builder
+	waitFor := func(s string) {
+		t.Helper()
+		for logs.Scan() {
+			logText.WriteString(logs.Text() + "\n")
+			if strings.Contains(logs.Text(), s) {
+				return
+			}
+		}
+		t.Fatalf("agent log never said %q:\n%s", s, logText.String())
+	}
+	waitFor("lanewatch running")
+
+	scen := exec.Command(filepath.Join(ref, "bin", "kvpath"), "--scenario", "hicache-load", "--layers", "8",
+		"--truth", filepath.Join(dir, "truth.jsonl"))
+	if b, err := scen.CombinedOutput(); err != nil {
+		t.Fatalf("scenario: %v %s", err, b)
+	}
+	time.Sleep(500 * time.Millisecond) // the exit event flushes the process's transfers
+	cmd.Process.Signal(syscall.SIGINT)
+	waitFor("every probe detached")
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("agent exit: %v\n%s", err, logText.String())
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		var rec struct {
+			PID       int    `json:"pid"`
+			API       string `json:"api"`
+			Direction string `json:"direction"`
+			HostMem   string `json:"host_mem"`
+			Bytes     uint64 `json:"bytes"`
+		}
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Fatalf("bad line %q: %v", line, err)
+		}
+		if rec.PID == scen.Process.Pid {
+			n++
+			if rec.API != "cudaMemcpyAsync" || rec.Direction != "H2D" || rec.HostMem != "pinned" || rec.Bytes != 1<<20 {
+				t.Errorf("record %+v", rec)
+			}
+		}
+	}
+	if n != 8 {
+		t.Errorf("%d records for the scenario, want 8 (one per layer)", n)
+	}
+}
