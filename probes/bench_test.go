@@ -40,7 +40,7 @@ func callbench(tb testing.TB, ref, build string, iterations int) float64 {
 func BenchmarkProbeCost(b *testing.B) {
 	requireRoot(b)
 	ref := refDir(b)
-	const iterations, rounds = 200000, 3
+	const iterations, rounds = 200000, 5
 	for _, build := range []string{"plain", "cet"} {
 		lib := filepath.Join(ref, build, "libcudart.so.12")
 		syms, err := LookupSymbols(lib, []string{"cudaMemcpyAsync"})
@@ -71,7 +71,7 @@ func BenchmarkProbeCost(b *testing.B) {
 }
 
 // withEmptyProgram runs f with the empty program attached at the symbol.
-func withEmptyProgram(b *testing.B, lib string, sym Symbol, f func() float64) float64 {
+func withEmptyProgram(b testing.TB, lib string, sym Symbol, f func() float64) float64 {
 	var empty emptyObjects
 	if err := loadEmptyObjects(&empty, nil); err != nil {
 		b.Fatal(err)

@@ -13,6 +13,12 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type lanewatchCpuCount struct {
+	_   structs.HostLayout
+	N   uint64
+	Pad [7]uint64
+}
+
 type lanewatchLwEvent struct {
 	_          structs.HostLayout
 	Kind       uint8
@@ -49,6 +55,7 @@ const (
 	lanewatchProgLwCallReturn = "lw_call_return"
 	lanewatchProgLwExec       = "lw_exec"
 	lanewatchProgLwExit       = "lw_exit"
+	lanewatchVarCpuCounts     = "cpu_counts"
 	lanewatchVarWakeupBytes   = "wakeup_bytes"
 )
 
@@ -116,6 +123,7 @@ type lanewatchMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type lanewatchVariableSpecs struct {
+	CpuCounts   *ebpf.VariableSpec `ebpf:"cpu_counts"`
 	WakeupBytes *ebpf.VariableSpec `ebpf:"wakeup_bytes"`
 }
 
@@ -158,6 +166,7 @@ func (m *lanewatchMaps) Close() error {
 //
 // It can be passed to loadLanewatchObjects or ebpf.CollectionSpec.LoadAndAssign.
 type lanewatchVariables struct {
+	CpuCounts   *ebpf.Variable `ebpf:"cpu_counts"`
 	WakeupBytes *ebpf.Variable `ebpf:"wakeup_bytes"`
 }
 

@@ -71,13 +71,11 @@ func Load(opts Options) (*Probes, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load BPF spec: %w", err)
 	}
-	ring := spec.Maps["events"].MaxEntries
 	if opts.RingBytes != 0 {
-		ring = opts.RingBytes
-		spec.Maps["events"].MaxEntries = ring
+		spec.Maps["events"].MaxEntries = opts.RingBytes
 	}
 	if opts.WakeupBytes == 0 {
-		opts.WakeupBytes = uint64(ring) / 4
+		opts.WakeupBytes = uint64(spec.Maps["events"].MaxEntries) / 4
 	}
 	if err := spec.Variables["wakeup_bytes"].Set(opts.WakeupBytes); err != nil {
 		return nil, fmt.Errorf("set wakeup_bytes: %w", err)
