@@ -14,30 +14,8 @@ import (
 	"time"
 
 	"github.com/lanewatch/lanewatch/correlate"
+	"github.com/lanewatch/lanewatch/internal/testenv"
 )
-
-func requireRoot(tb testing.TB) {
-	tb.Helper()
-	if os.Geteuid() == 0 {
-		return
-	}
-	if os.Getenv("CI") == "true" {
-		tb.Fatal("BPF tests need root and CI=true forbids skipping them")
-	}
-	tb.Skip("BPF tests need root")
-}
-
-func refDir(tb testing.TB) string {
-	tb.Helper()
-	d, err := filepath.Abs("../refpath/build")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	if _, err := os.Stat(filepath.Join(d, "bin", "kvpath")); err != nil {
-		tb.Fatalf("reference data path not built (make -C refpath): %v", err)
-	}
-	return d
-}
 
 // syncBuffer is a log destination safe for concurrent writers.
 type syncBuffer struct {
@@ -131,9 +109,9 @@ func waitExit(t *testing.T, col *collector, pid int) {
 
 // The whole selftest passes: every scenario, both runtime builds.
 func TestSelftest(t *testing.T) {
-	requireRoot(t)
+	testenv.RequireRoot(t)
 	var out bytes.Buffer
-	results, stats, err := Selftest(context.Background(), SelftestConfig{RefDir: refDir(t), Out: &out})
+	results, stats, err := Selftest(context.Background(), SelftestConfig{RefDir: testenv.RefDir(t), Out: &out})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,8 +129,8 @@ func TestSelftest(t *testing.T) {
 // process mapped before (a fresh copy), in a process started after the agent,
 // is found through the dynamic linker's notification and traced.
 func TestDlopenAfterStart(t *testing.T) {
-	requireRoot(t)
-	ref := refDir(t)
+	testenv.RequireRoot(t)
+	ref := testenv.RefDir(t)
 	r := startAgent(t, Config{})
 
 	// Fresh inodes, same relative layout so RUNPATH finds the driver.
@@ -230,8 +208,8 @@ func copyFile(t *testing.T, from, to string) {
 // Bad input never stops the agent: a pid that does not exist, a library with
 // no symbol table, a target killed mid-trace; the other targets are traced.
 func TestBadInputKeepsRunning(t *testing.T) {
-	requireRoot(t)
-	ref := refDir(t)
+	testenv.RequireRoot(t)
+	ref := testenv.RefDir(t)
 	dir := t.TempDir()
 
 	// A "libcudart" with no symbol table at all: a stripped static executable.
@@ -287,7 +265,7 @@ func TestBadInputKeepsRunning(t *testing.T) {
 // A pid that does not exist and a process whose maps cannot be read are
 // reported by number, and the agent keeps running for the valid target.
 func TestBadPIDs(t *testing.T) {
-	requireRoot(t)
+	testenv.RequireRoot(t)
 	// A proc root where pid 4242 is missing and pid 4343's maps is unreadable
 	// (a directory: even root cannot read it as a file).
 	proc := t.TempDir()

@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/cilium/ebpf/link"
+
+	"github.com/lanewatch/lanewatch/internal/testenv"
 )
 
 // callbench runs the reference driver's tight cudaMemcpyAsync loop and
@@ -38,8 +40,8 @@ func callbench(tb testing.TB, ref, build string, iterations int) float64 {
 // and the fastest round of each is kept, so a noisy neighbour on this shared
 // machine inflates none of them alone. The ratios are the result.
 func BenchmarkProbeCost(b *testing.B) {
-	requireRoot(b)
-	ref := refDir(b)
+	testenv.RequireRoot(b)
+	ref := testenv.RefDir(b)
 	const iterations, rounds = 200000, 5
 	for _, build := range []string{"plain", "cet"} {
 		lib := filepath.Join(ref, build, "libcudart.so.12")

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/lanewatch/lanewatch/internal/testenv"
 )
 
 // collect reads events in the background until stop is called.
@@ -46,7 +48,7 @@ func ldso(t *testing.T) string {
 // A process started after the probes are attached is seen from exec to exit,
 // and the dynamic linker's notification fires in it.
 func TestProcessEventsAndLinkerProbe(t *testing.T) {
-	requireRoot(t)
+	testenv.RequireRoot(t)
 	p, err := Load(Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -94,8 +96,8 @@ func TestProcessEventsAndLinkerProbe(t *testing.T) {
 // With a ring too small for a burst and no reader, every event is either in
 // the ring or counted as dropped: none is lost silently.
 func TestDropsAreCounted(t *testing.T) {
-	requireRoot(t)
-	ref := refDir(t)
+	testenv.RequireRoot(t)
+	ref := testenv.RefDir(t)
 	p, err := Load(Options{RingBytes: 4096})
 	if err != nil {
 		t.Fatal(err)

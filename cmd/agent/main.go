@@ -89,17 +89,35 @@ type stringList []string
 func (s *stringList) String() string     { return strings.Join(*s, ",") }
 func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
 
-func newLogger(w io.Writer, level string) (*slog.Logger, error) {
-	var l slog.Level
-	if err := l.UnmarshalText([]byte(level)); err != nil {
-		return nil, fmt.Errorf("--log.level: %w", err)
+// newFlagSet makes a command's flag set with its usage text and the
+// --log.level flag every command has.
+func newFlagSet(name, defaultLevel string, stderr io.Writer, about string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.String("log.level", defaultLevel, "log level: debug, info, warn, error")
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: agent %s [flags]\n\n%s\n\nFlags:\n", name, about)
+		fs.PrintDefaults()
 	}
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l})), nil
+	return fs
+}
+
+// parse parses the flags and builds the logger; a nil logger means exit
+// with the returned code (bad flags, or -h).
+func parse(fs *flag.FlagSet, args []string, stderr io.Writer) (*slog.Logger, int) {
+	if err := fs.Parse(args); err != nil {
+		return nil, 2
+	}
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(fs.Lookup("log.level").Value.String())); err != nil {
+		fmt.Fprintf(stderr, "--log.level: %v\n", err)
+		return nil, 2
+	}
+	return slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: l})), 0
 }
 
 func cmdRun(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("run", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("run", "info", stderr, "Attaches uprobes to every CUDA runtime/driver library mapped by a process\n(and to libraries loaded later), writes one JSON record per host↔device transfer,\nand detaches cleanly on SIGINT/SIGTERM.")
 	var pids pidList
 	var libs stringList
 	fs.Var(&pids, "pid", "trace only these processes (repeatable or comma-separated); default: every process that maps a CUDA library, now or later")
@@ -108,18 +126,9 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	procRoot := fs.String("path.procfs", "/proc", "procfs mount point")
 	rescan := fs.Duration("rescan-interval", 10*time.Second, "how often every process's mappings are rescanned, besides the dynamic linker's notifications")
 	ring := fs.Uint("ring-bytes", 0, "BPF ring buffer size in bytes, a power of two (0: 4 MiB)")
-	level := fs.String("log.level", "info", "log level: debug, info, warn, error")
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: agent run [flags]\n\nAttaches uprobes to every CUDA runtime/driver library mapped by a process\n(and to libraries loaded later), writes one JSON record per host↔device transfer,\nand detaches cleanly on SIGINT/SIGTERM.\n\nFlags:\n")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		return 2
-	}
-	log, err := newLogger(stderr, *level)
-	if err != nil {
-		fmt.Fprintln(stderr, err)
-		return 2
+	log, code := parse(fs, args, stderr)
+	if log == nil {
+		return code
 	}
 	out := stdout
 	if *output != "-" {
@@ -177,23 +186,13 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 }
 
 func cmdSelftest(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("selftest", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("selftest", "warn", stderr, "Runs every scenario of the reference KV data path under the real probes and compares\nwhat the agent saw with the scenario's ground truth, record by record. Exits 1 on any\nmismatch or drop.")
 	refDir := fs.String("refpath", defaultRefDir(), "build directory of the reference data path (make -C refpath)")
 	live := fs.Bool("live", false, "print every transfer as the agent reports it")
 	scenarios := fs.String("scenarios", strings.Join(agent.Scenarios, ","), "comma-separated scenarios to run after late-attach")
-	level := fs.String("log.level", "warn", "log level: debug, info, warn, error")
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: agent selftest [flags]\n\nRuns every scenario of the reference KV data path under the real probes and compares\nwhat the agent saw with the scenario's ground truth, record by record. Exits 1 on any\nmismatch or drop.\n\nFlags:\n")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		return 2
-	}
-	log, err := newLogger(stderr, *level)
-	if err != nil {
-		fmt.Fprintln(stderr, err)
-		return 2
+	log, code := parse(fs, args, stderr)
+	if log == nil {
+		return code
 	}
 	cfg := agent.SelftestConfig{RefDir: *refDir, Out: stdout, Logger: log, Scenarios: strings.Split(*scenarios, ",")}
 	if *live {

@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/lanewatch/lanewatch/internal/testenv"
 )
 
 // The test binary doubles as the agent binary when LW_AGENT_MAIN is set, so
@@ -61,16 +63,8 @@ func TestPIDList(t *testing.T) {
 // `agent run` writes one JSON line per transfer and, on SIGINT, detaches
 // every probe and exits 0.
 func TestRunWritesJSONLAndStopsOnSIGINT(t *testing.T) {
-	if os.Geteuid() != 0 {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("BPF tests need root and CI=true forbids skipping them")
-		}
-		t.Skip("needs root")
-	}
-	ref, _ := filepath.Abs("../../refpath/build")
-	if _, err := os.Stat(filepath.Join(ref, "bin", "kvpath")); err != nil {
-		t.Fatalf("reference data path not built: %v", err)
-	}
+	testenv.RequireRoot(t)
+	ref := testenv.RefDir(t)
 	dir := t.TempDir()
 	out := filepath.Join(dir, "transfers.jsonl")
 	cmd := exec.Command(os.Args[0], "run", "--output", out,
