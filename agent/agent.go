@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"path/filepath"
 	"sync"
@@ -23,6 +24,7 @@ type Config struct {
 	Libs           []string      // files to probe at start, before any process maps them
 	RescanInterval time.Duration // safety-net rescan of every process's mappings
 	RingBytes      uint32        // ring buffer size, 0 for the default
+	Record         io.Writer     // raw events, for offline replay; nil for none
 	Sink           correlate.Sink
 	Logger         *slog.Logger
 	// OnExit runs on the reading goroutine after a process exited and its
@@ -88,7 +90,7 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.Sink == nil {
 		return nil, errors.New("agent: no sink for transfers")
 	}
-	p, err := probes.Load(probes.Options{RingBytes: cfg.RingBytes, Logger: cfg.Logger})
+	p, err := probes.Load(probes.Options{RingBytes: cfg.RingBytes, Record: cfg.Record, Logger: cfg.Logger})
 	if err != nil {
 		return nil, err
 	}

@@ -3,6 +3,7 @@ package probes
 import (
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"sync"
@@ -24,7 +25,10 @@ type Options struct {
 	WakeupBytes uint64
 	// DrainInterval is how often the reader drains without a wakeup.
 	DrainInterval time.Duration
-	Logger        *slog.Logger
+	// Record, if set, receives every raw event before decoding: a recorded
+	// stream can be replayed offline (bug reports, benchmarks).
+	Record io.Writer
+	Logger *slog.Logger
 }
 
 // Probes owns the loaded BPF objects, every attach point and the reader.
@@ -285,12 +289,25 @@ func (p *Probes) Read(stop <-chan struct{}, handle func(*Call)) error {
 			if err != nil {
 				return fmt.Errorf("read ring buffer: %w", err)
 			}
+			p.record(rec.RawSample)
 			if err := Decode(rec.RawSample, &call); err != nil {
 				p.log.Warn("bad event", "err", err)
 				continue
 			}
 			handle(&call)
 		}
+	}
+}
+
+// record copies a raw event to Options.Record; the first write error stops
+// recording and is logged once.
+func (p *Probes) record(raw []byte) {
+	if p.opts.Record == nil {
+		return
+	}
+	if _, err := p.opts.Record.Write(raw[:min(len(raw), EventSize)]); err != nil {
+		p.log.Error("recording stopped", "err", err)
+		p.opts.Record = nil
 	}
 }
 
@@ -305,6 +322,7 @@ func (p *Probes) drain(rec *ringbuf.Record, call *Call, handle func(*Call)) erro
 			}
 			return err
 		}
+		p.record(rec.RawSample)
 		if Decode(rec.RawSample, call) == nil {
 			handle(call)
 		}

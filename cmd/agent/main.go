@@ -4,6 +4,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"flag"
@@ -126,9 +127,22 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	procRoot := fs.String("path.procfs", "/proc", "procfs mount point")
 	rescan := fs.Duration("rescan-interval", 10*time.Second, "how often every process's mappings are rescanned, besides the dynamic linker's notifications")
 	ring := fs.Uint("ring-bytes", 0, "BPF ring buffer size in bytes, a power of two (0: 4 MiB)")
+	record := fs.String("record", "", "also write every raw probe event to this file (120-byte records of bpf/lanewatch.h's struct lw_event), for offline replay")
 	log, code := parse(fs, args, stderr)
 	if log == nil {
 		return code
+	}
+	var rec io.Writer
+	if *record != "" {
+		f, err := os.Create(*record)
+		if err != nil {
+			log.Error("open record file", "err", err)
+			return 1
+		}
+		defer f.Close()
+		bw := bufio.NewWriterSize(f, 1<<20)
+		defer bw.Flush()
+		rec = bw
 	}
 	out := stdout
 	if *output != "-" {
@@ -143,7 +157,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	sink := exporters.NewJSONL(out)
 	ag, err := agent.New(agent.Config{
 		ProcRoot: *procRoot, PIDs: pids, Libs: libs, RescanInterval: *rescan,
-		RingBytes: uint32(*ring), Sink: sink, Logger: log,
+		RingBytes: uint32(*ring), Record: rec, Sink: sink, Logger: log,
 		OnReady: func() { log.Info("lanewatch running: probes attached", "version", version, "output", *output) },
 	})
 	if err != nil {
