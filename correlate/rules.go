@@ -1,0 +1,446 @@
+package correlate
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+)
+
+// The rules turn facts about the host, a process and its transfers into
+// findings. Each rule is a pure function of its inputs (the agent gathers
+// them), and each cites the seed's troubleshooting checklist
+// (../shared/seeds/000_*.txt, "排查清单") or the section it comes from.
+
+// Severity of a finding, in the checklist's terms.
+type Severity string
+
+const (
+	SevInfo Severity = "info" // worth knowing, nothing to fix
+	SevWarn Severity = "warn" // likely costs bandwidth; check it
+	SevFail Severity = "fail" // costs bandwidth for sure; fix it
+)
+
+// Finding is one rule's verdict on one subject.
+type Finding struct {
+	Rule        string   `json:"rule"`
+	Severity    Severity `json:"severity"`
+	Subject     string   `json:"subject"` // what it is about: "pid 42 pool 0x7f00…+64 MiB", "GPU 0000:17:00.0"
+	Summary     string   `json:"summary"`
+	Evidence    []string `json:"evidence"`
+	Remediation string   `json:"remediation"`
+	Checklist   string   `json:"checklist"` // the seed checklist item or section it applies
+}
+
+// Checklist items of seed 000, quoted by the findings that apply them.
+const (
+	checkPinned    = "L2→L1: is the source memory pinned (pageable adds a CPU copy and makes non_blocking synchronous)"
+	checkPoolNode  = "L2→L1: which NUMA node holds the host pool (topo -m NUMA affinity vs /proc/PID/numa_maps); was NUMA binding silently skipped"
+	checkFragments = "L2→L1: is the transfer cut into too many small pieces (many small cudaMemcpyAsync)"
+	checkOverlap   = "L2→L1: is an RDMA receive or another inbound transfer using the GPU's inbound lane at the same time"
+	checkNIC       = "Topology: GPUDirect RDMA should use a PIX/PXB NIC"
+	checkLink      = "Link bandwidth: compute the path's ceiling from each link's generation and width"
+	checkIOMMU     = "IOMMU: devices may see IOVAs; translation and ACS can lengthen P2P paths"
+	checkPinnedMem = "Host pool: pinned memory is taken out of what the kernel can reclaim"
+)
+
+// PoolPlacement is where the pages of one pinned host range live.
+type PoolPlacement struct {
+	PID         uint32
+	Start, Size uint64
+	GPU         string // PCI address of the GPU the range feeds
+	GPUNode     int    // that GPU's NUMA node, -1 unknown
+	PagesByNode map[int]uint64
+	Source      string // how the pages were located: "move_pages", "numa_maps"
+}
+
+// RemoteNUMAPool fires when most pages of a pinned range sit on a node other
+// than its GPU's: every H2D from it crosses the socket interconnect.
+func RemoteNUMAPool(p PoolPlacement) *Finding {
+	if p.GPUNode < 0 {
+		return nil
+	}
+	var total, remote uint64
+	nodes := make([]int, 0, len(p.PagesByNode))
+	for n, pages := range p.PagesByNode {
+		total += pages
+		if n != p.GPUNode {
+			remote += pages
+		}
+		nodes = append(nodes, n)
+	}
+	if total == 0 || remote*2 <= total {
+		return nil
+	}
+	sort.Ints(nodes)
+	var dist []string
+	for _, n := range nodes {
+		dist = append(dist, fmt.Sprintf("N%d=%d", n, p.PagesByNode[n]))
+	}
+	return &Finding{
+		Rule:     "remote-numa-pool",
+		Severity: SevFail,
+		Subject:  fmt.Sprintf("pid %d pool %#x+%s", p.PID, p.Start, bytesText(p.Size)),
+		Summary: fmt.Sprintf("%.0f%% of the pool's pages are off GPU %s's NUMA node %d: every H2D from it crosses the socket interconnect",
+			100*float64(remote)/float64(total), p.GPU, p.GPUNode),
+		Evidence: []string{
+			fmt.Sprintf("pages by node (%s): %s", p.Source, strings.Join(dist, " ")),
+			fmt.Sprintf("GPU %s NUMA node %d", p.GPU, p.GPUNode),
+		},
+		Remediation: fmt.Sprintf("allocate the pool on node %d: start the process under `numactl --cpunodebind=%d --membind=%d` "+
+			"(SGLang does this itself unless it silently skips it; check its numa-bind log line)", p.GPUNode, p.GPUNode, p.GPUNode),
+		Checklist: checkPoolNode,
+	}
+}
+
+// BindFacts is what numa-bind-skipped looks at for one process.
+type BindFacts struct {
+	PID           uint32
+	MemsAllowed   []int    // /proc/PID/status Mems_allowed_list
+	OnlineNodes   []int    // /sys/devices/system/node/online
+	Policies      []string // numa_maps policies of the process's pinned ranges (or all anonymous mappings)
+	GPUNodes      []int    // NUMA nodes of the GPUs the process uses
+	NumactlOnPath bool
+	NumactlPath   string // PATH searched, for the evidence
+	CapSysNice    bool
+	Cpuset        string // /proc/PID/cpuset
+}
+
+// NUMABindSkipped fires when a process may allocate on every node while its
+// GPUs sit on one: a binding that should have happened did not.
+func NUMABindSkipped(f BindFacts) *Finding {
+	if len(f.OnlineNodes) < 2 || len(f.GPUNodes) != 1 || f.GPUNodes[0] < 0 {
+		return nil // nothing to bind to, or a process spanning GPUs on several nodes
+	}
+	if !sameInts(f.MemsAllowed, f.OnlineNodes) {
+		return nil // memory is restricted: bound (cpuset or --membind)
+	}
+	for _, p := range f.Policies {
+		if strings.HasPrefix(p, "bind") || strings.HasPrefix(p, "prefer") {
+			return nil // bound by policy
+		}
+	}
+	ev := []string{
+		fmt.Sprintf("Mems_allowed_list %s = every online node", intsText(f.MemsAllowed)),
+		fmt.Sprintf("memory policies of its pools: %s", strings.Join(uniq(f.Policies), ", ")),
+		fmt.Sprintf("its GPU is on node %d", f.GPUNodes[0]),
+	}
+	var reasons []string
+	if !f.NumactlOnPath {
+		reasons = append(reasons, "numactl is not installed (not found in PATH="+f.NumactlPath+"): SGLang skips the binding with only a debug log")
+	}
+	if !f.CapSysNice {
+		reasons = append(reasons, "the process lacks CAP_SYS_NICE (containers drop it): setting a memory policy fails")
+	}
+	if f.Cpuset != "" && f.Cpuset != "/" {
+		reasons = append(reasons, "the process runs in cpuset "+f.Cpuset+", which may refuse the policy")
+	}
+	if len(reasons) == 0 {
+		reasons = append(reasons, "no reason visible on the host: the launcher did not ask for a binding")
+	}
+	ev = append(ev, "likely reason: "+strings.Join(reasons, "; "))
+	return &Finding{
+		Rule:        "numa-bind-skipped",
+		Severity:    SevWarn,
+		Subject:     fmt.Sprintf("pid %d", f.PID),
+		Summary:     fmt.Sprintf("the process may allocate on every node while its GPU is on node %d: NUMA binding was skipped", f.GPUNodes[0]),
+		Evidence:    ev,
+		Remediation: fmt.Sprintf("install numactl and grant CAP_SYS_NICE (docker --cap-add SYS_NICE), or bind explicitly: numactl --cpunodebind=%d --membind=%d", f.GPUNodes[0], f.GPUNodes[0]),
+		Checklist:   checkPoolNode,
+	}
+}
+
+// NICChoice is the NIC a GPU's RDMA traffic uses and the relations it could have had.
+type NICChoice struct {
+	GPU       string
+	Used      string            // RDMA device the GPU's traffic uses
+	Relations map[string]string // every RDMA device → relation to the GPU (PIX, PXB, PHB, NODE, SYS)
+}
+
+var relRank = map[string]int{"PIX": 1, "PXB": 2, "PHB": 3, "NODE": 4, "SYS": 5}
+
+// FarNIC fires when a GPU's RDMA traffic uses a NIC at PHB/NODE/SYS while a
+// PIX/PXB NIC exists: GPUDirect RDMA then crosses the host bridge or socket.
+func FarNIC(c NICChoice) *Finding {
+	used, ok := relRank[c.Relations[c.Used]]
+	if !ok || used <= relRank["PXB"] {
+		return nil
+	}
+	var near []string
+	for nic, rel := range c.Relations {
+		if r, ok := relRank[rel]; ok && r <= relRank["PXB"] {
+			near = append(near, nic+" ("+rel+")")
+		}
+	}
+	if len(near) == 0 {
+		return nil
+	}
+	sort.Strings(near)
+	return &Finding{
+		Rule:        "far-nic",
+		Severity:    SevWarn,
+		Subject:     "GPU " + c.GPU,
+		Summary:     fmt.Sprintf("RDMA for GPU %s uses %s (%s) while %s is closer", c.GPU, c.Used, c.Relations[c.Used], strings.Join(near, ", ")),
+		Evidence:    []string{fmt.Sprintf("%s is %s to the GPU", c.Used, c.Relations[c.Used]), "closer: " + strings.Join(near, ", ")},
+		Remediation: "map each GPU to its nearest NIC (SGLang --disaggregation-ib-device, NCCL_IB_HCA, Mooncake/NIXL device lists); `agent topo` prints the map",
+		Checklist:   checkNIC,
+	}
+}
+
+// LinkFacts is one PCIe link's training and whether it carried traffic.
+type LinkFacts struct {
+	Device             string // "GPU 0000:17:00.0"
+	CurGTs, MaxGTs     float64
+	CurWidth, MaxWidth int
+	CurGBs, MaxGBs     float64 // per-direction capacity at the current and max training
+	BusyBytesPerSec    float64 // measured traffic while the link state was read; 0 = idle or unknown
+}
+
+// busyThreshold: below this rate a link counts as idle, where dropping to a
+// low speed is power saving, not a fault (seen on idle GPUs in the samples).
+const busyThreshold = 100e6
+
+// LinkDegraded fires when a link trained narrower than it can, or slower
+// than it can while carrying traffic.
+func LinkDegraded(l LinkFacts) *Finding {
+	if l.MaxWidth == 0 || l.MaxGTs == 0 {
+		return nil // link state unknown (virtual device)
+	}
+	ev := []string{fmt.Sprintf("trained %.1f GT/s x%d (%.2f GB/s per direction), capable of %.1f GT/s x%d (%.2f GB/s)",
+		l.CurGTs, l.CurWidth, l.CurGBs, l.MaxGTs, l.MaxWidth, l.MaxGBs)}
+	switch {
+	case l.CurWidth > 0 && l.CurWidth < l.MaxWidth:
+		return &Finding{
+			Rule: "link-degraded", Severity: SevFail, Subject: l.Device,
+			Summary:     fmt.Sprintf("link trained at x%d of x%d: its ceiling is %.2f GB/s instead of %.2f", l.CurWidth, l.MaxWidth, l.CurGBs, l.MaxGBs),
+			Evidence:    ev,
+			Remediation: "a width loss survives idle: reseat the card or riser, check the slot's bifurcation setting and the BIOS, then retrain (reboot)",
+			Checklist:   checkLink,
+		}
+	case l.CurGTs > 0 && l.CurGTs < l.MaxGTs && l.BusyBytesPerSec >= busyThreshold:
+		return &Finding{
+			Rule: "link-degraded", Severity: SevFail, Subject: l.Device,
+			Summary:     fmt.Sprintf("link runs at %.1f GT/s of %.1f while carrying %.1f GB/s", l.CurGTs, l.MaxGTs, l.BusyBytesPerSec/1e9),
+			Evidence:    append(ev, fmt.Sprintf("traffic %.2f GB/s while read", l.BusyBytesPerSec/1e9)),
+			Remediation: "a link that stays slow under load is trained down: check the slot, riser and BIOS PCIe speed setting",
+			Checklist:   checkLink,
+		}
+	}
+	return nil
+}
+
+// PinnedFacts is pinned host memory against what the kernel has left.
+type PinnedFacts struct {
+	PinnedBytes  uint64 // registered + pinned allocations seen, all processes
+	MemTotal     uint64
+	MemAvailable uint64
+	ByProcess    map[uint32]uint64
+}
+
+// PinnedPressure fires when pinned memory takes a large share of RAM:
+// pinned pages cannot be reclaimed, so the rest of the host runs short.
+func PinnedPressure(p PinnedFacts) *Finding {
+	if p.MemTotal == 0 || p.PinnedBytes == 0 {
+		return nil
+	}
+	share := float64(p.PinnedBytes) / float64(p.MemTotal)
+	avail := float64(p.MemAvailable) / float64(p.MemTotal)
+	sev := Severity("")
+	switch {
+	case avail < 0.05 && share > 0.25:
+		sev = SevFail
+	case share > 0.5 || avail < 0.10:
+		sev = SevWarn
+	default:
+		return nil
+	}
+	var procs []string
+	for pid, b := range p.ByProcess {
+		procs = append(procs, fmt.Sprintf("pid %d: %s", pid, bytesText(b)))
+	}
+	sort.Strings(procs)
+	return &Finding{
+		Rule: "pinned-pressure", Severity: sev, Subject: "host memory",
+		Summary: fmt.Sprintf("%s pinned (%.0f%% of RAM), %s available (%.0f%%)",
+			bytesText(p.PinnedBytes), 100*share, bytesText(p.MemAvailable), 100*avail),
+		Evidence:    append([]string{fmt.Sprintf("MemTotal %s, MemAvailable %s", bytesText(p.MemTotal), bytesText(p.MemAvailable))}, procs...),
+		Remediation: "size the host KV pool (e.g. SGLang --hicache-ratio/--hicache-size) to leave headroom; pinned pages cannot be swapped or reclaimed",
+		Checklist:   checkPinnedMem,
+	}
+}
+
+// IOMMUFacts is the DMA translation mode of the devices that do P2P.
+type IOMMUFacts struct {
+	Device       string // "GPU 0000:17:00.0"
+	Group        int
+	Type         string // iommu_groups/N/type: DMA, DMA-FQ, identity, …
+	PeerExpected bool   // a GPU with an RDMA NIC (GPUDirect RDMA) or another GPU over PCIe
+}
+
+// IOMMUTranslated fires where DMA translation is on for a device that is
+// expected to do GPUDirect P2P.
+func IOMMUTranslated(f IOMMUFacts) *Finding {
+	if !f.PeerExpected || (f.Type != "DMA" && f.Type != "DMA-FQ") {
+		return nil
+	}
+	return &Finding{
+		Rule: "iommu-translated", Severity: SevWarn, Subject: f.Device,
+		Summary:  fmt.Sprintf("DMA translation is on (IOMMU group %d, type %s) for a device expected to do GPUDirect P2P", f.Group, f.Type),
+		Evidence: []string{fmt.Sprintf("/sys/kernel/iommu_groups/%d/type = %s", f.Group, f.Type)},
+		Remediation: "translation costs IOTLB misses on every DMA, and with ACS on, switch-local P2P is sent up to the root complex and back. " +
+			"Do not turn the IOMMU off blindly: first confirm the mapping mode your GPU/NIC drivers require and measure a translation bottleneck; " +
+			"then consider passthrough for these devices (iommu=pt) and ACS settings per the platform's GPUDirect guide",
+		Checklist: checkIOMMU,
+	}
+}
+
+// PageableCopies fires when a process copies from (or to) pageable memory.
+func PageableCopies(pid uint32, copies int, bytes uint64, apis []string) *Finding {
+	if copies == 0 {
+		return nil
+	}
+	return &Finding{
+		Rule: "pageable-copy", Severity: SevFail, Subject: fmt.Sprintf("pid %d", pid),
+		Summary:     fmt.Sprintf("%d copies (%s) used pageable host memory: each is staged through a CPU copy and blocks the caller", copies, bytesText(bytes)),
+		Evidence:    []string{"APIs: " + strings.Join(uniq(apis), ", ")},
+		Remediation: "register the host buffer (cudaHostRegister, or torch pin_memory()) once at start-up, or allocate it pinned (cudaHostAlloc)",
+		Checklist:   checkPinned,
+	}
+}
+
+// Fragmentation fires when most copies are small: the transfer is
+// latency-bound (per-call overhead) instead of bandwidth-bound.
+func Fragmentation(pid uint32, sizes SizeHistogram, achievedGBs float64) *Finding {
+	total := sizes.Count()
+	small := sizes.CountBelow(64 << 10)
+	if total < 256 || small*2 < total {
+		return nil
+	}
+	return &Finding{
+		Rule: "fragmented-copies", Severity: SevWarn, Subject: fmt.Sprintf("pid %d", pid),
+		Summary:     fmt.Sprintf("%d of %d copies are under 64 KiB; achieved %.2f GB/s", small, total, achievedGBs),
+		Evidence:    []string{"size distribution: " + sizes.String()},
+		Remediation: "coalesce pages into larger copies (a page-first/layer-first layout), or use a batched copy (cudaMemcpyBatchAsync) or a copy kernel",
+		Checklist:   checkFragments,
+	}
+}
+
+// Overlap is demand in one direction of one segment while several transfers overlapped.
+type Overlap struct {
+	Segment     string
+	Direction   string
+	Transfers   int
+	DemandGBs   float64 // the overlapping transfers' combined achieved rate
+	CapacityGBs float64 // 0 = unknown
+}
+
+// SameDirectionOverlap fires when transfers overlapped in time on the same
+// segment in the same direction: they share that direction's bandwidth.
+func SameDirectionOverlap(o Overlap) *Finding {
+	if o.Transfers < 2 {
+		return nil
+	}
+	ev := []string{fmt.Sprintf("%d transfers in flight together on %s (%s)", o.Transfers, o.Segment, o.Direction)}
+	if o.CapacityGBs > 0 {
+		ev = append(ev, fmt.Sprintf("demand %.2f GB/s against %.2f GB/s capacity", o.DemandGBs, o.CapacityGBs))
+	}
+	return &Finding{
+		Rule: "same-direction-overlap", Severity: SevWarn, Subject: o.Segment,
+		Summary:     fmt.Sprintf("%d transfers share the %s direction of %s at the same time", o.Transfers, o.Direction, o.Segment),
+		Evidence:    ev,
+		Remediation: "stagger the inbound transfers (e.g. HiCache loads vs PD RDMA receives) or move one to another path; opposite directions do not contend",
+		Checklist:   checkOverlap,
+	}
+}
+
+// SizeHistogram counts copies in power-of-two size buckets (bucket i holds
+// sizes in [2^i, 2^(i+1))).
+type SizeHistogram [48]uint64
+
+// Add counts one copy of n bytes.
+func (h *SizeHistogram) Add(n uint64) {
+	i := 0
+	for n > 1 && i < len(h)-1 {
+		n >>= 1
+		i++
+	}
+	h[i]++
+}
+
+// Count is the number of copies.
+func (h *SizeHistogram) Count() uint64 {
+	var t uint64
+	for _, v := range h {
+		t += v
+	}
+	return t
+}
+
+// CountBelow counts copies smaller than limit (a power of two).
+func (h *SizeHistogram) CountBelow(limit uint64) uint64 {
+	var t uint64
+	for i, v := range h {
+		if uint64(1)<<i < limit {
+			t += v
+		}
+	}
+	return t
+}
+
+func (h *SizeHistogram) String() string {
+	var parts []string
+	for i, v := range h {
+		if v > 0 {
+			parts = append(parts, fmt.Sprintf("[%s,%s):%d", bytesText(1<<i), bytesText(1<<(i+1)), v))
+		}
+	}
+	return strings.Join(parts, " ")
+}
+
+func bytesText(b uint64) string {
+	switch {
+	case b >= 1<<30 && b%(1<<30) == 0:
+		return fmt.Sprintf("%d GiB", b>>30)
+	case b >= 1<<30:
+		return fmt.Sprintf("%.1f GiB", float64(b)/(1<<30))
+	case b >= 1<<20 && b%(1<<20) == 0:
+		return fmt.Sprintf("%d MiB", b>>20)
+	case b >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20))
+	case b >= 1<<10 && b%(1<<10) == 0:
+		return fmt.Sprintf("%d KiB", b>>10)
+	}
+	return fmt.Sprintf("%d B", b)
+}
+
+func sameInts(a, b []int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func intsText(v []int) string {
+	s := make([]string, len(v))
+	for i, x := range v {
+		s[i] = fmt.Sprint(x)
+	}
+	return strings.Join(s, ",")
+}
+
+func uniq(v []string) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, s := range v {
+		if !seen[s] {
+			seen[s] = true
+			out = append(out, s)
+		}
+	}
+	sort.Strings(out)
+	return out
+}

@@ -1,0 +1,202 @@
+package correlate
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestRemoteNUMAPool(t *testing.T) {
+	cases := []struct {
+		name string
+		p    PoolPlacement
+		fire bool
+	}{
+		{"all remote", PoolPlacement{GPUNode: 1, PagesByNode: map[int]uint64{0: 16384}}, true},
+		{"mostly remote", PoolPlacement{GPUNode: 1, PagesByNode: map[int]uint64{0: 600, 1: 400}}, true},
+		{"half remote is not most", PoolPlacement{GPUNode: 1, PagesByNode: map[int]uint64{0: 500, 1: 500}}, false},
+		{"local", PoolPlacement{GPUNode: 0, PagesByNode: map[int]uint64{0: 16384}}, false},
+		{"GPU node unknown", PoolPlacement{GPUNode: -1, PagesByNode: map[int]uint64{0: 16384}}, false},
+		{"no pages resident", PoolPlacement{GPUNode: 1, PagesByNode: map[int]uint64{}}, false},
+		// weighted interleave 1:5, from samples/numa_maps/lkml_2024_weighted_interleave_v5_eatmem_weights_1t5.txt (second line)
+		{"interleaved 1:5, GPU on node 0", PoolPlacement{GPUNode: 0, PagesByNode: map[int]uint64{0: 10923, 1: 54614}}, true},
+		{"interleaved 1:5, GPU on node 1", PoolPlacement{GPUNode: 1, PagesByNode: map[int]uint64{0: 10923, 1: 54614}}, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			c.p.PID, c.p.Start, c.p.Size, c.p.GPU, c.p.Source = 42, 0x7f0000000000, 64<<20, "0000:17:00.0", "move_pages"
+			f := RemoteNUMAPool(c.p)
+			if (f != nil) != c.fire {
+				t.Fatalf("fired %v, want %v: %+v", f != nil, c.fire, f)
+			}
+			if f != nil && (f.Rule != "remote-numa-pool" || f.Severity != SevFail || !strings.Contains(f.Remediation, "--membind=")) {
+				t.Errorf("finding %+v", f)
+			}
+		})
+	}
+}
+
+func TestNUMABindSkipped(t *testing.T) {
+	base := BindFacts{PID: 7, MemsAllowed: []int{0, 1}, OnlineNodes: []int{0, 1}, Policies: []string{"default"},
+		GPUNodes: []int{1}, NumactlOnPath: true, CapSysNice: true, Cpuset: "/"}
+	cases := []struct {
+		name   string
+		edit   func(*BindFacts)
+		fire   bool
+		reason string
+	}{
+		{"unbound with numactl and CAP_SYS_NICE", func(*BindFacts) {}, true, "launcher did not ask"},
+		{"no numactl", func(f *BindFacts) { f.NumactlOnPath, f.NumactlPath = false, "/usr/bin:/bin" }, true, "numactl is not installed"},
+		{"no CAP_SYS_NICE", func(f *BindFacts) { f.CapSysNice = false }, true, "CAP_SYS_NICE"},
+		{"membind by cpuset", func(f *BindFacts) { f.MemsAllowed = []int{1} }, false, ""},
+		{"bind policy", func(f *BindFacts) { f.Policies = []string{"bind:1"} }, false, ""},
+		{"preferred policy", func(f *BindFacts) { f.Policies = []string{"default", "prefer (many):1"} }, false, ""},
+		{"weighted interleave is not a binding", func(f *BindFacts) { f.Policies = []string{"weighted interleave:0-1"} }, true, ""},
+		{"single node host", func(f *BindFacts) { f.OnlineNodes, f.MemsAllowed = []int{0}, []int{0} }, false, ""},
+		{"GPUs on two nodes", func(f *BindFacts) { f.GPUNodes = []int{0, 1} }, false, ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			f := base
+			c.edit(&f)
+			got := NUMABindSkipped(f)
+			if (got != nil) != c.fire {
+				t.Fatalf("fired %v, want %v: %+v", got != nil, c.fire, got)
+			}
+			if got != nil && c.reason != "" && !strings.Contains(strings.Join(got.Evidence, "\n"), c.reason) {
+				t.Errorf("evidence %q lacks %q", got.Evidence, c.reason)
+			}
+		})
+	}
+}
+
+func TestFarNIC(t *testing.T) {
+	// GPU0's row of the 8xH100 topo -m sample: mlx5_0 PIX, mlx5_1..3 NODE, mlx5_4..7 SYS.
+	rel := map[string]string{"mlx5_0": "PIX", "mlx5_1": "NODE", "mlx5_2": "NODE", "mlx5_3": "NODE",
+		"mlx5_4": "SYS", "mlx5_5": "SYS", "mlx5_6": "SYS", "mlx5_7": "SYS"}
+	for used, fire := range map[string]bool{"mlx5_0": false, "mlx5_1": true, "mlx5_5": true, "mlx5_9": false} {
+		f := FarNIC(NICChoice{GPU: "0000:18:00.0", Used: used, Relations: rel})
+		if (f != nil) != fire {
+			t.Errorf("used %s: fired %v, want %v", used, f != nil, fire)
+		}
+		if f != nil && !strings.Contains(f.Summary, "mlx5_0 (PIX)") {
+			t.Errorf("summary %q does not name the closer NIC", f.Summary)
+		}
+	}
+	// Old-format Della sample: each GPU is NODE to one NIC, SYS to the other; no PIX/PXB NIC exists.
+	if f := FarNIC(NICChoice{GPU: "GPU0", Used: "mlx5_1", Relations: map[string]string{"mlx5_0": "NODE", "mlx5_1": "SYS"}}); f != nil {
+		t.Errorf("fired with no PIX/PXB NIC available: %+v", f)
+	}
+}
+
+func TestLinkDegraded(t *testing.T) {
+	cases := []struct {
+		name string
+		l    LinkFacts
+		fire bool
+	}{
+		// lspci_vv/asus_esc8000a_e12_01_00.0: RTX 6000 Ada, LnkCap 16GT/s x16, LnkSta 2.5GT/s (downgraded) x16, idle
+		{"idle GPU downclocked to Gen1", LinkFacts{CurGTs: 2.5, MaxGTs: 16, CurWidth: 16, MaxWidth: 16}, false},
+		{"same GPU downclocked under load", LinkFacts{CurGTs: 2.5, MaxGTs: 16, CurWidth: 16, MaxWidth: 16, BusyBytesPerSec: 3e9}, true},
+		// lspci_vv/asus_esc8000a_e12_71_00.0: LnkCap 5GT/s x2, LnkSta 5GT/s x1 (downgraded)
+		{"SSD controller x2 trained x1", LinkFacts{CurGTs: 5, MaxGTs: 5, CurWidth: 1, MaxWidth: 2}, true},
+		// nvidia_smi_q/thamada_L4: Link Width Max 16x, Current 8x
+		{"L4 x16 trained x8", LinkFacts{CurGTs: 16, MaxGTs: 16, CurWidth: 8, MaxWidth: 16}, true},
+		// lspci_vv/asus_esc8000a_e12_21_00.0: ConnectX-7 32GT/s x16 both
+		{"healthy Gen5 x16 NIC", LinkFacts{CurGTs: 32, MaxGTs: 32, CurWidth: 16, MaxWidth: 16, BusyBytesPerSec: 40e9}, false},
+		{"virtual device, unknown link", LinkFacts{}, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			c.l.Device = "GPU 0000:01:00.0"
+			f := LinkDegraded(c.l)
+			if (f != nil) != c.fire {
+				t.Fatalf("fired %v, want %v: %+v", f != nil, c.fire, f)
+			}
+		})
+	}
+}
+
+func TestPinnedPressure(t *testing.T) {
+	const gib = 1 << 30
+	cases := []struct {
+		name string
+		p    PinnedFacts
+		want Severity
+	}{
+		{"small pool", PinnedFacts{PinnedBytes: 8 * gib, MemTotal: 512 * gib, MemAvailable: 400 * gib}, ""},
+		{"pool over half of RAM", PinnedFacts{PinnedBytes: 300 * gib, MemTotal: 512 * gib, MemAvailable: 150 * gib}, SevWarn},
+		{"host nearly out", PinnedFacts{PinnedBytes: 200 * gib, MemTotal: 512 * gib, MemAvailable: 20 * gib}, SevFail},
+		{"nothing pinned", PinnedFacts{MemTotal: 512 * gib, MemAvailable: 1 * gib}, ""},
+	}
+	for _, c := range cases {
+		f := PinnedPressure(c.p)
+		got := Severity("")
+		if f != nil {
+			got = f.Severity
+		}
+		if got != c.want {
+			t.Errorf("%s: severity %q, want %q", c.name, got, c.want)
+		}
+	}
+}
+
+func TestIOMMUTranslated(t *testing.T) {
+	cases := []struct {
+		typ  string
+		peer bool
+		fire bool
+	}{
+		{"DMA", true, true}, {"DMA-FQ", true, true}, {"identity", true, false}, {"DMA", false, false}, {"", true, false},
+	}
+	for _, c := range cases {
+		f := IOMMUTranslated(IOMMUFacts{Device: "GPU 0000:17:00.0", Group: 12, Type: c.typ, PeerExpected: c.peer})
+		if (f != nil) != c.fire {
+			t.Errorf("type %q peer %v: fired %v", c.typ, c.peer, f != nil)
+		}
+		if f != nil && !strings.Contains(f.Remediation, "Do not turn the IOMMU off blindly") {
+			t.Errorf("remediation must warn against disabling the IOMMU: %q", f.Remediation)
+		}
+	}
+}
+
+func TestFragmentationAndHistogram(t *testing.T) {
+	var h SizeHistogram
+	for i := 0; i < 2048; i++ {
+		h.Add(4096)
+	}
+	if h.Count() != 2048 || h.CountBelow(64<<10) != 2048 || !strings.Contains(h.String(), "[4 KiB,8 KiB):2048") {
+		t.Fatalf("histogram %v", h.String())
+	}
+	if f := Fragmentation(1, h, 0.4); f == nil || f.Rule != "fragmented-copies" {
+		t.Errorf("2048 page-sized copies: %+v", f)
+	}
+	var big SizeHistogram
+	for i := 0; i < 2048; i++ {
+		big.Add(1 << 20)
+	}
+	if f := Fragmentation(1, big, 3.9); f != nil {
+		t.Errorf("1 MiB copies flagged: %+v", f)
+	}
+	var few SizeHistogram
+	few.Add(4096)
+	if f := Fragmentation(1, few, 0.1); f != nil {
+		t.Errorf("one small copy flagged: %+v", f)
+	}
+}
+
+func TestPageableAndOverlap(t *testing.T) {
+	if PageableCopies(1, 0, 0, nil) != nil {
+		t.Error("no pageable copies flagged")
+	}
+	f := PageableCopies(1, 32, 32<<20, []string{"cudaMemcpyAsync", "cudaMemcpyAsync"})
+	if f == nil || f.Severity != SevFail || !strings.Contains(f.Summary, "32 copies (32 MiB)") {
+		t.Errorf("%+v", f)
+	}
+	if SameDirectionOverlap(Overlap{Segment: "link:0000:17:00.0", Direction: "down", Transfers: 1}) != nil {
+		t.Error("a single transfer cannot overlap")
+	}
+	if f := SameDirectionOverlap(Overlap{Segment: "link:0000:17:00.0", Direction: "down", Transfers: 2, DemandGBs: 75, CapacityGBs: 55}); f == nil ||
+		!strings.Contains(strings.Join(f.Evidence, " "), "demand 75.00 GB/s against 55.00 GB/s") {
+		t.Errorf("%+v", f)
+	}
+}
