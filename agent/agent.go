@@ -32,6 +32,10 @@ type Config struct {
 	OnExit func(pid uint32)
 	// OnReady runs once every probe is attached and the first scan is done.
 	OnReady func()
+	// OnCall sees every decoded call before the engine does, on the reading
+	// goroutine: it must not block (diagnose uses it to locate pools while
+	// their process is alive).
+	OnCall func(*probes.Call)
 }
 
 // Stats is the agent's own health.
@@ -336,9 +340,19 @@ func (a *Agent) handle(c *probes.Call) {
 		}
 		return
 	}
+	if a.cfg.OnCall != nil {
+		a.cfg.OnCall(c)
+	}
 	a.engineMu.Lock()
 	a.engine.Handle(c)
 	a.engineMu.Unlock()
+}
+
+// Pinned returns the pinned host ranges the agent knows of a process.
+func (a *Agent) Pinned(pid uint32) []correlate.Range {
+	a.engineMu.Lock()
+	defer a.engineMu.Unlock()
+	return a.engine.Pinned(pid)
 }
 
 // Stats reads the agent's counters; after Run returned, their last values.

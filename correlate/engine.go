@@ -175,6 +175,9 @@ func (e *Engine) EventsLost() {
 	}
 }
 
+// Pinned returns the process's live pinned host ranges.
+func (e *Engine) Pinned(pid uint32) []Range { return e.reg.Pinned(pid) }
+
 // Lookup classifies an address of a process from the registry.
 func (e *Engine) Lookup(pid uint32, addr uint64) (MemKind, uint64) { return e.reg.Lookup(pid, addr) }
 

@@ -299,3 +299,12 @@ func normalize(rs []Range) rangeSet {
 	}
 	return out[:n]
 }
+
+// Pinned returns a copy of the process's live pinned host ranges.
+func (r *Registry) Pinned(pid uint32) []Range {
+	m := r.procs[pid]
+	if m == nil {
+		return nil
+	}
+	return append([]Range(nil), m.pinned...)
+}

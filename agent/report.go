@@ -1,0 +1,106 @@
+package agent
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/lanewatch/lanewatch/correlate"
+)
+
+// Status of one checklist item.
+type Status string
+
+const (
+	Pass Status = "PASS"
+	Warn Status = "WARN"
+	Fail Status = "FAIL"
+	Skip Status = "SKIP" // could not be checked here; Detail says why
+)
+
+// Check is one item of the diagnose checklist.
+type Check struct {
+	Scope    string              `json:"scope"` // "host" or "pid 1234 (kvpath)"
+	Name     string              `json:"name"`
+	Status   Status              `json:"status"`
+	Detail   string              `json:"detail"`
+	Fix      string              `json:"fix,omitempty"`
+	Findings []correlate.Finding `json:"findings,omitempty"`
+}
+
+// Report is the whole checklist, in the seed's order: path, direction, mover.
+type Report struct {
+	Checks []Check `json:"checks"`
+}
+
+// add appends a check; with findings, its status is the worst of theirs.
+func (r *Report) add(c Check) {
+	for _, f := range c.Findings {
+		switch {
+		case f.Severity == correlate.SevFail:
+			c.Status = Fail
+		case f.Severity == correlate.SevWarn && c.Status != Fail:
+			c.Status = Warn
+		}
+	}
+	r.Checks = append(r.Checks, c)
+}
+
+// Failed reports whether any check failed.
+func (r *Report) Failed() bool {
+	for _, c := range r.Checks {
+		if c.Status == Fail {
+			return true
+		}
+	}
+	return false
+}
+
+// WriteText prints the checklist for a person.
+func (r *Report) WriteText(w io.Writer) error {
+	scope := ""
+	counts := map[Status]int{}
+	for _, c := range r.Checks {
+		counts[c.Status]++
+		if c.Scope != scope {
+			scope = c.Scope
+			if _, err := fmt.Fprintf(w, "\n== %s\n", scope); err != nil {
+				return err
+			}
+		}
+		fmt.Fprintf(w, "[%-4s] %-24s %s\n", c.Status, c.Name, c.Detail)
+		for _, f := range c.Findings {
+			fmt.Fprintf(w, "       %s (%s) %s: %s\n", f.Rule, f.Severity, f.Subject, f.Summary)
+			for _, e := range f.Evidence {
+				fmt.Fprintf(w, "         - %s\n", e)
+			}
+			fmt.Fprintf(w, "         fix: %s\n         checklist: %s\n", f.Remediation, f.Checklist)
+		}
+		if c.Fix != "" && len(c.Findings) == 0 {
+			fmt.Fprintf(w, "         fix: %s\n", c.Fix)
+		}
+	}
+	_, err := fmt.Fprintf(w, "\n%d pass, %d warn, %d fail, %d skip\n", counts[Pass], counts[Warn], counts[Fail], counts[Skip])
+	return err
+}
+
+// WriteJSON prints the checklist for machines.
+func (r *Report) WriteJSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(r)
+}
+
+// skipf builds a SKIP with its reason.
+func skipf(scope, name, format string, args ...any) Check {
+	return Check{Scope: scope, Name: name, Status: Skip, Detail: fmt.Sprintf(format, args...)}
+}
+
+// joinLimited joins at most n items and says how many more there were.
+func joinLimited(items []string, n int) string {
+	if len(items) <= n {
+		return strings.Join(items, ", ")
+	}
+	return strings.Join(items[:n], ", ") + fmt.Sprintf(" and %d more", len(items)-n)
+}

@@ -1,0 +1,79 @@
+package agent
+
+import (
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/lanewatch/lanewatch/correlate"
+	"github.com/lanewatch/lanewatch/probes"
+)
+
+// replay feeds a real recording (`agent run --record` of a reference
+// scenario) through the engine into a diagnose sample, and returns the pid
+// that made the transfers.
+func replay(t *testing.T, path string) (*sample, uint32) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newSample()
+	e := correlate.NewEngine(correlate.Config{ExecObserved: true, Sink: s})
+	var c probes.Call
+	for off := 0; off+probes.EventSize <= len(b); off += probes.EventSize {
+		if err := probes.Decode(b[off:off+probes.EventSize], &c); err != nil {
+			t.Fatalf("%s record %d: %v", path, off/probes.EventSize, err)
+		}
+		e.Handle(&c)
+	}
+	e.Flush()
+	pids := s.pids()
+	if len(pids) != 1 {
+		t.Fatalf("%s: transfers from pids %v, want one scenario process", path, pids)
+	}
+	return s, pids[0]
+}
+
+func checkByName(t *testing.T, cs []Check, name string) Check {
+	t.Helper()
+	for _, c := range cs {
+		if c.Name == name {
+			return c
+		}
+	}
+	t.Fatalf("no check %q in %+v", name, cs)
+	return Check{}
+}
+
+func TestSampleChecksOnRecordings(t *testing.T) {
+	cases := []struct {
+		file                         string
+		pageable, fragments, overlap Status
+	}{
+		{"../correlate/testdata/hicache-load.events", Pass, Pass, Pass},
+		{"testdata/events/pageable-load.events", Fail, Pass, Pass},
+		{"testdata/events/fragmented-load.events", Pass, Warn, Pass},
+		{"testdata/events/h2d-overlap.events", Pass, Pass, Warn},
+		{"testdata/events/writeback-duplex.events", Pass, Pass, Pass}, // H2D with D2H: opposite directions
+	}
+	for _, c := range cases {
+		t.Run(c.file, func(t *testing.T) {
+			s, pid := replay(t, c.file)
+			var r Report
+			for _, ch := range s.checks("pid", pid, "ref0", 4) {
+				r.add(ch)
+			}
+			for name, want := range map[string]Status{"pageable copies": c.pageable, "fragmentation": c.fragments, "same-direction overlap": c.overlap} {
+				if got := checkByName(t, r.Checks, name); got.Status != want {
+					t.Errorf("%s: %s, want %s (%s)", name, got.Status, want, got.Detail)
+				}
+			}
+			var text strings.Builder
+			r.WriteText(&text)
+			if c.pageable == Fail && !strings.Contains(text.String(), "pageable-copy (fail)") {
+				t.Errorf("report does not name the pageable copies:\n%s", text.String())
+			}
+		})
+	}
+}
