@@ -83,12 +83,15 @@ func ParseNUMANode(s string) (int, error) {
 }
 
 // ParseIOMMUType parses kernel/iommu_groups/N/type.
+//
+// The kernel's values are DMA, DMA-FQ, identity, blocked and unmanaged; a
+// future kernel may add one, so any single word is kept as it is rather
+// than failing the whole read. Empty text or several words is an error.
 func ParseIOMMUType(s string) (string, error) {
-	switch s {
-	case "DMA", "DMA-FQ", "identity", "blocked", "unmanaged":
-		return s, nil
+	if s == "" || strings.ContainsAny(s, " \t") {
+		return "", fmt.Errorf("iommu group type %q: want one word such as DMA, DMA-FQ or identity", s)
 	}
-	return "", fmt.Errorf("iommu group type %q: want DMA, DMA-FQ, identity, blocked or unmanaged", s)
+	return s, nil
 }
 
 // ParseDistances parses a node's distance file ("10 21").
@@ -110,8 +113,8 @@ func ParseDistances(s string) ([]int, error) {
 // CPUList is a kernel CPU list ("0-47,96-143"): the ranges, and the
 // original text, which is what nvidia-smi prints as CPU Affinity.
 type CPUList struct {
-	Text   string     `json:"text"`
-	Ranges [][2]int   `json:"ranges"` // inclusive [first, last], in file order
+	Text   string   `json:"text"`
+	Ranges [][2]int `json:"ranges"` // inclusive [first, last], in file order
 }
 
 // ParseCPUList parses a cpulist; "" is a node without CPUs (memory-only,

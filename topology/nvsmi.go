@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"sort"
 	"strconv"
 	"strings"
 )
@@ -68,11 +67,7 @@ const smiMaxLine = 1 << 20
 func ParseNvidiaSMI(r io.Reader, name string) (*SMIMatrix, error) {
 	p := smiParser{name: name, sc: bufio.NewScanner(r)}
 	p.sc.Buffer(make([]byte, 0, 64*1024), smiMaxLine)
-	m, err := p.parse()
-	if err != nil {
-		return nil, err
-	}
-	return m, nil
+	return p.parse()
 }
 
 type smiParser struct {
@@ -282,17 +277,23 @@ func (p *smiParser) parseTrailer(m *SMIMatrix, col map[string]int) error {
 			inLegend = true
 			continue
 		}
-		if !inLegend || t == "" {
+		if !inLegend {
+			continue
+		}
+		if t == "" {
+			// The block is "NIC Legend:", a blank line, then its entries.
+			inLegend = len(m.NICLegend) == 0
 			continue
 		}
 		f := strings.Fields(t)
-		if len(f) != 2 || !strings.HasSuffix(f[0], ":") || len(f[0]) < 2 {
-			inLegend = false // end of the block
+		nic, isEntry := strings.CutSuffix(f[0], ":")
+		if len(f) != 2 || !isEntry || !smiIsNICColumn(nic) {
+			inLegend = false // the block has ended
 			continue
 		}
-		nic, dev := strings.TrimSuffix(f[0], ":"), f[1]
-		if _, ok := col[nic]; !ok || smiIsGPU(nic) {
-			return p.errorf(p.line, "NIC Legend names %s, which is not a NIC column of the matrix", nic)
+		dev := f[1]
+		if _, ok := col[nic]; !ok {
+			return p.errorf(p.line, "NIC Legend names %s, which is not a column of the matrix", nic)
 		}
 		if _, dup := m.NICLegend[nic]; dup {
 			return p.errorf(p.line, "duplicate NIC Legend entry for %s", nic)
@@ -555,15 +556,4 @@ func smiLeadingRun(s string, digits bool) (run, rest string) {
 		i++
 	}
 	return s[:i], s[i:]
-}
-
-// SortedNearestRDMA is NearestRDMA's GPU indexes in numeric order, for
-// printing the map in a stable order.
-func smiSortedKeys(m map[string]string) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Slice(keys, func(i, j int) bool { return smiNaturalLess(keys[i], keys[j]) })
-	return keys
 }

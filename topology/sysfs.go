@@ -6,7 +6,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -50,6 +49,8 @@ type Function struct {
 	// Missing names the attribute files that were absent: those fields hold
 	// their zero value (or -1) and mean "unknown", not "zero".
 	Missing []string `json:"missing,omitempty"`
+
+	dir string // resolved device directory
 }
 
 // Link is a function's PCIe link state as sysfs reports it. For an endpoint
@@ -135,11 +136,31 @@ func (h *Host) BDFs(kind string) []string {
 	return out
 }
 
-var (
-	bdfRe        = regexp.MustCompile(`^[0-9a-f]{4,}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$`)
-	hostBridgeRe = regexp.MustCompile(`^pci[0-9a-f]{4,}:[0-9a-f]{2}$`)
-	nodeDirRe    = regexp.MustCompile(`^node([0-9]+)$`)
-)
+// isBDF matches "dddd:bb:dd.f" (domain of 4+ hex digits, lowercase, as
+// sysfs writes it).
+func isBDF(s string) bool {
+	dom, rest, ok := strings.Cut(s, ":")
+	if !ok || len(dom) < 4 || !isHex(dom) || len(rest) != 7 || rest[2] != ':' || rest[5] != '.' {
+		return false
+	}
+	return isHex(rest[:2]) && isHex(rest[3:5]) && rest[6] >= '0' && rest[6] <= '7'
+}
+
+// isHostBridge matches sysfs host bridge nodes, "pci0000:17".
+func isHostBridge(s string) bool {
+	rest, ok := strings.CutPrefix(s, "pci")
+	dom, bus, ok2 := strings.Cut(rest, ":")
+	return ok && ok2 && len(dom) >= 4 && isHex(dom) && len(bus) == 2 && isHex(bus)
+}
+
+func isHex(s string) bool {
+	for _, c := range s {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return s != ""
+}
 
 // Read reads the PCI tree, NUMA nodes and RDMA devices under sysRoot
 // ("/sys", or a captured tree). Missing attribute files leave fields
@@ -158,11 +179,23 @@ func Read(sysRoot string) (*Host, error) {
 		}
 		h.Functions[f.BDF] = f
 	}
+	// Real sysfs lists every bridge in bus/pci/devices, but partial
+	// captures (the node_exporter fixture) leave some out: read those from
+	// their directory on the chain rather than drop the hop.
 	for _, f := range h.Functions {
-		for _, b := range f.Chain {
-			if _, ok := h.Functions[b]; !ok {
-				return nil, fmt.Errorf("topology: %s: upstream bridge %s is not listed in %s", f.BDF, b, devDir)
+		for i, b := range f.Chain {
+			if _, ok := h.Functions[b]; ok {
+				continue
 			}
+			dir := f.dir
+			for range len(f.Chain) - 1 - i {
+				dir = filepath.Dir(dir)
+			}
+			up, err := readFunctionAt(sysRoot, dir, dir)
+			if err != nil {
+				return nil, err
+			}
+			h.Functions[b] = up
 		}
 	}
 	if h.Nodes, err = readNodes(filepath.Join(sysRoot, "devices", "system", "node")); err != nil {
@@ -176,7 +209,7 @@ func Read(sysRoot string) (*Host, error) {
 
 func readFunction(sysRoot, link string) (*Function, error) {
 	bdf := filepath.Base(link)
-	if !bdfRe.MatchString(bdf) {
+	if !isBDF(bdf) {
 		return nil, fmt.Errorf("topology: %s: not a PCI address", link)
 	}
 	target, err := os.Readlink(link)
@@ -186,8 +219,14 @@ func readFunction(sysRoot, link string) (*Function, error) {
 	if !filepath.IsAbs(target) {
 		target = filepath.Join(filepath.Dir(link), target)
 	}
-	dir := filepath.Clean(target)
-	f := &Function{BDF: bdf, NUMANode: -1, IOMMUGroup: -1}
+	return readFunctionAt(sysRoot, link, filepath.Clean(target))
+}
+
+// readFunctionAt reads the function whose device directory is dir; link
+// is the path to name in placement errors.
+func readFunctionAt(sysRoot, link, dir string) (*Function, error) {
+	f := &Function{BDF: filepath.Base(dir), NUMANode: -1, IOMMUGroup: -1, dir: dir}
+	var err error
 	if err := placeInTree(f, link, dir); err != nil {
 		return nil, err
 	}
@@ -231,7 +270,7 @@ func placeInTree(f *Function, link, dir string) error {
 	parts := strings.Split(filepath.ToSlash(dir), "/")
 	hb := -1
 	for i, p := range parts {
-		if hostBridgeRe.MatchString(p) {
+		if isHostBridge(p) {
 			hb = i
 		}
 	}
@@ -240,7 +279,7 @@ func placeInTree(f *Function, link, dir string) error {
 	}
 	f.HostBridge = parts[hb]
 	for _, p := range parts[hb+1:] {
-		if !bdfRe.MatchString(p) {
+		if !isBDF(p) {
 			return fmt.Errorf("topology: %s: target %s: %q below the host bridge is not a PCI address", link, dir, p)
 		}
 		f.Chain = append(f.Chain, p)
@@ -390,13 +429,10 @@ func readNodes(dir string) ([]Node, error) {
 	}
 	var nodes []Node
 	for _, e := range ents {
-		m := nodeDirRe.FindStringSubmatch(e.Name())
-		if m == nil {
-			continue
-		}
-		id, err := strconv.Atoi(m[1])
-		if err != nil {
-			return nil, fmt.Errorf("topology: %s: %w", filepath.Join(dir, e.Name()), err)
+		num, ok := strings.CutPrefix(e.Name(), "node")
+		id, err := strconv.Atoi(num)
+		if !ok || err != nil || id < 0 || num[0] == '+' {
+			continue // "possible", "online", "has_cpu", ...
 		}
 		n := Node{ID: id}
 		n.CPUs, err = readOptional(filepath.Join(dir, e.Name(), "cpulist"), ParseCPUList)

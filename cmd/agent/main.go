@@ -30,11 +30,13 @@ const usage = `lanewatch agent: per-transfer observability for the data paths of
 
 Usage:
   agent run      [flags]   trace every CUDA process on this host, one JSON record per transfer
+  agent diagnose [flags]   one-shot checklist: topology, links, IOMMU, NUMA, pools, and (--sample) live transfers
+  agent topo     [flags]   the GPU/NIC/NVMe relation matrix and the GPU → nearest RDMA device map
   agent selftest [flags]   run the bundled reference KV data path under the probes and check every record
   agent version            print the version
 
-Run 'agent COMMAND -h' for the flags of a command. run and selftest need root
-(CAP_BPF, CAP_PERFMON, CAP_SYS_ADMIN for /proc/PID/root).
+Run 'agent COMMAND -h' for the flags of a command. run, selftest and diagnose
+--sample need root (CAP_BPF, CAP_PERFMON, CAP_SYS_ADMIN for /proc/PID/root).
 `
 
 func main() {
@@ -51,6 +53,10 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 		return cmdRun(args[1:], stdout, stderr)
 	case "selftest":
 		return cmdSelftest(args[1:], stdout, stderr)
+	case "diagnose":
+		return cmdDiagnose(args[1:], stdout, stderr)
+	case "topo":
+		return cmdTopo(args[1:], stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, "lanewatch", version)
 		return 0

@@ -1,0 +1,74 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/lanewatch/lanewatch/agent"
+)
+
+// Exit codes of diagnose: 0 nothing failed, 1 a check failed, 2 diagnose
+// itself could not run.
+const (
+	exitOK        = 0
+	exitFailed    = 1
+	exitCannotRun = 2
+)
+
+func cmdDiagnose(args []string, stdout, stderr io.Writer) int {
+	fs := newFlagSet("diagnose", "warn", stderr, `Runs the prefix-cache-load checklist in the order path → direction → mover:
+host topology, PCIe link training, IOMMU mode, numactl, hugepages; then per process
+(--pid, or every process mapping a CUDA library) its NUMA binding and where its pinned
+pools live; with --sample, a live probe window that reports pageable copies,
+fragmentation and same-direction overlap. Each item is PASS, WARN, FAIL or SKIP with
+the reason and what to do. Exit code: 0 when nothing fails, 1 on a FAIL, 2 when
+diagnose itself could not run.`)
+	var pids pidList
+	var libs stringList
+	fs.Var(&pids, "pid", "check only these processes (repeatable or comma-separated)")
+	fs.Var(&libs, "lib", "also probe this ELF file during --sample (repeatable)")
+	sample := fs.Duration("sample", 0, "watch live transfers for this long (e.g. 10s); 0 = static checks only")
+	asJSON := fs.Bool("json", false, "print the checklist as JSON")
+	procRoot := fs.String("path.procfs", "/proc", "procfs mount point")
+	sysRoot := fs.String("path.sysfs", "/sys", "sysfs mount point (or a captured tree)")
+	ib := fs.String("ib-devices", "", `the GPU → RDMA device map the server uses, as SGLang's --disaggregation-ib-device JSON ('{"0":"mlx5_0"}'); checked for far NICs`)
+	log, code := parse(fs, args, stderr)
+	if log == nil {
+		return code
+	}
+	cfg := agent.DiagnoseConfig{ProcRoot: *procRoot, SysRoot: *sysRoot, PIDs: pids, Sample: *sample, Libs: libs, Logger: log}
+	if *ib != "" {
+		if err := json.Unmarshal([]byte(*ib), &cfg.IBDevices); err != nil {
+			fmt.Fprintf(stderr, "--ib-devices: %v\n", err)
+			return exitCannotRun
+		}
+	}
+	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer cancel()
+	if *sample > 0 {
+		fmt.Fprintf(stderr, "sampling live transfers for %s…\n", sample.Round(time.Millisecond))
+	}
+	report, err := agent.Diagnose(ctx, cfg)
+	if err != nil {
+		fmt.Fprintln(stderr, "diagnose:", err)
+		return exitCannotRun
+	}
+	if *asJSON {
+		err = report.WriteJSON(stdout)
+	} else {
+		err = report.WriteText(stdout)
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "diagnose:", err)
+		return exitCannotRun
+	}
+	if report.Failed() {
+		return exitFailed
+	}
+	return exitOK
+}

@@ -1,0 +1,144 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strconv"
+
+	"github.com/lanewatch/lanewatch/topology"
+)
+
+// topoOutput is `agent topo --json`.
+type topoOutput struct {
+	Source      string            `json:"source"` // "sysfs" or the nvidia-smi file
+	Matrix      *topology.Matrix  `json:"matrix,omitempty"`
+	IBDeviceMap map[string]string `json:"ib_device_map"` // SGLang --disaggregation-ib-device
+	Differences []string          `json:"differences,omitempty"`
+	Notes       []string          `json:"notes,omitempty"`
+}
+
+func cmdTopo(args []string, stdout, stderr io.Writer) int {
+	fs := newFlagSet("topo", "warn", stderr, `Prints how every GPU, NIC and NVMe connects to every other, with nvidia-smi topo -m's
+meanings (PIX, PXB, PHB, NODE, SYS), each GPU's CPU and NUMA affinity, and for each GPU
+its nearest RDMA device as the JSON SGLang takes for --disaggregation-ib-device.
+--nvidia-smi reads a saved 'nvidia-smi topo -m' output instead; when this host's sysfs
+has GPUs too, the two are compared and differences reported.`)
+	sysRoot := fs.String("path.sysfs", "/sys", "sysfs mount point (or a captured tree)")
+	smiFile := fs.String("nvidia-smi", "", "a saved `nvidia-smi topo -m` output to read")
+	asJSON := fs.Bool("json", false, "print JSON for machines")
+	log, code := parse(fs, args, stderr)
+	if log == nil {
+		return code
+	}
+	host, err := topology.Read(*sysRoot)
+	if err != nil {
+		fmt.Fprintln(stderr, "topo:", err)
+		return exitCannotRun
+	}
+	out := topoOutput{Source: "sysfs"}
+	m := host.Matrix()
+	if len(m.Devices) > 0 {
+		out.Matrix = &m
+	}
+	out.IBDeviceMap = host.NearestRDMA()
+	gpus, rdma := host.BDFs(topology.KindGPU), len(host.RDMA)
+	if len(gpus) == 0 {
+		out.Notes = append(out.Notes, fmt.Sprintf("no GPU in %s (%d PCI functions): no GPU relations", *sysRoot, len(host.Functions)))
+	}
+	if rdma == 0 {
+		out.Notes = append(out.Notes, fmt.Sprintf("no RDMA device in %s/class/infiniband: no NIC map", *sysRoot))
+	}
+	if *smiFile != "" {
+		f, err := os.Open(*smiFile)
+		if err != nil {
+			fmt.Fprintln(stderr, "topo:", err)
+			return exitCannotRun
+		}
+		smi, err := topology.ParseNvidiaSMI(f, *smiFile)
+		f.Close()
+		if err != nil {
+			fmt.Fprintln(stderr, "topo:", err)
+			return exitCannotRun
+		}
+		if len(gpus) > 0 {
+			out.Differences = compareTopo(host, smi)
+		} else {
+			out.Notes = append(out.Notes, "this host's sysfs has no GPU: nothing to compare the file with")
+		}
+		out.Source, out.Matrix = *smiFile, nil
+		out.IBDeviceMap = smi.NearestRDMA()
+		if *asJSON {
+			return writeJSON(stdout, stderr, out)
+		}
+		fmt.Fprintf(stdout, "%s: %d GPU, %d NIC\n", *smiFile, len(smi.GPUs()), len(smi.NICs()))
+	} else if *asJSON {
+		return writeJSON(stdout, stderr, out)
+	} else if out.Matrix != nil {
+		if err := m.WriteText(stdout); err != nil {
+			fmt.Fprintln(stderr, "topo:", err)
+			return exitCannotRun
+		}
+	}
+	for _, n := range out.Notes {
+		fmt.Fprintln(stdout, n)
+	}
+	js, _ := json.Marshal(out.IBDeviceMap)
+	fmt.Fprintf(stdout, "GPU → nearest RDMA device (SGLang --disaggregation-ib-device): %s\n", js)
+	for _, d := range out.Differences {
+		fmt.Fprintln(stdout, "difference:", d)
+	}
+	return exitOK
+}
+
+// compareTopo reports every GPU–NIC and GPU–GPU relation on which this
+// host's sysfs and a saved topo -m disagree (NVLink cells are not PCIe
+// relations and are left out). GPUs are matched by index, NICs by RDMA name.
+func compareTopo(host *topology.Host, smi *topology.SMIMatrix) []string {
+	var diffs []string
+	gpus := host.BDFs(topology.KindGPU)
+	if n := len(smi.GPUs()); n != len(gpus) {
+		diffs = append(diffs, fmt.Sprintf("sysfs has %d GPUs, the file %d", len(gpus), n))
+	}
+	var nics []string
+	for name := range host.RDMA {
+		nics = append(nics, name)
+	}
+	sort.Strings(nics)
+	for i, bdf := range gpus {
+		gpu := "GPU" + strconv.Itoa(i)
+		for j, other := range gpus {
+			if j <= i {
+				continue
+			}
+			if want, ok := smi.Relation(gpu, "GPU"+strconv.Itoa(j)); ok {
+				if got := host.Relation(bdf, other); got != want {
+					diffs = append(diffs, fmt.Sprintf("%s–GPU%d: sysfs %s, file %s", gpu, j, got, want))
+				}
+			}
+		}
+		for _, nic := range nics {
+			want, ok := smi.Relation(gpu, nic)
+			if !ok {
+				diffs = append(diffs, fmt.Sprintf("%s–%s: not in the file", gpu, nic))
+				continue
+			}
+			if got := host.Relation(bdf, host.RDMA[nic]); got != want {
+				diffs = append(diffs, fmt.Sprintf("%s–%s: sysfs %s, file %s", gpu, nic, got, want))
+			}
+		}
+	}
+	return diffs
+}
+
+func writeJSON(stdout, stderr io.Writer, v any) int {
+	enc := json.NewEncoder(stdout)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(v); err != nil {
+		fmt.Fprintln(stderr, "topo:", err)
+		return exitCannotRun
+	}
+	return exitOK
+}

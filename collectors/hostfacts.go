@@ -1,0 +1,248 @@
+package collectors
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// Fact is one yes/no observation and the text that shows it, ready to quote
+// as the evidence of a finding.
+type Fact struct {
+	Value    bool
+	Evidence string
+}
+
+// HostConfig says where to look. Tests point the roots at fixture trees.
+type HostConfig struct {
+	SysRoot string // sysfs mount, usually /sys
+	// RootFS prefixes the PATH directories, for an agent that sees the host
+	// filesystem under e.g. /host; "" means the agent's own root.
+	RootFS string
+	// PATH is searched for numactl: the agent's own, or better the target
+	// process's environment, whose launcher would have run numactl.
+	PATH string
+}
+
+// HostFacts are the host-wide facts the NUMA rules cite.
+type HostFacts struct {
+	// Numactl: numactl is on PATH (a launcher that wraps the server in
+	// "numactl --membind" silently skips binding when it is absent).
+	Numactl     Fact
+	NumactlPath string
+	// NodesOnline from <sys>/devices/system/node/online; [0] on a kernel
+	// without NUMA (no such directory), said so in NodesEvidence.
+	NodesOnline   []int
+	NodesEvidence string
+	// CPUsOnline from <sys>/devices/system/cpu/online.
+	CPUsOnline []int
+	// MultiNode: more than one node is online, so placement matters at all.
+	MultiNode Fact
+}
+
+// ReadHostFacts gathers HostFacts. A missing numactl is a fact, not an error;
+// an unreadable or malformed sysfs file is an error naming it.
+func ReadHostFacts(cfg HostConfig) (HostFacts, error) {
+	var h HostFacts
+	if p, err := LookPathIn("numactl", cfg.PATH, cfg.RootFS); err == nil {
+		h.NumactlPath = p
+		h.Numactl = Fact{true, fmt.Sprintf("numactl found at %s", p)}
+	} else {
+		h.Numactl = Fact{false, fmt.Sprintf("numactl not found in PATH=%s", cfg.PATH)}
+	}
+
+	cpuPath := filepath.Join(cfg.SysRoot, "devices/system/cpu/online")
+	cpus, err := readListFile(cpuPath)
+	if err != nil {
+		return h, err
+	}
+	h.CPUsOnline = cpus
+
+	nodeDir := filepath.Join(cfg.SysRoot, "devices/system/node")
+	nodePath := filepath.Join(nodeDir, "online")
+	nodes, err := readListFile(nodePath)
+	switch {
+	case err == nil:
+		h.NodesOnline = nodes
+		h.NodesEvidence = fmt.Sprintf("NUMA nodes online %s (%s)", FormatCPUList(nodes), nodePath)
+	case errors.Is(err, fs.ErrNotExist) && !exists(nodeDir):
+		h.NodesOnline = []int{0}
+		h.NodesEvidence = fmt.Sprintf("no %s: kernel without NUMA, one node", nodeDir)
+	default:
+		return h, err
+	}
+	h.MultiNode = Fact{len(h.NodesOnline) > 1, h.NodesEvidence}
+	return h, nil
+}
+
+// ProcessFacts are the per-process facts that explain a skipped NUMA binding.
+type ProcessFacts struct {
+	PID  int
+	Name string
+	// CapSysNice: CAP_SYS_NICE in CapEff.
+	CapSysNice Fact
+	// Cpuset is the cpuset cgroup path from /proc/PID/cpuset ("/" when not
+	// confined by one; "" when the kernel has no cpusets).
+	Cpuset string
+	// CPUsConfined: Cpus_allowed_list is narrower than the online CPUs
+	// (a cpuset, taskset, or numactl --physcpubind/--cpunodebind).
+	CPUsConfined Fact
+	// MemsConfined: Mems_allowed_list is narrower than the online nodes.
+	// Only a cpuset narrows it; mbind/set_mempolicy show in numa_maps instead.
+	MemsConfined             Fact
+	CPUsAllowed, MemsAllowed []int
+}
+
+// ReadProcessFacts reads <procRoot>/<pid>/status and cpuset and compares
+// them with the host's online CPUs and nodes.
+func ReadProcessFacts(procRoot string, pid int, host HostFacts) (ProcessFacts, error) {
+	st, err := ReadStatus(procRoot, pid)
+	if err != nil {
+		return ProcessFacts{}, err
+	}
+	pf := ProcessFacts{PID: pid, Name: st.Name, CPUsAllowed: st.CpusAllowed, MemsAllowed: st.MemsAllowed}
+	capEff := "CapEff missing"
+	if st.HasCapEff {
+		capEff = "CapEff " + st.Fields["CapEff"]
+	}
+	if st.HasCap(CapSysNice) {
+		pf.CapSysNice = Fact{true, fmt.Sprintf("pid %d %s has CAP_SYS_NICE (bit %d)", pid, capEff, CapSysNice)}
+	} else {
+		pf.CapSysNice = Fact{false, fmt.Sprintf("pid %d %s lacks CAP_SYS_NICE (bit %d)", pid, capEff, CapSysNice)}
+	}
+
+	cpusetPath := filepath.Join(procRoot, strconv.Itoa(pid), "cpuset")
+	where := ""
+	if b, err := os.ReadFile(cpusetPath); err == nil {
+		pf.Cpuset = strings.TrimRight(string(b), "\n")
+		where = fmt.Sprintf(" (cpuset %s)", pf.Cpuset)
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return pf, fmt.Errorf("read cpuset: %w", err)
+	}
+
+	pf.CPUsConfined = confined(pid, "Cpus_allowed_list", st.CpusAllowed, "online CPUs", host.CPUsOnline, where)
+	pf.MemsConfined = confined(pid, "Mems_allowed_list", st.MemsAllowed, "online nodes", host.NodesOnline, where)
+	return pf, nil
+}
+
+// confined reports whether some online id is missing from allowed.
+func confined(pid int, field string, allowed []int, what string, online []int, where string) Fact {
+	if allowed == nil {
+		return Fact{false, fmt.Sprintf("pid %d: no %s in status", pid, field)}
+	}
+	in := make(map[int]bool, len(allowed))
+	for _, id := range allowed {
+		in[id] = true
+	}
+	for _, id := range online {
+		if !in[id] {
+			return Fact{true, fmt.Sprintf("pid %d %s %s of %s %s%s", pid, field, FormatCPUList(allowed), what, FormatCPUList(online), where)}
+		}
+	}
+	return Fact{false, fmt.Sprintf("pid %d %s %s covers %s %s%s", pid, field, FormatCPUList(allowed), what, FormatCPUList(online), where)}
+}
+
+// LookPathIn finds an executable named file in the directories of pathEnv
+// (colon separated), each looked up under rootFS. Unlike exec.LookPath it
+// takes PATH as an argument and a root, so the answer can be about another
+// process's environment or a host seen from a container. Relative and empty
+// PATH entries are skipped: they depend on a working directory we do not
+// know. It returns the path as seen inside rootFS.
+func LookPathIn(file, pathEnv, rootFS string) (string, error) {
+	if file == "" || strings.Contains(file, "/") {
+		return "", fmt.Errorf("look up %q: want a bare command name", file)
+	}
+	for dir := range strings.SplitSeq(pathEnv, ":") {
+		if !filepath.IsAbs(dir) {
+			continue
+		}
+		p := filepath.Join(dir, file)
+		fi, err := os.Stat(filepath.Join(rootFS, p))
+		if err == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("%s not found in PATH=%s", file, pathEnv)
+}
+
+func readListFile(path string) ([]int, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	ids, err := ParseCPUList(string(b))
+	if err != nil {
+		return nil, fmt.Errorf("%s:1: %w", path, err)
+	}
+	return ids, nil
+}
+
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}
+
+// FindNumactl looks numactl up in pathEnv on the agent's own filesystem.
+func FindNumactl(pathEnv string) (string, error) { return LookPathIn("numactl", pathEnv, "") }
+
+// BindFacts gathers, for one process, what the numa-bind-skipped rule needs
+// (correlate.BindFacts), with the host and process facts behind it for
+// evidence.
+type BindFacts struct {
+	MemsAllowed []int
+	OnlineNodes []int
+	// Policies are the distinct numa_maps policies of the process's
+	// anonymous mappings (heap, stack, pools), in order of first appearance;
+	// of all mappings if it has none.
+	Policies    []string
+	NumactlPath string // "" when numactl is not on pathEnv
+	CapSysNice  bool
+	Cpuset      string
+	Host        HostFacts
+	Process     ProcessFacts
+}
+
+// ReadBindFacts reads the host's online nodes, PATH, and the process's
+// status, cpuset and numa_maps.
+func ReadBindFacts(procRoot, sysRoot string, pid int, pathEnv string) (BindFacts, error) {
+	h, err := ReadHostFacts(HostConfig{SysRoot: sysRoot, PATH: pathEnv})
+	if err != nil {
+		return BindFacts{}, err
+	}
+	pf, err := ReadProcessFacts(procRoot, pid, h)
+	if err != nil {
+		return BindFacts{}, err
+	}
+	nm, err := ReadNumaMaps(procRoot, pid)
+	if err != nil {
+		return BindFacts{}, err
+	}
+	return BindFacts{
+		MemsAllowed: pf.MemsAllowed, OnlineNodes: h.NodesOnline, Policies: anonPolicies(nm),
+		NumactlPath: h.NumactlPath, CapSysNice: pf.CapSysNice.Value, Cpuset: pf.Cpuset,
+		Host: h, Process: pf,
+	}, nil
+}
+
+func anonPolicies(nm []NumaMapping) []string {
+	var anon, all []string
+	seenAnon, seenAll := map[string]bool{}, map[string]bool{}
+	for _, m := range nm {
+		if !seenAll[m.Policy] {
+			seenAll[m.Policy] = true
+			all = append(all, m.Policy)
+		}
+		if m.File == "" && !seenAnon[m.Policy] {
+			seenAnon[m.Policy] = true
+			anon = append(anon, m.Policy)
+		}
+	}
+	if len(anon) == 0 {
+		return all
+	}
+	return anon
+}

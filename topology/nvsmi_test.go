@@ -1,0 +1,645 @@
+package topology
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+const smiTestdata = "testdata/topo_m"
+
+// smiCell is one cell read off a sample by hand.
+type smiCell struct{ a, b, raw string }
+
+type smiSample struct {
+	file    string
+	devices []string
+	nics    []string          // NICs(): RDMA names in column order
+	legend  map[string]string // nil: no NIC Legend block
+	nearest map[string]string
+	cpu     map[string]string // nil: column absent
+	numa    map[string]string
+	gpuNUMA map[string]string
+	// cell, when set, gives every cell of the matrix.
+	cell func(a, b string) string
+	// cells are spot checks (read off the text by hand).
+	cells []smiCell
+}
+
+func smiSeq(prefix string, n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("%s%d", prefix, i)
+	}
+	return out
+}
+
+func smiConcat(a ...[]string) []string {
+	var out []string
+	for _, s := range a {
+		out = append(out, s...)
+	}
+	return out
+}
+
+// smiPerGPU builds a per-GPU map for GPU0..GPU(n-1).
+func smiPerGPU(n int, f func(i int) string) map[string]string {
+	m := map[string]string{}
+	for i := 0; i < n; i++ {
+		m[fmt.Sprintf("GPU%d", i)] = f(i)
+	}
+	return m
+}
+
+func smiIndexMap(vals ...string) map[string]string {
+	m := map[string]string{}
+	for i, v := range vals {
+		m[fmt.Sprint(i)] = v
+	}
+	return m
+}
+
+func smiLegend(vals ...string) map[string]string {
+	m := map[string]string{}
+	for i, v := range vals {
+		m[fmt.Sprintf("NIC%d", i)] = v
+	}
+	return m
+}
+
+// smiDevIndex returns the number in GPU<n>, NIC<n> or mlx5_<n>.
+func smiDevIndex(d string) int {
+	i := strings.LastIndexAny(d, "U_C") // GPU7, NIC7, mlx5_7
+	var n int
+	fmt.Sscan(d[i+1:], &n)
+	return n
+}
+
+// smiHGX is the cell rule of an HGX board with 8 GPUs on an NVSwitch (nv)
+// and one NIC per GPU behind the GPU's PCIe switch (near), GPUk with NICk;
+// numa gives each device's NUMA node.
+func smiHGX(nv, near string, numa func(d string) int) func(a, b string) string {
+	return func(a, b string) string {
+		ga, gb := smiIsGPU(a), smiIsGPU(b)
+		switch {
+		case a == b:
+			return "X"
+		case ga && gb:
+			return nv
+		case ga != gb && smiDevIndex(a) == smiDevIndex(b) && !strings.HasSuffix(a, "8") && !strings.HasSuffix(b, "8"):
+			return near
+		case numa(a) == numa(b):
+			return "NODE"
+		}
+		return "SYS"
+	}
+}
+
+// smiHalf puts devices 0-3 on NUMA node 0 and 4-7 on node 1.
+func smiHalf(d string) int { return smiDevIndex(d) / 4 }
+
+var smiSamples = []smiSample{
+	{
+		// Old format: mlx5_N columns, no NIC Legend, no GPU NUMA ID.
+		file:    "princeton_della-i14g20_2xA100_2xmlx5_oldformat.txt",
+		devices: []string{"GPU0", "GPU1", "mlx5_0", "mlx5_1"},
+		nics:    []string{"mlx5_0", "mlx5_1"},
+		nearest: smiIndexMap("mlx5_0", "mlx5_1"),
+		cpu:     map[string]string{"GPU0": "0-63", "GPU1": "64-127"},
+		numa:    map[string]string{"GPU0": "0", "GPU1": "1"},
+		cell: func(a, b string) string {
+			m := map[string]string{
+				"GPU0 GPU0": "X", "GPU0 GPU1": "SYS", "GPU0 mlx5_0": "NODE", "GPU0 mlx5_1": "SYS",
+				"GPU1 GPU1": "X", "GPU1 mlx5_0": "SYS", "GPU1 mlx5_1": "NODE",
+				"mlx5_0 mlx5_0": "X", "mlx5_0 mlx5_1": "SYS",
+				"mlx5_1 mlx5_1": "X",
+			}
+			if c, ok := m[a+" "+b]; ok {
+				return c
+			}
+			return m[b+" "+a]
+		},
+	},
+	{
+		// IBM POWER9 (Traverse): NUMA nodes 0 and 8, NV3 pairs, two NICs
+		// per socket behind one switch (NODE to both GPUs of the socket:
+		// the tie goes to the lower name).
+		file:    "princeton_traverse_4xV100_power9_4xmlx5_numa0_8_oldformat.txt",
+		devices: smiConcat(smiSeq("GPU", 4), smiSeq("mlx5_", 4)),
+		nics:    smiSeq("mlx5_", 4),
+		nearest: smiIndexMap("mlx5_0", "mlx5_0", "mlx5_2", "mlx5_2"),
+		cpu:     smiPerGPU(4, func(i int) string { return [2]string{"0-63", "64-127"}[i/2] }),
+		numa:    smiPerGPU(4, func(i int) string { return [2]string{"0", "8"}[i/2] }),
+		cell: func(a, b string) string {
+			socket := func(d string) int { return smiDevIndex(d) / 2 }
+			switch {
+			case a == b:
+				return "X"
+			case socket(a) != socket(b):
+				return "SYS"
+			case smiIsGPU(a) && smiIsGPU(b):
+				return "NV3"
+			case !smiIsGPU(a) && !smiIsGPU(b):
+				return "PIX"
+			}
+			return "NODE"
+		},
+		cells: []smiCell{
+			{"GPU0", "GPU1", "NV3"}, {"GPU1", "GPU2", "SYS"}, {"GPU3", "mlx5_2", "NODE"},
+			{"GPU3", "mlx5_3", "NODE"}, {"GPU0", "mlx5_3", "SYS"}, {"mlx5_2", "mlx5_3", "PIX"},
+		},
+	},
+	{
+		// Canonical HGX H100: GPUk-NICk PIX, NV18 mesh, 2 NUMA nodes.
+		file:    "sglang-issue-30401_8xH100_8xmlx5_2numa_spaces.txt",
+		devices: smiConcat(smiSeq("GPU", 8), smiSeq("NIC", 8)),
+		nics:    smiSeq("mlx5_", 8),
+		legend:  smiLegend(smiSeq("mlx5_", 8)...),
+		nearest: smiIndexMap(smiSeq("mlx5_", 8)...),
+		cpu: smiPerGPU(8, func(i int) string {
+			return [2]string{"0-47,96-143", "48-95,144-191"}[i/4]
+		}),
+		numa:    smiPerGPU(8, func(i int) string { return fmt.Sprint(i / 4) }),
+		gpuNUMA: smiPerGPU(8, func(int) string { return "N/A" }),
+		cell:    smiHGX("NV18", "PIX", smiHalf),
+		cells: []smiCell{
+			{"GPU0", "NIC0", "PIX"}, {"GPU0", "NIC3", "NODE"}, {"GPU0", "NIC4", "SYS"},
+			{"GPU7", "NIC7", "PIX"}, {"GPU5", "GPU2", "NV18"}, {"NIC6", "NIC7", "NODE"},
+			{"NIC0", "NIC7", "SYS"}, {"mlx5_3", "GPU3", "PIX"},
+		},
+	},
+	{
+		// DGX A100 (old format): 12 mlx5 columns, PXB pairs, NUMA nodes 1/3/5/7,
+		// storage NICs mlx5_4/5 and mlx5_10/11 SYS to every GPU.
+		file:    "gengwg-cheatsheets_dgxa100_8xA100_12xmlx5_oldformat.txt",
+		devices: smiConcat(smiSeq("GPU", 8), smiSeq("mlx5_", 12)),
+		nics:    smiSeq("mlx5_", 12),
+		nearest: smiIndexMap("mlx5_0", "mlx5_0", "mlx5_2", "mlx5_2", "mlx5_6", "mlx5_6", "mlx5_8", "mlx5_8"),
+		cpu: smiPerGPU(8, func(i int) string {
+			return [4]string{"48-63,176-191", "16-31,144-159", "112-127,240-255", "80-95,208-223"}[i/2]
+		}),
+		numa: smiPerGPU(8, func(i int) string { return [4]string{"3", "1", "7", "5"}[i/2] }),
+		cell: func(a, b string) string {
+			// PCIe switch of each device: GPU pairs share one with two NICs.
+			sw := func(d string) int {
+				if smiIsGPU(d) {
+					return [8]int{0, 0, 1, 1, 3, 3, 4, 4}[smiDevIndex(d)]
+				}
+				return smiDevIndex(d) / 2
+			}
+			switch {
+			case a == b:
+				return "X"
+			case smiIsGPU(a) && smiIsGPU(b):
+				return "NV12"
+			case sw(a) != sw(b):
+				return "SYS"
+			case sw(a) == 2 || sw(a) == 5: // mlx5_4/5 and mlx5_10/11
+				return "PIX"
+			}
+			return "PXB"
+		},
+		cells: []smiCell{
+			{"GPU0", "mlx5_0", "PXB"}, {"GPU1", "mlx5_1", "PXB"}, {"GPU4", "mlx5_6", "PXB"},
+			{"GPU7", "mlx5_9", "PXB"}, {"GPU0", "mlx5_4", "SYS"}, {"mlx5_4", "mlx5_5", "PIX"},
+			{"mlx5_10", "mlx5_11", "PIX"}, {"mlx5_0", "mlx5_1", "PXB"}, {"GPU3", "GPU6", "NV12"},
+		},
+	},
+	{
+		// DGX-1 `topo -mp`: PCIe-only relations, PHB across the socket's switches.
+		file:    "gengwg-cheatsheets_dgx1_topo-mp_8xV100_4xmlx5_phb.txt",
+		devices: smiConcat(smiSeq("GPU", 8), smiSeq("mlx5_", 4)),
+		nics:    smiSeq("mlx5_", 4),
+		nearest: smiIndexMap("mlx5_0", "mlx5_0", "mlx5_1", "mlx5_1", "mlx5_2", "mlx5_2", "mlx5_3", "mlx5_3"),
+		cpu: smiPerGPU(8, func(i int) string {
+			return [2]string{"0-19,40-59", "20-39,60-79"}[i/4]
+		}),
+		numa: smiPerGPU(8, func(i int) string { return fmt.Sprint(i / 4) }),
+		cell: func(a, b string) string {
+			sw := func(d string) int { // PCIe switch: GPU pair k with mlx5_k
+				if smiIsGPU(d) {
+					return smiDevIndex(d) / 2
+				}
+				return smiDevIndex(d)
+			}
+			switch {
+			case a == b:
+				return "X"
+			case sw(a)/2 != sw(b)/2:
+				return "SYS"
+			case sw(a) == sw(b):
+				return "PIX"
+			}
+			return "PHB"
+		},
+		cells: []smiCell{
+			{"GPU0", "GPU1", "PIX"}, {"GPU0", "GPU2", "PHB"}, {"GPU0", "GPU4", "SYS"},
+			{"GPU2", "mlx5_0", "PHB"}, {"GPU2", "mlx5_1", "PIX"}, {"GPU7", "mlx5_3", "PIX"},
+			{"GPU7", "mlx5_2", "PHB"}, {"mlx5_0", "mlx5_1", "PHB"}, {"mlx5_1", "mlx5_2", "SYS"},
+		},
+	},
+	{
+		// DGX-1 `topo -m`: NV1/NV2 hybrid cube mesh, NIC columns in the
+		// order mlx5_0, mlx5_2, mlx5_1, mlx5_3, CPU Affinity only, no final
+		// newline.
+		file:    "msccl-tools_dgx1_8xV100_4xmlx5_unsorted_nolastnewline.txt",
+		devices: smiConcat(smiSeq("GPU", 8), []string{"mlx5_0", "mlx5_2", "mlx5_1", "mlx5_3"}),
+		nics:    []string{"mlx5_0", "mlx5_2", "mlx5_1", "mlx5_3"},
+		nearest: smiIndexMap("mlx5_0", "mlx5_0", "mlx5_1", "mlx5_1", "mlx5_2", "mlx5_2", "mlx5_3", "mlx5_3"),
+		cpu: smiPerGPU(8, func(i int) string {
+			return [2]string{"0-19,40-59", "20-39,60-79"}[i/4]
+		}),
+		cells: []smiCell{
+			{"GPU0", "GPU1", "NV1"}, {"GPU0", "GPU3", "NV2"}, {"GPU0", "GPU4", "NV2"},
+			{"GPU0", "GPU5", "SYS"}, {"GPU2", "GPU6", "NV1"}, {"GPU5", "GPU7", "NV1"},
+			{"GPU0", "mlx5_0", "PIX"}, {"GPU0", "mlx5_1", "PHB"}, {"GPU0", "mlx5_2", "SYS"},
+			{"GPU3", "mlx5_1", "PIX"}, {"GPU5", "mlx5_2", "PIX"}, {"GPU6", "mlx5_3", "PIX"},
+			{"GPU6", "mlx5_2", "PHB"}, {"mlx5_0", "mlx5_1", "PHB"}, {"mlx5_2", "mlx5_3", "PHB"},
+			{"mlx5_0", "mlx5_2", "SYS"},
+		},
+	},
+	{
+		// B300 + ConnectX-8 bonded RoCE (mlx5_bond_N), GPUk-NICk PXB.
+		file:    "deepep-issue-590_8xB300_8xmlx5_bond_pxb_spaces.txt",
+		devices: smiConcat(smiSeq("GPU", 8), smiSeq("NIC", 8)),
+		nics:    smiSeq("mlx5_bond_", 8),
+		legend:  smiLegend(smiSeq("mlx5_bond_", 8)...),
+		nearest: smiIndexMap(smiSeq("mlx5_bond_", 8)...),
+		cpu: smiPerGPU(8, func(i int) string {
+			return [2]string{"0-63,128-191", "64-127,192-255"}[i/4]
+		}),
+		numa:    smiPerGPU(8, func(i int) string { return fmt.Sprint(i / 4) }),
+		gpuNUMA: smiPerGPU(8, func(int) string { return "N/A" }),
+		cell:    smiHGX("NV18", "PXB", smiHalf),
+		cells: []smiCell{
+			{"GPU0", "NIC0", "PXB"}, {"GPU3", "mlx5_bond_3", "PXB"}, {"GPU4", "mlx5_bond_3", "SYS"},
+			{"GPU4", "mlx5_bond_5", "NODE"}, {"NIC7", "NIC4", "NODE"},
+		},
+	},
+	{
+		// H800 with 9 NICs: legend mlx5_0, mlx5_3..mlx5_9 and a bonded
+		// mlx5_bond_0 (NIC8) on NUMA node 0 next to no GPU.
+		file:    "sglang-issue-28424_8xH800_9nic_mlx5_0_3-9_bond_spaces.txt",
+		devices: smiConcat(smiSeq("GPU", 8), smiSeq("NIC", 9)),
+		nics:    []string{"mlx5_0", "mlx5_3", "mlx5_4", "mlx5_5", "mlx5_6", "mlx5_7", "mlx5_8", "mlx5_9", "mlx5_bond_0"},
+		legend:  smiLegend("mlx5_0", "mlx5_3", "mlx5_4", "mlx5_5", "mlx5_6", "mlx5_7", "mlx5_8", "mlx5_9", "mlx5_bond_0"),
+		nearest: smiIndexMap("mlx5_0", "mlx5_3", "mlx5_4", "mlx5_5", "mlx5_6", "mlx5_7", "mlx5_8", "mlx5_9"),
+		cpu: smiPerGPU(8, func(i int) string {
+			return [2]string{"0-55,112-167", "56-111,168-223"}[i/4]
+		}),
+		numa:    smiPerGPU(8, func(i int) string { return fmt.Sprint(i / 4) }),
+		gpuNUMA: smiPerGPU(8, func(int) string { return "N/A" }),
+		cell: smiHGX("NV8", "PIX", func(d string) int {
+			if d == "NIC8" {
+				return 0
+			}
+			return smiHalf(d)
+		}),
+		cells: []smiCell{
+			{"GPU1", "NIC1", "PIX"}, {"GPU1", "mlx5_3", "PIX"}, {"GPU0", "mlx5_bond_0", "NODE"},
+			{"GPU7", "NIC8", "SYS"}, {"NIC8", "NIC3", "NODE"}, {"NIC8", "NIC4", "SYS"},
+			{"GPU0", "GPU7", "NV8"},
+		},
+	},
+}
+
+func smiReadFixture(t testing.TB, file string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(smiTestdata, file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func TestParseNvidiaSMISamples(t *testing.T) {
+	for _, s := range smiSamples {
+		t.Run(s.file, func(t *testing.T) {
+			m, err := ParseNvidiaSMI(bytes.NewReader(smiReadFixture(t, s.file)), s.file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(m.Devices, s.devices) {
+				t.Errorf("Devices = %v, want %v", m.Devices, s.devices)
+			}
+			var gpus []string
+			for _, d := range s.devices {
+				if strings.HasPrefix(d, "GPU") {
+					gpus = append(gpus, d)
+				}
+			}
+			if got := m.GPUs(); !reflect.DeepEqual(got, gpus) {
+				t.Errorf("GPUs() = %v, want %v", got, gpus)
+			}
+			if got := m.NICs(); !reflect.DeepEqual(got, s.nics) {
+				t.Errorf("NICs() = %v, want %v", got, s.nics)
+			}
+			if !reflect.DeepEqual(m.NICLegend, s.legend) {
+				t.Errorf("NICLegend = %v, want %v", m.NICLegend, s.legend)
+			}
+			if got := m.NearestRDMA(); !reflect.DeepEqual(got, s.nearest) {
+				t.Errorf("NearestRDMA() = %v, want %v", got, s.nearest)
+			}
+			for _, c := range []struct {
+				name      string
+				got, want map[string]string
+			}{
+				{"CPUAffinity", m.CPUAffinity, s.cpu},
+				{"NUMAAffinity", m.NUMAAffinity, s.numa},
+				{"GPUNUMAID", m.GPUNUMAID, s.gpuNUMA},
+			} {
+				if !reflect.DeepEqual(c.got, c.want) {
+					t.Errorf("%s = %v, want %v", c.name, c.got, c.want)
+				}
+			}
+			if len(m.Rel) != len(s.devices)*len(s.devices) {
+				t.Errorf("%d cells, want %d", len(m.Rel), len(s.devices)*len(s.devices))
+			}
+			if s.cell != nil {
+				for _, a := range s.devices {
+					for _, b := range s.devices {
+						if got, want := m.Rel[[2]string{a, b}], s.cell(a, b); got != want {
+							t.Errorf("%s/%s = %q, want %q", a, b, got, want)
+						}
+					}
+				}
+			}
+			for _, c := range s.cells {
+				for _, pair := range [][2]string{{c.a, c.b}, {c.b, c.a}} {
+					if got, ok := m.Cell(pair[0], pair[1]); !ok || got != c.raw {
+						t.Errorf("Cell(%s, %s) = %q, %v; want %q", pair[0], pair[1], got, ok, c.raw)
+					}
+					rel, ok := m.Relation(pair[0], pair[1])
+					n, nvOK := m.NVLinks(pair[0], pair[1])
+					if strings.HasPrefix(c.raw, "NV") {
+						if ok || !nvOK || fmt.Sprintf("NV%d", n) != c.raw {
+							t.Errorf("%s/%s: Relation = %q, %v and NVLinks = %d, %v; want no relation and %s", pair[0], pair[1], rel, ok, n, nvOK, c.raw)
+						}
+					} else if !ok || string(rel) != c.raw || nvOK {
+						t.Errorf("%s/%s: Relation = %q, %v (NVLinks ok %v); want %s", pair[0], pair[1], rel, ok, nvOK, c.raw)
+					}
+				}
+			}
+		})
+	}
+}
+
+// Every sample parses to the same matrix however it was copied: tabs
+// expanded, CRLF, a prompt before it, an escape-coloured header, trailing
+// blanks, shell noise after it.
+func TestParseNvidiaSMIVariants(t *testing.T) {
+	variants := map[string]func(string) string{
+		"expand-tabs": smiExpandTabs,
+		"crlf":        func(s string) string { return strings.ReplaceAll(s, "\n", "\r\n") },
+		"prompt": func(s string) string {
+			return "root@host:/tmp# nvidia-smi topo -m\nNVIDIA Topology:\n\n" + s
+		},
+		"ansi-header": func(s string) string {
+			i := strings.Index(s, "GPU0")
+			j := i + strings.Index(s[i:], "\n")
+			return s[:i] + "\x1b[4m" + s[i:j] + "\x1b[0m" + s[j:]
+		},
+		"trailing-blanks": func(s string) string { return strings.ReplaceAll(s, "\n", "  \t\n") },
+		"noise-after": func(s string) string {
+			return s + "\n\nulimit soft: 1048576\nNIC Legend mentioned in prose: yes\n$ \n"
+		},
+	}
+	for _, s := range smiSamples {
+		text := string(smiReadFixture(t, s.file))
+		base, err := ParseNvidiaSMI(strings.NewReader(text), s.file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for name, f := range variants {
+			m, err := ParseNvidiaSMI(strings.NewReader(f(text)), s.file)
+			if err != nil {
+				t.Errorf("%s %s: %v", s.file, name, err)
+				continue
+			}
+			if !reflect.DeepEqual(m, base) {
+				t.Errorf("%s %s: parsed differently:\n%+v\nwant\n%+v", s.file, name, m, base)
+			}
+		}
+	}
+}
+
+// smiExpandTabs expands tabs to 8-column stops, as a terminal copy does.
+func smiExpandTabs(s string) string {
+	var b strings.Builder
+	col := 0
+	for _, r := range s {
+		switch r {
+		case '\t':
+			n := 8 - col%8
+			b.WriteString(strings.Repeat(" ", n))
+			col += n
+		case '\n':
+			b.WriteRune(r)
+			col = 0
+		default:
+			b.WriteRune(r)
+			col++
+		}
+	}
+	return b.String()
+}
+
+func TestParseNvidiaSMIRowsInAnyOrder(t *testing.T) {
+	const file = "princeton_della-i14g20_2xA100_2xmlx5_oldformat.txt"
+	lines := strings.Split(string(smiReadFixture(t, file)), "\n")
+	lines[1], lines[4] = lines[4], lines[1] // GPU0 row <-> mlx5_1 row
+	m, err := ParseNvidiaSMI(strings.NewReader(strings.Join(lines, "\n")), file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, ok := m.Relation("GPU1", "mlx5_1"); !ok || r != RelNODE {
+		t.Errorf("GPU1/mlx5_1 = %v, %v", r, ok)
+	}
+}
+
+func TestParseNvidiaSMISOCAndMinimal(t *testing.T) {
+	// Pre-NODE drivers print SOC for the socket link; one GPU, no NIC.
+	const in = "\tGPU0\tGPU1\tCPU Affinity\nGPU0\t X \tSOC\t0-11\nGPU1\tSOC\t X \t70-99,102-107\n"
+	m, err := ParseNvidiaSMI(strings.NewReader(in), "soc.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := m.CPUAffinity["GPU1"]; got != "70-99,102-107" {
+		t.Errorf("CPUAffinity[GPU1] = %q", got)
+	}
+	if m.NUMAAffinity != nil || m.GPUNUMAID != nil || m.NICLegend != nil {
+		t.Errorf("absent columns are not nil: %v %v %v", m.NUMAAffinity, m.GPUNUMAID, m.NICLegend)
+	}
+	if r, ok := m.Relation("GPU1", "GPU0"); !ok || r != RelSYS {
+		t.Errorf("SOC relation = %v, %v; want SYS", r, ok)
+	}
+	if c, _ := m.Cell("GPU0", "GPU1"); c != "SOC" {
+		t.Errorf("raw cell = %q", c)
+	}
+	if got := m.NearestRDMA(); len(got) != 0 {
+		t.Errorf("NearestRDMA without NICs = %v", got)
+	}
+	if _, ok := m.Relation("GPU0", "GPU9"); ok {
+		t.Error("Relation of an unknown device is ok")
+	}
+	if _, ok := m.NVLinks("GPU0", "GPU1"); ok {
+		t.Error("NVLinks of a SOC cell is ok")
+	}
+}
+
+// Ties go to the lowest RDMA name in natural order, whatever the column order.
+func TestNearestRDMATies(t *testing.T) {
+	const in = "" +
+		"\tGPU0\tGPU1\tNIC0\tNIC1\tNIC2\n" +
+		"GPU0\t X \tNV4\tPXB\tPXB\tPXB\n" +
+		"GPU1\tNV4\t X \tSYS\tNODE\tNODE\n" +
+		"NIC0\tPXB\tSYS\t X \tSYS\tSYS\n" +
+		"NIC1\tPXB\tNODE\tSYS\t X \tPIX\n" +
+		"NIC2\tPXB\tNODE\tSYS\tPIX\t X \n" +
+		"\nNIC Legend:\n\n  NIC0: mlx5_bond_0\n  NIC1: mlx5_10\n  NIC2: mlx5_2\n"
+	m, err := ParseNvidiaSMI(strings.NewReader(in), "ties.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"0": "mlx5_2", "1": "mlx5_2"}
+	if got := m.NearestRDMA(); !reflect.DeepEqual(got, want) {
+		t.Errorf("NearestRDMA() = %v, want %v", got, want)
+	}
+}
+
+func TestSMINaturalLess(t *testing.T) {
+	for _, c := range []struct {
+		a, b string
+		want bool
+	}{
+		{"mlx5_2", "mlx5_10", true},
+		{"mlx5_10", "mlx5_2", false},
+		{"mlx5_0", "mlx5_bond_0", true},
+		{"mlx5_9", "mlx5_bond_0", true},
+		{"mlx5_bond_1", "mlx5_bond_10", true},
+		{"mlx5_1", "mlx5_1", false},
+		{"mlx5_01", "mlx5_1", false},
+		{"ib0", "mlx5_0", true},
+	} {
+		if got := smiNaturalLess(c.a, c.b); got != c.want {
+			t.Errorf("smiNaturalLess(%q, %q) = %v", c.a, c.b, got)
+		}
+	}
+}
+
+func TestParseNvidiaSMIErrors(t *testing.T) {
+	della := string(smiReadFixture(t, "princeton_della-i14g20_2xA100_2xmlx5_oldformat.txt"))
+	h100 := string(smiReadFixture(t, "sglang-issue-30401_8xH100_8xmlx5_2numa_spaces.txt"))
+	replaceLine := func(s string, n int, f func(string) string) string {
+		lines := strings.Split(s, "\n")
+		lines[n-1] = f(lines[n-1])
+		return strings.Join(lines, "\n")
+	}
+	for _, c := range []struct {
+		name, in, want string
+	}{
+		{"empty", "", "bad.txt: no nvidia-smi topo -m header"},
+		{"no header", "GPU 0: NVIDIA H100\nLegend:\n", "bad.txt:2: no nvidia-smi topo -m header"},
+		{"ragged row", replaceLine(della, 3, func(s string) string { return strings.Replace(s, "SYS\t", "", 1) }),
+			"bad.txt:3: row GPU1 has 5 cells, want 6"},
+		{"ragged NIC row", replaceLine(della, 4, func(s string) string { return s + "SYS" }),
+			"bad.txt:4: row mlx5_0 has 5 cells, want 4 or 6"},
+		{"unknown cell", replaceLine(della, 2, func(s string) string { return strings.Replace(s, "SYS", "FOO", 1) }),
+			`bad.txt:2: row GPU0, column GPU1: unknown cell "FOO"`},
+		{"duplicate header device", replaceLine(della, 1, func(s string) string { return strings.Replace(s, "GPU1", "GPU0", 1) }),
+			"bad.txt:1: duplicate device GPU0 in header"},
+		{"duplicate row", replaceLine(della, 3, func(s string) string { return strings.Replace(s, "GPU1", "GPU0", 1) }),
+			"bad.txt:3: duplicate row GPU0 (first at line 2)"},
+		{"unknown row", replaceLine(della, 4, func(s string) string { return strings.Replace(s, "mlx5_0", "mlx5_7", 1) }),
+			`bad.txt:4: row "mlx5_7" is not a column`},
+		{"asymmetric", replaceLine(della, 4, func(s string) string { return strings.Replace(s, "NODE", "PIX", 1) }),
+			"bad.txt:4: matrix not symmetric: GPU0/mlx5_0 is NODE but mlx5_0/GPU0 is PIX (lines 2 and 4)"},
+		{"diagonal not X", replaceLine(della, 3, func(s string) string { return strings.Replace(s, " X ", "SYS", 1) }),
+			`bad.txt:3: row GPU1: diagonal cell is "SYS", want X`},
+		{"X off diagonal", replaceLine(della, 2, func(s string) string { return strings.Replace(s, "SYS", "X", 1) }),
+			"bad.txt:2: row GPU0, column GPU1: X off the diagonal"},
+		{"bad affinity", replaceLine(della, 2, func(s string) string { return strings.Replace(s, "0-63", "0-63x", 1) }),
+			`bad.txt:2: row GPU0, column "CPU Affinity": "0-63x" is not a list`},
+		{"truncated", strings.Join(strings.Split(della, "\n")[:4], "\n"),
+			"bad.txt:4: matrix ends after 3 of 4 rows"},
+		{"blank inside matrix", replaceLine(della, 4, func(string) string { return "" }),
+			"bad.txt:4: blank line after 2 of 4 matrix rows"},
+		{"no NIC legend", h100[:strings.Index(h100, "NIC Legend:")],
+			"bad.txt:1: column NIC0 has no entry in a NIC Legend block"},
+		{"partial NIC legend", strings.Replace(h100, "  NIC5: mlx5_5\n", "", 1),
+			"bad.txt:1: column NIC5 has no entry"},
+		{"legend names unknown NIC", strings.Replace(h100, "  NIC7: mlx5_7\n", "  NIC7: mlx5_7\n  NIC8: mlx5_8\n", 1),
+			"bad.txt:39: NIC Legend names NIC8, which is not a column"},
+		{"legend duplicate value", strings.Replace(h100, "NIC7: mlx5_7", "NIC7: mlx5_6", 1),
+			"bad.txt:38: NIC Legend maps both NIC6 and NIC7 to mlx5_6"},
+		{"line too long", "\tGPU0\n" + strings.Repeat("x", smiMaxLine+1), "bad.txt:2: line longer than"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			m, err := ParseNvidiaSMI(strings.NewReader(c.in), "bad.txt")
+			if err == nil {
+				t.Fatalf("no error; parsed %v", m.Devices)
+			}
+			if !strings.HasPrefix(err.Error(), c.want) {
+				t.Errorf("error = %q, want prefix %q", err, c.want)
+			}
+		})
+	}
+}
+
+func FuzzParseNvidiaSMI(f *testing.F) {
+	files, err := filepath.Glob(filepath.Join(smiTestdata, "*.txt"))
+	if err != nil || len(files) == 0 {
+		f.Fatalf("no seeds in %s: %v", smiTestdata, err)
+	}
+	for _, file := range files {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+		f.Add([]byte(smiExpandTabs(string(b))))
+	}
+	f.Add([]byte("\tGPU0\tGPU1\tCPU Affinity\nGPU0\t X \tSOC\t0-11\nGPU1\tSOC\t X \t12-23\n"))
+	f.Fuzz(func(t *testing.T, in []byte) {
+		const name = "fuzz.txt"
+		m, err := ParseNvidiaSMI(bytes.NewReader(in), name)
+		if err != nil {
+			if !strings.HasPrefix(err.Error(), name+":") {
+				t.Fatalf("error does not start with the file name: %v", err)
+			}
+			return
+		}
+		n := len(m.Devices)
+		if n == 0 || len(m.Rel) != n*n {
+			t.Fatalf("%d devices, %d cells", n, len(m.Rel))
+		}
+		for _, a := range m.Devices {
+			for _, b := range m.Devices {
+				ab, ok1 := m.Rel[[2]string{a, b}]
+				ba, ok2 := m.Rel[[2]string{b, a}]
+				if !ok1 || !ok2 || ab != ba {
+					t.Fatalf("%s/%s = %q, %s/%s = %q", a, b, ab, b, a, ba)
+				}
+				if (ab == "X") != (a == b) {
+					t.Fatalf("%s/%s = %q", a, b, ab)
+				}
+			}
+		}
+		if len(m.GPUs())+len(m.NICs()) != n {
+			t.Fatalf("GPUs %v + NICs %v != devices %v", m.GPUs(), m.NICs(), m.Devices)
+		}
+		for gpu, nic := range m.NearestRDMA() {
+			found := false
+			for _, x := range m.NICs() {
+				found = found || x == nic
+			}
+			if !found || !smiIsGPU("GPU"+gpu) {
+				t.Fatalf("NearestRDMA %s -> %s not a GPU/NIC pair", gpu, nic)
+			}
+		}
+	})
+}
