@@ -58,9 +58,6 @@ func Diagnose(ctx context.Context, cfg DiagnoseConfig) (*Report, error) {
 		return nil, fmt.Errorf("read topology: %w", err)
 	}
 	d := &diagnosis{cfg: cfg, host: host, gpus: host.BDFs(topology.KindGPU)}
-	r := &Report{}
-	d.hostChecks(r)
-
 	var win *window
 	if cfg.Sample > 0 {
 		win, err = d.sample(ctx)
@@ -68,11 +65,15 @@ func Diagnose(ctx context.Context, cfg DiagnoseConfig) (*Report, error) {
 			return nil, err
 		}
 	}
-	for _, pid := range d.targets(win) {
-		d.processChecks(r, pid, win)
-	}
+	r := &Report{}
+	d.hostChecks(r)
 	if win != nil {
 		r.add(d.pinnedPressure(win))
+	} else {
+		r.add(skipf(hostScope, "pinned memory", "pinned pools are seen as they are registered: rerun with --sample"))
+	}
+	for _, pid := range d.targets(win) {
+		d.processChecks(r, pid, win)
 	}
 	return r, nil
 }
@@ -95,11 +96,49 @@ func (d *diagnosis) hostChecks(r *Report) {
 	} else {
 		r.add(Check{Scope: hostScope, Name: "PCI topology", Status: Pass, Detail: detail + ": GPUs " + joinLimited(d.gpus, 8)})
 	}
+	r.add(d.pathCheck())
 	r.add(d.nicCheck())
 	r.add(d.linkCheck())
 	r.add(d.iommuCheck())
 	r.add(d.numactlCheck())
 	r.add(d.hugepagesCheck())
+}
+
+// pathCheck lists, per GPU, the H2D path from its own node's memory and the
+// segment that bounds it: the ceiling a prefix-cache load can reach.
+func (d *diagnosis) pathCheck() Check {
+	const name = "H2D path per GPU"
+	if len(d.gpus) == 0 {
+		return skipf(hostScope, name, "no GPU")
+	}
+	var lines []string
+	for i, gpu := range d.gpus {
+		node := d.host.Functions[gpu].NUMANode
+		if node < 0 {
+			node = 0
+		}
+		p, err := d.host.HostToDevice(node, gpu)
+		if err != nil {
+			lines = append(lines, fmt.Sprintf("GPU%d: %v", i, err))
+			continue
+		}
+		lines = append(lines, fmt.Sprintf("GPU%d from node %d: %s", i, node, pathText(p)))
+	}
+	return Check{Scope: hostScope, Name: name, Status: Pass, Detail: joinLimited(lines, 8)}
+}
+
+// pathText prints a path's segments and names its bottleneck.
+func pathText(p topology.Path) string {
+	names := make([]string, len(p.Segments))
+	for i, s := range p.Segments {
+		names[i] = s.Name + "(" + s.Dir + ")"
+	}
+	out := strings.Join(names, " → ")
+	if p.Bottleneck >= 0 {
+		b := p.Segments[p.Bottleneck]
+		out += fmt.Sprintf("; bottleneck %s %.2f GB/s", b.Name, b.CapacityGBs)
+	}
+	return out
 }
 
 func (d *diagnosis) nicCheck() Check {
@@ -284,19 +323,23 @@ func (d *diagnosis) gpuOf(pid int) (bdf string, node int, reason string) {
 
 func (d *diagnosis) processChecks(r *Report, pid int, win *window) {
 	scope := fmt.Sprintf("pid %d", pid)
-	if st, err := collectors.ReadStatus(d.cfg.ProcRoot, pid); err == nil {
+	st, err := collectors.ReadStatus(d.cfg.ProcRoot, pid)
+	gone := errors.Is(err, fs.ErrNotExist)
+	switch {
+	case err == nil:
 		scope = fmt.Sprintf("pid %d (%s)", pid, st.Name)
-	} else if errors.Is(err, fs.ErrNotExist) {
-		r.add(skipf(scope, "process", "pid %d: no such process (it may have exited during the window)", pid))
-		if win != nil {
-			for _, c := range win.sample.checks(scope, uint32(pid), "", 0) {
-				r.add(c)
-			}
-		}
+	case gone && win == nil:
+		r.add(skipf(scope, "process", "pid %d: no such process", pid))
 		return
+	case gone:
+		scope = fmt.Sprintf("pid %d (exited during the window)", pid)
 	}
 	gpu, gpuNode, why := d.gpuOf(pid)
-	r.add(d.bindCheck(scope, pid, gpuNode, why))
+	if gone {
+		r.add(skipf(scope, "NUMA binding", "the process exited: its memory policy can no longer be read"))
+	} else {
+		r.add(d.bindCheck(scope, pid, gpuNode, why))
+	}
 	r.add(d.poolCheck(scope, pid, gpu, gpuNode, why, win))
 	if win != nil {
 		inbound := 0.0
@@ -361,6 +404,11 @@ func (d *diagnosis) poolCheck(scope string, pid int, gpu string, gpuNode int, wh
 			GPUNode: gpuNode, PagesByNode: p.pages, Source: p.source})
 		if f != nil {
 			f.Evidence = append(f.Evidence, "GPU chosen because "+why)
+			if node := busiestNode(p.pages); node >= 0 {
+				if path, err := d.host.HostToDevice(node, gpu); err == nil {
+					f.Evidence = append(f.Evidence, fmt.Sprintf("H2D path from node %d: %s", node, pathText(path)))
+				}
+			}
 			c.Findings = append(c.Findings, *f)
 		}
 	}
@@ -502,6 +550,17 @@ func (d *diagnosis) sample(ctx context.Context) (*window, error) {
 		d.cfg.Logger.Warn("pools not located: queue full", "count", dropped)
 	}
 	return w, runErr
+}
+
+// busiestNode is the node holding most of the pages, -1 for none.
+func busiestNode(pages map[int]uint64) int {
+	best := -1
+	for _, n := range sortedKeys(pages) {
+		if best < 0 || pages[n] > pages[best] {
+			best = n
+		}
+	}
+	return best
 }
 
 func nodesText(pages map[int]uint64) string {

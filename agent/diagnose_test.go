@@ -1,0 +1,139 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lanewatch/lanewatch/internal/sysfstest"
+	"github.com/lanewatch/lanewatch/internal/testenv"
+)
+
+func findCheck(r *Report, scopePrefix, name string) *Check {
+	for i, c := range r.Checks {
+		if strings.HasPrefix(c.Scope, scopePrefix) && c.Name == name {
+			return &r.Checks[i]
+		}
+	}
+	return nil
+}
+
+func reportText(r *Report) string {
+	var b bytes.Buffer
+	r.WriteText(&b)
+	return b.String()
+}
+
+// On this machine (virtio devices, one NUMA node, no GPU, no RDMA) the
+// static checklist runs and says what is absent instead of failing.
+func TestDiagnoseThisMachine(t *testing.T) {
+	r, err := Diagnose(context.Background(), DiagnoseConfig{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := reportText(r)
+	if c := findCheck(r, "host", "PCI topology"); c == nil || c.Status != Skip || !strings.Contains(c.Detail, "no GPU on this host") {
+		t.Errorf("PCI topology: %+v", c)
+	}
+	if c := findCheck(r, "host", "RDMA NIC per GPU"); c == nil || c.Status != Skip || !strings.Contains(c.Detail, "no RDMA device") {
+		t.Errorf("RDMA: %+v", c)
+	}
+	if r.Failed() {
+		t.Errorf("a host with nothing to check failed:\n%s", text)
+	}
+}
+
+// diagnoseWhile runs diagnose with a live window during which the reference
+// data path runs one scenario, and returns the report and the scenario's pid.
+func diagnoseWhile(t *testing.T, sysRoot, scenario string, extra ...string) (*Report, int) {
+	t.Helper()
+	ref := testenv.RefDir(t)
+	var cmd *exec.Cmd
+	started := make(chan error, 1)
+	cfg := DiagnoseConfig{
+		SysRoot: sysRoot,
+		Sample:  2 * time.Second,
+		Libs:    []string{filepath.Join(ref, "plain", "libcudart.so.12"), filepath.Join(ref, "lib", "libcuda.so.1")},
+		Logger:  slog.New(slog.NewTextHandler(io.Discard, nil)),
+		OnSampleStart: func() {
+			args := append([]string{"--scenario", scenario, "--truth", filepath.Join(t.TempDir(), "truth.jsonl")}, extra...)
+			cmd = exec.Command(filepath.Join(ref, "bin", "kvpath"), args...)
+			cmd.Stderr = os.Stderr
+			started <- cmd.Start()
+		},
+	}
+	done := make(chan struct{})
+	var r *Report
+	var err error
+	go func() { r, err = Diagnose(context.Background(), cfg); close(done) }()
+	if err := <-started; err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("%s: %v", scenario, err)
+	}
+	<-done
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("agent diagnose --sample during %s:\n%s", scenario, reportText(r))
+	return r, cmd.Process.Pid
+}
+
+func TestDiagnoseSamplePageableLoad(t *testing.T) {
+	testenv.RequireRoot(t)
+	r, pid := diagnoseWhile(t, "/sys", "pageable-load")
+	c := findCheck(r, "pid "+itoa(pid), "pageable copies")
+	if c == nil || c.Status != Fail || len(c.Findings) != 1 || c.Findings[0].Rule != "pageable-copy" ||
+		!strings.Contains(c.Findings[0].Summary, "32 copies (32 MiB)") {
+		t.Fatalf("pageable copies: %+v\n%s", c, reportText(r))
+	}
+	if !r.Failed() {
+		t.Error("report with a FAIL says it did not fail")
+	}
+}
+
+func TestDiagnoseSampleHicacheLoad(t *testing.T) {
+	testenv.RequireRoot(t)
+	r, pid := diagnoseWhile(t, "/sys", "hicache-load")
+	c := findCheck(r, "pid "+itoa(pid), "pageable copies")
+	if c == nil || c.Status != Pass || !strings.Contains(c.Detail, "32 transfers, none from pageable memory") {
+		t.Fatalf("pageable copies: %+v\n%s", c, reportText(r))
+	}
+	if r.Failed() {
+		t.Errorf("hicache-load failed a check:\n%s", reportText(r))
+	}
+}
+
+// A sysfs tree whose only GPU sits on node 1 while this machine put the
+// pool's pages on node 0: the pool is remote.
+func TestDiagnoseRemoteNUMAPool(t *testing.T) {
+	testenv.RequireRoot(t)
+	sys := sysfstest.Build(t, sysfstest.Host{
+		Nodes: []sysfstest.Node{{CPUs: "0", Distance: "10 21"}, {CPUs: "1", Distance: "21 10"}},
+		Funcs: []sysfstest.Func{
+			{BDF: "0000:80:01.0", HB: "pci0000:80", Class: "0x060400", Vendor: "0x1022", Device: "0x14ab", NUMA: "1",
+				Cur: "32.0 GT/s PCIe", Max: "32.0 GT/s PCIe", CurW: "16", MaxW: "16"},
+			{BDF: "0000:81:00.0", Parent: "0000:80:01.0", Class: "0x030200", Vendor: "0x10de", Device: "0x2335", NUMA: "1",
+				Cur: "32.0 GT/s PCIe", Max: "32.0 GT/s PCIe", CurW: "16", MaxW: "16"},
+		},
+	})
+	sysfstest.Write(t, filepath.Join(sys, "devices", "system", "node", "online"), "0-1\n")
+	// 256 layers keep the process alive long enough for its pool to be located.
+	r, pid := diagnoseWhile(t, sys, "hicache-load", "--layers", "256")
+	c := findCheck(r, "pid "+itoa(pid), "pinned pool placement")
+	if c == nil || c.Status != Fail || len(c.Findings) == 0 || c.Findings[0].Rule != "remote-numa-pool" ||
+		!strings.Contains(strings.Join(c.Findings[0].Evidence, " "), "N0=") {
+		t.Fatalf("pool placement: %+v\n%s", c, reportText(r))
+	}
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }

@@ -1,0 +1,82 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/lanewatch/lanewatch/internal/sysfstest"
+)
+
+const topoSamples = "../../../shared/samples/topo_m/"
+
+// Both shared topo -m samples give the GPU → nearest RDMA device map.
+func TestTopoNvidiaSMISamples(t *testing.T) {
+	cases := map[string]map[string]string{
+		"sglang-issue-30401_8xH100_8xmlx5_2numa_spaces.txt": {"0": "mlx5_0", "1": "mlx5_1", "2": "mlx5_2", "3": "mlx5_3",
+			"4": "mlx5_4", "5": "mlx5_5", "6": "mlx5_6", "7": "mlx5_7"},
+		// old format: each GPU is NODE to one NIC and SYS to the other
+		"princeton_della-i14g20_2xA100_2xmlx5_oldformat.txt": {"0": "mlx5_0", "1": "mlx5_1"},
+	}
+	for file, want := range cases {
+		t.Run(file, func(t *testing.T) {
+			var out, errb bytes.Buffer
+			if code := realMain([]string{"topo", "--json", "--path.sysfs", "/sys", "--nvidia-smi", topoSamples + file}, &out, &errb); code != 0 {
+				t.Fatalf("exit %d: %s", code, errb.String())
+			}
+			var got topoOutput
+			if err := json.Unmarshal(out.Bytes(), &got); err != nil {
+				t.Fatal(err)
+			}
+			if len(got.IBDeviceMap) != len(want) {
+				t.Fatalf("map %v, want %v", got.IBDeviceMap, want)
+			}
+			for k, v := range want {
+				if got.IBDeviceMap[k] != v {
+					t.Errorf("GPU %s → %s, want %s", k, got.IBDeviceMap[k], v)
+				}
+			}
+		})
+	}
+}
+
+// With GPUs in sysfs and a saved topo -m, disagreements are reported.
+func TestTopoComparesSysfsWithFile(t *testing.T) {
+	sys := sysfstest.Build(t, sysfstest.Host{
+		Nodes: []sysfstest.Node{{CPUs: "0-3", Distance: "10"}},
+		Funcs: []sysfstest.Func{
+			{BDF: "0000:17:00.0", HB: "pci0000:17", Class: "0x060400", Vendor: "0x1000", Device: "0xc030", NUMA: "0"},
+			{BDF: "0000:18:00.0", Parent: "0000:17:00.0", Class: "0x030200", Vendor: "0x10de", Device: "0x2330", NUMA: "0"},
+			{BDF: "0000:19:00.0", Parent: "0000:17:00.0", Class: "0x020700", Vendor: "0x15b3", Device: "0x1021", NUMA: "0", RDMA: []string{"mlx5_0"}},
+		},
+	})
+	smi := filepath.Join(t.TempDir(), "topo.txt")
+	// The file claims the NIC is behind the host bridge (PHB); sysfs says both sit under one bridge (PIX).
+	os.WriteFile(smi, []byte("\tGPU0\tNIC0\tCPU Affinity\tNUMA Affinity\nGPU0\t X \tPHB\t0-3\t0\nNIC0\tPHB\t X \t\t\n\nNIC Legend:\n\n  NIC0: mlx5_0\n"), 0o644)
+	var out, errb bytes.Buffer
+	if code := realMain([]string{"topo", "--path.sysfs", sys, "--nvidia-smi", smi}, &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	if !strings.Contains(out.String(), "difference: GPU0–mlx5_0: sysfs PIX, file PHB") {
+		t.Errorf("no difference reported:\n%s", out.String())
+	}
+	out.Reset()
+	if code := realMain([]string{"topo", "--path.sysfs", sys}, &out, &errb); code != 0 || !strings.Contains(out.String(), `{"0":"mlx5_0"}`) ||
+		!strings.Contains(out.String(), "NIC0: mlx5_0") {
+		t.Errorf("sysfs topo: exit %d\n%s", code, out.String())
+	}
+}
+
+// On this machine (no GPU, no RDMA) topo says so and exits 0.
+func TestTopoThisMachine(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := realMain([]string{"topo"}, &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	if !strings.Contains(out.String(), "no GPU in /sys") || !strings.Contains(out.String(), "no RDMA device") {
+		t.Errorf("absent devices not named:\n%s", out.String())
+	}
+}
