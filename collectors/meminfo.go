@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/lanewatch/lanewatch/internal/lines"
 )
 
 // Meminfo is the part of /proc/meminfo the host checks read. Sizes are in
@@ -29,7 +31,7 @@ type Meminfo struct {
 func ParseMeminfo(r io.Reader, name string) (Meminfo, error) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 4096), 1<<16)
-	sc.Split(scanLF)
+	sc.Split(lines.ScanLF)
 	mi := Meminfo{Fields: map[string]uint64{}}
 	line := 0
 	for sc.Scan() {

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/lanewatch/lanewatch/internal/lines"
 	"github.com/lanewatch/lanewatch/probes"
 )
 
@@ -75,7 +76,7 @@ const maxNumaMapsLine = 1 << 20
 func ParseNumaMaps(r io.Reader, name string) ([]NumaMapping, error) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 4096), maxNumaMapsLine)
-	sc.Split(scanLF)
+	sc.Split(lines.ScanLF)
 	var out []NumaMapping
 	line := 0
 	for sc.Scan() {
@@ -105,18 +106,6 @@ func ReadNumaMaps(procRoot string, pid int) ([]NumaMapping, error) {
 	}
 	defer f.Close()
 	return ParseNumaMaps(f, path)
-}
-
-// scanLF splits at '\n' only: the kernel does not escape '\r' in file names,
-// so bufio.ScanLines would eat one that ends a name.
-func scanLF(data []byte, atEOF bool) (int, []byte, error) {
-	if i := bytes.IndexByte(data, '\n'); i >= 0 {
-		return i + 1, data[:i], nil
-	}
-	if atEOF && len(data) > 0 {
-		return len(data), data, nil
-	}
-	return 0, nil, nil
 }
 
 func parseNumaMapsLine(s string) (NumaMapping, error) {

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/lanewatch/lanewatch/internal/lines"
 )
 
 // ProcStatus is the part of /proc/PID/status the NUMA rules read, plus every
@@ -45,7 +47,7 @@ func (s ProcStatus) HasCap(bit int) bool {
 func ParseStatus(r io.Reader, name string) (ProcStatus, error) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 4096), 1<<20)
-	sc.Split(scanLF)
+	sc.Split(lines.ScanLF)
 	st := ProcStatus{Fields: map[string]string{}}
 	line := 0
 	for sc.Scan() {

@@ -2,6 +2,7 @@ package correlate
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -111,7 +112,7 @@ func NUMABindSkipped(f BindFacts) *Finding {
 	if len(f.OnlineNodes) < 2 || len(f.GPUNodes) != 1 || f.GPUNodes[0] < 0 {
 		return nil // nothing to bind to, or a process spanning GPUs on several nodes
 	}
-	if !sameInts(f.MemsAllowed, f.OnlineNodes) {
+	if !slices.Equal(f.MemsAllowed, f.OnlineNodes) {
 		return nil // memory is restricted: bound (cpuset or --membind)
 	}
 	for _, p := range f.Policies {
@@ -410,18 +411,6 @@ func bytesText(b uint64) string {
 		return fmt.Sprintf("%d KiB", b>>10)
 	}
 	return fmt.Sprintf("%d B", b)
-}
-
-func sameInts(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 func intsText(v []int) string {

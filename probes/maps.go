@@ -2,7 +2,6 @@ package probes
 
 import (
 	"bufio"
-	"bytes"
 	"fmt"
 	"io"
 	"os"
@@ -10,6 +9,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/lanewatch/lanewatch/internal/lines"
 )
 
 // Mapping is one line of /proc/PID/maps.
@@ -44,7 +45,7 @@ const maxMapsLine = 1 << 20
 func ParseMaps(r io.Reader, name string) ([]Mapping, error) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 4096), maxMapsLine)
-	sc.Split(scanLF)
+	sc.Split(lines.ScanLF)
 	var ms []Mapping
 	line := 0
 	for sc.Scan() {
@@ -62,18 +63,6 @@ func ParseMaps(r io.Reader, name string) ([]Mapping, error) {
 		return nil, fmt.Errorf("%s:%d: %w", name, line+1, err)
 	}
 	return ms, nil
-}
-
-// scanLF splits at '\n' only: unlike bufio.ScanLines it keeps a trailing
-// '\r', which the kernel prints raw when a file name ends in one.
-func scanLF(data []byte, atEOF bool) (int, []byte, error) {
-	if i := bytes.IndexByte(data, '\n'); i >= 0 {
-		return i + 1, data[:i], nil
-	}
-	if atEOF && len(data) > 0 {
-		return len(data), data, nil
-	}
-	return 0, nil, nil
 }
 
 // parseMapsLine parses "start-end perms offset dev inode [path]".

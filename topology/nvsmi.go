@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -227,7 +228,7 @@ func (p *smiParser) parseHeader(f []string, line int) (devs, extras []string, er
 		matched := false
 		for _, words := range smiExtraCols {
 			n := len(words)
-			if len(f) > n && smiEqualFields(f[len(f)-n:], words) {
+			if len(f) > n && slices.Equal(f[len(f)-n:], words) {
 				name := strings.Join(words, " ")
 				for _, e := range extras {
 					if e == name {
@@ -421,7 +422,7 @@ func (m *SMIMatrix) NearestRDMA() map[string]string {
 				continue
 			}
 			name := m.rdmaName(d)
-			if best == "" || r.Rank() < bestRank || (r.Rank() == bestRank && smiNaturalLess(name, best)) {
+			if best == "" || r.Rank() < bestRank || (r.Rank() == bestRank && naturalLess(name, best)) {
 				best, bestRank = name, r.Rank()
 			}
 		}
@@ -484,18 +485,6 @@ func smiDigits(s string) bool {
 	return true
 }
 
-func smiEqualFields(a, b []string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}
-
 // smiStripEscapes removes ANSI CSI sequences (ESC [ … final byte), which
 // nvidia-smi writes around the header when its output is a terminal.
 func smiStripEscapes(s string) string {
@@ -517,9 +506,9 @@ func smiStripEscapes(s string) string {
 	return b.String()
 }
 
-// smiNaturalLess orders names with their digit runs compared as numbers:
+// naturalLess orders names with their digit runs compared as numbers:
 // mlx5_2 < mlx5_10 < mlx5_bond_0.
-func smiNaturalLess(a, b string) bool {
+func naturalLess(a, b string) bool {
 	for a != "" && b != "" {
 		da, db := smiIsDigit(a[0]), smiIsDigit(b[0])
 		switch {

@@ -525,8 +525,8 @@ func TestSMINaturalLess(t *testing.T) {
 		{"mlx5_01", "mlx5_1", false},
 		{"ib0", "mlx5_0", true},
 	} {
-		if got := smiNaturalLess(c.a, c.b); got != c.want {
-			t.Errorf("smiNaturalLess(%q, %q) = %v", c.a, c.b, got)
+		if got := naturalLess(c.a, c.b); got != c.want {
+			t.Errorf("naturalLess(%q, %q) = %v", c.a, c.b, got)
 		}
 	}
 }
