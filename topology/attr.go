@@ -176,4 +176,3 @@ func (l CPUList) Contains(cpu int) bool {
 }
 
 func (l CPUList) String() string { return l.Text }
-
