@@ -166,6 +166,13 @@ func isHex(s string) bool {
 // ("/sys", or a captured tree). Missing attribute files leave fields
 // unknown; a present file that does not parse is an error naming it.
 func Read(sysRoot string) (*Host, error) {
+	// A host without PCI (a microVM) has no bus/pci: that is an empty tree.
+	// A root that is not there at all is a wrong --path.sysfs.
+	if st, err := os.Stat(sysRoot); err != nil {
+		return nil, fmt.Errorf("topology: sysfs root: %w", err)
+	} else if !st.IsDir() {
+		return nil, fmt.Errorf("topology: sysfs root %s is not a directory", sysRoot)
+	}
 	h := &Host{Functions: map[string]*Function{}, RDMA: map[string]string{}}
 	devDir := filepath.Join(sysRoot, "bus", "pci", "devices")
 	ents, err := os.ReadDir(devDir)

@@ -80,3 +80,30 @@ func TestTopoThisMachine(t *testing.T) {
 		t.Errorf("absent devices not named:\n%s", out.String())
 	}
 }
+
+func TestDiagnoseExitCodes(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := realMain([]string{"diagnose", "--path.sysfs", filepath.Join(t.TempDir(), "nope")}, &out, &errb); code != exitCannotRun ||
+		!strings.Contains(errb.String(), "diagnose:") {
+		t.Errorf("unreadable sysfs: exit %d, stderr %q", code, errb.String())
+	}
+	errb.Reset()
+	if code := realMain([]string{"diagnose", "--ib-devices", "{0:"}, &out, &errb); code != exitCannotRun || !strings.Contains(errb.String(), "--ib-devices") {
+		t.Errorf("bad --ib-devices: exit %d, stderr %q", code, errb.String())
+	}
+	out.Reset()
+	if code := realMain([]string{"diagnose", "--json"}, &out, &errb); code != exitOK {
+		t.Fatalf("this machine: exit %d, stderr %q", code, errb.String())
+	}
+	var r struct {
+		Checks []struct{ Scope, Name, Status, Detail string }
+	}
+	if err := json.Unmarshal(out.Bytes(), &r); err != nil || len(r.Checks) == 0 {
+		t.Fatalf("--json output: %v\n%s", err, out.String())
+	}
+	for _, c := range r.Checks {
+		if c.Status == "FAIL" {
+			t.Errorf("this machine failed %s: %s", c.Name, c.Detail)
+		}
+	}
+}
