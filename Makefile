@@ -34,9 +34,12 @@ bench: build ## probe cost (none / empty program / lanewatch), pipeline throughp
 	$(GO) test -run '^$$' -bench Pipeline -benchmem -cpu 1 ./correlate
 	$(SUDO) ./bin/agent selftest | tail -n 3
 
-fuzz: ## run each fuzz target for 20 s
-	for t in FuzzParseMaps FuzzLookupSymbols FuzzChooseSite; do $(GO) test ./probes -run '^$$' -fuzz "^$$t$$" -fuzztime 20s || exit 1; done
-	$(GO) test ./agent -run '^$$' -fuzz '^FuzzReadTruth$$' -fuzztime 20s
+fuzz: ## run every fuzz target for FUZZTIME (default 15s) each
+	@for pkg in $$($(GO) list ./...); do \
+	  for t in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz'); do \
+	    echo "== $$pkg $$t"; $(GO) test $$pkg -run '^$$' -fuzz "^$$t$$" -fuzztime $(or $(FUZZTIME),15s) || exit 1; \
+	  done; \
+	done
 
 clean: ## remove build outputs
 	rm -rf bin
