@@ -40,20 +40,6 @@ func symbolNames() []string {
 	return names
 }
 
-// fileIDOf reads the device and inode of a mapping ("fd:01", 1234).
-func fileIDOf(m probes.Mapping) (probes.FileID, error) {
-	major, minor, ok := strings.Cut(m.Dev, ":")
-	if !ok {
-		return probes.FileID{}, fmt.Errorf("bad device %q", m.Dev)
-	}
-	ma, err1 := strconv.ParseUint(major, 16, 32)
-	mi, err2 := strconv.ParseUint(minor, 16, 32)
-	if err1 != nil || err2 != nil {
-		return probes.FileID{}, fmt.Errorf("bad device %q", m.Dev)
-	}
-	return probes.FileID{Dev: ma<<32 | mi, Inode: m.Inode}, nil
-}
-
 // fileIDOfPath stats a file the same way the kernel names it in maps.
 func fileIDOfPath(path string) (probes.FileID, error) {
 	var st unix.Stat_t
@@ -138,7 +124,7 @@ func (a *Agent) scanProcess(pid int) (probed bool, lastAttach uint64, snapshot [
 		if !m.Executable() || !m.FileBacked() {
 			continue
 		}
-		id, err := fileIDOf(m)
+		id, err := m.FileID()
 		if err != nil {
 			a.log.Warn("bad maps line", "pid", pid, "err", err)
 			continue

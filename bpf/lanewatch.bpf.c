@@ -174,6 +174,9 @@ int lw_call_return(struct pt_regs *ctx)
 	for (__u32 i = 0; i < LW_MAX_ARGS; i++)
 		if (i + 1 == out)
 			ptr = e->args[i];
+	/* Or a field of the returned object (ibv_mr keys, a QP's context). */
+	if (LW_COOKIE_OUTRET(cookie) && e->ret)
+		ptr = e->ret + LW_COOKIE_OUTOFF(cookie);
 	if (ptr && bpf_probe_read_user(&e->out, sizeof(e->out), (void *)ptr))
 		count_drop(LW_DROP_READ_FAULT, 1);
 	bpf_map_delete_elem(&saved, &key);
@@ -246,5 +249,154 @@ int BPF_PROG(lw_exit, struct task_struct *p)
 	if (pid != tgid)
 		return 0;
 	emit_process(LW_EV_EXIT, tgid, pid);
+	return 0;
+}
+
+/* Layouts of /usr/include/infiniband/verbs.h (rdma-core), checked by a Go
+ * test that compiles offsetof() against the header. */
+#define IBV_QP_QP_NUM 52       /* struct ibv_qp.qp_num */
+#define IBV_WR_NEXT 8          /* struct ibv_send_wr/ibv_recv_wr.next */
+#define IBV_WR_SG_LIST 16
+#define IBV_WR_NUM_SGE 24
+#define IBV_SWR_OPCODE 28      /* struct ibv_send_wr.opcode */
+#define IBV_SWR_SEND_FLAGS 32
+#define IBV_SWR_IMM 36
+#define IBV_SWR_REMOTE_ADDR 40 /* wr.rdma.remote_addr */
+#define IBV_SWR_RKEY 48        /* wr.rdma.rkey */
+#define IBV_SGE_SIZE 16        /* struct ibv_sge: addr u64, length u32, lkey u32 */
+#define IBV_WC_SIZE 48         /* struct ibv_wc */
+
+struct lw_sge {
+	__u64 addr;
+	__u32 length;
+	__u32 lkey;
+};
+
+/* Walks a post_send/post_recv chain: one event per work request. The
+ * provider function is reached only through the context's ops table, so it
+ * is attached by file offset (see probes.ResolveProviderOps). */
+static __always_inline int walk_wrs(struct pt_regs *ctx, int send)
+{
+	__u64 cookie = bpf_get_attach_cookie(ctx);
+	__u64 id = bpf_get_current_pid_tgid();
+	__u64 qp = ctx->di, wr = ctx->si, ts = bpf_ktime_get_ns();
+	__u32 qp_num = 0;
+	bpf_probe_read_user(&qp_num, sizeof(qp_num), (void *)(qp + IBV_QP_QP_NUM));
+
+	for (__u32 i = 0; i < LW_MAX_WR; i++) {
+		if (!wr)
+			return 0;
+		struct lw_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+		if (!e) {
+			count_drop(LW_DROP_RING_FULL, 1);
+			return 0;
+		}
+		__builtin_memset(e, 0, sizeof(*e));
+		e->kind = LW_EV_WR;
+		e->nargs = LW_MAX_ARGS;
+		e->probe = LW_COOKIE_PROBE(cookie);
+		e->pid = id >> 32;
+		e->tid = (__u32)id;
+		e->batch_index = i;
+		e->ts_ns = ts;
+		e->args[LW_WR_QP] = qp;
+		e->args[LW_WR_QPNUM] = qp_num;
+
+		__u64 hdr[7] = {}; /* wr_id, next, sg_list, num_sge|opcode, send_flags|imm, remote_addr, rkey */
+		if (bpf_probe_read_user(hdr, send ? sizeof(hdr) : 4 * sizeof(__u64), (void *)wr)) {
+			count_drop(LW_DROP_READ_FAULT, 1);
+			bpf_ringbuf_discard(e, 0);
+			return 0;
+		}
+		e->args[LW_WR_ID] = hdr[0];
+		__u32 nsge = (__u32)hdr[3];
+		if (send) {
+			e->args[LW_WR_OPCODE] = (hdr[3] >> 32) | ((hdr[4] & 0xffffffff) << 32);
+			e->args[LW_WR_REMOTE] = hdr[5];
+			e->args[LW_WR_RKEY_IMM] = (hdr[6] & 0xffffffff) | (hdr[4] & 0xffffffff00000000ULL);
+		}
+		__u64 bytes = 0;
+		for (__u32 j = 0; j < LW_MAX_SGE; j++) {
+			struct lw_sge sge = {};
+			if (j >= nsge)
+				break;
+			if (bpf_probe_read_user(&sge, sizeof(sge), (void *)(hdr[2] + j * IBV_SGE_SIZE))) {
+				count_drop(LW_DROP_READ_FAULT, 1);
+				break;
+			}
+			bytes += sge.length;
+			if (j == 0) {
+				e->args[LW_WR_LOCAL] = sge.addr;
+				e->args[LW_WR_LKEY_NSGE] = sge.lkey | ((__u64)nsge << 32);
+			}
+		}
+		e->args[LW_WR_BYTES] = bytes;
+		bpf_ringbuf_submit(e, submit_flags());
+		wr = hdr[1];
+	}
+	if (wr)
+		count_drop(LW_DROP_WR_TRUNC, 1);
+	return 0;
+}
+
+SEC("uprobe.multi")
+int lw_post_send(struct pt_regs *ctx)
+{
+	return walk_wrs(ctx, 1);
+}
+
+SEC("uprobe.multi")
+int lw_post_recv(struct pt_regs *ctx)
+{
+	return walk_wrs(ctx, 0);
+}
+
+/* poll_cq(cq, num_entries, wc): the entry half is lw_call_enter; at return
+ * one event per completion the call wrote. Empty polls emit nothing. */
+SEC("uretprobe.multi")
+int lw_poll_cq_return(struct pt_regs *ctx)
+{
+	__u64 cookie = bpf_get_attach_cookie(ctx);
+	struct saved_key key = {
+		.tid = (__u32)bpf_get_current_pid_tgid(),
+		.probe = LW_COOKIE_PROBE(cookie),
+	};
+	struct lw_event *in = bpf_map_lookup_elem(&saved, &key);
+	if (!in) {
+		count_drop(LW_DROP_NO_ENTRY, 1);
+		return 0;
+	}
+	__s64 n = (__s64)ctx->ax;
+	__u64 cq = in->args[0], wcs = in->args[2], ts = bpf_ktime_get_ns();
+	for (__u32 i = 0; i < LW_MAX_WC; i++) {
+		if ((__s64)i >= n)
+			break;
+		struct lw_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+		if (!e) {
+			count_drop(LW_DROP_RING_FULL, 1);
+			break;
+		}
+		__builtin_memcpy(e, in, sizeof(*e));
+		e->kind = LW_EV_WC;
+		e->batch_index = i;
+		e->ret_ts_ns = ts;
+		e->ret = n;
+		__u64 wc[5] = {}; /* wr_id, status|opcode, vendor_err|byte_len, imm|qp_num, src_qp|wc_flags */
+		if (bpf_probe_read_user(wc, sizeof(wc), (void *)(wcs + i * IBV_WC_SIZE)))
+			count_drop(LW_DROP_READ_FAULT, 1);
+		e->args[LW_WC_CQ] = cq;
+		e->args[LW_WC_ID] = wc[0];
+		e->args[LW_WC_STATUS_OP] = wc[1];
+		e->args[LW_WC_LEN_IMM] = (wc[2] >> 32) | (wc[3] << 32);
+		e->args[LW_WC_QPNUM_FLAGS] = (wc[3] >> 32) | (wc[4] & 0xffffffff00000000ULL);
+		e->args[5] = 0;
+		e->args[6] = 0;
+		e->args[7] = 0;
+		e->args[8] = 0;
+		bpf_ringbuf_submit(e, submit_flags());
+	}
+	if (n > LW_MAX_WC)
+		count_drop(LW_DROP_WR_TRUNC, n - LW_MAX_WC);
+	bpf_map_delete_elem(&saved, &key);
 	return 0;
 }

@@ -12,7 +12,13 @@ enum lw_event_kind {
 	LW_EV_BATCH_ENTRY = 2, /* one dst/src/size triple of a batch copy */
 	LW_EV_EXEC = 3,        /* a process image was replaced (sched_process_exec) */
 	LW_EV_EXIT = 4,        /* a process's leader thread exited (sched_process_exit) */
+	LW_EV_WR = 5,          /* one work request of an ibv_post_send/ibv_post_recv chain */
+	LW_EV_WC = 6,          /* one completion returned by ibv_poll_cq */
 };
+
+#define LW_MAX_WR 16        /* work requests decoded per post call; the rest are counted */
+#define LW_MAX_SGE 4        /* scatter/gather entries summed per work request */
+#define LW_MAX_WC 16        /* completions decoded per poll call; the rest are counted */
 
 /* Indexes into the per-CPU drop counters. */
 enum lw_drop_reason {
@@ -20,7 +26,8 @@ enum lw_drop_reason {
 	LW_DROP_NO_ENTRY = 1,     /* a return fired without its saved entry (map full/evicted) */
 	LW_DROP_BATCH_TRUNC = 2,  /* batch entries beyond LW_MAX_BATCH */
 	LW_DROP_READ_FAULT = 3,   /* a user-memory read failed (stack arg, out pointer, array) */
-	LW_DROP_NREASONS = 4,
+	LW_DROP_WR_TRUNC = 4,     /* work requests or completions beyond LW_MAX_WR / LW_MAX_WC */
+	LW_DROP_NREASONS = 5,
 };
 
 struct lw_event {
@@ -42,5 +49,29 @@ struct lw_event {
 #define LW_COOKIE_NARGS(c)    ((__u8)(((c) >> 16) & 0xff))
 #define LW_COOKIE_OUTARG(c)   ((__u8)(((c) >> 24) & 0xff)) /* index+1 of the out pointer, 0 = none */
 #define LW_COOKIE_SPDELTA(c)  ((__u8)(((c) >> 32) & 0xff)) /* bytes pushed between symbol and probe site */
+#define LW_COOKIE_OUTRET(c)   (((c) >> 40) & 1)             /* out is read at the return value + LW_COOKIE_OUTOFF */
+#define LW_COOKIE_OUTOFF(c)   ((__u16)(((c) >> 48) & 0xffff))
+
+/* Argument slots of LW_EV_WR events (struct ibv_send_wr / ibv_recv_wr). */
+enum lw_wr_arg {
+	LW_WR_QP = 0,         /* struct ibv_qp * */
+	LW_WR_ID = 1,         /* wr_id */
+	LW_WR_BYTES = 2,      /* sum of the SGE lengths (first LW_MAX_SGE) */
+	LW_WR_OPCODE = 3,     /* opcode | send_flags << 32 (post_recv: 0) */
+	LW_WR_REMOTE = 4,     /* wr.rdma.remote_addr */
+	LW_WR_RKEY_IMM = 5,   /* rkey | imm_data << 32 */
+	LW_WR_LOCAL = 6,      /* sg_list[0].addr */
+	LW_WR_LKEY_NSGE = 7,  /* sg_list[0].lkey | num_sge << 32 */
+	LW_WR_QPNUM = 8,      /* qp->qp_num */
+};
+
+/* Argument slots of LW_EV_WC events (struct ibv_wc). */
+enum lw_wc_arg {
+	LW_WC_CQ = 0,          /* struct ibv_cq * */
+	LW_WC_ID = 1,          /* wr_id */
+	LW_WC_STATUS_OP = 2,   /* status | opcode << 32 */
+	LW_WC_LEN_IMM = 3,     /* byte_len | imm_data << 32 */
+	LW_WC_QPNUM_FLAGS = 4, /* qp_num | wc_flags << 32 */
+};
 
 #endif

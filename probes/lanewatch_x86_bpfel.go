@@ -45,18 +45,21 @@ type lanewatchSavedKey struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	lanewatchMapDrops         = "drops"
-	lanewatchMapEvents        = "events"
-	lanewatchMapSaved         = "saved"
-	lanewatchMapScratch       = "scratch"
-	lanewatchProgLwBatch      = "lw_batch"
-	lanewatchProgLwCall       = "lw_call"
-	lanewatchProgLwCallEnter  = "lw_call_enter"
-	lanewatchProgLwCallReturn = "lw_call_return"
-	lanewatchProgLwExec       = "lw_exec"
-	lanewatchProgLwExit       = "lw_exit"
-	lanewatchVarCpuCounts     = "cpu_counts"
-	lanewatchVarWakeupBytes   = "wakeup_bytes"
+	lanewatchMapDrops           = "drops"
+	lanewatchMapEvents          = "events"
+	lanewatchMapSaved           = "saved"
+	lanewatchMapScratch         = "scratch"
+	lanewatchProgLwBatch        = "lw_batch"
+	lanewatchProgLwCall         = "lw_call"
+	lanewatchProgLwCallEnter    = "lw_call_enter"
+	lanewatchProgLwCallReturn   = "lw_call_return"
+	lanewatchProgLwExec         = "lw_exec"
+	lanewatchProgLwExit         = "lw_exit"
+	lanewatchProgLwPollCqReturn = "lw_poll_cq_return"
+	lanewatchProgLwPostRecv     = "lw_post_recv"
+	lanewatchProgLwPostSend     = "lw_post_send"
+	lanewatchVarCpuCounts       = "cpu_counts"
+	lanewatchVarWakeupBytes     = "wakeup_bytes"
 )
 
 // loadLanewatch returns the embedded CollectionSpec for lanewatch.
@@ -101,12 +104,15 @@ type lanewatchSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type lanewatchProgramSpecs struct {
-	LwBatch      *ebpf.ProgramSpec `ebpf:"lw_batch"`
-	LwCall       *ebpf.ProgramSpec `ebpf:"lw_call"`
-	LwCallEnter  *ebpf.ProgramSpec `ebpf:"lw_call_enter"`
-	LwCallReturn *ebpf.ProgramSpec `ebpf:"lw_call_return"`
-	LwExec       *ebpf.ProgramSpec `ebpf:"lw_exec"`
-	LwExit       *ebpf.ProgramSpec `ebpf:"lw_exit"`
+	LwBatch        *ebpf.ProgramSpec `ebpf:"lw_batch"`
+	LwCall         *ebpf.ProgramSpec `ebpf:"lw_call"`
+	LwCallEnter    *ebpf.ProgramSpec `ebpf:"lw_call_enter"`
+	LwCallReturn   *ebpf.ProgramSpec `ebpf:"lw_call_return"`
+	LwExec         *ebpf.ProgramSpec `ebpf:"lw_exec"`
+	LwExit         *ebpf.ProgramSpec `ebpf:"lw_exit"`
+	LwPollCqReturn *ebpf.ProgramSpec `ebpf:"lw_poll_cq_return"`
+	LwPostRecv     *ebpf.ProgramSpec `ebpf:"lw_post_recv"`
+	LwPostSend     *ebpf.ProgramSpec `ebpf:"lw_post_send"`
 }
 
 // lanewatchMapSpecs contains maps before they are loaded into the kernel.
@@ -174,12 +180,15 @@ type lanewatchVariables struct {
 //
 // It can be passed to loadLanewatchObjects or ebpf.CollectionSpec.LoadAndAssign.
 type lanewatchPrograms struct {
-	LwBatch      *ebpf.Program `ebpf:"lw_batch"`
-	LwCall       *ebpf.Program `ebpf:"lw_call"`
-	LwCallEnter  *ebpf.Program `ebpf:"lw_call_enter"`
-	LwCallReturn *ebpf.Program `ebpf:"lw_call_return"`
-	LwExec       *ebpf.Program `ebpf:"lw_exec"`
-	LwExit       *ebpf.Program `ebpf:"lw_exit"`
+	LwBatch        *ebpf.Program `ebpf:"lw_batch"`
+	LwCall         *ebpf.Program `ebpf:"lw_call"`
+	LwCallEnter    *ebpf.Program `ebpf:"lw_call_enter"`
+	LwCallReturn   *ebpf.Program `ebpf:"lw_call_return"`
+	LwExec         *ebpf.Program `ebpf:"lw_exec"`
+	LwExit         *ebpf.Program `ebpf:"lw_exit"`
+	LwPollCqReturn *ebpf.Program `ebpf:"lw_poll_cq_return"`
+	LwPostRecv     *ebpf.Program `ebpf:"lw_post_recv"`
+	LwPostSend     *ebpf.Program `ebpf:"lw_post_send"`
 }
 
 func (p *lanewatchPrograms) Close() error {
@@ -190,6 +199,9 @@ func (p *lanewatchPrograms) Close() error {
 		p.LwCallReturn,
 		p.LwExec,
 		p.LwExit,
+		p.LwPollCqReturn,
+		p.LwPostRecv,
+		p.LwPostSend,
 	)
 }
 

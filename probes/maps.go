@@ -171,3 +171,18 @@ func Contains(ms []Mapping, addr uint64) bool {
 	i := sort.Search(len(ms), func(i int) bool { return ms[i].End > addr })
 	return i < len(ms) && ms[i].Start <= addr
 }
+
+// FileID identifies the mapped file by device and inode ("fd:01", 1234), the
+// same way the kernel and an attach by path do.
+func (m Mapping) FileID() (FileID, error) {
+	major, minor, ok := strings.Cut(m.Dev, ":")
+	if !ok {
+		return FileID{}, fmt.Errorf("bad device %q", m.Dev)
+	}
+	ma, err1 := strconv.ParseUint(major, 16, 32)
+	mi, err2 := strconv.ParseUint(minor, 16, 32)
+	if err1 != nil || err2 != nil {
+		return FileID{}, fmt.Errorf("bad device %q", m.Dev)
+	}
+	return FileID{Dev: ma<<32 | mi, Inode: m.Inode}, nil
+}

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -122,27 +123,25 @@ func (p *Probes) Attached(id FileID) bool {
 	return ok
 }
 
-// AttachFile attaches every table symbol the ELF file at path exports, at the
-// cheapest safe site of each. pid > 0 limits the probes to one process.
-// A file is attached once; a second call returns the first result. On a
-// partial failure every link made for this file is closed again.
+// AttachFile attaches every table row whose symbol syms names, at the
+// cheapest safe site of each. Symbol offsets are file offsets; provider rows
+// ("provider:post_send") come with offsets read from a process's ops table.
+// pid > 0 limits the probes to one process. Rows already attached in this
+// file are skipped, so a file is probed once per row however often it is
+// found; on a failure the links made by this call are closed again.
 func (p *Probes) AttachFile(id FileID, path string, syms map[string]Symbol, pid int) (*AttachedFile, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if af, ok := p.files[id]; ok {
-		return af, nil
+	af := p.files[id]
+	if af == nil {
+		af = &AttachedFile{Path: path, Sites: map[string]Site{}}
 	}
-	ex, err := link.OpenExecutable(path)
-	if err != nil {
-		return nil, fmt.Errorf("open %s: %w", path, err)
-	}
-	af := &AttachedFile{Path: path, Sites: map[string]Site{}}
-	var entry, enter, batch sites // ProgEntry, ProgEntryReturn, ProgBatch rows
+	plan := map[Program]*sites{}
+	chosen := map[string]Site{}
 	for i := range Table {
 		row := &Table[i]
 		sym, ok := syms[row.Symbol]
-		if !ok {
-			af.Missing = append(af.Missing, row.Symbol)
+		if _, done := af.Sites[row.Symbol]; !ok || done {
 			continue
 		}
 		code, err := ReadCode(path, sym.Offset, 16)
@@ -153,42 +152,87 @@ func (p *Probes) AttachFile(id FileID, path string, syms map[string]Symbol, pid 
 		if err != nil {
 			return nil, fmt.Errorf("%s: %s: %w", path, row.Symbol, err)
 		}
-		af.Sites[row.Symbol] = site
-		target := map[Program]*sites{ProgEntry: &entry, ProgEntryReturn: &enter, ProgBatch: &batch}[row.Program]
-		if target == nil {
-			return nil, fmt.Errorf("row %s: unknown program %d", row.Symbol, row.Program)
+		if plan[row.Program] == nil {
+			plan[row.Program] = &sites{}
 		}
-		target.add(sym.Offset+site.Offset, Cookie(i, site.SPDelta))
+		plan[row.Program].add(sym.Offset+site.Offset, Cookie(i, site.SPDelta))
+		chosen[row.Symbol] = site
 	}
-	attach := []struct {
-		s        *sites
-		prog     *ebpf.Program
-		isReturn bool
-	}{
-		{&entry, p.objs.LwCall, false},
-		{&batch, p.objs.LwBatch, false},
-		{&enter, p.objs.LwCallEnter, false},
-		{&enter, p.objs.LwCallReturn, true},
+	if len(chosen) == 0 {
+		if p.files[id] == nil {
+			af.Missing = missingRows(syms)
+			p.files[id] = af
+		}
+		return af, nil
 	}
-	for _, a := range attach {
-		if len(a.s.addrs) == 0 {
+	ex, err := link.OpenExecutable(path)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	var made []link.Link
+	for _, prog := range []Program{ProgEntry, ProgBatch, ProgEntryReturn, ProgPostSend, ProgPostRecv, ProgPollCQ} {
+		s := plan[prog]
+		if s == nil {
 			continue
 		}
-		opts := &link.UprobeMultiOptions{Addresses: a.s.addrs, Cookies: a.s.cookies, PID: uint32(pid)}
-		var l link.Link
-		if a.isReturn {
-			l, err = ex.UretprobeMulti(nil, a.prog, opts)
-		} else {
-			l, err = ex.UprobeMulti(nil, a.prog, opts)
+		for _, a := range p.programsFor(prog) {
+			opts := &link.UprobeMultiOptions{Addresses: s.addrs, Cookies: s.cookies, PID: uint32(pid)}
+			var l link.Link
+			if a.isReturn {
+				l, err = ex.UretprobeMulti(nil, a.prog, opts)
+			} else {
+				l, err = ex.UprobeMulti(nil, a.prog, opts)
+			}
+			if err != nil {
+				closeLinks(made) // never leave an entry probe whose return half is missing
+				return nil, fmt.Errorf("%s: attach %s at %d sites: %w", path, a.prog, len(s.addrs), err)
+			}
+			made = append(made, l)
 		}
-		if err != nil {
-			af.close() // never leave an entry probe whose return half is missing
-			return nil, fmt.Errorf("%s: attach %s at %d sites: %w", path, a.prog, len(a.s.addrs), err)
-		}
-		af.links = append(af.links, l)
 	}
+	af.links = append(af.links, made...)
+	for sym, site := range chosen {
+		af.Sites[sym] = site
+	}
+	af.Missing = missingRows(syms)
 	p.files[id] = af
 	return af, nil
+}
+
+type attachProg struct {
+	prog     *ebpf.Program
+	isReturn bool
+}
+
+// programsFor lists the programs a row's Program needs, entry first.
+func (p *Probes) programsFor(prog Program) []attachProg {
+	switch prog {
+	case ProgEntry:
+		return []attachProg{{p.objs.LwCall, false}}
+	case ProgBatch:
+		return []attachProg{{p.objs.LwBatch, false}}
+	case ProgEntryReturn:
+		return []attachProg{{p.objs.LwCallEnter, false}, {p.objs.LwCallReturn, true}}
+	case ProgPostSend:
+		return []attachProg{{p.objs.LwPostSend, false}}
+	case ProgPostRecv:
+		return []attachProg{{p.objs.LwPostRecv, false}}
+	case ProgPollCQ:
+		return []attachProg{{p.objs.LwCallEnter, false}, {p.objs.LwPollCqReturn, true}}
+	}
+	return nil
+}
+
+// missingRows lists the exported-symbol rows a file lacks (provider rows
+// are never exported, so they are not "missing").
+func missingRows(syms map[string]Symbol) []string {
+	var out []string
+	for _, row := range Table {
+		if _, ok := syms[row.Symbol]; !ok && !strings.HasPrefix(row.Symbol, ProviderPrefix) {
+			out = append(out, row.Symbol)
+		}
+	}
+	return out
 }
 
 // sites collects the file offsets and cookies of one program's attach points.
@@ -245,15 +289,18 @@ type Drops struct {
 	NoEntry    uint64 // return probes without their saved entry
 	BatchTrunc uint64 // batch entries beyond the per-call limit
 	ReadFault  uint64 // user memory that could not be read
+	WRTrunc    uint64 // work requests or completions beyond the per-call limit
 }
 
 // Total is every event lost or damaged.
-func (d Drops) Total() uint64 { return d.RingFull + d.NoEntry + d.BatchTrunc + d.ReadFault }
+func (d Drops) Total() uint64 {
+	return d.RingFull + d.NoEntry + d.BatchTrunc + d.ReadFault + d.WRTrunc
+}
 
 // Drops reads the drop counters.
 func (p *Probes) Drops() (Drops, error) {
 	var d Drops
-	for reason, dst := range []*uint64{&d.RingFull, &d.NoEntry, &d.BatchTrunc, &d.ReadFault} {
+	for reason, dst := range []*uint64{&d.RingFull, &d.NoEntry, &d.BatchTrunc, &d.ReadFault, &d.WRTrunc} {
 		var perCPU []uint64
 		if err := p.objs.Drops.Lookup(uint32(reason), &perCPU); err != nil {
 			return d, fmt.Errorf("read drop counter %d: %w", reason, err)

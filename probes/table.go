@@ -24,6 +24,12 @@ const (
 	OpEventSync                     // host waits for an event
 	OpStreamWaitEvent               // a stream waits for an event (GPU side)
 	OpLinkerUpdate                  // ld.so finished a dlopen/dlclose: rescan the process
+	OpMRRegister                    // an RDMA memory region: addr, length, access → lkey, rkey
+	OpMRDeregister                  // an RDMA memory region goes away (Ptr: the struct ibv_mr *)
+	OpVerbsContext                  // a verbs object whose context holds the provider's ops table
+	OpPostSend                      // one work request posted to a send queue
+	OpPostRecv                      // one work request posted to a receive queue
+	OpPollCQ                        // one completion polled from a completion queue
 )
 
 func (o Op) String() string {
@@ -58,6 +64,18 @@ func (o Op) String() string {
 		return "stream_wait_event"
 	case OpLinkerUpdate:
 		return "linker_update"
+	case OpMRRegister:
+		return "mr_register"
+	case OpMRDeregister:
+		return "mr_deregister"
+	case OpVerbsContext:
+		return "verbs_context"
+	case OpPostSend:
+		return "post_send"
+	case OpPostRecv:
+		return "post_recv"
+	case OpPollCQ:
+		return "poll_cq"
 	}
 	return "unknown"
 }
@@ -69,9 +87,11 @@ func (o Op) IsCopy() bool { return o >= OpCopy && o <= OpCopyBatch }
 type Layer uint8
 
 const (
-	LayerRuntime Layer = iota + 1 // libcudart: may call into the driver on the same thread
-	LayerDriver                   // libcuda
-	LayerLinker                   // ld.so
+	LayerRuntime  Layer = iota + 1 // libcudart: may call into the driver on the same thread
+	LayerDriver                    // libcuda
+	LayerLinker                    // ld.so
+	LayerVerbs                     // libibverbs' exported entry points
+	LayerProvider                  // an RDMA provider's data path, reached through the ops table
 )
 
 // CopyKind is the direction a call states (cudaMemcpyKind values).
@@ -93,6 +113,9 @@ const (
 	ProgEntry       Program = iota + 1 // arguments at entry only: the cheap, common case
 	ProgEntryReturn                    // arguments saved at entry, emitted at return with the result
 	ProgBatch                          // entry; walks the dst/src/size arrays
+	ProgPostSend                       // entry; walks the ibv_send_wr chain
+	ProgPostRecv                       // entry; walks the ibv_recv_wr chain
+	ProgPollCQ                         // entry saved, one event per completion at return
 )
 
 // noArg marks an argument a call does not have.
@@ -122,7 +145,15 @@ type Probe struct {
 	Args    Args
 	NArgs   int  // arguments the program reads (covers every index in Args)
 	Out     bool // Ptr is an out pointer: the program reads *Ptr at return
+	// OutRet: the program reads 8 bytes at the return value + OutOff instead
+	// (the lkey and rkey of a new struct ibv_mr, the context of a new QP).
+	OutRet bool
+	OutOff uint16
 }
+
+// ProviderPrefix names rows attached by file offset: the provider functions
+// a stripped RDMA provider only exposes through struct ibv_context_ops.
+const ProviderPrefix = "provider:"
 
 func copyArgs(dst, src, bytes, kind, stream int) Args {
 	return Args{Dst: dst, Src: src, Bytes: bytes, Height: noArg, Kind: kind, Stream: stream,
@@ -228,5 +259,32 @@ func buildTable() []Probe {
 	// --- dynamic linker: fires after every dlopen/dlclose, so new libraries get probed ---
 	add(Probe{Symbol: "_dl_debug_state", Layer: LayerLinker, Op: OpLinkerUpdate, Program: ProgEntry,
 		Args: syncArgs(noArg, noArg, noArg), NArgs: 0})
+
+	// --- RDMA verbs (libibverbs exports) ---
+	verbs := func(sym string, op Op, prog Program, a Args, n int) Probe {
+		return Probe{Symbol: sym, Layer: LayerVerbs, Op: op, Program: prog, Args: a, NArgs: n}
+	}
+	keys := func(p Probe) Probe { p.OutRet, p.OutOff = true, 36; return p } // struct ibv_mr: lkey at 36, rkey at 40
+	ctxOf := func(p Probe) Probe { p.OutRet, p.OutOff = true, 0; return p } // ibv_cq/ibv_qp: context first
+	// ibv_reg_mr_iova2(pd, addr, length, iova, access): the funnel ibv_reg_mr and its variants call
+	add(keys(verbs("ibv_reg_mr_iova2", OpMRRegister, ProgEntryReturn, memArgs(1, 2, 4), 5)))
+	// ibv_reg_dmabuf_mr(pd, offset, length, iova, fd, access): device memory exported as a dma-buf
+	add(keys(verbs("ibv_reg_dmabuf_mr", OpMRRegister, ProgEntryReturn, memArgs(3, 2, 5), 6)))
+	add(verbs("ibv_dereg_mr", OpMRDeregister, ProgEntry, memArgs(0, noArg, noArg), 1))
+	// ibv_open_device(device) returns the context itself; create_cq/create_qp return objects whose first field is it
+	open := verbs("ibv_open_device", OpVerbsContext, ProgEntryReturn, memArgs(noArg, noArg, noArg), 1)
+	open.OutRet = false
+	add(open)
+	add(ctxOf(verbs("ibv_create_cq", OpVerbsContext, ProgEntryReturn, memArgs(noArg, noArg, noArg), 5)))
+	add(ctxOf(verbs("ibv_create_qp", OpVerbsContext, ProgEntryReturn, memArgs(noArg, noArg, noArg), 2)))
+
+	// --- RDMA provider data path (attached at offsets read from the ops table) ---
+	prov := func(name string, op Op, prog Program, n int) Probe {
+		return Probe{Symbol: ProviderPrefix + name, Layer: LayerProvider, Op: op, Program: prog,
+			Args: memArgs(noArg, noArg, noArg), NArgs: n}
+	}
+	add(prov("post_send", OpPostSend, ProgPostSend, 3))
+	add(prov("post_recv", OpPostRecv, ProgPostRecv, 3))
+	add(prov("poll_cq", OpPollCQ, ProgPollCQ, 3))
 	return t
 }
