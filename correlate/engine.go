@@ -126,6 +126,8 @@ type Engine struct {
 	now, lastSweep uint64
 	stats          Stats
 	scratch        Transfer
+
+	rdma *rdmaTracker
 }
 
 // NewEngine returns an engine with cfg's zero fields set to the defaults.
@@ -144,6 +146,7 @@ func NewEngine(cfg Config) *Engine {
 		sink:    cfg.Sink,
 		timeout: uint64(cfg.PendingTimeout),
 		reg:     NewRegistry(cfg.MaxRanges, cfg.MaxProcesses),
+		rdma:    newRDMATracker(),
 		rows:    make([]rowInfo, len(probes.Table)),
 		procs:   map[uint32]*proc{},
 	}
@@ -201,6 +204,11 @@ func (e *Engine) Handle(c *probes.Call) {
 	}
 	switch c.Kind {
 	case probes.EventCall, probes.EventBatchEntry:
+	case probes.EventWR, probes.EventWC:
+		if int(c.Probe) < len(e.rows) {
+			e.rdma.handle(e, c, e.rows[c.Probe].op)
+		}
+		return
 	case probes.EventExit:
 		e.ProcessExit(c.PID)
 		return
@@ -220,6 +228,9 @@ func (e *Engine) Handle(c *probes.Call) {
 	}
 	ri := &e.rows[c.Probe]
 	switch {
+	case ri.layer == probes.LayerVerbs:
+		e.rdma.handle(e, c, ri.op)
+		return
 	case ri.op == probes.OpLinkerUpdate:
 		return // the caller rescans the process; nothing to correlate
 	case ri.op < probes.OpCopy || ri.op > probes.OpStreamWaitEvent,
@@ -660,6 +671,7 @@ func (e *Engine) drain(p *proc) {
 // Flush emits every pending transfer, with its completion when known. The
 // engine stays usable.
 func (e *Engine) Flush() {
+	e.rdma.drain(e, 0)
 	pids := make([]uint32, 0, len(e.procs))
 	for pid := range e.procs {
 		pids = append(pids, pid)
@@ -672,6 +684,7 @@ func (e *Engine) Flush() {
 
 // ProcessExit emits the process's pending transfers and forgets it.
 func (e *Engine) ProcessExit(pid uint32) {
+	e.rdma.exit(e, pid)
 	if p := e.procs[pid]; p != nil {
 		e.drain(p)
 		delete(e.procs, pid)

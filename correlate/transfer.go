@@ -27,6 +27,15 @@ const (
 	DirD2D     = "D2D"
 	DirH2H     = "H2H"
 	DirUnknown = "unknown" // cudaMemcpyDefault with a side the registry cannot place
+
+	// RDMA directions, from the posting side (seed 002): a WRITE pushes to
+	// the remote, a READ pulls toward the initiator, WRITE_IMM also consumes
+	// a receive at the target, RECV is data that arrived into this process.
+	DirRDMAWrite = "RDMA_WRITE"
+	DirWriteImm  = "WRITE_IMM"
+	DirRDMARead  = "RDMA_READ"
+	DirSend      = "SEND"
+	DirRecv      = "RECV"
 )
 
 // Side is one end of a transfer.
@@ -76,4 +85,12 @@ type Transfer struct {
 	// give no call duration, so both stay empty until a return probe does.
 	Inferred MemKind `json:"inferred,omitempty"`
 	CallNs   uint64  `json:"call_ns,omitempty"`
+
+	// RDMA work requests (op post_send/post_recv): the queue pair, the
+	// request's id, its completion status, and the process on this host that
+	// owns the remote memory when its rkey is known here.
+	QPNum   uint32 `json:"qp_num,omitempty"`
+	WRID    uint64 `json:"wr_id,omitempty"`
+	Status  string `json:"status,omitempty"`
+	PeerPID uint32 `json:"peer_pid,omitempty"`
 }

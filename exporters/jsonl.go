@@ -97,6 +97,22 @@ func AppendTransfer(b []byte, t *correlate.Transfer) []byte {
 		b = append(b, `,"call_ns":`...)
 		b = strconv.AppendUint(b, t.CallNs, 10)
 	}
+	if t.QPNum != 0 {
+		b = append(b, `,"qp_num":`...)
+		b = strconv.AppendUint(b, uint64(t.QPNum), 10)
+	}
+	if t.WRID != 0 {
+		b = append(b, `,"wr_id":`...)
+		b = strconv.AppendUint(b, t.WRID, 10)
+	}
+	if t.Status != "" {
+		b = append(b, `,"status":`...)
+		b = appendString(b, t.Status)
+	}
+	if t.PeerPID != 0 {
+		b = append(b, `,"peer_pid":`...)
+		b = strconv.AppendUint(b, uint64(t.PeerPID), 10)
+	}
 	return append(b, '}')
 }
 

@@ -18,7 +18,7 @@ var samples = []correlate.Transfer{
 		Src:     correlate.Side{Addr: 0x7f00_0000_0000, Mem: correlate.MemPinned},
 		Dst:     correlate.Side{Addr: 0x7e00_0000_0000, Mem: correlate.MemDevice},
 		HostMem: correlate.MemPinned, SubmitNs: 123456789012345, CompleteNs: 123456789112345, BatchIndex: -1,
-		Inferred: correlate.MemPinned, CallNs: 4100,
+		Inferred: correlate.MemPinned, CallNs: 4100, QPNum: 77, WRID: 1 << 40, Status: "REM_ACCESS_ERR", PeerPID: 4242,
 	},
 	{ // every omitempty field empty, a batch entry
 		PID: 1, TID: 1, API: "cudaMemcpyBatchAsync", Op: "copy_batch", Direction: correlate.DirUnknown,

@@ -1,0 +1,336 @@
+package correlate
+
+import (
+	"slices"
+	"strconv"
+
+	"github.com/lanewatch/lanewatch/probes"
+)
+
+// RDMA correlation (seed 002): a work request is posted, later completed
+// (seen when the application polls its completion), and only then is its
+// data safe to consume. The tracker keeps the registered memory regions,
+// the posted requests per queue pair, joins each completion to its
+// request, and keeps posted→completed latencies per queue pair and opcode.
+
+// Work request opcodes (enum ibv_wr_opcode) and their directions.
+var wrOpcodes = []struct{ name, dir string }{
+	0: {"RDMA_WRITE", DirRDMAWrite}, 1: {"RDMA_WRITE_WITH_IMM", DirWriteImm}, 2: {"SEND", DirSend},
+	3: {"SEND_WITH_IMM", DirSend}, 4: {"RDMA_READ", DirRDMARead}, 5: {"ATOMIC_CMP_AND_SWP", DirRDMARead},
+	6: {"ATOMIC_FETCH_AND_ADD", DirRDMARead}, 9: {"SEND_WITH_INV", DirSend},
+}
+
+// Completion statuses (enum ibv_wc_status).
+var wcStatuses = []string{"success", "LOC_LEN_ERR", "LOC_QP_OP_ERR", "LOC_EEC_OP_ERR", "LOC_PROT_ERR",
+	"WR_FLUSH_ERR", "MW_BIND_ERR", "BAD_RESP_ERR", "LOC_ACCESS_ERR", "REM_INV_REQ_ERR", "REM_ACCESS_ERR",
+	"REM_OP_ERR", "RETRY_EXC_ERR", "RNR_RETRY_EXC_ERR", "LOC_RDD_VIOL_ERR", "REM_INV_RD_REQ_ERR",
+	"REM_ABORT_ERR", "INV_EECN_ERR", "INV_EEC_STATE_ERR", "FATAL_ERR", "RESP_TIMEOUT_ERR", "GENERAL_ERR"}
+
+const (
+	ibvSendSignaled = 2   // IBV_SEND_SIGNALED
+	ibvWCRecv       = 128 // IBV_WC_RECV: completion opcodes from here on are receives
+	// latencySamples bounds the posted→completed samples kept per queue pair and opcode.
+	latencySamples = 4096
+	// maxQueued bounds the requests waiting for a completion per queue.
+	maxQueued = 1 << 14
+)
+
+// WROpcodeName names an ibv_wr_opcode.
+func WROpcodeName(op uint32) string {
+	if int(op) < len(wrOpcodes) && wrOpcodes[op].name != "" {
+		return wrOpcodes[op].name
+	}
+	return "opcode_" + strconv.Itoa(int(op))
+}
+
+// WCStatusName names an ibv_wc_status.
+func WCStatusName(s uint32) string {
+	if int(s) < len(wcStatuses) {
+		return wcStatuses[s]
+	}
+	return "status_" + strconv.Itoa(int(s))
+}
+
+type memRegion struct {
+	pid          uint32
+	mr           uint64
+	addr, length uint64
+	lkey, rkey   uint32
+	mem          MemKind
+}
+
+type pidPtr struct {
+	pid uint32
+	ptr uint64
+}
+
+type queueKey struct {
+	pid  uint32
+	qp   uint32
+	recv bool
+}
+
+type postedWR struct {
+	t        Transfer
+	opcode   uint32
+	signaled bool
+}
+
+// LatencyKey names a latency series.
+type LatencyKey struct {
+	PID    uint32
+	QPNum  uint32
+	Opcode string
+}
+
+// LatencySummary is posted→completed latency of one series.
+type LatencySummary struct {
+	LatencyKey
+	Count    int    // completions measured (at most the last 4096 are kept)
+	P50, P99 uint64 // ns
+	InFlight int    // requests posted and not yet completed
+}
+
+// RDMAStats counts what the tracker saw and could not join.
+type RDMAStats struct {
+	WorkRequests   uint64            // posted, send and receive
+	Completions    uint64            // polled
+	Unmatched      uint64            // completions of requests posted before the agent looked
+	Evicted        uint64            // requests emitted without a completion (queue cap, exit, flush)
+	FailedMRs      uint64            // registrations that returned NULL
+	ByStatus       map[string]uint64 // completions by status
+	MemoryRegions  int               // live
+	QueuedRequests int               // live
+}
+
+type rdmaTracker struct {
+	mrs    map[pidPtr]*memRegion
+	byLKey map[pidPtr]*memRegion // pid, lkey
+	byRKey map[uint32]*memRegion // rkeys are unique per device: on one host, the owner is known
+	queues map[queueKey][]postedWR
+	lat    map[LatencyKey][]uint64
+	stats  RDMAStats
+}
+
+func newRDMATracker() *rdmaTracker {
+	return &rdmaTracker{mrs: map[pidPtr]*memRegion{}, byLKey: map[pidPtr]*memRegion{}, byRKey: map[uint32]*memRegion{},
+		queues: map[queueKey][]postedWR{}, lat: map[LatencyKey][]uint64{}, stats: RDMAStats{ByStatus: map[string]uint64{}}}
+}
+
+// handle consumes one verbs or provider event.
+func (r *rdmaTracker) handle(e *Engine, c *probes.Call, op probes.Op) {
+	switch op {
+	case probes.OpMRRegister:
+		r.register(e, c)
+	case probes.OpMRDeregister:
+		if mr := r.mrs[pidPtr{c.PID, c.RDMA.MR}]; mr != nil {
+			r.forget(mr)
+		}
+	case probes.OpPostSend, probes.OpPostRecv:
+		r.post(e, c, op == probes.OpPostRecv)
+	case probes.OpPollCQ:
+		r.complete(e, c)
+	}
+}
+
+func (r *rdmaTracker) register(e *Engine, c *probes.Call) {
+	if c.RDMA.MR == 0 {
+		r.stats.FailedMRs++
+		return
+	}
+	mem := MemPinned // registering host memory pins it
+	if kind, _ := e.reg.Lookup(c.PID, c.Ptr); kind == MemDevice {
+		mem = MemDevice // GPUDirect RDMA: the region is GPU memory
+	}
+	mr := &memRegion{pid: c.PID, mr: c.RDMA.MR, addr: c.Ptr, length: c.Size, lkey: c.RDMA.LKey, rkey: c.RDMA.RKey, mem: mem}
+	if old := r.mrs[pidPtr{c.PID, mr.mr}]; old != nil {
+		r.forget(old)
+	}
+	r.mrs[pidPtr{c.PID, mr.mr}] = mr
+	r.byLKey[pidPtr{c.PID, uint64(mr.lkey)}] = mr
+	r.byRKey[mr.rkey] = mr
+}
+
+func (r *rdmaTracker) forget(mr *memRegion) {
+	delete(r.mrs, pidPtr{mr.pid, mr.mr})
+	if r.byLKey[pidPtr{mr.pid, uint64(mr.lkey)}] == mr {
+		delete(r.byLKey, pidPtr{mr.pid, uint64(mr.lkey)})
+	}
+	if r.byRKey[mr.rkey] == mr {
+		delete(r.byRKey, mr.rkey)
+	}
+}
+
+// side classifies one end of a work request from the region its key names.
+func (r *rdmaTracker) side(mr *memRegion, addr uint64) Side {
+	if mr == nil {
+		return Side{Addr: addr, Mem: MemUnknown}
+	}
+	return Side{Addr: addr, Mem: mr.mem}
+}
+
+func (r *rdmaTracker) post(e *Engine, c *probes.Call, recv bool) {
+	r.stats.WorkRequests++
+	local := r.byLKey[pidPtr{c.PID, uint64(c.RDMA.LKey)}]
+	w := postedWR{opcode: c.RDMA.Opcode, signaled: c.RDMA.SendFlags&ibvSendSignaled != 0}
+	t := &w.t
+	*t = Transfer{PID: c.PID, TID: c.TID, API: "ibv_post_send", Op: "post_send", Bytes: c.Bytes,
+		SubmitNs: c.Time, BatchIndex: int(c.BatchIndex), QPNum: c.RDMA.QPNum, WRID: c.RDMA.WRID}
+	if recv {
+		t.API, t.Op, t.Direction = "ibv_post_recv", "post_recv", DirRecv
+		t.Dst = r.side(local, c.RDMA.Local)
+		t.Src = Side{Mem: MemUnknown}
+	} else {
+		dir := DirUnknown
+		if int(w.opcode) < len(wrOpcodes) && wrOpcodes[w.opcode].dir != "" {
+			dir = wrOpcodes[w.opcode].dir
+		}
+		t.Direction = dir
+		remote := r.byRKey[c.RDMA.RKey]
+		if remote != nil && remote.pid != c.PID {
+			t.PeerPID = remote.pid
+		}
+		if dir == DirSend {
+			remote = nil // a send lands in the peer's posted receive, not at an rkey
+		}
+		l, rm := r.side(local, c.RDMA.Local), r.side(remote, c.RDMA.RemoteAddr)
+		t.Src, t.Dst = l, rm
+		if dir == DirRDMARead {
+			t.Src, t.Dst = rm, l
+		}
+	}
+	if local != nil && local.mem != MemDevice {
+		t.HostMem = local.mem
+	}
+	k := queueKey{c.PID, c.RDMA.QPNum, recv}
+	q := r.queues[k]
+	if len(q) >= maxQueued {
+		r.emit(e, &q[0].t, "", 0)
+		q = q[1:]
+	}
+	r.queues[k] = append(q, w)
+}
+
+// complete joins a completion with its request. Queues complete in order,
+// so the requests posted before it (unsignaled ones) are complete too.
+func (r *rdmaTracker) complete(e *Engine, c *probes.Call) {
+	r.stats.Completions++
+	status := WCStatusName(c.RDMA.Status)
+	r.stats.ByStatus[status]++
+	k := queueKey{c.PID, c.RDMA.QPNum, c.RDMA.Opcode >= ibvWCRecv}
+	q := r.queues[k]
+	i := slices.IndexFunc(q, func(w postedWR) bool { return w.t.WRID == c.RDMA.WRID })
+	if i < 0 {
+		r.stats.Unmatched++
+		return
+	}
+	at := c.ReturnTime
+	for j := 0; j <= i; j++ {
+		w := &q[j]
+		st := "success" // an earlier request on an in-order queue finished before this one
+		if j == i {
+			st = status
+			if k.recv {
+				w.t.Bytes = c.Bytes // what actually arrived
+			}
+			if w.signaled || k.recv {
+				lk := LatencyKey{c.PID, k.qp, WROpcodeName(w.opcode)}
+				if k.recv {
+					lk.Opcode = "RECV"
+				}
+				s := r.lat[lk]
+				if len(s) >= latencySamples {
+					s = s[1:]
+				}
+				r.lat[lk] = append(s, at-w.t.SubmitNs)
+			}
+		}
+		r.emit(e, &w.t, st, at)
+	}
+	r.queues[k] = slices.Delete(q, 0, i+1)
+}
+
+func (r *rdmaTracker) emit(e *Engine, t *Transfer, status string, completeNs uint64) {
+	if completeNs == 0 {
+		r.stats.Evicted++
+	}
+	t.Status, t.CompleteNs = status, completeNs
+	e.stats.Transfers++
+	e.sink.Transfer(t)
+}
+
+// drain emits a process's requests still waiting for a completion.
+func (r *rdmaTracker) drain(e *Engine, pid uint32) {
+	keys := make([]queueKey, 0)
+	for k := range r.queues {
+		if pid == 0 || k.pid == pid {
+			keys = append(keys, k)
+		}
+	}
+	slices.SortFunc(keys, func(a, b queueKey) int { return int(a.qp) - int(b.qp) })
+	for _, k := range keys {
+		for i := range r.queues[k] {
+			r.emit(e, &r.queues[k][i].t, "", 0)
+		}
+		delete(r.queues, k)
+	}
+}
+
+// exit forgets a process after draining it.
+func (r *rdmaTracker) exit(e *Engine, pid uint32) {
+	r.drain(e, pid)
+	for k, mr := range r.mrs {
+		if k.pid == pid {
+			r.forget(mr)
+		}
+	}
+}
+
+// RDMALatency summarises posted→completed latency per queue pair and
+// opcode: what the seed calls "posted ≠ completed".
+func (e *Engine) RDMALatency() []LatencySummary {
+	r := e.rdma
+	var out []LatencySummary
+	for k, s := range r.lat {
+		sorted := slices.Clone(s)
+		slices.Sort(sorted)
+		inflight := len(r.queues[queueKey{k.PID, k.QPNum, k.Opcode == "RECV"}])
+		out = append(out, LatencySummary{LatencyKey: k, Count: len(s), P50: percentile(sorted, 50), P99: percentile(sorted, 99), InFlight: inflight})
+	}
+	slices.SortFunc(out, func(a, b LatencySummary) int {
+		if a.PID != b.PID {
+			return int(a.PID) - int(b.PID)
+		}
+		if a.QPNum != b.QPNum {
+			return int(a.QPNum) - int(b.QPNum)
+		}
+		if a.Opcode < b.Opcode {
+			return -1
+		}
+		return 1
+	})
+	return out
+}
+
+// RDMAStats returns the tracker's counters.
+func (e *Engine) RDMAStats() RDMAStats {
+	s := e.rdma.stats
+	s.ByStatus = map[string]uint64{}
+	for k, v := range e.rdma.stats.ByStatus {
+		s.ByStatus[k] = v
+	}
+	s.MemoryRegions = len(e.rdma.mrs)
+	for _, q := range e.rdma.queues {
+		s.QueuedRequests += len(q)
+	}
+	return s
+}
+
+// percentile is the nearest-rank percentile of sorted values.
+func percentile(sorted []uint64, p int) uint64 {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := (p*len(sorted)+99)/100 - 1
+	return sorted[max(0, min(i, len(sorted)-1))]
+}

@@ -1,0 +1,94 @@
+package correlate
+
+import (
+	"testing"
+
+	"github.com/lanewatch/lanewatch/probes"
+)
+
+func TestRDMAJoinsRequestsAndCompletions(t *testing.T) {
+	var got []Transfer
+	e := NewEngine(Config{Sink: SinkFunc(func(tr *Transfer) { got = append(got, *tr) })})
+	const prefill, decode = 10, 20
+	e.reg.AddDevice(decode, 0x7000_0000, 64<<20) // decode's GPU memory (cudaMalloc)
+	reg := func(pid uint32, mr, addr, size uint64, lkey, rkey uint32) {
+		e.Handle(&probes.Call{Kind: probes.EventCall, Probe: probeID(t, "ibv_reg_mr_iova2"), PID: pid, TID: pid,
+			Time: 1, ReturnTime: 2, Ptr: addr, Size: size, RDMA: probes.RDMA{MR: mr, LKey: lkey, RKey: rkey}})
+	}
+	reg(prefill, 0xa1, 0x1000_0000, 64<<20, 1, 2)
+	reg(decode, 0xb1, 0x7000_0000, 64<<20, 3, 4)
+	post := probeID(t, "provider:post_send")
+	for i, signaled := range []bool{false, false, true} {
+		flags := uint32(0)
+		if signaled {
+			flags = 2
+		}
+		e.Handle(&probes.Call{Kind: probes.EventWR, Probe: post, PID: prefill, TID: prefill, Time: 1000 + uint64(i), Bytes: 1 << 20,
+			BatchIndex: uint32(i), RDMA: probes.RDMA{QPNum: 5, WRID: uint64(i + 1), Opcode: 1, SendFlags: flags,
+				Local: 0x1000_0000, LKey: 1, RemoteAddr: 0x7000_0000 + uint64(i)<<20, RKey: 4}})
+	}
+	e.Handle(&probes.Call{Kind: probes.EventWR, Probe: probeID(t, "provider:post_recv"), PID: decode, TID: decode, Time: 900,
+		Bytes: 4096, RDMA: probes.RDMA{QPNum: 6, WRID: 9, Local: 0x7000_0000, LKey: 3}})
+	poll := probeID(t, "provider:poll_cq")
+	e.Handle(&probes.Call{Kind: probes.EventWC, Probe: poll, PID: prefill, TID: prefill, Time: 5000, ReturnTime: 6000,
+		RDMA: probes.RDMA{QPNum: 5, WRID: 3, Opcode: 1, Status: 0}})
+	e.Handle(&probes.Call{Kind: probes.EventWC, Probe: poll, PID: decode, TID: decode, Time: 5500, ReturnTime: 6500, Bytes: 0,
+		RDMA: probes.RDMA{QPNum: 6, WRID: 9, Opcode: 129, Status: 0, Imm: 7}})
+	e.Handle(&probes.Call{Kind: probes.EventWC, Probe: poll, PID: decode, TID: decode, ReturnTime: 7000,
+		RDMA: probes.RDMA{QPNum: 6, WRID: 99, Opcode: 129}}) // posted before the agent looked
+
+	if len(got) != 4 {
+		t.Fatalf("%d transfers, want 3 writes and a receive: %+v", len(got), got)
+	}
+	for i, w := range got[:3] {
+		if w.Direction != DirWriteImm || w.Bytes != 1<<20 || w.Status != "success" || w.CompleteNs != 6000 ||
+			w.Src.Mem != MemPinned || w.Dst.Mem != MemDevice || w.PeerPID != decode || w.WRID != uint64(i+1) || w.QPNum != 5 {
+			t.Errorf("write %d: %+v", i, w)
+		}
+	}
+	if r := got[3]; r.Direction != DirRecv || r.Bytes != 0 || r.Dst.Mem != MemDevice || r.CompleteNs != 6500 || r.WRID != 9 {
+		t.Errorf("receive: %+v", r)
+	}
+	lat := e.RDMALatency()
+	if len(lat) != 2 || lat[0].Opcode != "RDMA_WRITE_WITH_IMM" || lat[0].Count != 1 || lat[0].P50 != 6000-1002 ||
+		lat[1].Opcode != "RECV" || lat[1].P99 != 6500-900 {
+		t.Errorf("latency %+v", lat)
+	}
+	st := e.RDMAStats()
+	if st.WorkRequests != 4 || st.Completions != 3 || st.Unmatched != 1 || st.MemoryRegions != 2 {
+		t.Errorf("stats %+v", st)
+	}
+}
+
+func TestRDMAErrorsAndExit(t *testing.T) {
+	var got []Transfer
+	e := NewEngine(Config{Sink: SinkFunc(func(tr *Transfer) { got = append(got, *tr) })})
+	post, poll := probeID(t, "provider:post_send"), probeID(t, "provider:poll_cq")
+	for i := 1; i <= 3; i++ {
+		e.Handle(&probes.Call{Kind: probes.EventWR, Probe: post, PID: 1, Time: uint64(i), Bytes: 64,
+			RDMA: probes.RDMA{QPNum: 2, WRID: uint64(i), Opcode: 4 /* READ */, SendFlags: 2, RKey: 77}})
+	}
+	e.Handle(&probes.Call{Kind: probes.EventWC, Probe: poll, PID: 1, ReturnTime: 10,
+		RDMA: probes.RDMA{QPNum: 2, WRID: 1, Opcode: 2, Status: 10 /* REM_ACCESS_ERR */}})
+	if len(got) != 1 || got[0].Status != "REM_ACCESS_ERR" || got[0].Direction != DirRDMARead || got[0].Dst.Mem != MemUnknown {
+		t.Fatalf("error completion: %+v", got)
+	}
+	e.ProcessExit(1)
+	if len(got) != 3 || got[1].CompleteNs != 0 || got[2].CompleteNs != 0 {
+		t.Fatalf("exit must emit the two requests still in flight once, without a completion: %+v", got)
+	}
+	if st := e.RDMAStats(); st.Evicted != 2 || st.QueuedRequests != 0 || st.ByStatus["REM_ACCESS_ERR"] != 1 {
+		t.Errorf("stats %+v", st)
+	}
+	e.Flush()
+	if len(got) != 3 {
+		t.Errorf("flush emitted again: %d", len(got))
+	}
+}
+
+func TestPercentile(t *testing.T) {
+	s := []uint64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}
+	if percentile(s, 50) != 5 || percentile(s, 99) != 10 || percentile(nil, 50) != 0 || percentile([]uint64{7}, 99) != 7 {
+		t.Error(percentile(s, 50), percentile(s, 99))
+	}
+}
