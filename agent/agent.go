@@ -65,10 +65,12 @@ type Agent struct {
 	procs     map[int]*procState // processes believed observed from their start
 	scannedAt map[int]uint64     // initial scan: when each process's maps were read
 
-	rescan  chan int // pids whose mappings changed (ld.so said so)
-	events  atomic.Uint64
-	rescans atomic.Uint64
-	targets map[int]bool // PIDs as a set; nil means all
+	rescan    chan int             // pids whose mappings changed (ld.so said so)
+	providers chan providerReq     // verbs contexts whose provider functions may need probes
+	contexts  map[providerReq]bool // resolved already; touched by the discovery goroutine only
+	events    atomic.Uint64
+	rescans   atomic.Uint64
+	targets   map[int]bool // PIDs as a set; nil means all
 
 	finalMu sync.Mutex
 	final   *Stats // the last counters, once Run has detached everything
@@ -236,6 +238,8 @@ func (a *Agent) discover(stop <-chan struct{}) {
 			lastDrops = a.checkDrops(lastDrops)
 		case pid := <-a.rescan:
 			a.rescanProcess(pid)
+		case req := <-a.providers:
+			a.attachProvider(req)
 		case <-tick.C:
 			pids := a.cfg.PIDs
 			if len(pids) == 0 {
@@ -332,6 +336,13 @@ func (a *Agent) handle(c *probes.Call) {
 			a.cfg.OnExit(c.PID)
 		}
 		return
+	}
+	if row := c.Row(); row != nil && row.Op == probes.OpVerbsContext && c.RDMA.Context != 0 {
+		select {
+		case a.providers <- providerReq{int(c.PID), c.RDMA.Context}:
+		default:
+			a.log.Warn("provider resolution queue full: RDMA data path of this context not probed", "pid", c.PID)
+		}
 	}
 	if row := c.Row(); row != nil && row.Op == probes.OpLinkerUpdate {
 		select {

@@ -175,3 +175,54 @@ func describeScanError(pid int, err error) string {
 	}
 	return fmt.Sprintf("pid %d: %v", pid, err)
 }
+
+// providerReq asks for the RDMA provider behind one verbs context.
+type providerReq struct {
+	pid int
+	ctx uint64
+}
+
+// attachProvider resolves post_send, post_recv and poll_cq from a context's
+// ops table and probes them at their file offsets. Providers hide these
+// functions (DESIGN.md), so this is the only way to see the data path.
+// Every context of a process shares its provider's table: one resolution
+// per (file) suffices, but resolving again is cheap and harmless.
+func (a *Agent) attachProvider(req providerReq) {
+	if a.contexts[req] {
+		return // a QP or CQ of a context already resolved
+	}
+	if len(a.contexts) >= 4096 {
+		a.contexts = map[providerReq]bool{} // bounded; resolving again is harmless
+	}
+	a.contexts[req] = true
+	fns, err := probes.ResolveProviderOps(a.cfg.ProcRoot, req.pid, req.ctx)
+	if err != nil {
+		a.log.Warn("RDMA provider not probed", "err", err)
+		return
+	}
+	byFile := map[probes.FileID]map[string]probes.Symbol{}
+	paths := map[probes.FileID]probes.ProviderFunc{}
+	for _, f := range fns {
+		if byFile[f.File] == nil {
+			byFile[f.File] = map[string]probes.Symbol{}
+		}
+		byFile[f.File][f.Row] = probes.Symbol{Name: f.Row, Offset: f.FileOffset}
+		paths[f.File] = f
+	}
+	for id, syms := range byFile {
+		f := paths[id]
+		before := a.probes.Files()[id].Sites
+		af, err := a.probes.AttachFile(id, f.OpenPath, syms, a.attachPID())
+		if err != nil {
+			a.log.Error("attach RDMA provider", "path", f.Path, "err", err)
+			continue
+		}
+		for row := range syms {
+			if _, had := before[row]; had {
+				continue
+			}
+			a.log.Info("attached RDMA provider function", "pid", req.pid, "path", f.Path, "function", row,
+				"offset", fmt.Sprintf("%#x", syms[row].Offset), "site", af.Sites[row].String())
+		}
+	}
+}
