@@ -23,34 +23,52 @@ type procSample struct {
 	pageableAPIs  []string
 	unknown       int
 	sizes         correlate.SizeHistogram
-	first, last   uint64 // earliest submission, latest completion (ns)
-	streams       map[streamDir]*busy
+	first, last   uint64            // earliest submission, latest completion (ns)
+	flows         map[flowKey]*busy // flows on this process's GPU link, its own and its peers'
 }
 
-// streamDir is one stream's traffic in one direction: copies on one stream
-// run one after another, so only different streams can overlap.
-type streamDir struct {
-	stream uint64
-	dir    string
+// flowKey is one flow on one lane of a GPU's link: a CUDA stream's copies
+// (one after another, so only different flows can overlap) or an RDMA queue
+// pair's requests.
+type flowKey struct {
+	pid    uint32
+	stream uint64 // CUDA stream handle, or the QP number for RDMA
+	rdma   bool
+	kind   string // H2D, D2H, RDMA_WRITE, …
+	dir    string // the GPU link's lane: "inbound" or "outbound"
 }
 
-// busy is the interval a stream was moving bytes in one direction.
+// busy is the interval a flow was moving bytes.
 type busy struct {
 	start, end uint64
 	bytes      uint64
 }
 
+const (
+	laneIn  = "inbound"
+	laneOut = "outbound"
+)
+
 func newSample() *sample { return &sample{procs: map[uint32]*procSample{}} }
+
+func (s *sample) proc(pid uint32) *procSample {
+	p := s.procs[pid]
+	if p == nil {
+		p = &procSample{flows: map[flowKey]*busy{}}
+		s.procs[pid] = p
+	}
+	return p
+}
 
 // Transfer implements correlate.Sink.
 func (s *sample) Transfer(t *correlate.Transfer) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	p := s.procs[t.PID]
-	if p == nil {
-		p = &procSample{streams: map[streamDir]*busy{}}
-		s.procs[t.PID] = p
+	if t.QPNum != 0 || t.Op == "post_send" || t.Op == "post_recv" {
+		s.rdma(t)
+		return
 	}
+	p := s.proc(t.PID)
 	p.transfers++
 	p.bytes += t.Bytes
 	p.sizes.Add(t.Bytes)
@@ -72,16 +90,44 @@ func (s *sample) Transfer(t *correlate.Transfer) {
 		p.first = t.SubmitNs
 	}
 	p.last = max(p.last, end)
-	if t.Direction != correlate.DirH2D && t.Direction != correlate.DirD2H {
+	switch t.Direction {
+	case correlate.DirH2D:
+		p.addFlow(flowKey{pid: t.PID, stream: t.Stream, kind: t.Direction, dir: laneIn}, t.SubmitNs, end, t.Bytes)
+	case correlate.DirD2H:
+		p.addFlow(flowKey{pid: t.PID, stream: t.Stream, kind: t.Direction, dir: laneOut}, t.SubmitNs, end, t.Bytes)
+	}
+}
+
+// rdma places an RDMA request on the GPU link it crosses: data written
+// into a peer's GPU memory is inbound there; read into or received by this
+// process's GPU memory is inbound here; written or sent from it, outbound.
+func (s *sample) rdma(t *correlate.Transfer) {
+	if t.CompleteNs == 0 || t.Status != "success" {
 		return
 	}
-	k := streamDir{t.Stream, t.Direction}
-	b := p.streams[k]
+	k := flowKey{pid: t.PID, stream: uint64(t.QPNum), rdma: true, kind: t.Direction}
+	owner := uint32(0)
+	switch {
+	case t.Dst.Mem == correlate.MemDevice && (t.Direction == correlate.DirRDMAWrite || t.Direction == correlate.DirWriteImm):
+		owner, k.dir = t.PeerPID, laneIn
+	case t.Dst.Mem == correlate.MemDevice: // READ or RECV into this process's GPU
+		owner, k.dir = t.PID, laneIn
+	case t.Src.Mem == correlate.MemDevice:
+		owner, k.dir = t.PID, laneOut
+	}
+	if owner == 0 {
+		return
+	}
+	s.proc(owner).addFlow(k, t.SubmitNs, t.CompleteNs, t.Bytes)
+}
+
+func (p *procSample) addFlow(k flowKey, start, end, bytes uint64) {
+	b := p.flows[k]
 	if b == nil {
-		p.streams[k] = &busy{start: t.SubmitNs, end: end, bytes: t.Bytes}
+		p.flows[k] = &busy{start: start, end: end, bytes: bytes}
 		return
 	}
-	b.start, b.end, b.bytes = min(b.start, t.SubmitNs), max(b.end, end), b.bytes+t.Bytes
+	b.start, b.end, b.bytes = min(b.start, start), max(b.end, end), b.bytes+bytes
 }
 
 // pids lists the processes that transferred during the window.
@@ -131,43 +177,50 @@ func (s *sample) checks(scope string, pid uint32, gpu string, inboundGBs float64
 	}
 	out = append(out, c)
 
-	c = Check{Scope: scope, Name: "same-direction overlap", Status: Pass, Detail: "no two streams moved bytes in the same direction at the same time"}
-	for _, dir := range []string{correlate.DirH2D, correlate.DirD2H} {
-		o := overlap(p.streams, dir)
+	return append(out, p.overlapCheck(scope, gpu, inboundGBs))
+}
+
+// overlapCheck looks for flows that shared one lane of the process's GPU
+// link at the same time (seed 000: contention only on the same segment in
+// the same direction).
+func (p *procSample) overlapCheck(scope, gpu string, capacityGBs float64) Check {
+	c := Check{Scope: scope, Name: "same-direction overlap", Status: Pass,
+		Detail: "no two flows moved bytes in the same direction of the GPU link at the same time"}
+	for _, dir := range []string{laneIn, laneOut} {
+		o := overlap(p.flows, dir)
 		if o.Transfers < 2 {
 			continue
 		}
-		segDir := "inbound"
-		if dir == correlate.DirD2H {
-			segDir = "outbound"
-		}
-		o.Segment, o.Direction = "link of GPU "+gpu, segDir+" ("+dir+")"
-		if dir == correlate.DirH2D {
-			o.CapacityGBs = inboundGBs
-		}
+		o.Segment, o.Direction = "PCIe link of GPU "+gpu, dir
+		o.CapacityGBs = capacityGBs
 		if f := correlate.SameDirectionOverlap(o); f != nil {
 			c.Findings = append(c.Findings, *f)
-			c.Detail = fmt.Sprintf("%d streams overlapped in %s", o.Transfers, dir)
+			c.Detail = fmt.Sprintf("%d flows overlapped %s", o.Transfers, dir)
 		}
 	}
-	return append(out, c)
+	return c
 }
 
-// overlap finds the largest set of streams busy at once in one direction
-// and their combined achieved rate.
-func overlap(streams map[streamDir]*busy, dir string) correlate.Overlap {
+// overlap finds the largest set of flows busy at once on one lane, their
+// combined achieved rate, and names them.
+func overlap(flows map[flowKey]*busy, dir string) correlate.Overlap {
 	type edge struct {
 		at    uint64
 		delta int
 		rate  float64
+		name  string
 	}
 	var edges []edge
-	for k, b := range streams {
+	for k, b := range flows {
 		if k.dir != dir || b.end <= b.start {
 			continue
 		}
 		r := float64(b.bytes) / float64(b.end-b.start)
-		edges = append(edges, edge{b.start, 1, r}, edge{b.end, -1, -r})
+		name := fmt.Sprintf("pid %d stream %#x %s", k.pid, k.stream, k.kind)
+		if k.rdma {
+			name = fmt.Sprintf("pid %d QP %d %s", k.pid, k.stream, k.kind)
+		}
+		edges = append(edges, edge{b.start, 1, r, name}, edge{b.end, -1, -r, name})
 	}
 	sort.Slice(edges, func(i, j int) bool {
 		if edges[i].at != edges[j].at {
@@ -177,11 +230,20 @@ func overlap(streams map[streamDir]*busy, dir string) correlate.Overlap {
 	})
 	var o correlate.Overlap
 	n, rate := 0, 0.0
+	live := map[string]bool{}
 	for _, e := range edges {
 		n += e.delta
 		rate += e.rate
+		live[e.name] = e.delta > 0
 		if n > o.Transfers {
 			o.Transfers, o.DemandGBs = n, rate
+			o.Flows = o.Flows[:0]
+			for name, on := range live {
+				if on {
+					o.Flows = append(o.Flows, name)
+				}
+			}
+			sort.Strings(o.Flows)
 		}
 	}
 	return o

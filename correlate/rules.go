@@ -329,6 +329,7 @@ func Fragmentation(pid uint32, sizes SizeHistogram, achievedGBs float64) *Findin
 type Overlap struct {
 	Segment     string
 	Direction   string
+	Flows       []string // what overlapped, e.g. "pid 42 stream 0x55 H2D", "pid 43 QP 7 WRITE_IMM"
 	Transfers   int
 	DemandGBs   float64 // the overlapping transfers' combined achieved rate
 	CapacityGBs float64 // 0 = unknown
@@ -340,13 +341,16 @@ func SameDirectionOverlap(o Overlap) *Finding {
 	if o.Transfers < 2 {
 		return nil
 	}
-	ev := []string{fmt.Sprintf("%d transfers in flight together on %s (%s)", o.Transfers, o.Segment, o.Direction)}
+	ev := []string{fmt.Sprintf("%d flows in flight together on %s (%s)", o.Transfers, o.Segment, o.Direction)}
+	if len(o.Flows) > 0 {
+		ev = append(ev, "flows: "+strings.Join(o.Flows, "; "))
+	}
 	if o.CapacityGBs > 0 {
 		ev = append(ev, fmt.Sprintf("demand %.2f GB/s against %.2f GB/s capacity", o.DemandGBs, o.CapacityGBs))
 	}
 	return &Finding{
 		Rule: "same-direction-overlap", Severity: SevWarn, Subject: o.Segment,
-		Summary:     fmt.Sprintf("%d transfers share the %s direction of %s at the same time", o.Transfers, o.Direction, o.Segment),
+		Summary:     fmt.Sprintf("%d flows share the %s direction of %s at the same time", o.Transfers, o.Direction, o.Segment),
 		Evidence:    ev,
 		Remediation: "stagger the inbound transfers (e.g. HiCache loads vs PD RDMA receives) or move one to another path; opposite directions do not contend",
 		Checklist:   checkOverlap,
