@@ -7,10 +7,14 @@
  */
 #include "internal.h"
 #include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 struct lane {
 	pthread_mutex_t mu;
@@ -18,7 +22,131 @@ struct lane {
 	double ns_per_byte;
 };
 
-static struct lane lanes[2] = {{.mu = PTHREAD_MUTEX_INITIALIZER}, {.mu = PTHREAD_MUTEX_INITIALIZER}};
+/* Private lanes: the default, one "GPU" per process. */
+static struct lane private_lanes[2] = {{.mu = PTHREAD_MUTEX_INITIALIZER}, {.mu = PTHREAD_MUTEX_INITIALIZER}};
+/* The lanes this process's copies use: private_lanes, or the shared ones of LW_REF_GPU. */
+static struct lane *lanes = private_lanes;
+
+/*
+ * Shared lanes (LW_REF_GPU=<name>): the GPU's two lanes live in POSIX shared memory
+ * /dev/shm/lw-ref-<name>, so another process's "NIC" moving bytes into or out of this
+ * GPU's memory (refcudaLaneTransfer) competes on the same per-direction lanes. The
+ * mutexes are process-shared and robust: a process that dies holding one does not
+ * wedge the others.
+ */
+#define SHM_MAGIC 0x6c776c6e65763031ull /* "lwlnev01" */
+#define SHM_NAME_MAX 48
+enum { SHM_UNINIT = 0, SHM_INITIALIZING = 1, SHM_READY = 2 };
+struct shm_gpu {
+	uint64_t magic;
+	uint32_t state;
+	uint32_t pad;
+	char name[SHM_NAME_MAX];
+	struct lane l[2]; /* [0] inbound (H2D), [1] outbound (D2H) */
+};
+
+/* GPUs this process has mapped (its own and any it moves bytes for). */
+#define MAX_GPUS 8
+static struct {
+	pthread_mutex_t mu;
+	struct {
+		char name[SHM_NAME_MAX];
+		struct shm_gpu *g;
+	} v[MAX_GPUS];
+	int n;
+} gpus = {.mu = PTHREAD_MUTEX_INITIALIZER};
+static char own_gpu[SHM_NAME_MAX]; /* LW_REF_GPU, "" for private lanes */
+
+static void lane_lock(struct lane *l)
+{
+	if (pthread_mutex_lock(&l->mu) == EOWNERDEAD)
+		pthread_mutex_consistent(&l->mu); /* lane state is a time stamp: always usable */
+}
+
+static int valid_gpu_name(const char *name)
+{
+	size_t n = strlen(name);
+	if (!n || n >= SHM_NAME_MAX)
+		return 0;
+	for (size_t i = 0; i < n; i++) {
+		char c = name[i];
+		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
+		      c == '_' || c == '.'))
+			return 0;
+	}
+	return 1;
+}
+
+/*
+ * Maps /dev/shm/lw-ref-<name>, creating and initialising it if needed. Rates are
+ * set by whoever initialises it, and reset by a process that owns it (own != 0),
+ * so a file left by an earlier run with other rates does not keep them.
+ */
+static struct shm_gpu *gpu_map(const char *name, int own, double h2d_gbps, double d2h_gbps)
+{
+	if (!valid_gpu_name(name))
+		return NULL;
+	pthread_mutex_lock(&gpus.mu);
+	struct shm_gpu *g = NULL;
+	for (int i = 0; i < gpus.n; i++)
+		if (!strcmp(gpus.v[i].name, name))
+			g = gpus.v[i].g;
+	if (g || gpus.n == MAX_GPUS)
+		goto out;
+	char path[SHM_NAME_MAX + 16];
+	snprintf(path, sizeof path, "/lw-ref-%s", name);
+	int fd = shm_open(path, O_RDWR | O_CREAT, 0666);
+	if (fd < 0)
+		goto out;
+	struct stat st;
+	if (fstat(fd, &st) == 0 && (size_t)st.st_size < sizeof *g && ftruncate(fd, sizeof *g) != 0) {
+		close(fd);
+		goto out;
+	}
+	void *p = mmap(NULL, sizeof *g, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	close(fd);
+	if (p == MAP_FAILED)
+		goto out;
+	g = p;
+	uint32_t expect = SHM_UNINIT;
+	if (__atomic_compare_exchange_n(&g->state, &expect, SHM_INITIALIZING, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+		pthread_mutexattr_t a;
+		pthread_mutexattr_init(&a);
+		pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED);
+		pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST);
+		for (int i = 0; i < 2; i++) {
+			pthread_mutex_init(&g->l[i].mu, &a);
+			g->l[i].next_free = 0;
+		}
+		pthread_mutexattr_destroy(&a);
+		g->l[0].ns_per_byte = 1.0 / h2d_gbps;
+		g->l[1].ns_per_byte = 1.0 / d2h_gbps;
+		snprintf(g->name, sizeof g->name, "%s", name);
+		g->magic = SHM_MAGIC;
+		__atomic_store_n(&g->state, SHM_READY, __ATOMIC_RELEASE);
+	} else {
+		/* another process is initialising it: wait (bounded) */
+		for (int i = 0; i < 100000 && __atomic_load_n(&g->state, __ATOMIC_ACQUIRE) != SHM_READY; i++)
+			usleep(10);
+		if (__atomic_load_n(&g->state, __ATOMIC_ACQUIRE) != SHM_READY || g->magic != SHM_MAGIC) {
+			munmap(p, sizeof *g);
+			g = NULL;
+			goto out;
+		}
+		if (own) {
+			for (int i = 0; i < 2; i++) {
+				lane_lock(&g->l[i]);
+				g->l[i].ns_per_byte = 1.0 / (i == 0 ? h2d_gbps : d2h_gbps);
+				pthread_mutex_unlock(&g->l[i].mu);
+			}
+		}
+	}
+	snprintf(gpus.v[gpus.n].name, SHM_NAME_MAX, "%s", name);
+	gpus.v[gpus.n++].g = g;
+out:
+	pthread_mutex_unlock(&gpus.mu);
+	return g;
+}
 
 /*
  * A chunk that directly follows the previous one of the same engine (same copy, or
@@ -33,8 +161,19 @@ static struct lane lanes[2] = {{.mu = PTHREAD_MUTEX_INITIALIZER}, {.mu = PTHREAD
 void rc_lane_init(double h2d_gbps, double d2h_gbps)
 {
 	/* 1 GB/s is 1 byte per ns */
-	lanes[0].ns_per_byte = 1.0 / h2d_gbps;
-	lanes[1].ns_per_byte = 1.0 / d2h_gbps;
+	private_lanes[0].ns_per_byte = 1.0 / h2d_gbps;
+	private_lanes[1].ns_per_byte = 1.0 / d2h_gbps;
+	const char *name = getenv("LW_REF_GPU");
+	if (name && *name) {
+		struct shm_gpu *g = gpu_map(name, 1, h2d_gbps, d2h_gbps);
+		if (g) {
+			lanes = g->l;
+			snprintf(own_gpu, sizeof own_gpu, "%s", name);
+		} else {
+			fprintf(stderr, "libcuda (reference): LW_REF_GPU=%s: cannot map /dev/shm/lw-ref-%s, "
+					"using private lanes\n", name, name);
+		}
+	}
 }
 
 /* Reserves the lane for n bytes after *cursor; returns when the chunk is on the far side. */
@@ -46,7 +185,7 @@ static uint64_t lane_reserve(struct lane *l, size_t n, uint64_t *cursor)
 		if (now > start && now - start > CATCH_UP_NS)
 			start = now - CATCH_UP_NS;
 	}
-	pthread_mutex_lock(&l->mu);
+	lane_lock(l);
 	if (start < l->next_free)
 		start = l->next_free;
 	uint64_t end = start + (uint64_t)((double)n * l->ns_per_byte + 0.5);
@@ -167,4 +306,76 @@ void rc_xfer_run(const struct rc_xfer *x, uint64_t *cursor)
 out:
 	if (x->times)
 		x->times->end_ns = rc_now_ns();
+}
+
+/* ---- reference-only helpers for the RDMA provider (exported, never probed) ---- */
+
+RC_API int refcudaDevicePointer(const void *p, size_t n, char *gpu, size_t gpulen)
+{
+	rc_init();
+	if (!rc_is_device(p, n ? n : 1))
+		return 0;
+	if (gpu && gpulen)
+		snprintf(gpu, gpulen, "%s", own_gpu);
+	return 1;
+}
+
+/* The lane of a GPU by name: "" (or this process's LW_REF_GPU) is this process's own. */
+static struct lane *lane_of(const char *gpu, int inbound)
+{
+	if (!gpu || !*gpu || !strcmp(gpu, own_gpu))
+		return &lanes[inbound ? 0 : 1];
+	/* another process's GPU: map it with the default rates (its owner resets them) */
+	struct shm_gpu *g = gpu_map(gpu, 0, 4, 4);
+	return g ? &g->l[inbound ? 0 : 1] : NULL;
+}
+
+RC_API uint64_t refcudaLaneReserve(const char *gpu, int inbound, size_t bytes, uint64_t *cursor)
+{
+	rc_init();
+	struct lane *l = lane_of(gpu, inbound);
+	uint64_t zero = 0;
+	if (!cursor)
+		cursor = &zero;
+	if (!l)
+		return rc_now_ns();
+	if (*cursor && rc_now_ns() > *cursor + CATCH_UP_NS)
+		*cursor = 0; /* idle since: a new burst starts now, not in the past */
+	return lane_reserve(l, bytes, cursor);
+}
+
+/* Per calling thread: where its previous transfer on each (gpu, direction) ended. */
+static __thread struct {
+	int used;
+	char gpu[SHM_NAME_MAX];
+	uint64_t cur[2];
+} tl_cursors[MAX_GPUS];
+
+RC_API void refcudaLaneTransfer(const char *gpu, int inbound, size_t bytes)
+{
+	rc_init();
+	if (!slack_set) {
+		prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
+		slack_set = 1;
+	}
+	const char *key = gpu ? gpu : "";
+	uint64_t local = 0, *cur = &local;
+	for (int i = 0; i < MAX_GPUS; i++) {
+		if (!tl_cursors[i].used) {
+			tl_cursors[i].used = 1;
+			snprintf(tl_cursors[i].gpu, SHM_NAME_MAX, "%s", key);
+		}
+		if (!strcmp(tl_cursors[i].gpu, key)) {
+			cur = &tl_cursors[i].cur[inbound ? 0 : 1];
+			break;
+		}
+	}
+	/* chunk by chunk, like the copy engine; returns when the last chunk is across */
+	size_t left = bytes;
+	while (left) {
+		size_t n = left < RC_CHUNK ? left : RC_CHUNK;
+		uint64_t end = refcudaLaneReserve(gpu, inbound, n, cur);
+		left -= n;
+		sleep_until(end);
+	}
 }

@@ -200,6 +200,23 @@ struct refcudaCopyTimes {
 };
 void refcudaSetCopyRecords(struct refcudaCopyTimes *recs, size_t n);
 
+/*
+ * Shared GPU lanes for the reference RDMA provider. With LW_REF_GPU=<name> this
+ * process's GPU lanes (inbound = H2D direction, outbound = D2H) live in
+ * /dev/shm/lw-ref-<name>, so another process can consume them.
+ *
+ * refcudaDevicePointer: 1 if [p, p+n) lies in this process's device arena; gpu gets
+ * the GPU's name (LW_REF_GPU, "" when its lanes are private).
+ * refcudaLaneReserve: reserves `bytes` of lane time on gpu's inbound/outbound lane
+ * after *cursor (the end of the caller's previous reservation, 0 for none; updated)
+ * and returns when that time ends (CLOCK_MONOTONIC ns), without waiting.
+ * refcudaLaneTransfer: the same in chunks, waiting until the bytes are across.
+ * gpu "" or NULL is this process's own GPU.
+ */
+int refcudaDevicePointer(const void *p, size_t n, char *gpu, size_t gpulen);
+uint64_t refcudaLaneReserve(const char *gpu, int inbound, size_t bytes, uint64_t *cursor);
+void refcudaLaneTransfer(const char *gpu, int inbound, size_t bytes);
+
 #ifdef __cplusplus
 }
 #endif

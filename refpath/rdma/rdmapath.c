@@ -1,0 +1,1055 @@
+/*
+ * rdmapath --scenario NAME --truth-dir DIR [--pages N] [--page-bytes B] [--timeout-s S]
+ *
+ * The PD-disaggregation scenarios of the reference data path. The launcher
+ * re-executes itself twice (/proc/self/exe --role prefill|decode), so an observer
+ * sees each role start with an exec; the roles talk verbs to the reference
+ * provider (build/rdma/libibverbs.so.1, through RUNPATH), CUDA to the plain
+ * reference runtime, and meet in the wire's rendezvous area (no sockets). Each
+ * role writes DIR/<scenario>-<role>.jsonl: its CUDA calls (kvpath's truth
+ * writer), its verbs registrations, every WR it posted and every completion it
+ * polled, then an end line with its measured rates.
+ *
+ * Scenarios:
+ *   pd-transfer     prefill WRITE_WITH_IMMs N pages from its GPU into decode's GPU
+ *   pd-overlap      the same from pinned host memory, alone, then while decode runs
+ *                   the hicache-load pattern (both inbound on gpu-decode)
+ *   pd-send-duplex  decode RDMA_WRITEs out of its GPU (outbound) while loading (inbound)
+ *   rdma-read       decode READs pages from prefill's GPU into its own (inbound), then
+ *                   one READ with a bad rkey (IBV_WC_REM_ACCESS_ERR)
+ */
+#include "truth.h"
+#include "wire.h"
+#include <arpa/inet.h>
+#include <stdarg.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+
+#define MiB (1024ull * 1024ull)
+#define CHAIN 4
+#define POST_DEPTH 256
+
+enum { PREFILL = 0, DECODE = 1 };
+static const char *role_names[2] = {"prefill", "decode"};
+
+/* ---------------- options ---------------- */
+
+static struct {
+	const char *scenario, *dir;
+	int role; /* -1: launcher */
+	size_t pages, page_bytes;
+	unsigned timeout_s;
+} O = {.role = -1, .pages = 64, .page_bytes = 1 * MiB, .timeout_s = 60};
+
+static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+
+/* ---------------- rendezvous (in the wire's app area) ---------------- */
+
+#define MAX_PHASE 4
+struct rdv {
+	uint32_t failed;
+	int32_t pid[2];
+	uint32_t stage[2];
+	uint32_t qpn[2];
+	uint32_t rkey[2];
+	uint32_t is_device[2];
+	uint64_t addr[2], len[2];
+	char gpu[2][WIRE_GPU_MAX];
+	uint64_t t_first_post[MAX_PHASE];
+	double gbps[MAX_PHASE];
+};
+_Static_assert(sizeof(struct rdv) <= WIRE_APP_BYTES, "rendezvous too big");
+
+static struct rdv *R;
+static int me, other;
+
+static void die(const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	fprintf(stderr, "rdmapath %s: ", O.role >= 0 ? role_names[O.role] : "launcher");
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+	if (R)
+		__atomic_store_n(&R->failed, 1, __ATOMIC_RELEASE);
+	exit(3);
+}
+
+static void nap_us(long us)
+{
+	struct timespec ts = {0, us * 1000};
+	nanosleep(&ts, NULL);
+}
+
+/* Both roles reach stage k (or one fails, or the timeout passes: exit non-zero). */
+static void barrier(uint32_t k, const char *what)
+{
+	__atomic_store_n(&R->stage[me], k, __ATOMIC_RELEASE);
+	uint64_t deadline = truth_now_ns() + (uint64_t)O.timeout_s * 1000000000ull;
+	while (__atomic_load_n(&R->stage[other], __ATOMIC_ACQUIRE) < k) {
+		if (__atomic_load_n(&R->failed, __ATOMIC_ACQUIRE))
+			die("the %s role failed (waiting for %s)", role_names[other], what);
+		if (truth_now_ns() > deadline)
+			die("timed out after %us waiting for the %s role (%s)", O.timeout_s, role_names[other], what);
+		nap_us(100);
+	}
+}
+
+/* ---------------- verbs truth records ---------------- */
+
+/* Verbs records are kept as JSON members by seq; CUDA records stay in the truth writer. */
+static char **vjson;
+static size_t vcap;
+
+static void vrec(const char *api, const char *op, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void vrec(const char *api, const char *op, const char *fmt, ...)
+{
+	struct truth_rec *r = truth_new(api, op);
+	if (r->seq >= vcap) {
+		size_t nc = vcap ? vcap * 2 : 1024;
+		while (nc <= r->seq)
+			nc *= 2;
+		vjson = realloc(vjson, nc * sizeof *vjson);
+		if (!vjson)
+			die("out of memory");
+		memset(vjson + vcap, 0, (nc - vcap) * sizeof *vjson);
+		vcap = nc;
+	}
+	va_list ap;
+	va_start(ap, fmt);
+	if (vasprintf(&vjson[r->seq], fmt, ap) < 0)
+		die("out of memory");
+	va_end(ap);
+}
+
+/* The scenario's own MR table: what it registered, and the memory behind it. */
+struct lmr {
+	struct ibv_mr *mr;
+	int is_device;
+};
+static struct lmr mrs[16];
+static int nmrs;
+
+static const struct lmr *mr_by_lkey(uint32_t lkey)
+{
+	for (int i = 0; i < nmrs; i++)
+		if (mrs[i].mr && mrs[i].mr->lkey == lkey)
+			return &mrs[i];
+	return NULL;
+}
+
+static const char *memkind(int dev)
+{
+	return dev ? "device" : "host";
+}
+
+static struct ibv_mr *reg_mr(struct ibv_pd *pd, void *addr, size_t len, int access)
+{
+	uint64_t t0 = truth_now_ns();
+	struct ibv_mr *mr = ibv_reg_mr(pd, addr, len, access); /* macro -> ibv_reg_mr -> ibv_reg_mr_iova2 */
+	uint64_t t1 = truth_now_ns();
+	if (!mr)
+		die("ibv_reg_mr: %s", strerror(errno));
+	int dev = truth_is_device(addr);
+	mrs[nmrs++] = (struct lmr){mr, dev};
+	vrec("ibv_reg_mr_iova2", "reg_mr",
+	     "\"addr\":%llu,\"length\":%zu,\"iova\":%llu,\"access\":%d,\"lkey\":%u,\"rkey\":%u,\"mem\":\"%s\","
+	     "\"via\":\"ibv_reg_mr\",\"t_call_ns\":%llu,\"t_return_ns\":%llu",
+	     (unsigned long long)(uintptr_t)addr, len, (unsigned long long)(uintptr_t)addr, access, mr->lkey, mr->rkey,
+	     memkind(dev), (unsigned long long)t0, (unsigned long long)t1);
+	return mr;
+}
+
+static void dereg_mr(struct ibv_mr *mr)
+{
+	uint32_t lkey = mr->lkey, rkey = mr->rkey;
+	uint64_t addr = (uintptr_t)mr->addr, len = mr->length;
+	uint64_t t0 = truth_now_ns();
+	int rc = ibv_dereg_mr(mr);
+	uint64_t t1 = truth_now_ns();
+	if (rc)
+		die("ibv_dereg_mr: %d", rc);
+	for (int i = 0; i < nmrs; i++)
+		if (mrs[i].mr == mr)
+			mrs[i].mr = NULL;
+	vrec("ibv_dereg_mr", "dereg_mr",
+	     "\"addr\":%llu,\"length\":%llu,\"lkey\":%u,\"rkey\":%u,\"t_call_ns\":%llu,\"t_return_ns\":%llu",
+	     (unsigned long long)addr, (unsigned long long)len, lkey, rkey, (unsigned long long)t0,
+	     (unsigned long long)t1);
+}
+
+static const char *wr_opcode_name(enum ibv_wr_opcode op)
+{
+	switch (op) {
+	case IBV_WR_RDMA_WRITE: return "RDMA_WRITE";
+	case IBV_WR_RDMA_WRITE_WITH_IMM: return "RDMA_WRITE_WITH_IMM";
+	case IBV_WR_SEND: return "SEND";
+	case IBV_WR_SEND_WITH_IMM: return "SEND_WITH_IMM";
+	case IBV_WR_RDMA_READ: return "RDMA_READ";
+	default: return "OTHER";
+	}
+}
+
+static const char *wc_opcode_name(enum ibv_wc_opcode op)
+{
+	switch (op) {
+	case IBV_WC_SEND: return "SEND";
+	case IBV_WC_RDMA_WRITE: return "RDMA_WRITE";
+	case IBV_WC_RDMA_READ: return "RDMA_READ";
+	case IBV_WC_RECV: return "RECV";
+	case IBV_WC_RECV_RDMA_WITH_IMM: return "RECV_RDMA_WITH_IMM";
+	default: return "OTHER";
+	}
+}
+
+/* Stats of the posts and completions, for the end line and the checks. */
+static struct {
+	unsigned posted_send, signaled, posted_recv, completions, errors;
+} S;
+
+static struct ibv_qp *QP;
+static struct ibv_cq *SCQ, *RCQ;
+
+/* Posts a chain of WRs in one ibv_post_send call and records each WR. */
+static void post_send(struct ibv_send_wr *chain, int phase)
+{
+	struct ibv_send_wr *bad = NULL;
+	uint64_t t = truth_now_ns();
+	if (phase >= 0 && !R->t_first_post[phase])
+		R->t_first_post[phase] = t;
+	int rc;
+	/* a full send queue answers ENOMEM: retry briefly (the NIC drains it) */
+	for (int tries = 0; (rc = ibv_post_send(QP, chain, &bad)) == ENOMEM && tries < 100000; tries++) {
+		if (bad != chain)
+			die("ibv_post_send: partial post on ENOMEM");
+		nap_us(50);
+		t = truth_now_ns();
+	}
+	if (rc)
+		die("ibv_post_send: %s", strerror(rc));
+	int i = 0;
+	for (struct ibv_send_wr *w = chain; w; w = w->next, i++) {
+		uint64_t bytes = 0;
+		for (int k = 0; k < w->num_sge; k++)
+			bytes += w->sg_list[k].length;
+		const struct lmr *l = w->num_sge ? mr_by_lkey(w->sg_list[0].lkey) : NULL;
+		int ldev = l && l->is_device;
+		int remote = w->opcode == IBV_WR_RDMA_WRITE || w->opcode == IBV_WR_RDMA_WRITE_WITH_IMM ||
+			     w->opcode == IBV_WR_RDMA_READ;
+		int known = remote && w->wr.rdma.rkey == R->rkey[other];
+		const char *rmem = !remote ? "recv_buffer" : !known ? "unknown" : memkind(R->is_device[other]);
+		int has_imm = w->opcode == IBV_WR_RDMA_WRITE_WITH_IMM || w->opcode == IBV_WR_SEND_WITH_IMM;
+		int sig = (w->send_flags & IBV_SEND_SIGNALED) != 0;
+		char sges[256] = "";
+		size_t off = 0;
+		for (int k = 0; k < w->num_sge; k++)
+			off += (size_t)snprintf(sges + off, sizeof sges - off, "%s{\"addr\":%llu,\"length\":%u,\"lkey\":%u}",
+						k ? "," : "", (unsigned long long)w->sg_list[k].addr, w->sg_list[k].length,
+						w->sg_list[k].lkey);
+		vrec("ibv_post_send", "post_send",
+		     "\"opcode\":\"%s\",\"opcode_num\":%d,\"wr_id\":%llu,\"bytes\":%llu,\"num_sge\":%d,\"addr\":%llu,"
+		     "\"lkey\":%u,\"local_mem\":\"%s\",\"remote_addr\":%llu,\"rkey\":%u,\"remote_mem\":\"%s\","
+		     "\"data_flow\":\"%s\",\"signaled\":%s,\"qp_num\":%u,\"dest_qp_num\":%u,\"imm\":%u,\"imm_host\":%u,"
+		     "\"chain_index\":%d,\"sges\":[%s],\"t_post_ns\":%llu",
+		     wr_opcode_name(w->opcode), (int)w->opcode, (unsigned long long)w->wr_id, (unsigned long long)bytes,
+		     w->num_sge, (unsigned long long)(w->num_sge ? w->sg_list[0].addr : 0),
+		     w->num_sge ? w->sg_list[0].lkey : 0, memkind(ldev),
+		     (unsigned long long)(remote ? w->wr.rdma.remote_addr : 0), remote ? w->wr.rdma.rkey : 0,
+		     rmem, w->opcode == IBV_WR_RDMA_READ ? "remote_to_local" : "local_to_remote",
+		     sig ? "true" : "false", QP->qp_num, R->qpn[other], has_imm ? w->imm_data : 0,
+		     has_imm ? ntohl(w->imm_data) : 0, i, sges, (unsigned long long)t);
+		S.posted_send++;
+		S.signaled += (unsigned)sig;
+	}
+}
+
+static void post_recvs(int n, uint64_t wr_id0, struct ibv_mr *mr, uint32_t len)
+{
+	for (int i = 0; i < n; i++) {
+		struct ibv_sge sge = {mr ? (uintptr_t)mr->addr : 0, len, mr ? mr->lkey : 0};
+		struct ibv_recv_wr wr = {.wr_id = wr_id0 + (uint64_t)i, .sg_list = mr ? &sge : NULL, .num_sge = mr ? 1 : 0};
+		struct ibv_recv_wr *bad;
+		uint64_t t = truth_now_ns();
+		int rc = ibv_post_recv(QP, &wr, &bad);
+		if (rc)
+			die("ibv_post_recv: %s", strerror(rc));
+		vrec("ibv_post_recv", "post_recv",
+		     "\"wr_id\":%llu,\"bytes\":%u,\"num_sge\":%d,\"addr\":%llu,\"lkey\":%u,\"local_mem\":\"%s\","
+		     "\"qp_num\":%u,\"t_post_ns\":%llu",
+		     (unsigned long long)wr.wr_id, mr ? len : 0, wr.num_sge, (unsigned long long)sge.addr, sge.lkey,
+		     mr ? memkind(mr_by_lkey(mr->lkey)->is_device) : "none", QP->qp_num, (unsigned long long)t);
+		S.posted_recv++;
+	}
+}
+
+/*
+ * Polls cq until `want` completions arrived; records each (t_poll_ns right after
+ * the poll_cq call that returned it). Returns the time of the last one. wcs gets
+ * them if non-NULL.
+ */
+static uint64_t poll_n(struct ibv_cq *cq, int want, struct ibv_wc *wcs, const char *what)
+{
+	int got = 0;
+	uint64_t last = 0, deadline = truth_now_ns() + (uint64_t)O.timeout_s * 1000000000ull;
+	struct ibv_wc wc[16];
+	while (got < want) {
+		int n = ibv_poll_cq(cq, want - got < 16 ? want - got : 16, wc);
+		uint64_t t = truth_now_ns();
+		if (n < 0)
+			die("ibv_poll_cq: %d", n);
+		for (int i = 0; i < n; i++) {
+			const struct ibv_wc *c = &wc[i];
+			int imm = (c->wc_flags & IBV_WC_WITH_IMM) != 0;
+			vrec("ibv_poll_cq", "completion",
+			     "\"wr_id\":%llu,\"status\":%d,\"status_name\":\"%s\",\"wc_opcode\":\"%s\",\"wc_opcode_num\":%d,"
+			     "\"byte_len\":%u,\"imm\":%u,\"imm_host\":%u,\"with_imm\":%s,\"qp_num\":%u,\"src_qp\":%u,"
+			     "\"cq\":\"%s\",\"t_poll_ns\":%llu",
+			     (unsigned long long)c->wr_id, (int)c->status, ibv_wc_status_str(c->status),
+			     wc_opcode_name(c->opcode), (int)c->opcode, c->byte_len, imm ? c->imm_data : 0,
+			     imm ? ntohl(c->imm_data) : 0, imm ? "true" : "false", c->qp_num, c->src_qp,
+			     cq == SCQ ? "send" : "recv", (unsigned long long)t);
+			S.completions++;
+			if (c->status != IBV_WC_SUCCESS)
+				S.errors++;
+			if (wcs)
+				wcs[got] = *c;
+			got++;
+			last = t;
+		}
+		if (n == 0) {
+			if (__atomic_load_n(&R->failed, __ATOMIC_ACQUIRE))
+				die("the %s role failed (waiting for %s)", role_names[other], what);
+			if (truth_now_ns() > deadline)
+				die("timed out after %us waiting for %s (%d of %d completions)", O.timeout_s, what, got,
+				    want);
+			nap_us(20);
+		}
+	}
+	return last;
+}
+
+/* ---------------- CUDA side (recorded like kvpath) ---------------- */
+
+static char *pool_mmap(size_t n)
+{
+	void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+	if (p == MAP_FAILED)
+		die("mmap %zu: %s", n, strerror(errno));
+	return p;
+}
+
+static void host_register(void *p, size_t n)
+{
+	struct truth_rec *r = truth_new("cudaHostRegister", "host_register");
+	r->ptr = (uintptr_t)p;
+	r->size = n;
+	r->has_flags = 1;
+	TCALL(r, cudaHostRegister(p, n, cudaHostRegisterDefault));
+	truth_note_mem(p, n, MEM_PINNED, 0);
+}
+
+static void host_unregister(void *p)
+{
+	struct truth_rec *r = truth_new("cudaHostUnregister", "host_unregister");
+	r->ptr = (uintptr_t)p;
+	TCALL(r, cudaHostUnregister(p));
+	truth_forget_mem(p);
+}
+
+static char *dev_alloc(size_t n)
+{
+	void *d = NULL;
+	struct truth_rec *r = truth_new("cudaMalloc", "device_alloc");
+	r->size = n;
+	TCALL(r, cudaMalloc(&d, n));
+	r->ptr = (uintptr_t)d;
+	truth_note_mem(d, n, MEM_DEVICE, 0);
+	return d;
+}
+
+static void dev_free(void *d)
+{
+	struct truth_rec *r = truth_new("cudaFree", "device_free");
+	r->ptr = (uintptr_t)d;
+	TCALL(r, cudaFree(d));
+	truth_forget_mem(d);
+}
+
+static void stream_sync(cudaStream_t s, const char *phase)
+{
+	struct truth_rec *r = truth_new("cudaStreamSynchronize", "stream_sync");
+	r->stream = (uintptr_t)s;
+	r->has_stream = 1;
+	r->phase = phase;
+	TCALL(r, cudaStreamSynchronize(s));
+}
+
+static void copy_async(void *dst, const void *src, size_t n, cudaStream_t s, int layer, const char *phase)
+{
+	struct truth_rec *r = truth_copy("cudaMemcpyAsync", "copy", dst, src, n, cudaMemcpyHostToDevice, s, layer);
+	r->phase = phase;
+	TCALL(r, cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, s));
+}
+
+static double h2d_gbps(const char *phase)
+{
+	uint64_t lo = UINT64_MAX, hi = 0, bytes = 0;
+	for (size_t i = 0; i < truth_count(); i++) {
+		const struct truth_rec *r = truth_at(i);
+		if (!r->phase || strcmp(r->phase, phase) || strcmp(r->op, "copy") || !r->eng || !r->eng->end_ns)
+			continue;
+		lo = r->eng->start_ns < lo ? r->eng->start_ns : lo;
+		hi = r->eng->end_ns > hi ? r->eng->end_ns : hi;
+		bytes += r->bytes;
+	}
+	return hi > lo ? (double)bytes / (double)(hi - lo) : 0;
+}
+
+/* The hicache-load pattern: layer by layer H2D from a registered pool into device buffers. */
+struct hicache {
+	char *pool, *dev;
+	size_t layers, lb;
+	cudaStream_t s;
+};
+
+static void hicache_setup(struct hicache *h, size_t layers, size_t lb)
+{
+	h->layers = layers;
+	h->lb = lb;
+	h->pool = pool_mmap(layers * lb);
+	memset(h->pool, 0x5a, layers * lb);
+	host_register(h->pool, layers * lb);
+	h->dev = dev_alloc(layers * lb);
+	CHECK(cudaStreamCreateWithFlags(&h->s, cudaStreamNonBlocking));
+}
+
+static void hicache_reset(struct hicache *h)
+{
+	memset(h->dev, 0, h->layers * h->lb);
+}
+
+static void hicache_enqueue(struct hicache *h, const char *phase)
+{
+	for (size_t i = 0; i < h->layers; i++)
+		copy_async(h->dev + i * h->lb, h->pool + i * h->lb, h->lb, h->s, (int)i, phase);
+}
+
+static void hicache_finish(struct hicache *h, const char *phase)
+{
+	stream_sync(h->s, phase);
+	if (memcmp(h->dev, h->pool, h->layers * h->lb))
+		die("hicache-load data mismatch (%s)", phase);
+}
+
+static void hicache_teardown(struct hicache *h)
+{
+	CHECK(cudaStreamDestroy(h->s));
+	dev_free(h->dev);
+	host_unregister(h->pool);
+	munmap(h->pool, h->layers * h->lb);
+}
+
+/* ---------------- data pattern ---------------- */
+
+static void fill(char *p, size_t pages, size_t pb, int seed)
+{
+	for (size_t pg = 0; pg < pages; pg++)
+		for (size_t off = 0; off < pb; off += 4096) {
+			size_t n = pb - off < 4096 ? pb - off : 4096;
+			memset(p + pg * pb + off, (int)((pg * 131 + off / 4096 * 7 + (size_t)seed) & 0xff), n);
+		}
+}
+
+static void verify(const char *p, size_t pages, size_t pb, int seed, const char *what)
+{
+	char *want = malloc(pb);
+	if (!want)
+		die("out of memory");
+	for (size_t pg = 0; pg < pages; pg++) {
+		for (size_t off = 0; off < pb; off += 4096) {
+			size_t n = pb - off < 4096 ? pb - off : 4096;
+			memset(want + off, (int)((pg * 131 + off / 4096 * 7 + (size_t)seed) & 0xff), n);
+		}
+		if (memcmp(p + pg * pb, want, pb))
+			die("data mismatch in page %zu after %s", pg, what);
+	}
+	free(want);
+}
+
+/* ---------------- connection ---------------- */
+
+static struct ibv_context *CTX;
+static struct ibv_pd *PD;
+
+static void verbs_open(void)
+{
+	int n = 0;
+	struct ibv_device **l = ibv_get_device_list(&n);
+	if (!l || n < 1)
+		die("no RDMA device");
+	CTX = ibv_open_device(l[0]);
+	if (!CTX)
+		die("ibv_open_device(%s): %s", ibv_get_device_name(l[0]), strerror(errno));
+	ibv_free_device_list(l);
+	PD = ibv_alloc_pd(CTX);
+	SCQ = ibv_create_cq(CTX, 1024, NULL, NULL, 0);
+	RCQ = ibv_create_cq(CTX, 1024, NULL, NULL, 0);
+	if (!PD || !SCQ || !RCQ)
+		die("pd/cq: %s", strerror(errno));
+	struct ibv_qp_init_attr qa = {.send_cq = SCQ, .recv_cq = RCQ, .qp_type = IBV_QPT_RC,
+				      .cap = {.max_send_wr = POST_DEPTH, .max_recv_wr = 512, .max_send_sge = 2,
+					      .max_recv_sge = 1}};
+	QP = ibv_create_qp(PD, &qa);
+	if (!QP)
+		die("ibv_create_qp: %s", strerror(errno));
+	struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .port_num = 1,
+				.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ};
+	if (ibv_modify_qp(QP, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
+		die("modify_qp INIT");
+}
+
+/* Publishes this role's QP and target buffer, waits for the peer's, connects (RTR, RTS). */
+static void connect_qp(struct ibv_mr *target)
+{
+	R->pid[me] = getpid();
+	R->qpn[me] = QP->qp_num;
+	if (target) {
+		R->addr[me] = (uintptr_t)target->addr;
+		R->len[me] = target->length;
+		R->rkey[me] = target->rkey;
+		R->is_device[me] = mr_by_lkey(target->lkey)->is_device;
+		const char *g = getenv("LW_REF_GPU");
+		snprintf(R->gpu[me], WIRE_GPU_MAX, "%s", R->is_device[me] && g ? g : "");
+	}
+	barrier(1, "QP exchange");
+	struct ibv_qp_attr a = {.qp_state = IBV_QPS_RTR, .path_mtu = IBV_MTU_4096, .dest_qp_num = R->qpn[other],
+				.rq_psn = 0, .max_dest_rd_atomic = 16, .min_rnr_timer = 12};
+	a.ah_attr.port_num = 1;
+	uint64_t t0 = truth_now_ns();
+	if (ibv_modify_qp(QP, &a,
+			  IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+				  IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
+		die("modify_qp RTR");
+	struct ibv_qp_attr b = {.qp_state = IBV_QPS_RTS, .timeout = 14, .retry_cnt = 7, .rnr_retry = 7, .sq_psn = 0,
+				.max_rd_atomic = 16};
+	if (ibv_modify_qp(QP, &b,
+			  IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
+				  IBV_QP_MAX_QP_RD_ATOMIC))
+		die("modify_qp RTS");
+	uint64_t t1 = truth_now_ns();
+	vrec("ibv_modify_qp", "connect",
+	     "\"qp_num\":%u,\"dest_qp_num\":%u,\"peer_pid\":%d,\"state\":\"RTS\",\"t_call_ns\":%llu,\"t_return_ns\":%llu",
+	     QP->qp_num, R->qpn[other], R->pid[other], (unsigned long long)t0, (unsigned long long)t1);
+	barrier(2, "connect");
+}
+
+static void verbs_close(void)
+{
+	if (ibv_destroy_qp(QP) || ibv_destroy_cq(SCQ) || ibv_destroy_cq(RCQ) || ibv_dealloc_pd(PD) ||
+	    ibv_close_device(CTX))
+		die("teardown failed");
+}
+
+/* ---------------- the transfers ---------------- */
+
+/*
+ * Moves `pages` pages between local buffer `loc` (MR lm) and the peer's target
+ * (R->addr/rkey of the other role) in chains of CHAIN WRs per ibv_post_send call;
+ * odd WRs of a chain carry their page in 2 SGEs; WRs 1 and 3 of each chain (and the
+ * last WR) are signaled. Returns the number of signaled WRs.
+ */
+static int post_pages(enum ibv_wr_opcode op, char *loc, struct ibv_mr *lm, size_t pages, size_t pb, int phase,
+		      uint64_t wr_id0)
+{
+	struct ibv_send_wr wr[CHAIN];
+	struct ibv_sge sge[CHAIN][2];
+	int sig = 0;
+	for (size_t p0 = 0; p0 < pages; p0 += CHAIN) {
+		int n = (int)(pages - p0 < CHAIN ? pages - p0 : CHAIN);
+		for (int k = 0; k < n; k++) {
+			size_t p = p0 + (size_t)k;
+			uint64_t a = (uintptr_t)loc + p * pb;
+			memset(&wr[k], 0, sizeof wr[k]);
+			if (k % 2 == 1 && pb >= 8192) {
+				uint32_t h = (uint32_t)(pb / 2);
+				sge[k][0] = (struct ibv_sge){a, h, lm->lkey};
+				sge[k][1] = (struct ibv_sge){a + h, (uint32_t)pb - h, lm->lkey};
+				wr[k].num_sge = 2;
+			} else {
+				sge[k][0] = (struct ibv_sge){a, (uint32_t)pb, lm->lkey};
+				wr[k].num_sge = 1;
+			}
+			wr[k].wr_id = wr_id0 + p;
+			wr[k].sg_list = sge[k];
+			wr[k].opcode = op;
+			wr[k].next = k + 1 < n ? &wr[k + 1] : NULL;
+			if (k % 2 == 1 || p + 1 == pages) {
+				wr[k].send_flags = IBV_SEND_SIGNALED;
+				sig++;
+			}
+			if (op == IBV_WR_RDMA_WRITE_WITH_IMM)
+				wr[k].imm_data = htonl((uint32_t)p);
+			wr[k].wr.rdma.remote_addr = R->addr[other] + p * pb;
+			wr[k].wr.rdma.rkey = R->rkey[other];
+		}
+		post_send(wr, phase);
+	}
+	return sig;
+}
+
+/* Waits for the signaled send completions of post_pages; returns the last one's time. */
+static uint64_t reap_sends(int sig, const char *what)
+{
+	struct ibv_wc *w = calloc((size_t)sig, sizeof *w);
+	uint64_t t = poll_n(SCQ, sig, w, what);
+	for (int i = 0; i < sig; i++)
+		if (w[i].status != IBV_WC_SUCCESS)
+			die("%s: send completion of wr_id %llu: %s", what, (unsigned long long)w[i].wr_id,
+			    ibv_wc_status_str(w[i].status));
+	free(w);
+	return t;
+}
+
+/* Decode's side of WRITE_WITH_IMM pages: the RECV completions, checked. Returns the last one's time. */
+static uint64_t reap_imm_pages(size_t pages, size_t pb, const char *what)
+{
+	struct ibv_wc *w = calloc(pages, sizeof *w);
+	uint64_t t = poll_n(RCQ, (int)pages, w, what);
+	for (size_t i = 0; i < pages; i++) {
+		if (w[i].status != IBV_WC_SUCCESS || w[i].opcode != IBV_WC_RECV_RDMA_WITH_IMM ||
+		    !(w[i].wc_flags & IBV_WC_WITH_IMM) || w[i].byte_len != pb || ntohl(w[i].imm_data) != i)
+			die("%s: completion %zu: status %d opcode %d byte_len %u imm %u", what, i, w[i].status,
+			    w[i].opcode, w[i].byte_len, ntohl(w[i].imm_data));
+	}
+	free(w);
+	return t;
+}
+
+static double rate(size_t bytes, uint64_t t0, uint64_t t1)
+{
+	return t1 > t0 ? (double)bytes / (double)(t1 - t0) : 0;
+}
+
+/* ---------------- scenarios ---------------- */
+
+static char extra[1024];
+
+/* pd-transfer and pd-overlap: prefill WRITE_WITH_IMMs pages into decode's GPU. */
+static int sc_pd_write(int overlap)
+{
+	size_t N = O.pages, B = O.page_bytes, total = N * B;
+	int nphase = overlap ? 2 : 1;
+	double rd[2] = {0}, h2d[2] = {0};
+	if (me == PREFILL) {
+		/* pd-transfer: GPU memory (GPUDirect); pd-overlap: pinned host memory */
+		char *src = overlap ? pool_mmap(total) : dev_alloc(total);
+		if (overlap)
+			host_register(src, total);
+		fill(src, N, B, 1);
+		struct ibv_mr *mr = reg_mr(PD, src, total, IBV_ACCESS_LOCAL_WRITE);
+		connect_qp(NULL);
+		for (int ph = 0; ph < nphase; ph++) {
+			barrier(10 + (uint32_t)ph * 10, "recvs posted");
+			if (overlap && ph == 1)
+				barrier(25, "decode's H2D alone"); /* decode ran its loads alone meanwhile */
+			uint64_t t0 = truth_now_ns();
+			R->t_first_post[ph] = 0;
+			int sig = post_pages(IBV_WR_RDMA_WRITE_WITH_IMM, src, mr, N, B, ph, 0x10000 + (uint64_t)ph * 0x1000);
+			uint64_t t1 = reap_sends(sig, "WRITE_WITH_IMM send completions");
+			rd[ph] = rate(total, t0, t1);
+			barrier(11 + (uint32_t)ph * 10, "decode verified");
+		}
+		dereg_mr(mr);
+		if (overlap) {
+			host_unregister(src);
+			munmap(src, total);
+		} else {
+			dev_free(src);
+		}
+		fprintf(stderr, "%s prefill: WRITE_WITH_IMM send %.2f GB/s%s", O.scenario, rd[0], overlap ? "" : "\n");
+		if (overlap)
+			fprintf(stderr, " alone, %.2f GB/s with decode's H2D\n", rd[1]);
+		snprintf(extra, sizeof extra, "\"gbps\":{\"rdma_send_alone\":%.3f%s", rd[0], overlap ? "" : "}");
+		if (overlap)
+			snprintf(extra + strlen(extra), sizeof extra - strlen(extra), ",\"rdma_send_concurrent\":%.3f}", rd[1]);
+		return 0;
+	}
+	/* decode */
+	char *dst = dev_alloc(total);
+	struct ibv_mr *mr = reg_mr(PD, dst, total, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+	struct hicache h;
+	if (overlap)
+		hicache_setup(&h, N, B);
+	connect_qp(mr);
+	for (int ph = 0; ph < nphase; ph++) {
+		memset(dst, 0, total);
+		post_recvs((int)N, 0x20000 + (uint64_t)ph * 0x1000, NULL, 0);
+		barrier(10 + (uint32_t)ph * 10, "recvs posted");
+		if (overlap && ph == 1) {
+			/* the loads alone first, then both at once */
+			hicache_reset(&h);
+			hicache_enqueue(&h, "alone");
+			hicache_finish(&h, "alone");
+			h2d[0] = h2d_gbps("alone");
+			hicache_reset(&h);
+			barrier(25, "decode's H2D alone");
+			hicache_enqueue(&h, "concurrent");
+		}
+		uint64_t t1 = reap_imm_pages(N, B, "RECV_RDMA_WITH_IMM completions");
+		/* consumable only now: the completion is the publish point */
+		verify(dst, N, B, 1, "WRITE_WITH_IMM");
+		rd[ph] = rate(total, R->t_first_post[ph], t1);
+		if (overlap && ph == 1) {
+			hicache_finish(&h, "concurrent");
+			h2d[1] = h2d_gbps("concurrent");
+		}
+		barrier(11 + (uint32_t)ph * 10, "decode verified");
+	}
+	if (overlap)
+		hicache_teardown(&h);
+	dereg_mr(mr);
+	dev_free(dst);
+	if (!overlap) {
+		fprintf(stderr, "pd-transfer decode: RDMA into gpu-decode %.2f GB/s\n", rd[0]);
+		snprintf(extra, sizeof extra, "\"gbps\":{\"rdma_recv_alone\":%.3f}", rd[0]);
+		return 0;
+	}
+	fprintf(stderr,
+		"pd-overlap decode: RDMA into gpu-decode alone %.2f GB/s, with H2D %.2f GB/s (x%.2f); "
+		"H2D alone %.2f GB/s, with RDMA %.2f GB/s (x%.2f)\n",
+		rd[0], rd[1], rd[1] > 0 ? rd[0] / rd[1] : 0, h2d[0], h2d[1], h2d[1] > 0 ? h2d[0] / h2d[1] : 0);
+	snprintf(extra, sizeof extra,
+		 "\"gbps\":{\"rdma_recv_alone\":%.3f,\"h2d_alone\":%.3f,\"rdma_recv_concurrent\":%.3f,"
+		 "\"h2d_concurrent\":%.3f},\"slowdown\":{\"rdma\":%.3f,\"h2d\":%.3f}",
+		 rd[0], h2d[0], rd[1], h2d[1], rd[1] > 0 ? rd[0] / rd[1] : 0, h2d[1] > 0 ? h2d[0] / h2d[1] : 0);
+	return 0;
+}
+
+/* pd-send-duplex: decode RDMA_WRITEs out of its GPU (plus a SEND to say done) while loading into it. */
+static int sc_pd_send_duplex(void)
+{
+	size_t N = O.pages, B = O.page_bytes, total = N * B;
+	double rd[2] = {0}, h2d[2] = {0};
+	if (me == PREFILL) {
+		char *dst = pool_mmap(total); /* registered host memory: RDMA-only, no CUDA */
+		char *msg = pool_mmap(4096);
+		struct ibv_mr *mr = reg_mr(PD, dst, total, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+		struct ibv_mr *mm = reg_mr(PD, msg, 4096, IBV_ACCESS_LOCAL_WRITE);
+		connect_qp(mr);
+		for (int ph = 0; ph < 2; ph++) {
+			memset(dst, 0, total);
+			memset(msg, 0, 64);
+			post_recvs(1, 0x30000 + (uint64_t)ph, mm, 4096);
+			barrier(10 + (uint32_t)ph * 10, "recv posted");
+			struct ibv_wc wc;
+			poll_n(RCQ, 1, &wc, "the done SEND");
+			if (wc.status != IBV_WC_SUCCESS || wc.opcode != IBV_WC_RECV || wc.byte_len != 64 ||
+			    strcmp(msg, "pages done"))
+				die("done SEND: status %d opcode %d byte_len %u", wc.status, wc.opcode, wc.byte_len);
+			/* a plain WRITE gave this side no completion; the SEND after it is the notice */
+			verify(dst, N, B, 2, "RDMA_WRITE");
+			barrier(11 + (uint32_t)ph * 10, "prefill verified");
+		}
+		dereg_mr(mr);
+		dereg_mr(mm);
+		snprintf(extra, sizeof extra, "\"verified_pages\":%zu", 2 * N);
+		return 0;
+	}
+	char *src = dev_alloc(total);
+	fill(src, N, B, 2);
+	char *msg = pool_mmap(4096);
+	snprintf(msg, 64, "pages done");
+	struct ibv_mr *mr = reg_mr(PD, src, total, IBV_ACCESS_LOCAL_WRITE);
+	struct ibv_mr *mm = reg_mr(PD, msg, 4096, IBV_ACCESS_LOCAL_WRITE);
+	struct hicache h;
+	hicache_setup(&h, N, B);
+	connect_qp(NULL);
+	for (int ph = 0; ph < 2; ph++) {
+		barrier(10 + (uint32_t)ph * 10, "recv posted");
+		if (ph == 1) {
+			hicache_reset(&h);
+			hicache_enqueue(&h, "alone");
+			hicache_finish(&h, "alone");
+			h2d[0] = h2d_gbps("alone");
+			hicache_reset(&h);
+			hicache_enqueue(&h, "concurrent");
+		}
+		uint64_t t0 = truth_now_ns();
+		int sig = post_pages(IBV_WR_RDMA_WRITE, src, mr, N, B, ph, 0x40000 + (uint64_t)ph * 0x1000);
+		uint64_t t1 = reap_sends(sig, "RDMA_WRITE send completions");
+		rd[ph] = rate(total, t0, t1);
+		struct ibv_sge s = {(uintptr_t)msg, 64, mm->lkey};
+		struct ibv_send_wr w = {.wr_id = 0x4f000 + (uint64_t)ph, .sg_list = &s, .num_sge = 1, .opcode = IBV_WR_SEND,
+					.send_flags = IBV_SEND_SIGNALED};
+		post_send(&w, -1);
+		reap_sends(1, "SEND completion");
+		if (ph == 1) {
+			hicache_finish(&h, "concurrent");
+			h2d[1] = h2d_gbps("concurrent");
+		}
+		barrier(11 + (uint32_t)ph * 10, "prefill verified");
+	}
+	hicache_teardown(&h);
+	dereg_mr(mr);
+	dereg_mr(mm);
+	dev_free(src);
+	fprintf(stderr,
+		"pd-send-duplex decode: RDMA out of gpu-decode alone %.2f GB/s, with H2D %.2f GB/s (x%.2f); "
+		"H2D alone %.2f GB/s, with RDMA send %.2f GB/s (x%.2f)\n",
+		rd[0], rd[1], rd[1] > 0 ? rd[0] / rd[1] : 0, h2d[0], h2d[1], h2d[1] > 0 ? h2d[0] / h2d[1] : 0);
+	snprintf(extra, sizeof extra,
+		 "\"gbps\":{\"rdma_send_alone\":%.3f,\"h2d_alone\":%.3f,\"rdma_send_concurrent\":%.3f,"
+		 "\"h2d_concurrent\":%.3f},\"slowdown\":{\"rdma\":%.3f,\"h2d\":%.3f}",
+		 rd[0], h2d[0], rd[1], h2d[1], rd[1] > 0 ? rd[0] / rd[1] : 0, h2d[1] > 0 ? h2d[0] / h2d[1] : 0);
+	return 0;
+}
+
+/* rdma-read: decode pulls pages from prefill's GPU into its own; then one READ with a bad rkey. */
+static int sc_rdma_read(void)
+{
+	size_t N = O.pages, B = O.page_bytes, total = N * B;
+	if (me == PREFILL) {
+		char *src = dev_alloc(total);
+		fill(src, N, B, 3);
+		struct ibv_mr *mr = reg_mr(PD, src, total, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ);
+		connect_qp(mr);
+		/* a READ gives the target nothing to poll: it just waits to be told */
+		barrier(10, "reads done");
+		dereg_mr(mr);
+		dev_free(src);
+		snprintf(extra, sizeof extra, "\"target_completions\":0");
+		return 0;
+	}
+	char *dst = dev_alloc(total);
+	memset(dst, 0, total);
+	struct ibv_mr *mr = reg_mr(PD, dst, total, IBV_ACCESS_LOCAL_WRITE);
+	connect_qp(NULL);
+	uint64_t t0 = truth_now_ns();
+	int sig = post_pages(IBV_WR_RDMA_READ, dst, mr, N, B, 0, 0x50000);
+	uint64_t t1 = reap_sends(sig, "RDMA_READ completions");
+	verify(dst, N, B, 3, "RDMA_READ");
+	double rd = rate(total, t0, t1);
+	/* a READ with a wrong rkey: the responder refuses it */
+	struct ibv_sge s = {(uintptr_t)dst, 4096, mr->lkey};
+	struct ibv_send_wr w = {.wr_id = 0x5ffff, .sg_list = &s, .num_sge = 1, .opcode = IBV_WR_RDMA_READ,
+				.send_flags = IBV_SEND_SIGNALED};
+	w.wr.rdma.remote_addr = R->addr[other];
+	w.wr.rdma.rkey = R->rkey[other] ^ 0x5a5a00;
+	post_send(&w, -1);
+	struct ibv_wc wc;
+	poll_n(SCQ, 1, &wc, "the bad-rkey READ");
+	if (wc.status != IBV_WC_REM_ACCESS_ERR || wc.wr_id != 0x5ffff)
+		die("bad-rkey READ: status %d (%s), want IBV_WC_REM_ACCESS_ERR", wc.status, ibv_wc_status_str(wc.status));
+	barrier(10, "reads done");
+	dereg_mr(mr);
+	dev_free(dst);
+	fprintf(stderr, "rdma-read decode: READ into gpu-decode %.2f GB/s; bad rkey -> %s\n", rd,
+		ibv_wc_status_str(wc.status));
+	snprintf(extra, sizeof extra, "\"gbps\":{\"rdma_read\":%.3f},\"expected_errors\":1", rd);
+	return 0;
+}
+
+static const char *scenario_names[] = {"pd-transfer", "pd-overlap", "pd-send-duplex", "rdma-read", NULL};
+
+/* ---------------- truth file: CUDA lines from truth.c, verbs lines from here ---------------- */
+
+static void write_truth(void)
+{
+	char path[4096], tmp[4200];
+	snprintf(path, sizeof path, "%s/%s-%s.jsonl", O.dir, O.scenario, role_names[me]);
+	snprintf(tmp, sizeof tmp, "%s.tmp", path);
+	char end_extra[1400];
+	snprintf(end_extra, sizeof end_extra,
+		 "\"role\":\"%s\",\"peer_pid\":%d,\"pages\":%zu,\"page_bytes\":%zu,\"posted_send\":%u,\"signaled\":%u,"
+		 "\"posted_recv\":%u,\"completions\":%u,\"completion_errors\":%u,\"verified\":true%s%s",
+		 role_names[me], R->pid[other], O.pages, O.page_bytes, S.posted_send, S.signaled, S.posted_recv,
+		 S.completions, S.errors, extra[0] ? "," : "", extra);
+	if (truth_write(tmp, end_extra))
+		die("cannot write %s", tmp);
+	FILE *in = fopen(tmp, "r"), *out = fopen(path, "w");
+	if (!in || !out)
+		die("cannot rewrite %s", path);
+	char *line = NULL;
+	size_t cap = 0;
+	char scen[128];
+	snprintf(scen, sizeof scen, "\"scenario\":\"%s\"", O.scenario);
+	while (getline(&line, &cap, in) > 0) {
+		unsigned long long seq = 0;
+		if (sscanf(line, "{\"seq\":%llu,", &seq) == 1 && seq < vcap && vjson[seq]) {
+			const struct truth_rec *r = truth_at(seq - 1);
+			fprintf(out, "{\"seq\":%llu,%s,\"role\":\"%s\",\"pid\":%d,\"tid\":%d,\"api\":\"%s\",\"op\":\"%s\",%s}\n",
+				seq, scen, role_names[me], (int)getpid(), r->tid, r->api, r->op, vjson[seq]);
+			continue;
+		}
+		char *at = strstr(line, scen);
+		if (!at) {
+			fputs(line, out);
+			continue;
+		}
+		at += strlen(scen);
+		fwrite(line, 1, (size_t)(at - line), out);
+		fprintf(out, ",\"role\":\"%s\"", role_names[me]);
+		fputs(at, out);
+	}
+	free(line);
+	fclose(in);
+	if (fclose(out))
+		die("cannot write %s", path);
+	unlink(tmp);
+}
+
+/* ---------------- roles and launcher ---------------- */
+
+static int run_role(void)
+{
+	me = O.role;
+	other = 1 - me;
+	truth_init(O.scenario, refcudaSetCopyRecords);
+	struct wire *w = wire_open(wire_name());
+	if (!w)
+		die("cannot open wire %s: %s", wire_name(), strerror(errno));
+	R = (struct rdv *)w->app;
+	verbs_open();
+	int rc;
+	if (!strcmp(O.scenario, "pd-transfer"))
+		rc = sc_pd_write(0);
+	else if (!strcmp(O.scenario, "pd-overlap"))
+		rc = sc_pd_write(1);
+	else if (!strcmp(O.scenario, "pd-send-duplex"))
+		rc = sc_pd_send_duplex();
+	else
+		rc = sc_rdma_read();
+	barrier(100, "the end");
+	verbs_close();
+	if (rc == 0)
+		write_truth();
+	return rc;
+}
+
+static int launch(char **argv)
+{
+	(void)argv;
+	const char *wn = wire_name();
+	setenv("LW_REF_WIRE", wn, 1);
+	if (mkdir(O.dir, 0777) && errno != EEXIST)
+		die("mkdir %s: %s", O.dir, strerror(errno));
+	/* fresh wire and fresh GPU lanes for every run */
+	wire_unlink(wn);
+	shm_unlink("/lw-ref-gpu-prefill");
+	shm_unlink("/lw-ref-gpu-decode");
+	pid_t pids[2];
+	char pages[32], pb[32], to[32];
+	snprintf(pages, sizeof pages, "%zu", O.pages);
+	snprintf(pb, sizeof pb, "%zu", O.page_bytes);
+	snprintf(to, sizeof to, "%u", O.timeout_s);
+	for (int r = 0; r < 2; r++) {
+		pids[r] = fork();
+		if (pids[r] < 0)
+			die("fork: %s", strerror(errno));
+		if (pids[r] == 0) {
+			setenv("LW_REF_GPU", r == DECODE ? "gpu-decode" : "gpu-prefill", 1);
+			char *args[] = {"rdmapath", "--role", (char *)role_names[r], "--scenario", (char *)O.scenario,
+					"--truth-dir", (char *)O.dir, "--pages", pages, "--page-bytes", pb,
+					"--timeout-s", to, NULL};
+			execv("/proc/self/exe", args);
+			perror("exec /proc/self/exe");
+			_exit(127);
+		}
+	}
+	int bad = 0, left = 2;
+	uint64_t deadline = truth_now_ns() + (uint64_t)(O.timeout_s * 2 + 10) * 1000000000ull;
+	while (left) {
+		int st;
+		pid_t p = waitpid(-1, &st, WNOHANG);
+		if (p > 0) {
+			int r = p == pids[0] ? 0 : 1;
+			pids[r] = 0;
+			left--;
+			if (!WIFEXITED(st) || WEXITSTATUS(st)) {
+				fprintf(stderr, "rdmapath: %s role failed (%s %d)\n", role_names[r],
+					WIFEXITED(st) ? "exit" : "signal", WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
+				bad = 1;
+			}
+			continue;
+		}
+		if (truth_now_ns() > deadline) {
+			fprintf(stderr, "rdmapath: roles did not finish in time; killing them\n");
+			for (int r = 0; r < 2; r++)
+				if (pids[r] > 0)
+					kill(pids[r], SIGKILL);
+			deadline = UINT64_MAX;
+			bad = 1;
+		}
+		nap_us(2000);
+	}
+	wire_unlink(wn);
+	shm_unlink("/lw-ref-gpu-prefill");
+	shm_unlink("/lw-ref-gpu-decode");
+	return bad ? 1 : 0;
+}
+
+static size_t num(const char *flag, const char *v)
+{
+	char *end;
+	errno = 0;
+	unsigned long long n = strtoull(v ? v : "", &end, 0);
+	if (!v || errno || end == v || *end || n == 0) {
+		fprintf(stderr, "rdmapath: %s wants a positive number, got %s\n", flag, v ? v : "nothing");
+		exit(2);
+	}
+	return (size_t)n;
+}
+
+static void usage(FILE *f)
+{
+	fprintf(f, "usage: rdmapath --scenario NAME --truth-dir DIR [--pages N] [--page-bytes B] [--timeout-s S]\n"
+		   "scenarios: pd-transfer pd-overlap pd-send-duplex rdma-read\n");
+}
+
+int main(int argc, char **argv)
+{
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+		if (!strcmp(a, "--scenario") && v)
+			O.scenario = argv[++i];
+		else if (!strcmp(a, "--truth-dir") && v)
+			O.dir = argv[++i];
+		else if (!strcmp(a, "--pages"))
+			O.pages = num(a, v), i++;
+		else if (!strcmp(a, "--page-bytes"))
+			O.page_bytes = num(a, v), i++;
+		else if (!strcmp(a, "--timeout-s"))
+			O.timeout_s = (unsigned)num(a, v), i++;
+		else if (!strcmp(a, "--role") && v) {
+			O.role = !strcmp(v, "prefill") ? PREFILL : !strcmp(v, "decode") ? DECODE : -2;
+			i++;
+		} else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+			usage(stdout);
+			return 0;
+		} else {
+			fprintf(stderr, "rdmapath: unknown or incomplete argument %s\n", a);
+			usage(stderr);
+			return 2;
+		}
+	}
+	int known = 0;
+	for (const char **s = scenario_names; O.scenario && *s; s++)
+		known |= !strcmp(*s, O.scenario);
+	if (!known || !O.dir || O.role == -2) {
+		fprintf(stderr, "rdmapath: %s\n", !known ? "unknown or missing --scenario" : !O.dir ? "--truth-dir DIR is required" : "--role is prefill or decode");
+		usage(stderr);
+		return 2;
+	}
+	if (O.page_bytes > UINT32_MAX || O.pages > 100000) {
+		fprintf(stderr, "rdmapath: --page-bytes must fit 32 bits and --pages at most 100000\n");
+		return 2;
+	}
+	if (O.pages * O.page_bytes > 200 * MiB) {
+		fprintf(stderr, "rdmapath: at most 200 MiB per buffer (pages x page-bytes)\n");
+		return 2;
+	}
+	return O.role < 0 ? launch(argv) : run_role();
+}
