@@ -110,6 +110,8 @@ func New(cfg Config) (*Agent, error) {
 		procs:     map[int]*procState{},
 		scannedAt: map[int]uint64{},
 		rescan:    make(chan int, 1024),
+		providers: make(chan providerReq, 256),
+		contexts:  map[providerReq]bool{},
 	}
 	if len(cfg.PIDs) > 0 {
 		a.targets = map[int]bool{}

@@ -211,14 +211,17 @@ func (a *Agent) attachProvider(req providerReq) {
 	}
 	for id, syms := range byFile {
 		f := paths[id]
-		before := a.probes.Files()[id].Sites
+		before := map[string]bool{} // Sites is shared with the attacher: copy the names
+		for row := range a.probes.Files()[id].Sites {
+			before[row] = true
+		}
 		af, err := a.probes.AttachFile(id, f.OpenPath, syms, a.attachPID())
 		if err != nil {
 			a.log.Error("attach RDMA provider", "path", f.Path, "err", err)
 			continue
 		}
 		for row := range syms {
-			if _, had := before[row]; had {
+			if before[row] {
 				continue
 			}
 			a.log.Info("attached RDMA provider function", "pid", req.pid, "path", f.Path, "function", row,

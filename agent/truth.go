@@ -25,8 +25,22 @@ type TruthCall struct {
 	ExpectHostMem string `json:"expect_host_mem"`
 	BatchIndex    *int   `json:"batch_index"`
 
-	End   bool `json:"end"`
-	Calls int  `json:"calls"`
+	// RDMA (refpath/rdma): work requests and the completions the app polled.
+	Role     string `json:"role"`
+	Opcode   string `json:"opcode"`    // post_send: RDMA_WRITE, RDMA_WRITE_WITH_IMM, SEND, RDMA_READ, …
+	WRID     uint64 `json:"wr_id"`     // post_send, post_recv, completion
+	QPNum    uint32 `json:"qp_num"`    // post_send, post_recv, completion
+	LocalMem string `json:"local_mem"` // device, host, none
+	Signaled bool   `json:"signaled"`
+	Status   uint32 `json:"status"`   // completion: enum ibv_wc_status
+	ByteLen  uint64 `json:"byte_len"` // completion
+	CQ       string `json:"cq"`       // completion: send or recv
+	TPostNs  uint64 `json:"t_post_ns"`
+	TPollNs  uint64 `json:"t_poll_ns"`
+
+	End     bool   `json:"end"`
+	Calls   int    `json:"calls"`
+	PeerPID uint32 `json:"peer_pid"` // end line of an RDMA role
 }
 
 // IsCopy reports whether the line is a transfer.
@@ -54,16 +68,24 @@ func ReadTruth(r io.Reader, name string) ([]TruthCall, error) {
 		if ended {
 			return nil, fmt.Errorf("%s:%d: data after the end line", name, line)
 		}
-		var t TruthCall
-		if err := json.Unmarshal(sc.Bytes(), &t); err != nil {
+		// The end line has its own fields (counts, rates): read it apart.
+		var end struct {
+			End   bool `json:"end"`
+			Calls int  `json:"calls"`
+		}
+		if err := json.Unmarshal(sc.Bytes(), &end); err != nil {
 			return nil, fmt.Errorf("%s:%d: %w", name, line, err)
 		}
-		if t.End {
-			if t.Calls != len(calls) {
-				return nil, fmt.Errorf("%s:%d: end line says %d calls, file has %d", name, line, t.Calls, len(calls))
+		if end.End {
+			if end.Calls != len(calls) {
+				return nil, fmt.Errorf("%s:%d: end line says %d calls, file has %d", name, line, end.Calls, len(calls))
 			}
 			ended = true
 			continue
+		}
+		var t TruthCall
+		if err := json.Unmarshal(sc.Bytes(), &t); err != nil {
+			return nil, fmt.Errorf("%s:%d: %w", name, line, err)
 		}
 		if t.API == "" || t.Op == "" {
 			return nil, fmt.Errorf("%s:%d: call without api or op", name, line)

@@ -171,7 +171,10 @@ func (r *rdmaTracker) side(mr *memRegion, addr uint64) Side {
 
 func (r *rdmaTracker) post(e *Engine, c *probes.Call, recv bool) {
 	r.stats.WorkRequests++
-	local := r.byLKey[pidPtr{c.PID, uint64(c.RDMA.LKey)}]
+	var local *memRegion
+	if c.RDMA.NumSGE > 0 { // a receive for WRITE_WITH_IMM has no buffer: its lkey means nothing
+		local = r.byLKey[pidPtr{c.PID, uint64(c.RDMA.LKey)}]
+	}
 	w := postedWR{opcode: c.RDMA.Opcode, signaled: c.RDMA.SendFlags&ibvSendSignaled != 0}
 	t := &w.t
 	*t = Transfer{PID: c.PID, TID: c.TID, API: "ibv_post_send", Op: "post_send", Bytes: c.Bytes,

@@ -25,10 +25,10 @@ func TestRDMAJoinsRequestsAndCompletions(t *testing.T) {
 		}
 		e.Handle(&probes.Call{Kind: probes.EventWR, Probe: post, PID: prefill, TID: prefill, Time: 1000 + uint64(i), Bytes: 1 << 20,
 			BatchIndex: uint32(i), RDMA: probes.RDMA{QPNum: 5, WRID: uint64(i + 1), Opcode: 1, SendFlags: flags,
-				Local: 0x1000_0000, LKey: 1, RemoteAddr: 0x7000_0000 + uint64(i)<<20, RKey: 4}})
+				Local: 0x1000_0000, LKey: 1, NumSGE: 1, RemoteAddr: 0x7000_0000 + uint64(i)<<20, RKey: 4}})
 	}
 	e.Handle(&probes.Call{Kind: probes.EventWR, Probe: probeID(t, "provider:post_recv"), PID: decode, TID: decode, Time: 900,
-		Bytes: 4096, RDMA: probes.RDMA{QPNum: 6, WRID: 9, Local: 0x7000_0000, LKey: 3}})
+		Bytes: 4096, RDMA: probes.RDMA{QPNum: 6, WRID: 9, Local: 0x7000_0000, LKey: 3, NumSGE: 1}})
 	poll := probeID(t, "provider:poll_cq")
 	e.Handle(&probes.Call{Kind: probes.EventWC, Probe: poll, PID: prefill, TID: prefill, Time: 5000, ReturnTime: 6000,
 		RDMA: probes.RDMA{QPNum: 5, WRID: 3, Opcode: 1, Status: 0}})

@@ -335,19 +335,26 @@ type Overlap struct {
 	CapacityGBs float64 // 0 = unknown
 }
 
-// SameDirectionOverlap fires when transfers overlapped in time on the same
-// segment in the same direction: they share that direction's bandwidth.
+// saturated is the share of a lane's capacity the overlapping flows must
+// reach together. Under contention their achieved rates add up to the
+// capacity (what each alone would have wanted is not observable), so a
+// saturated lane is the evidence that the demand exceeded it.
+const saturated = 0.75
+
+// SameDirectionOverlap fires when two or more flows were in flight on the
+// same segment in the same direction at once and together saturated it:
+// they share that direction's bandwidth (seed 000, rule 2). Opposite
+// directions are separate lanes and never meet here. Without a known
+// capacity there is no evidence of contention, so nothing fires.
 func SameDirectionOverlap(o Overlap) *Finding {
-	if o.Transfers < 2 {
+	if o.Transfers < 2 || o.CapacityGBs <= 0 || o.DemandGBs < saturated*o.CapacityGBs {
 		return nil
 	}
 	ev := []string{fmt.Sprintf("%d flows in flight together on %s (%s)", o.Transfers, o.Segment, o.Direction)}
 	if len(o.Flows) > 0 {
 		ev = append(ev, "flows: "+strings.Join(o.Flows, "; "))
 	}
-	if o.CapacityGBs > 0 {
-		ev = append(ev, fmt.Sprintf("demand %.2f GB/s against %.2f GB/s capacity", o.DemandGBs, o.CapacityGBs))
-	}
+	ev = append(ev, fmt.Sprintf("together %.2f GB/s against %.2f GB/s capacity: the lane is saturated", o.DemandGBs, o.CapacityGBs))
 	return &Finding{
 		Rule: "same-direction-overlap", Severity: SevWarn, Subject: o.Segment,
 		Summary:     fmt.Sprintf("%d flows share the %s direction of %s at the same time", o.Transfers, o.Direction, o.Segment),

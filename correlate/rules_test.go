@@ -192,12 +192,21 @@ func TestPageableAndOverlap(t *testing.T) {
 	if f == nil || f.Severity != SevFail || !strings.Contains(f.Summary, "32 copies (32 MiB)") {
 		t.Errorf("%+v", f)
 	}
-	if SameDirectionOverlap(Overlap{Segment: "link:0000:17:00.0", Direction: "down", Transfers: 1}) != nil {
-		t.Error("a single transfer cannot overlap")
+	// The seed's example: H2D and an RDMA receive on a 55 GB/s inbound lane.
+	base := Overlap{Segment: "link:0000:17:00.0", Direction: "down", Transfers: 2, DemandGBs: 55, CapacityGBs: 55,
+		Flows: []string{"pid 1 stream 0x10 H2D", "pid 2 QP 7 WRITE_IMM"}}
+	if f := SameDirectionOverlap(base); f == nil || !strings.Contains(strings.Join(f.Evidence, " "), "together 55.00 GB/s against 55.00 GB/s") ||
+		!strings.Contains(strings.Join(f.Evidence, " "), "pid 2 QP 7 WRITE_IMM") {
+		t.Errorf("saturated lane: %+v", f)
 	}
-	if f := SameDirectionOverlap(Overlap{Segment: "link:0000:17:00.0", Direction: "down", Transfers: 2, DemandGBs: 75, CapacityGBs: 55}); f == nil ||
-		!strings.Contains(strings.Join(f.Evidence, " "), "demand 75.00 GB/s against 55.00 GB/s") {
-		t.Errorf("%+v", f)
+	for name, o := range map[string]Overlap{
+		"single flow":        {Transfers: 1, DemandGBs: 55, CapacityGBs: 55},
+		"lane not saturated": {Transfers: 2, DemandGBs: 5, CapacityGBs: 55},
+		"capacity unknown":   {Transfers: 2, DemandGBs: 55},
+	} {
+		if f := SameDirectionOverlap(o); f != nil {
+			t.Errorf("%s fired: %+v", name, f)
+		}
 	}
 }
 

@@ -1,0 +1,242 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/lanewatch/lanewatch/correlate"
+)
+
+// RDMAScenarios run two processes (prefill and decode roles) on the
+// reference RDMA provider; pd-overlap must be flagged, the rest not.
+var RDMAScenarios = []string{"pd-transfer", "pd-overlap", "pd-send-duplex", "rdma-read"}
+
+// overlapExpected says which scenarios make two flows share one direction
+// of a GPU link: the rest must not be flagged (opposite directions never are).
+var overlapExpected = map[string]bool{"h2d-overlap": true, "pd-overlap": true}
+
+// rdmaRun runs one RDMA scenario and returns a result per role.
+func rdmaRun(ctx context.Context, refDir, scenario, tmp string, col *collector, cfg SelftestConfig, drops func() uint64) []Result {
+	dir := filepath.Join(tmp, scenario)
+	os.MkdirAll(dir, 0o755)
+	before := drops()
+	cmd := exec.CommandContext(ctx, filepath.Join(refDir, "bin", "rdmapath"), "--scenario", scenario, "--truth-dir", dir)
+	cmd.Stderr = os.Stderr
+	runErr := cmd.Run()
+
+	roles := []string{"prefill", "decode"}
+	truths := map[string][]TruthCall{}
+	pids := map[string]uint32{}
+	var problems []string
+	if runErr != nil {
+		problems = append(problems, fmt.Sprintf("rdmapath: %v", runErr))
+	}
+	for _, role := range roles {
+		calls, err := readTruthFile(filepath.Join(dir, scenario+"-"+role+".jsonl"))
+		if err != nil || len(calls) == 0 {
+			problems = append(problems, fmt.Sprintf("%s truth: %v", role, err))
+			continue
+		}
+		truths[role], pids[role] = calls, calls[0].PID
+	}
+	var all []correlate.Transfer
+	got := map[string][]correlate.Transfer{}
+	for _, role := range roles {
+		if pid, ok := pids[role]; ok {
+			if err := (&proc{pid: pid}).waitExit(col, cfg.Timeout); err != nil {
+				problems = append(problems, err.Error())
+			}
+			got[role] = col.take(pid)
+			all = append(all, got[role]...)
+		}
+	}
+	dropped := drops() - before
+
+	var out []Result
+	for _, role := range roles {
+		res := Result{Scenario: scenario, Runtime: role, PID: pids[role], Drops: dropped, Problems: slices.Clone(problems)}
+		compareRDMA(&res, truths[role], got[role])
+		out = append(out, res)
+	}
+	if pid, ok := pids["decode"]; ok {
+		checkOverlap(&out[1], scenario, pid, all)
+	}
+	return out
+}
+
+// compareRDMA matches every work request of the truth with the agent's, by
+// queue pair and wr_id, and the copies as the CUDA scenarios do.
+func compareRDMA(res *Result, truth []TruthCall, got []correlate.Transfer) {
+	var copies []correlate.Transfer
+	wrs := map[[3]uint64]correlate.Transfer{}
+	for _, g := range got {
+		switch g.Op {
+		case "post_send", "post_recv":
+			wrs[wrKey(g.Op == "post_recv", g.QPNum, g.WRID)] = g
+		default:
+			copies = append(copies, g)
+		}
+	}
+	compare(res, truth, copies)
+	completions := map[[3]uint64]TruthCall{}
+	for _, t := range truth {
+		if t.Op == "completion" {
+			completions[wrKey(t.CQ == "recv", t.QPNum, t.WRID)] = t
+		}
+	}
+	problem := func(format string, args ...any) {
+		if len(res.Problems) < 8 {
+			res.Problems = append(res.Problems, fmt.Sprintf(format, args...))
+		}
+	}
+	var truthLat, agentLat []uint64
+	for _, t := range truth {
+		if t.Op != "post_send" && t.Op != "post_recv" {
+			continue
+		}
+		recv := t.Op == "post_recv"
+		k := wrKey(recv, t.QPNum, t.WRID)
+		done, completed := completions[k]
+		want := t.Bytes
+		if recv && completed {
+			want = done.ByteLen // a receive's size is what arrived
+		}
+		res.WantRecords++
+		res.WantBytes += want
+		g, ok := wrs[k]
+		if !ok {
+			problem("%s QP %d wr %d not seen", t.Op, t.QPNum, t.WRID)
+			continue
+		}
+		res.Got++
+		res.GotBytes += g.Bytes
+		if g.Bytes != want {
+			res.OtherErrs++
+			problem("%s QP %d wr %d: %d bytes, want %d", t.Op, t.QPNum, t.WRID, g.Bytes, want)
+		}
+		if dir := wrDirection(t); g.Direction != dir {
+			res.DirectionErrs++
+			problem("%s QP %d wr %d (%s): direction %s, want %s", t.Op, t.QPNum, t.WRID, t.Opcode, g.Direction, dir)
+		}
+		local := g.Src
+		if g.Direction == correlate.DirRDMARead || recv {
+			local = g.Dst
+		}
+		if mem := wrMem(t.LocalMem); local.Mem != mem {
+			res.MemoryErrs++
+			problem("%s QP %d wr %d: local memory %s, want %s", t.Op, t.QPNum, t.WRID, local.Mem, mem)
+		}
+		if !completed {
+			continue // unsignaled: complete when a later request on the queue is
+		}
+		if g.CompleteNs == 0 || g.Status != correlate.WCStatusName(done.Status) {
+			res.OtherErrs++
+			problem("%s QP %d wr %d: completion %q at %d, want %s", t.Op, t.QPNum, t.WRID, g.Status, g.CompleteNs,
+				correlate.WCStatusName(done.Status))
+			continue
+		}
+		truthLat = append(truthLat, done.TPollNs-t.TPostNs)
+		agentLat = append(agentLat, g.CompleteNs-g.SubmitNs)
+	}
+	if len(truthLat) > 0 {
+		slices.Sort(truthLat)
+		slices.Sort(agentLat)
+		res.Latency = fmt.Sprintf("p50 %s/%s p99 %s/%s", us(pct(agentLat, 50)), us(pct(truthLat, 50)), us(pct(agentLat, 99)), us(pct(truthLat, 99)))
+		for _, p := range []int{50, 99} {
+			a, w := float64(pct(agentLat, p)), float64(pct(truthLat, p))
+			if w > 0 && (a < 0.95*w || a > 1.05*w) {
+				res.OtherErrs++
+				problem("posted→completed p%d %s, truth %s: more than 5%% apart", p, us(uint64(a)), us(uint64(w)))
+			}
+		}
+	}
+}
+
+// checkOverlap runs the same-direction-overlap rule over every flow of the
+// scenario on the decode process's GPU link and compares with expectations.
+func checkOverlap(res *Result, scenario string, pid uint32, transfers []correlate.Transfer) {
+	s := newSample()
+	for i := range transfers {
+		s.Transfer(&transfers[i])
+	}
+	p := s.procs[pid]
+	fired := false
+	if p != nil {
+		c := p.overlapCheck(fmt.Sprintf("pid %d", pid), fmt.Sprintf("of pid %d", pid), refLaneGBs())
+		for _, f := range c.Findings {
+			fired = true
+			res.Problems = append(res.Problems[:len(res.Problems):len(res.Problems)], "finding: "+f.Summary+"; "+strings.Join(f.Evidence, "; "))
+		}
+	}
+	res.Overlap = "none"
+	if fired {
+		res.Overlap = "flagged"
+	}
+	if fired != overlapExpected[scenario] {
+		res.OverlapErr = true
+	}
+}
+
+// isFindingNote tells a problem line that only reports a finding.
+func isFindingNote(p string) bool { return strings.HasPrefix(p, "finding: ") }
+
+// refLaneGBs is the reference GPU's per-direction lane rate, the capacity
+// its flows are judged against (refpath/driver/lane.c: LW_REF_H2D_GBPS,
+// default 4).
+func refLaneGBs() float64 {
+	if v, err := strconv.ParseFloat(os.Getenv("LW_REF_H2D_GBPS"), 64); err == nil && v > 0 {
+		return v
+	}
+	return 4
+}
+
+func wrKey(recv bool, qp uint32, id uint64) [3]uint64 {
+	r := uint64(0)
+	if recv {
+		r = 1
+	}
+	return [3]uint64{r, uint64(qp), id}
+}
+
+func wrDirection(t TruthCall) string {
+	if t.Op == "post_recv" {
+		return correlate.DirRecv
+	}
+	switch t.Opcode {
+	case "RDMA_WRITE":
+		return correlate.DirRDMAWrite
+	case "RDMA_WRITE_WITH_IMM":
+		return correlate.DirWriteImm
+	case "RDMA_READ":
+		return correlate.DirRDMARead
+	case "SEND", "SEND_WITH_IMM":
+		return correlate.DirSend
+	}
+	return correlate.DirUnknown
+}
+
+func wrMem(local string) correlate.MemKind {
+	switch local {
+	case "device":
+		return correlate.MemDevice
+	case "host":
+		return correlate.MemPinned
+	}
+	return correlate.MemUnknown
+}
+
+func pct(sorted []uint64, p int) uint64 {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := (p*len(sorted)+99)/100 - 1
+	return sorted[max(0, min(i, len(sorted)-1))]
+}
+
+func us(ns uint64) string { return fmt.Sprintf("%.0fµs", float64(ns)/1e3) }
