@@ -69,8 +69,10 @@ func Diagnose(ctx context.Context, cfg DiagnoseConfig) (*Report, error) {
 	d.hostChecks(r)
 	if win != nil {
 		r.add(d.pinnedPressure(win))
+		r.add(d.congestionCheck(win))
 	} else {
 		r.add(skipf(hostScope, "pinned memory", "pinned pools are seen as they are registered: rerun with --sample"))
+		r.add(skipf(hostScope, "RDMA congestion", "needs a live window (--sample) to compare counter rates with latency"))
 	}
 	for _, pid := range d.targets(win) {
 		d.processChecks(r, pid, win)
@@ -437,12 +439,24 @@ func (d *diagnosis) pinnedPressure(win *window) Check {
 	return c
 }
 
+func (d *diagnosis) congestionCheck(w *window) Check {
+	if w.congestion == nil {
+		return skipf(hostScope, "RDMA congestion", "no RDMA port in %s/class/infiniband", d.cfg.SysRoot)
+	}
+	w.sample.mu.Lock()
+	lat := halfLatencies(w.sample.rdmas, w.start, d.cfg.Sample)
+	w.sample.mu.Unlock()
+	return w.congestion.check(lat)
+}
+
 // window is what a live probe window saw.
 type window struct {
-	sample *sample
-	mu     sync.Mutex
-	pools  map[int][]placement
-	pinned map[uint32]uint64
+	start      uint64 // CLOCK_MONOTONIC ns when it opened
+	congestion *congestionProbe
+	sample     *sample
+	mu         sync.Mutex
+	pools      map[int][]placement
+	pinned     map[uint32]uint64
 }
 
 // placement is where one pool's pages were found.
@@ -528,14 +542,28 @@ func (d *diagnosis) sample(ctx context.Context) (*window, error) {
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- ag.Run(runCtx) }()
+	cp, err := newCongestionProbe(d.cfg.SysRoot)
+	if err != nil {
+		d.cfg.Logger.Warn("RDMA counters unreadable", "err", err)
+	}
+	w.congestion = cp
 	select {
 	case <-ready:
+		w.start = monotonicNow()
+		if cp != nil {
+			cp.sample(0)
+		}
 		if d.cfg.OnSampleStart != nil {
 			d.cfg.OnSampleStart()
 		}
-		select {
-		case <-time.After(d.cfg.Sample):
-		case <-ctx.Done():
+		for half := 1; half <= 2; half++ {
+			select {
+			case <-time.After(d.cfg.Sample / 2):
+			case <-ctx.Done():
+			}
+			if cp != nil {
+				cp.sample(half)
+			}
 		}
 	case err := <-done:
 		stop()

@@ -13,7 +13,11 @@ import (
 type sample struct {
 	mu    sync.Mutex
 	procs map[uint32]*procSample
+	rdmas []correlate.Transfer // completed work requests, for latency trends (bounded)
 }
+
+// maxRDMAKept bounds the work requests a window keeps for latency.
+const maxRDMAKept = 1 << 16
 
 type procSample struct {
 	transfers     int
@@ -104,6 +108,9 @@ func (s *sample) Transfer(t *correlate.Transfer) {
 func (s *sample) rdma(t *correlate.Transfer) {
 	if t.CompleteNs == 0 || t.Status != "success" {
 		return
+	}
+	if len(s.rdmas) < maxRDMAKept {
+		s.rdmas = append(s.rdmas, *t)
 	}
 	k := flowKey{pid: t.PID, stream: uint64(t.QPNum), rdma: true, kind: t.Direction}
 	owner := uint32(0)
