@@ -361,6 +361,20 @@ func (a *Agent) handle(c *probes.Call) {
 	a.engineMu.Unlock()
 }
 
+// RDMALatency summarises posted→completed latency per queue pair and opcode.
+func (a *Agent) RDMALatency() []correlate.LatencySummary {
+	a.engineMu.Lock()
+	defer a.engineMu.Unlock()
+	return a.engine.RDMALatency()
+}
+
+// RDMAStats counts work requests, completions by status and what could not be joined.
+func (a *Agent) RDMAStats() correlate.RDMAStats {
+	a.engineMu.Lock()
+	defer a.engineMu.Unlock()
+	return a.engine.RDMAStats()
+}
+
 // Pinned returns the pinned host ranges the agent knows of a process.
 func (a *Agent) Pinned(pid uint32) []correlate.Range {
 	a.engineMu.Lock()

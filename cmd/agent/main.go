@@ -197,6 +197,14 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	log.Info("summary", "events", st.Events, "transfers", st.Engine.Transfers, "drops", st.Drops.Total(),
 		"ring_full", st.Drops.RingFull, "lost_returns", st.Drops.NoEntry, "batch_truncated", st.Drops.BatchTrunc,
 		"read_faults", st.Drops.ReadFault)
+	if rs := ag.RDMAStats(); rs.WorkRequests > 0 {
+		log.Info("rdma", "work_requests", rs.WorkRequests, "completions", rs.Completions, "by_status", fmt.Sprint(rs.ByStatus),
+			"unmatched_completions", rs.Unmatched, "never_completed", rs.Evicted)
+		for _, l := range ag.RDMALatency() {
+			log.Info("rdma posted→completed", "pid", l.PID, "qp", l.QPNum, "opcode", l.Opcode, "count", l.Count,
+				"p50", time.Duration(l.P50), "p99", time.Duration(l.P99), "in_flight", l.InFlight)
+		}
+	}
 	if err := errors.Join(runErr, flushErr); err != nil {
 		log.Error("stopped", "err", err)
 		return 1
