@@ -694,3 +694,12 @@ func (e *Engine) ProcessExit(pid uint32) {
 	}
 	e.reg.Forget(pid)
 }
+
+// Tee hands every transfer to each sink in turn.
+func Tee(sinks ...Sink) Sink {
+	return SinkFunc(func(t *Transfer) {
+		for _, s := range sinks {
+			s.Transfer(t)
+		}
+	})
+}
