@@ -217,12 +217,13 @@ func cmdSelftest(args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("selftest", "warn", stderr, "Runs every scenario of the reference KV data path under the real probes and compares\nwhat the agent saw with the scenario's ground truth, record by record. Exits 1 on any\nmismatch or drop.")
 	refDir := fs.String("refpath", defaultRefDir(), "build directory of the reference data path (make -C refpath)")
 	live := fs.Bool("live", false, "print every transfer as the agent reports it")
-	scenarios := fs.String("scenarios", strings.Join(agent.Scenarios, ","), "comma-separated scenarios to run after late-attach")
+	scenarios := fs.String("scenarios", strings.Join(agent.Scenarios, ","), "comma-separated CUDA scenarios to run after late-attach")
+	rdma := fs.String("rdma", strings.Join(agent.RDMAScenarios, ","), "comma-separated RDMA scenarios (two processes each); empty for none")
 	log, code := parse(fs, args, stderr)
 	if log == nil {
 		return code
 	}
-	cfg := agent.SelftestConfig{RefDir: *refDir, Out: stdout, Logger: log, Scenarios: strings.Split(*scenarios, ",")}
+	cfg := agent.SelftestConfig{RefDir: *refDir, Out: stdout, Logger: log, Scenarios: splitList(*scenarios), RDMA: splitList(*rdma)}
 	if *live {
 		cfg.Live = stdout
 	}
@@ -243,6 +244,18 @@ func cmdSelftest(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintln(stdout, "selftest passed")
 	return 0
+}
+
+// splitList splits a comma-separated flag; empty means none (not nil, which
+// would mean "the defaults").
+func splitList(s string) []string {
+	out := []string{}
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
 }
 
 // defaultRefDir finds refpath/build next to the binary (bin/agent) or in the
