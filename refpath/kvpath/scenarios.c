@@ -6,6 +6,7 @@
  * Device memory of the reference path is host-addressable, so scenarios seed and
  * verify device buffers with plain memset/memcmp (not CUDA calls, not in the truth).
  */
+#include "calls.h"
 #include "kvpath.h"
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,41 +40,9 @@ static void host_register(void *p, size_t n, int before_attach)
 	truth_note_mem(p, n, MEM_PINNED, before_attach);
 }
 
-static void host_unregister(void *p)
-{
-	struct truth_rec *r = truth_new("cudaHostUnregister", "host_unregister");
-	r->ptr = (uintptr_t)p;
-	TCALL(r, cudaHostUnregister(p));
-	truth_forget_mem(p);
-}
 
-static char *dev_alloc(size_t n)
-{
-	void *d = NULL;
-	struct truth_rec *r = truth_new("cudaMalloc", "device_alloc");
-	r->size = n;
-	TCALL(r, cudaMalloc(&d, n));
-	r->ptr = (uintptr_t)d;
-	truth_note_mem(d, n, MEM_DEVICE, 0);
-	return d;
-}
 
-static void dev_free(void *d)
-{
-	struct truth_rec *r = truth_new("cudaFree", "device_free");
-	r->ptr = (uintptr_t)d;
-	TCALL(r, cudaFree(d));
-	truth_forget_mem(d);
-}
 
-static void stream_sync(cudaStream_t s, const char *phase)
-{
-	struct truth_rec *r = truth_new("cudaStreamSynchronize", "stream_sync");
-	r->stream = (uintptr_t)s;
-	r->has_stream = 1;
-	r->phase = phase;
-	TCALL(r, cudaStreamSynchronize(s));
-}
 
 static void event_record(cudaEvent_t e, cudaStream_t s, int layer)
 {

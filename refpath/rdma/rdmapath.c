@@ -18,6 +18,7 @@
  *   rdma-read       decode READs pages from prefill's GPU into its own (inbound), then
  *                   one READ with a bad rkey (IBV_WC_REM_ACCESS_ERR)
  */
+#include "calls.h"
 #include "truth.h"
 #include "wire.h"
 #include <arpa/inet.h>
@@ -351,41 +352,9 @@ static void host_register(void *p, size_t n)
 	truth_note_mem(p, n, MEM_PINNED, 0);
 }
 
-static void host_unregister(void *p)
-{
-	struct truth_rec *r = truth_new("cudaHostUnregister", "host_unregister");
-	r->ptr = (uintptr_t)p;
-	TCALL(r, cudaHostUnregister(p));
-	truth_forget_mem(p);
-}
 
-static char *dev_alloc(size_t n)
-{
-	void *d = NULL;
-	struct truth_rec *r = truth_new("cudaMalloc", "device_alloc");
-	r->size = n;
-	TCALL(r, cudaMalloc(&d, n));
-	r->ptr = (uintptr_t)d;
-	truth_note_mem(d, n, MEM_DEVICE, 0);
-	return d;
-}
 
-static void dev_free(void *d)
-{
-	struct truth_rec *r = truth_new("cudaFree", "device_free");
-	r->ptr = (uintptr_t)d;
-	TCALL(r, cudaFree(d));
-	truth_forget_mem(d);
-}
 
-static void stream_sync(cudaStream_t s, const char *phase)
-{
-	struct truth_rec *r = truth_new("cudaStreamSynchronize", "stream_sync");
-	r->stream = (uintptr_t)s;
-	r->has_stream = 1;
-	r->phase = phase;
-	TCALL(r, cudaStreamSynchronize(s));
-}
 
 static void copy_async(void *dst, const void *src, size_t n, cudaStream_t s, int layer, const char *phase)
 {

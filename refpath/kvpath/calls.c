@@ -1,0 +1,42 @@
+/* Recorded CUDA calls shared by the scenario drivers (kvpath, rdmapath):
+ * each makes the call and writes its ground-truth line. */
+#include "calls.h"
+#include <stdio.h>
+#include <stdlib.h>
+
+void host_unregister(void *p)
+{
+	struct truth_rec *r = truth_new("cudaHostUnregister", "host_unregister");
+	r->ptr = (uintptr_t)p;
+	TCALL(r, cudaHostUnregister(p));
+	truth_forget_mem(p);
+}
+
+char *dev_alloc(size_t n)
+{
+	void *d = NULL;
+	struct truth_rec *r = truth_new("cudaMalloc", "device_alloc");
+	r->size = n;
+	TCALL(r, cudaMalloc(&d, n));
+	r->ptr = (uintptr_t)d;
+	truth_note_mem(d, n, MEM_DEVICE, 0);
+	return d;
+}
+
+void dev_free(void *d)
+{
+	struct truth_rec *r = truth_new("cudaFree", "device_free");
+	r->ptr = (uintptr_t)d;
+	TCALL(r, cudaFree(d));
+	truth_forget_mem(d);
+}
+
+void stream_sync(cudaStream_t s, const char *phase)
+{
+	struct truth_rec *r = truth_new("cudaStreamSynchronize", "stream_sync");
+	r->stream = (uintptr_t)s;
+	r->has_stream = 1;
+	r->phase = phase;
+	TCALL(r, cudaStreamSynchronize(s));
+}
+
