@@ -21,9 +21,10 @@ refpath: ## build the reference KV data path (C libraries and scenario drivers)
 build: refpath ## build bin/agent and the reference data path
 	$(GO) build -o bin/agent ./cmd/agent
 
-test: build ## vet, check generated files, run every test (BPF tests need root)
+test: build ## vet, check generated files, promtool on the alert rules, run every test (BPF tests need root)
 	$(GO) vet ./...
 	$(MAKE) generate-check
+	bash dashboards/check.sh
 	$(SUDO) $(GO) test -count=1 ./...
 
 run: build ## run the selftest on the reference data path with a live view of every transfer
@@ -32,6 +33,7 @@ run: build ## run the selftest on the reference data path with a live view of ev
 bench: build ## probe cost (none / empty program / lanewatch), pipeline throughput, agent peak RSS
 	$(SUDO) $(GO) test -run '^$$' -bench . -benchtime 1x -count 1 ./probes
 	$(GO) test -run '^$$' -bench Pipeline -benchmem -cpu 1 ./correlate
+	$(GO) test -run '^$$' -bench CorrelateExport -cpu 1 ./exporters   # correlate + batched spans: events/s, spans per 1 000 transfers
 	$(SUDO) ./bin/agent selftest | tail -n 3
 
 fuzz: ## run every fuzz target for FUZZTIME (default 15s) each

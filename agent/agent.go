@@ -46,6 +46,9 @@ type Stats struct {
 	Files   int
 	Engine  correlate.Stats
 	Rescans uint64
+	// AttachFailures counts files exporting probed symbols whose probes
+	// could not be attached.
+	AttachFailures uint64
 }
 
 // Agent traces CUDA transfers in every matching process.
@@ -70,7 +73,8 @@ type Agent struct {
 	contexts  map[providerReq]bool // resolved already; touched by the discovery goroutine only
 	events    atomic.Uint64
 	rescans   atomic.Uint64
-	targets   map[int]bool // PIDs as a set; nil means all
+	attachErr atomic.Uint64 // files whose probes could not be attached
+	targets   map[int]bool  // PIDs as a set; nil means all
 
 	finalMu sync.Mutex
 	final   *Stats // the last counters, once Run has detached everything
@@ -397,7 +401,8 @@ func (a *Agent) Stats() Stats {
 	a.engineMu.Lock()
 	es := a.engine.Stats()
 	a.engineMu.Unlock()
-	return Stats{Events: a.events.Load(), Drops: d, Links: a.probes.Links(), Files: len(a.probes.Files()), Engine: es, Rescans: a.rescans.Load()}
+	return Stats{Events: a.events.Load(), Drops: d, Links: a.probes.Links(), Files: len(a.probes.Files()), Engine: es, Rescans: a.rescans.Load(),
+		AttachFailures: a.attachErr.Load()}
 }
 
 func (a *Agent) close() error {

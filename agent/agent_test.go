@@ -120,7 +120,7 @@ func TestSelftest(t *testing.T) {
 	if !ok {
 		t.Fatal("selftest failed")
 	}
-	if want := 1 + len(Scenarios)*len(Runtimes) + 2*len(RDMAScenarios); len(results) != want {
+	if want := 1 + len(Scenarios)*len(Runtimes) + 2*len(RDMAScenarios) + 1; len(results) != want { // + hicache-spans
 		t.Fatalf("%d results, want %d", len(results), want)
 	}
 	// The overlap verdicts by design: pd-overlap and h2d-overlap flagged, the

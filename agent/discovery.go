@@ -78,6 +78,7 @@ func (a *Agent) inspectFile(id probes.FileID, pathInNS, openPath string) fileVer
 	case len(syms) > 0:
 		af, err := a.probes.AttachFile(id, openPath, syms, a.attachPID())
 		if err != nil {
+			a.attachErr.Add(1)
 			a.log.Error("attach failed", "path", pathInNS, "err", err)
 			break
 		}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -209,6 +210,9 @@ func Selftest(ctx context.Context, cfg SelftestConfig) (results []Result, stats 
 	}
 	for _, sc := range cfg.RDMA {
 		results = append(results, rdmaRun(ctx, cfg.RefDir, sc, tmp, col, cfg, func() uint64 { return ag.Stats().Drops.Total() })...)
+	}
+	if slices.Contains(cfg.Scenarios, "hicache-load") { // span output: request and layer attribution (selftest_spans.go)
+		results = append(results, spansCheck(ctx, kvpath, filepath.Join(tmp, "spans-hicache-load.jsonl"), col, cfg))
 	}
 	return results, stats, nil
 }

@@ -24,6 +24,9 @@ type TruthCall struct {
 	HostMem       string `json:"host_mem"`
 	ExpectHostMem string `json:"expect_host_mem"`
 	BatchIndex    *int   `json:"batch_index"`
+	Layer         int    `json:"layer"`       // the scenario's layer of a per-layer load, -1 none
+	TCallNs       uint64 `json:"t_call_ns"`   // CLOCK_MONOTONIC ns before the call
+	TReturnNs     uint64 `json:"t_return_ns"` // ... and after it returned
 
 	// RDMA (refpath/rdma): work requests and the completions the app polled.
 	Role     string `json:"role"`

@@ -437,7 +437,7 @@ func classify(m *procMem, kind probes.CopyKind, t *Transfer) {
 
 func newTransfer(t *Transfer, c *probes.Call, ri *rowInfo) {
 	*t = Transfer{PID: c.PID, TID: c.TID, Stream: c.Stream, API: ri.sym, Op: ri.opName, Bytes: c.Bytes,
-		Src: Side{Addr: c.Src}, Dst: Side{Addr: c.Dst}, SubmitNs: c.Time, BatchIndex: -1}
+		Src: Side{Addr: c.Src}, Dst: Side{Addr: c.Dst}, SubmitNs: c.Time, BatchIndex: -1, Layer: -1}
 	if c.Kind == probes.EventBatchEntry {
 		t.BatchIndex = int(c.BatchIndex)
 	}
@@ -458,6 +458,8 @@ func (e *Engine) copy(p *proc, c *probes.Call, ri *rowInfo, key uint64) ref {
 		open: ri.layer == probes.LayerRuntime || ri.returns}
 	newTransfer(&t.Transfer, c, ri)
 	classify(p.mem, c.CopyKind, &t.Transfer)
+	t.lst, t.recAt = st, st.records
+	t.Layer = int(st.records - st.drainedAt)
 	r := ref{idx: idx, seq: e.seq}
 	e.push(&st.q, st.live, r)
 	st.live++
@@ -505,6 +507,10 @@ func (e *Engine) emit(idx int32) {
 		t.st = nil
 	}
 	t.p.live--
+	if t.lst != nil && t.lst.records == t.recAt {
+		t.Layer = -1 // no event recorded on its stream after it: no per-layer pattern
+	}
+	t.lst = nil
 	e.stats.Transfers++
 	if t.done {
 		e.stats.Completed++
@@ -579,8 +585,10 @@ func (e *Engine) apply(p *proc, c *probes.Call, ri *rowInfo, key uint64) {
 		// Work queued before the call, and all it waited for, is done.
 		if st := p.streams[key]; st != nil {
 			e.completeUpTo(st, e.seq, c.Time, c.ReturnTime)
+			st.drained(e.seq)
 			for _, d := range st.deps {
 				e.completeUpTo(d.st, d.upTo, ^uint64(0), c.ReturnTime)
+				d.st.drained(d.upTo)
 			}
 			st.deps = st.deps[:0]
 		}
@@ -589,6 +597,8 @@ func (e *Engine) apply(p *proc, c *probes.Call, ri *rowInfo, key uint64) {
 		st := e.stream(p, key)
 		ev.recorded = c.Time
 		ev.caps = append(append(ev.caps[:0], capture{st: st, upTo: e.seq}), st.deps...)
+		st.records++
+		st.lastRecSeq = e.seq
 	case probes.OpEventSync:
 		ev := p.events[c.Event]
 		if c.ReturnTime == 0 || ev == nil || ev.recorded > c.Time {
@@ -596,6 +606,7 @@ func (e *Engine) apply(p *proc, c *probes.Call, ri *rowInfo, key uint64) {
 		}
 		for _, d := range ev.caps {
 			e.completeUpTo(d.st, d.upTo, ^uint64(0), c.ReturnTime)
+			d.st.drained(d.upTo)
 		}
 	case probes.OpStreamWaitEvent:
 		ev := p.events[c.Event]

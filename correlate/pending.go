@@ -14,11 +14,13 @@ type ref struct {
 // pending is a transfer waiting for its completion to be proven.
 type pending struct {
 	Transfer
-	seq  uint64 // 0: free slot
-	p    *proc
-	st   *stream
-	done bool // completion proven (CompleteNs set)
-	open bool // its thread may still report the nested driver call: hold emission
+	seq   uint64 // 0: free slot
+	p     *proc
+	st    *stream
+	lst   *stream // the stream whose event records give Layer
+	recAt uint64  // lst.records when the copy was submitted
+	done  bool    // completion proven (CompleteNs set)
+	open  bool    // its thread may still report the nested driver call: hold emission
 }
 
 // queue is a FIFO of refs that reuses its backing array.
@@ -54,6 +56,19 @@ type stream struct {
 	q    queue // pending transfers in submission order
 	live int
 	deps []capture // what the stream waits for (StreamWaitEvent), one per stream
+
+	// Per-layer pattern: event records on the stream, in all and at the
+	// last point the stream was proven drained, and the engine sequence
+	// number current at its last record.
+	records, drainedAt, lastRecSeq uint64
+}
+
+// drained says a synchronisation proved the stream's work done up to upTo:
+// when that covers its last event record, the next copy starts layer 0.
+func (s *stream) drained(upTo uint64) {
+	if upTo >= s.lastRecSeq {
+		s.drainedAt = s.records
+	}
 }
 
 // event is one CUDA event handle of one process.

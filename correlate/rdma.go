@@ -178,7 +178,7 @@ func (r *rdmaTracker) post(e *Engine, c *probes.Call, recv bool) {
 	w := postedWR{opcode: c.RDMA.Opcode, signaled: c.RDMA.SendFlags&ibvSendSignaled != 0}
 	t := &w.t
 	*t = Transfer{PID: c.PID, TID: c.TID, API: "ibv_post_send", Op: "post_send", Bytes: c.Bytes,
-		SubmitNs: c.Time, BatchIndex: int(c.BatchIndex), QPNum: c.RDMA.QPNum, WRID: c.RDMA.WRID}
+		SubmitNs: c.Time, BatchIndex: int(c.BatchIndex), Layer: -1, QPNum: c.RDMA.QPNum, WRID: c.RDMA.WRID}
 	if recv {
 		t.API, t.Op, t.Direction = "ibv_post_recv", "post_recv", DirRecv
 		t.Dst = r.side(local, c.RDMA.Local)

@@ -62,6 +62,8 @@ type Side struct {
 //	complete_ns       CLOCK_MONOTONIC ns by which a synchronisation proved the
 //	                  copy finished (an upper bound); absent when unknown
 //	batch_index       position in a cudaMemcpyBatchAsync call, -1 otherwise
+//	layer             per-layer index on a load stream, -1 when the stream shows
+//	                  no per-layer pattern (see Layer below)
 //	inferred          behavioural guess of the host memory (pinned|pageable),
 //	                  never overwriting host_mem; absent until measured
 //	call_ns           duration of the submitting call, the evidence for inferred
@@ -80,6 +82,15 @@ type Transfer struct {
 	SubmitNs   uint64  `json:"submit_ns"`
 	CompleteNs uint64  `json:"complete_ns,omitempty"`
 	BatchIndex int     `json:"batch_index"`
+
+	// Layer is the copy's layer on a per-layer load stream: HiCache-style
+	// loaders record one event on the load stream after each layer's copies,
+	// so the number of event records on the copy's stream since that stream
+	// was last proven drained (a synchronisation of it, or of an event or
+	// stream that captured its last record) is the layer. It is kept only
+	// when the pattern is confirmed, i.e. an event was recorded on the
+	// stream after the copy; -1 otherwise (no per-layer pattern).
+	Layer int `json:"layer"`
 
 	// Behavioural evidence (DESIGN.md, late attach). Entry-only copy probes
 	// give no call duration, so both stay empty until a return probe does.

@@ -89,6 +89,8 @@ func AppendTransfer(b []byte, t *correlate.Transfer) []byte {
 	}
 	b = append(b, `,"batch_index":`...)
 	b = strconv.AppendInt(b, int64(t.BatchIndex), 10)
+	b = append(b, `,"layer":`...)
+	b = strconv.AppendInt(b, int64(t.Layer), 10)
 	if t.Inferred != "" {
 		b = append(b, `,"inferred":`...)
 		b = appendString(b, string(t.Inferred))

@@ -17,7 +17,7 @@ var samples = []correlate.Transfer{
 		Op: "copy", Direction: correlate.DirH2D, Bytes: 1 << 20,
 		Src:     correlate.Side{Addr: 0x7f00_0000_0000, Mem: correlate.MemPinned},
 		Dst:     correlate.Side{Addr: 0x7e00_0000_0000, Mem: correlate.MemDevice},
-		HostMem: correlate.MemPinned, SubmitNs: 123456789012345, CompleteNs: 123456789112345, BatchIndex: -1,
+		HostMem: correlate.MemPinned, SubmitNs: 123456789012345, CompleteNs: 123456789112345, BatchIndex: -1, Layer: 3,
 		Inferred: correlate.MemPinned, CallNs: 4100, QPNum: 77, WRID: 1 << 40, Status: "REM_ACCESS_ERR", PeerPID: 4242,
 	},
 	{ // every omitempty field empty, a batch entry
@@ -26,7 +26,7 @@ var samples = []correlate.Transfer{
 		BatchIndex: 63,
 	},
 	{ // strings that need escaping
-		API: "a\"b\\c\n\t\x01é\xff<&>", Op: "copy", Direction: "D2H", BatchIndex: -1,
+		API: "a\"b\\c\n\t\x01é\xff<&>", Op: "copy", Direction: "D2H", BatchIndex: -1, Layer: -1,
 	},
 }
 

@@ -134,6 +134,8 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	rescan := fs.Duration("rescan-interval", 10*time.Second, "how often every process's mappings are rescanned, besides the dynamic linker's notifications")
 	ring := fs.Uint("ring-bytes", 0, "BPF ring buffer size in bytes, a power of two (0: 4 MiB)")
 	record := fs.String("record", "", "also write every raw probe event to this file (120-byte records of bpf/lanewatch.h's struct lw_event), for offline replay")
+	mf := addMetricsFlags(fs)
+	of := addOTelFlags(fs)
 	log, code := parse(fs, args, stderr)
 	if log == nil {
 		return code
@@ -161,9 +163,20 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		out = f
 	}
 	sink := exporters.NewJSONL(out)
+	ot, err := of.start(log)
+	if err != nil {
+		log.Error("traces", "err", err)
+		return 1
+	}
+	defer ot.stop()
+	mx, err := mf.start(log, *procRoot)
+	if err != nil {
+		log.Error("metrics", "err", err)
+		return 1
+	}
 	ag, err := agent.New(agent.Config{
 		ProcRoot: *procRoot, PIDs: pids, Libs: libs, RescanInterval: *rescan,
-		RingBytes: uint32(*ring), Record: rec, Sink: sink, Logger: log,
+		RingBytes: uint32(*ring), Record: rec, Sink: ot.tee(mx.tee(sink)), Logger: log,
 		OnReady: func() { log.Info("lanewatch running: probes attached", "version", version, "output", *output) },
 	})
 	if err != nil {
@@ -172,6 +185,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer cancel()
+	defer mx.serve(ctx, ag)()
 	// Records reach the output within a second even when transfers are rare.
 	flushDone := make(chan struct{})
 	go func() {
@@ -190,6 +204,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		}
 	}()
 	runErr := ag.Run(ctx)
+	otErr := ot.stop() // every transfer is out of the engine: export the held spans
 	cancel()
 	<-flushDone
 	flushErr := sink.Flush()
@@ -205,7 +220,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 				"p50", time.Duration(l.P50), "p99", time.Duration(l.P99), "in_flight", l.InFlight)
 		}
 	}
-	if err := errors.Join(runErr, flushErr); err != nil {
+	if err := errors.Join(runErr, flushErr, otErr); err != nil {
 		log.Error("stopped", "err", err)
 		return 1
 	}

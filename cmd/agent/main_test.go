@@ -67,7 +67,7 @@ func TestRunWritesJSONLAndStopsOnSIGINT(t *testing.T) {
 	ref := testenv.RefDir(t)
 	dir := t.TempDir()
 	out := filepath.Join(dir, "transfers.jsonl")
-	cmd := exec.Command(os.Args[0], "run", "--output", out,
+	cmd := exec.Command(os.Args[0], "run", "--output", out, "--web.listen-address", "", "--otlp.grpc-listen", "", "--otlp.http-listen", "",
 		"--lib", filepath.Join(ref, "plain", "libcudart.so.12"), "--lib", filepath.Join(ref, "lib", "libcuda.so.1"))
 	cmd.Env = append(os.Environ(), "LW_AGENT_MAIN=1")
 	stderr, err := cmd.StderrPipe()

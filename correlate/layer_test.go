@@ -1,0 +1,58 @@
+package correlate_test
+
+import (
+	"os"
+	"testing"
+
+	"github.com/lanewatch/lanewatch/agent"
+	"github.com/lanewatch/lanewatch/correlate"
+	"github.com/lanewatch/lanewatch/probes"
+)
+
+// TestLayerFromEventRecords replays the real hicache-load recording and checks
+// every copy's layer, derived from the event records on its load stream,
+// against the layer the scenario wrote in its ground truth.
+func TestLayerFromEventRecords(t *testing.T) {
+	f, err := os.Open("testdata/hicache-load.truth.jsonl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	truth, err := agent.ReadTruth(f, f.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []agent.TruthCall
+	for _, c := range truth {
+		if c.IsCopy() {
+			want = append(want, c)
+		}
+	}
+	var got []correlate.Transfer
+	e := correlate.NewEngine(correlate.Config{ExecObserved: true, Sink: correlate.SinkFunc(func(tr *correlate.Transfer) {
+		if tr.PID == truth[0].PID {
+			got = append(got, *tr)
+		}
+	})})
+	var c probes.Call
+	for i, raw := range recording(t) {
+		if err := probes.Decode(raw, &c); err != nil {
+			t.Fatalf("record %d: %v", i, err)
+		}
+		e.Handle(&c)
+	}
+	e.Flush()
+	if len(got) != len(want) {
+		t.Fatalf("%d transfers, truth has %d copies", len(got), len(want))
+	}
+	layers := map[int]bool{}
+	for i := range got {
+		if got[i].Layer != want[i].Layer {
+			t.Errorf("copy %d: layer %d, truth %d", i, got[i].Layer, want[i].Layer)
+		}
+		layers[got[i].Layer] = true
+	}
+	if len(layers) < 2 {
+		t.Errorf("recording shows %d distinct layers; expected a per-layer load", len(layers))
+	}
+}

@@ -1,0 +1,219 @@
+package dashboards
+
+import (
+	"encoding/json"
+	"net/url"
+	"regexp"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lanewatch/lanewatch/correlate"
+	"github.com/lanewatch/lanewatch/exporters"
+	"github.com/lanewatch/lanewatch/internal/promtest"
+)
+
+type panel struct {
+	ID         int    `json:"id"`
+	Type       string `json:"type"`
+	Title      string `json:"title"`
+	Datasource any    `json:"datasource"`
+	GridPos    struct {
+		H, W, X, Y int
+	} `json:"gridPos"`
+	Targets []struct {
+		RefID string `json:"refId"`
+		Expr  string `json:"expr"`
+	} `json:"targets"`
+}
+
+type dashboard struct {
+	UID        string  `json:"uid"`
+	Title      string  `json:"title"`
+	Panels     []panel `json:"panels"`
+	Templating struct {
+		List []struct {
+			Name  string `json:"name"`
+			Type  string `json:"type"`
+			Query any    `json:"query"`
+		} `json:"list"`
+	} `json:"templating"`
+	Annotations struct {
+		List []struct {
+			Name string `json:"name"`
+			Expr string `json:"expr"`
+		} `json:"list"`
+	} `json:"annotations"`
+}
+
+func load(t *testing.T) dashboard {
+	t.Helper()
+	var d dashboard
+	if err := json.Unmarshal(Grafana, &d); err != nil {
+		t.Fatalf("grafana/lanewatch.json: %v", err)
+	}
+	return d
+}
+
+// exprs are every PromQL expression of the dashboard, by where it is.
+func exprs(d dashboard) map[string]string {
+	out := map[string]string{}
+	for _, p := range d.Panels {
+		for _, tg := range p.Targets {
+			out["panel "+p.Title+" "+tg.RefID] = tg.Expr
+		}
+	}
+	for _, a := range d.Annotations.List {
+		out["annotation "+a.Name] = a.Expr
+	}
+	for _, v := range d.Templating.List {
+		if q, ok := v.Query.(map[string]any); ok {
+			if m := labelValues.FindStringSubmatch(q["query"].(string)); m != nil {
+				out["variable "+v.Name] = m[1] // label_values(selector, label): the selector must parse
+			}
+		}
+	}
+	return out
+}
+
+var labelValues = regexp.MustCompile(`^label_values\((.*),\s*\w+\)$`)
+
+func TestDashboardShape(t *testing.T) {
+	d := load(t)
+	if d.UID == "" || d.Title == "" || len(d.Panels) == 0 {
+		t.Fatalf("uid %q title %q panels %d", d.UID, d.Title, len(d.Panels))
+	}
+	ids := map[int]string{}
+	for _, p := range d.Panels {
+		if prev, dup := ids[p.ID]; dup || p.ID == 0 {
+			t.Errorf("panel %q: id %d already used by %q (or zero)", p.Title, p.ID, prev)
+		}
+		ids[p.ID] = p.Title
+		if p.GridPos.W <= 0 || p.GridPos.X+p.GridPos.W > 24 || p.GridPos.H <= 0 {
+			t.Errorf("panel %q: gridPos %+v outside the 24-column grid", p.Title, p.GridPos)
+		}
+		if p.Type == "row" {
+			continue
+		}
+		if p.Datasource == nil || len(p.Targets) == 0 {
+			t.Errorf("panel %q: no datasource or no query", p.Title)
+		}
+		for _, tg := range p.Targets {
+			if strings.TrimSpace(tg.Expr) == "" || tg.RefID == "" {
+				t.Errorf("panel %q: empty query or refId", p.Title)
+			}
+		}
+	}
+	// What issue 5 asks the dashboard to show beside each other.
+	all := strings.Join(func() []string {
+		var v []string
+		for _, e := range exprs(d) {
+			v = append(v, e)
+		}
+		return v
+	}(), "\n")
+	for _, want := range []string{"sglang:time_to_first_token_seconds", "sglang:inter_token_latency_seconds",
+		"vllm:time_to_first_token_seconds", "vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds",
+		`direction="inbound"`, `direction="outbound"`, "lanewatch_lane_capacity_bytes_per_second", `host_mem="pageable"`,
+		`rule="remote-numa-pool"`, "lanewatch_rdma_posted_to_completed_seconds", `rule="rdma-congestion"`} {
+		if !strings.Contains(all, want) {
+			t.Errorf("no dashboard query uses %s", want)
+		}
+	}
+	if len(d.Annotations.List) == 0 || !strings.Contains(d.Annotations.List[0].Expr, "lanewatch_findings") {
+		t.Error("findings are not shown as annotations")
+	}
+}
+
+// exporterNames are the series names a scrape of the exporter can hold
+// (histograms with their _bucket, _sum and _count).
+func exporterNames(t *testing.T) map[string]bool {
+	t.Helper()
+	m := exporters.NewMetrics(func() exporters.Health {
+		return exporters.Health{AttachedProbes: map[string]int{"/lib/libcuda.so.1": 1}}
+	})
+	for _, tr := range []correlate.Transfer{
+		{Op: "copy", Direction: correlate.DirH2D, Bytes: 1, HostMem: correlate.MemPageable},
+		{Op: "post_send", Direction: correlate.DirRDMAWrite, Bytes: 1, Status: "success", SubmitNs: 1, CompleteNs: 2},
+	} {
+		m.Transfer(&tr)
+	}
+	m.SetWindow(exporters.Window{At: time.Now(), Lanes: []exporters.Lane{{GPU: "ref-x", Direction: "inbound", Demand: 1, Capacity: 1}}})
+	mfs, err := exporters.NewRegistry(m).Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]bool{}
+	for _, mf := range mfs {
+		n := mf.GetName()
+		names[n] = true
+		if mf.GetType().String() == "HISTOGRAM" {
+			names[n+"_bucket"], names[n+"_sum"], names[n+"_count"] = true, true, true
+		}
+	}
+	return names
+}
+
+var lanewatchName = regexp.MustCompile(`\blanewatch_[a-z_]+[a-z]`)
+
+// Every lanewatch_* metric a dashboard panel or an alert rule queries is one
+// the exporter produces: a renamed metric cannot leave a silent panel or
+// an alert that never fires.
+func TestQueriedMetricsExist(t *testing.T) {
+	names := exporterNames(t)
+	d := load(t)
+	used := map[string]string{}
+	for where, e := range exprs(d) {
+		for _, n := range lanewatchName.FindAllString(e, -1) {
+			used[n] = where
+		}
+	}
+	for _, n := range lanewatchName.FindAllString(string(Rules), -1) {
+		used[n] = "lanewatch.rules.yml"
+	}
+	if len(used) < 10 {
+		t.Fatalf("only %d lanewatch metrics found in the queries", len(used))
+	}
+	var missing []string
+	for n, where := range used {
+		if !names[n] {
+			missing = append(missing, n+" ("+where+")")
+		}
+	}
+	sort.Strings(missing)
+	if len(missing) > 0 {
+		t.Errorf("queried but not exported: %s", strings.Join(missing, ", "))
+	}
+}
+
+// Every finding rule has an alert.
+func TestEveryFindingRuleHasAnAlert(t *testing.T) {
+	for rule, sevs := range exporters.FindingRules {
+		for _, s := range sevs {
+			if !strings.Contains(string(Rules), `lanewatch_findings{rule="`+rule+`",severity="`+string(s)+`"}`) {
+				t.Errorf("no alert on lanewatch_findings{rule=%q,severity=%q}", rule, s)
+			}
+		}
+	}
+}
+
+// grafanaVars replaces the dashboard's variables with values Prometheus
+// accepts, so the expression itself can be checked.
+var grafanaVars = strings.NewReplacer("$__rate_interval", "1m", "$__interval", "15s", "$instance", ".*", "$gpu", ".*")
+
+// Every dashboard expression parses and evaluates in a real Prometheus
+// (Debian's package): promtool cannot check PromQL inside a dashboard.
+func TestDashboardPromQL(t *testing.T) {
+	srv := promtest.Start(t, "global:\n  scrape_interval: 1m\n")
+	for where, e := range exprs(load(t)) {
+		q := grafanaVars.Replace(e)
+		if strings.Contains(q, "$") {
+			t.Errorf("%s: unknown variable in %q", where, e)
+			continue
+		}
+		if err := srv.API("/api/v1/query", url.Values{"query": {q}}, nil); err != nil {
+			t.Errorf("%s: %q: %v", where, q, err)
+		}
+	}
+}

@@ -1,0 +1,419 @@
+package exporters
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/lanewatch/lanewatch/correlate"
+	"github.com/lanewatch/lanewatch/otlpbridge"
+)
+
+// SpanMode says how transfers become spans.
+type SpanMode string
+
+// Span modes.
+const (
+	SpansOff         SpanMode = "off"
+	SpansPerTransfer SpanMode = "per-transfer"
+	// SpansBatched makes one span per run of consecutive transfers of the
+	// same process and stream with the same direction, layer and request.
+	SpansBatched SpanMode = "batched"
+)
+
+// ParseSpanMode parses a --spans value.
+func ParseSpanMode(s string) (SpanMode, error) {
+	switch m := SpanMode(s); m {
+	case SpansOff, SpansPerTransfer, SpansBatched:
+		return m, nil
+	}
+	return "", fmt.Errorf("span mode %q: want per-transfer, batched or off", s)
+}
+
+// Span attributes, all in the lanewatch.* namespace (README, "Traces").
+const (
+	AttrDirection    = attribute.Key("lanewatch.direction")
+	AttrBytes        = attribute.Key("lanewatch.bytes")
+	AttrCount        = attribute.Key("lanewatch.count")
+	AttrAPI          = attribute.Key("lanewatch.api")
+	AttrDriverAPI    = attribute.Key("lanewatch.driver_api")
+	AttrOp           = attribute.Key("lanewatch.op")
+	AttrSrcMemory    = attribute.Key("lanewatch.src.memory")
+	AttrDstMemory    = attribute.Key("lanewatch.dst.memory")
+	AttrHostMemory   = attribute.Key("lanewatch.host_memory")
+	AttrPID          = attribute.Key("lanewatch.pid")
+	AttrTID          = attribute.Key("lanewatch.tid")
+	AttrStream       = attribute.Key("lanewatch.stream")
+	AttrNUMANode     = attribute.Key("lanewatch.numa_node")
+	AttrGPU          = attribute.Key("lanewatch.gpu")
+	AttrNIC          = attribute.Key("lanewatch.nic")
+	AttrPath         = attribute.Key("lanewatch.path.segments")
+	AttrBottleneck   = attribute.Key("lanewatch.bottleneck.segment")
+	AttrCapacity     = attribute.Key("lanewatch.bottleneck.capacity_bytes_per_second")
+	AttrRate         = attribute.Key("lanewatch.rate_bytes_per_second")
+	AttrComplete     = attribute.Key("lanewatch.completed")
+	AttrRequest      = attribute.Key("lanewatch.request.id")
+	AttrLayer        = attribute.Key("lanewatch.layer")
+	AttrAttribution  = attribute.Key("lanewatch.attribution")
+	AttrBatchCount   = attribute.Key("lanewatch.batch.count")
+	AttrBatchIDs     = attribute.Key("lanewatch.batch.request_ids")
+	AttrFindingRule  = attribute.Key("lanewatch.finding.rule")
+	AttrFindingSev   = attribute.Key("lanewatch.finding.severity")
+	AttrFindingSum   = attribute.Key("lanewatch.finding.summary")
+	AttrFindingFix   = attribute.Key("lanewatch.finding.remediation")
+	AttrFindingCheck = attribute.Key("lanewatch.finding.checklist")
+)
+
+// Path is what the topology knows of a transfer's path.
+type Path struct {
+	GPU, NIC    string
+	NUMANode    int // -1 unknown
+	Segments    []string
+	Bottleneck  string
+	CapacityBps float64 // bottleneck capacity, bytes/s
+}
+
+// PathResolver places a transfer on the host's topology; false: unknown.
+type PathResolver interface {
+	Path(t *correlate.Transfer) (Path, bool)
+}
+
+// Attributor names the request a transfer served (otlpbridge.Index).
+type Attributor interface {
+	Attribute(pid, tid uint32, unixNs int64) otlpbridge.Attribution
+}
+
+// SpansConfig configures Spans.
+type SpansConfig struct {
+	Tracer     trace.Tracer
+	Mode       SpanMode
+	Attributor Attributor // nil: no request identity
+	Paths      PathResolver
+	// Wall converts CLOCK_MONOTONIC ns to Unix ns (otlpbridge.Clock.Wall).
+	Wall func(mono uint64) int64
+	// Hold is how long a transfer waits for the server's spans (they are
+	// exported only once they end, after the SDK's batch delay) before it
+	// is attributed and exported. Default 15 s.
+	Hold time.Duration
+	// MaxPending caps held transfers; past it the oldest are released early
+	// (counted). Default 1<<18.
+	MaxPending int
+	Logger     *slog.Logger
+}
+
+// SpansStats are the span exporter's counters.
+type SpansStats struct {
+	Transfers    uint64 // transfers received
+	Spans        uint64 // spans made
+	Attributed   uint64 // transfers attributed to one request
+	Batched      uint64 // transfers attributed to a batch of requests
+	EarlyRelease uint64 // transfers released before Hold because MaxPending was hit
+}
+
+// Spans is a correlate.Sink that turns transfers into OTel spans, backdated
+// to the transfers' kernel timestamps and placed in the request's trace.
+// Transfer only queues; Release (called by Run on a timer) makes the spans.
+// Transfer may be called from any goroutine; Release from one at a time.
+type Spans struct {
+	cfg SpansConfig
+
+	mu      sync.Mutex
+	pending []correlate.Transfer
+	stats   SpansStats
+
+	work  []correlate.Transfer // Release's batch, reused
+	runs  map[runKey]*run
+	order []*run
+	free  []*run
+	attrs []attribute.KeyValue
+}
+
+// NewSpans returns a span exporter.
+func NewSpans(cfg SpansConfig) *Spans {
+	if cfg.Hold <= 0 {
+		cfg.Hold = 15 * time.Second
+	}
+	if cfg.MaxPending <= 0 {
+		cfg.MaxPending = 1 << 18
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Mode == "" {
+		cfg.Mode = SpansBatched
+	}
+	return &Spans{cfg: cfg, runs: map[runKey]*run{}}
+}
+
+// Transfer queues a copy of t. It never blocks on export.
+func (s *Spans) Transfer(t *correlate.Transfer) {
+	if s.cfg.Mode == SpansOff {
+		return
+	}
+	s.mu.Lock()
+	s.stats.Transfers++
+	s.pending = append(s.pending, *t)
+	s.mu.Unlock()
+}
+
+// Stats returns the counters.
+func (s *Spans) Stats() SpansStats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stats
+}
+
+// Run releases held transfers every interval until ctx is done, then
+// releases everything.
+func (s *Spans) Run(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			s.Release(time.Time{})
+			return
+		case now := <-t.C:
+			s.Release(now)
+		}
+	}
+}
+
+// Release makes the spans of the transfers submitted before now-Hold (or
+// of every held transfer when now is zero) and returns how many spans.
+func (s *Spans) Release(now time.Time) int {
+	s.mu.Lock()
+	n := len(s.pending)
+	if !now.IsZero() {
+		cut := now.Add(-s.cfg.Hold).UnixNano()
+		n = 0
+		for n < len(s.pending) && s.wall(s.pending[n].SubmitNs) <= cut {
+			n++
+		}
+		if over := len(s.pending) - s.cfg.MaxPending; over > n {
+			s.stats.EarlyRelease += uint64(over - n)
+			n = over
+		}
+	}
+	s.work = append(s.work[:0], s.pending[:n]...)
+	s.pending = append(s.pending[:0], s.pending[n:]...)
+	s.mu.Unlock()
+	if len(s.work) == 0 {
+		return 0
+	}
+	spans, attributed, batched := s.export(s.work)
+	clear(s.work) // drop string references
+	s.mu.Lock()
+	s.stats.Spans += uint64(spans)
+	s.stats.Attributed += attributed
+	s.stats.Batched += batched
+	s.mu.Unlock()
+	return spans
+}
+
+func (s *Spans) wall(mono uint64) int64 {
+	if s.cfg.Wall == nil {
+		return int64(mono)
+	}
+	return s.cfg.Wall(mono)
+}
+
+// runKey groups transfers into runs: one open run per process and stream.
+type runKey struct {
+	pid    uint32
+	stream uint64
+}
+
+// run is consecutive transfers that become one span.
+type run struct {
+	first      correlate.Transfer
+	attr       otlpbridge.Attribution
+	count      int
+	bytes      uint64
+	start, end uint64 // monotonic ns
+	completed  bool
+	small      correlate.SizeHistogram
+	pageable   int
+	pageBytes  uint64
+}
+
+func sameAttribution(a, b *otlpbridge.Attribution) bool {
+	if a.Request != b.Request || a.Parent != b.Parent || a.Batch != b.Batch || len(a.Links) != len(b.Links) {
+		return false
+	}
+	for i := range a.Links {
+		if a.Links[i] != b.Links[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func (s *Spans) export(ts []correlate.Transfer) (spans int, attributed, batched uint64) {
+	for i := range ts {
+		t := &ts[i]
+		var a otlpbridge.Attribution
+		if s.cfg.Attributor != nil {
+			a = s.cfg.Attributor.Attribute(t.PID, t.TID, s.wall(t.SubmitNs))
+		}
+		switch {
+		case a.Batch > 1:
+			batched++
+		case a.Request != "" || a.Parent.Valid():
+			attributed++
+		}
+		k := runKey{t.PID, t.Stream}
+		r := s.runs[k]
+		if r != nil && (s.cfg.Mode == SpansPerTransfer || r.first.Direction != t.Direction || r.first.Layer != t.Layer ||
+			r.first.TID != t.TID || !sameAttribution(&r.attr, &a)) {
+			s.end(r)
+			spans++
+			delete(s.runs, k)
+			r = nil
+		}
+		if r == nil {
+			r = s.newRun()
+			r.first, r.attr, r.start, r.end = *t, a, t.SubmitNs, t.SubmitNs
+			s.runs[k] = r
+			s.order = append(s.order, r)
+		}
+		r.count++
+		r.bytes += t.Bytes
+		r.small.Add(t.Bytes)
+		end := t.SubmitNs
+		if t.CompleteNs != 0 {
+			end = t.CompleteNs
+			r.completed = true
+		}
+		r.end = max(r.end, end)
+		if t.HostMem == correlate.MemPageable {
+			r.pageable++
+			r.pageBytes += t.Bytes
+		}
+	}
+	for _, r := range s.order {
+		if r.count > 0 {
+			s.end(r)
+			spans++
+		}
+	}
+	clear(s.runs)
+	for _, r := range s.order {
+		*r = run{}
+		s.free = append(s.free, r)
+	}
+	s.order = s.order[:0]
+	return spans, attributed, batched
+}
+
+func (s *Spans) newRun() *run {
+	if n := len(s.free); n > 0 {
+		r := s.free[n-1]
+		s.free = s.free[:n-1]
+		return r
+	}
+	return &run{}
+}
+
+// end makes the span of r and marks it emitted.
+func (s *Spans) end(r *run) {
+	t := &r.first
+	ctx := context.Background()
+	opts := []trace.SpanStartOption{trace.WithTimestamp(time.Unix(0, s.wall(r.start))), trace.WithSpanKind(trace.SpanKindInternal)}
+	a := &r.attr
+	if a.Parent.Valid() && a.Batch <= 1 {
+		ctx = trace.ContextWithRemoteSpanContext(ctx, trace.NewSpanContext(trace.SpanContextConfig{
+			TraceID: a.Parent.TraceID, SpanID: a.Parent.SpanID, TraceFlags: trace.FlagsSampled, Remote: true}))
+	} else {
+		opts = append(opts, trace.WithNewRoot())
+		for _, l := range a.Links {
+			opts = append(opts, trace.WithLinks(trace.Link{SpanContext: trace.NewSpanContext(trace.SpanContextConfig{
+				TraceID: l.TraceID, SpanID: l.SpanID, TraceFlags: trace.FlagsSampled, Remote: true})}))
+		}
+	}
+	at := s.attrs[:0]
+	at = append(at,
+		AttrDirection.String(t.Direction),
+		AttrBytes.Int64(int64(r.bytes)),
+		AttrCount.Int(r.count),
+		AttrAPI.String(t.API),
+		AttrOp.String(t.Op),
+		AttrSrcMemory.String(string(t.Src.Mem)),
+		AttrDstMemory.String(string(t.Dst.Mem)),
+		AttrPID.Int64(int64(t.PID)),
+		AttrTID.Int64(int64(t.TID)),
+		AttrStream.String("0x"+strconv.FormatUint(t.Stream, 16)),
+		AttrComplete.Bool(r.completed),
+	)
+	if t.DriverAPI != "" {
+		at = append(at, AttrDriverAPI.String(t.DriverAPI))
+	}
+	if t.HostMem != "" {
+		at = append(at, AttrHostMemory.String(string(t.HostMem)))
+	}
+	if t.Layer >= 0 {
+		at = append(at, AttrLayer.Int(t.Layer))
+	}
+	if r.completed && r.end > r.start {
+		at = append(at, AttrRate.Float64(float64(r.bytes)*1e9/float64(r.end-r.start)))
+	}
+	switch {
+	case a.Batch > 1:
+		at = append(at, AttrAttribution.String("batch"), AttrBatchCount.Int(a.Batch), AttrBatchIDs.StringSlice(a.Requests))
+	case a.Request != "" || a.Parent.Valid():
+		at = append(at, AttrAttribution.String(a.Rule))
+		if a.Request != "" {
+			at = append(at, AttrRequest.String(a.Request))
+		}
+	default:
+		at = append(at, AttrAttribution.String("none"))
+	}
+	if s.cfg.Paths != nil {
+		if p, ok := s.cfg.Paths.Path(t); ok {
+			if p.GPU != "" {
+				at = append(at, AttrGPU.String(p.GPU))
+			}
+			if p.NIC != "" {
+				at = append(at, AttrNIC.String(p.NIC))
+			}
+			if p.NUMANode >= 0 {
+				at = append(at, AttrNUMANode.Int(p.NUMANode))
+			}
+			if len(p.Segments) > 0 {
+				at = append(at, AttrPath.StringSlice(p.Segments))
+			}
+			if p.Bottleneck != "" {
+				at = append(at, AttrBottleneck.String(p.Bottleneck), AttrCapacity.Float64(p.CapacityBps))
+			}
+		}
+	}
+	s.attrs = at
+	opts = append(opts, trace.WithAttributes(at...))
+	_, span := s.cfg.Tracer.Start(ctx, "transfer "+t.Direction, opts...)
+	// Findings that a run proves by itself become events on its span.
+	if r.pageable > 0 {
+		addFinding(span, correlate.PageableCopies(t.PID, r.pageable, r.pageBytes, []string{t.API}), s.wall(r.start))
+	}
+	if r.completed && r.end > r.start {
+		addFinding(span, correlate.Fragmentation(t.PID, r.small, float64(r.bytes)/float64(r.end-r.start)), s.wall(r.start))
+	}
+	span.End(trace.WithTimestamp(time.Unix(0, s.wall(r.end))))
+	r.count = 0
+}
+
+func addFinding(span trace.Span, f *correlate.Finding, at int64) {
+	if f == nil {
+		return
+	}
+	span.AddEvent("lanewatch.finding", trace.WithTimestamp(time.Unix(0, at)), trace.WithAttributes(
+		AttrFindingRule.String(f.Rule), AttrFindingSev.String(string(f.Severity)), AttrFindingSum.String(f.Summary),
+		AttrFindingFix.String(f.Remediation), AttrFindingCheck.String(f.Checklist),
+		attribute.String("lanewatch.finding.evidence", strings.Join(f.Evidence, "; "))))
+}

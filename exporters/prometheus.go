@@ -1,0 +1,351 @@
+package exporters
+
+import (
+	"path/filepath"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/lanewatch/lanewatch/correlate"
+	"github.com/lanewatch/lanewatch/probes"
+)
+
+// Metrics exports lanewatch to Prometheus in the node_exporter style: it is
+// a correlate.Sink that counts every transfer as the engine emits it, and a
+// prometheus.Collector that turns those counts and the state read at scrape
+// time (the agent's health, the evaluator's last window) into const metrics.
+// Register it on a registry of your own (NewRegistry), never the global one.
+//
+// Units are base units (bytes, seconds); counters end in _total. No label
+// holds a pid, an address, a request id or a wr_id: every label value comes
+// from a small fixed set (directions, memory kinds, ops, opcodes, statuses,
+// rules, severities, library file names) or names hardware (GPU PCI
+// addresses, "ref-<name>" for the reference path's GPUs). A label set past
+// maxSeries is counted under the value "other" rather than growing forever.
+type Metrics struct {
+	health func() Health
+
+	mu        sync.Mutex
+	transfers map[transferKey]*transferCount
+	sizes     map[string]*histogram // by direction
+	wrs       map[wrKey]uint64
+	latency   map[string]*histogram // by RDMA opcode
+	window    Window
+	hasWindow bool
+}
+
+// Health is the agent's own state, read at every scrape.
+type Health struct {
+	Events         uint64         // probe events read from the ring buffer
+	Drops          probes.Drops   // events lost or damaged in BPF, by reason
+	AttachedProbes map[string]int // library file (path as attached) → probe sites attached in it
+	AttachFailures uint64         // files whose probes could not be attached
+	Pending        int            // transfers not yet emitted: copies awaiting a proof of completion, RDMA requests awaiting their completion
+}
+
+// Window is the evaluator's verdict on the last interval.
+type Window struct {
+	At       time.Time           // when the window was judged
+	Duration time.Duration       // how long judging took
+	Findings []correlate.Finding // active findings: the rules that fired on the window
+	Lanes    []Lane              // per GPU link direction, demand and capacity
+}
+
+// Lane is one direction of one GPU's link during the window.
+type Lane struct {
+	GPU       string  // PCI address, or "ref-<name>" on the reference path
+	Direction string  // "inbound" (toward the GPU) or "outbound"
+	Demand    float64 // bytes per second moved over the window; <0 unknown
+	Capacity  float64 // bytes per second the lane carries at its trained speed; 0 unknown
+}
+
+// FindingRules lists every rule of correlate/rules.go with the severities it
+// can report, so lanewatch_findings has a 0 series for each from the start
+// (alerts and dashboards see "no finding", not "no data").
+var FindingRules = map[string][]correlate.Severity{
+	"remote-numa-pool":       {correlate.SevFail},
+	"numa-bind-skipped":      {correlate.SevWarn},
+	"far-nic":                {correlate.SevWarn},
+	"link-degraded":          {correlate.SevFail},
+	"pinned-pressure":        {correlate.SevWarn, correlate.SevFail},
+	"iommu-translated":       {correlate.SevWarn},
+	"pageable-copy":          {correlate.SevFail},
+	"fragmented-copies":      {correlate.SevWarn},
+	"same-direction-overlap": {correlate.SevWarn},
+	"rdma-congestion":        {correlate.SevWarn, correlate.SevFail},
+}
+
+type transferKey struct{ direction, hostMem, op string }
+
+type transferCount struct{ n, bytes uint64 }
+
+type wrKey struct{ opcode, status string }
+
+// maxSeries caps the label sets of each counter family.
+const maxSeries = 512
+
+const overflow = "other"
+
+// Histogram buckets. Sizes: 4 KiB … 1 GiB in powers of 4, with the 64 KiB
+// fragmentation threshold (correlate.Fragmentation) on a bucket edge.
+// Latency: 1 µs … 262 ms in powers of 4.
+var (
+	sizeBuckets    = prometheus.ExponentialBuckets(4096, 4, 10)
+	latencyBuckets = prometheus.ExponentialBuckets(1e-6, 4, 10)
+)
+
+// histogram is a cumulative-at-scrape histogram kept without locks of its own.
+type histogram struct {
+	counts []uint64 // per bucket, not cumulative; the last one is +Inf
+	count  uint64
+	sum    float64
+}
+
+func newHistogram(n int) *histogram { return &histogram{counts: make([]uint64, n+1)} }
+
+func (h *histogram) observe(bounds []float64, v float64) {
+	i := sort.SearchFloat64s(bounds, v) // first bound >= v: le semantics
+	h.counts[i]++
+	h.count++
+	h.sum += v
+}
+
+func (h *histogram) metric(desc *prometheus.Desc, bounds []float64, labels ...string) prometheus.Metric {
+	buckets := make(map[float64]uint64, len(bounds))
+	var cum uint64
+	for i, b := range bounds {
+		cum += h.counts[i]
+		buckets[b] = cum
+	}
+	return prometheus.MustNewConstHistogram(desc, h.count, h.sum, buckets, labels...)
+}
+
+// Descriptors, built once.
+var (
+	descTransfers = prometheus.NewDesc("lanewatch_transfers_total",
+		"Transfers the agent reported (copies and RDMA work requests), by direction, host memory kind of a host<->device copy (pinned, pageable, device, unknown; empty when not H2D/D2H) and op.",
+		[]string{"direction", "host_mem", "op"}, nil)
+	descTransferBytes = prometheus.NewDesc("lanewatch_transfer_bytes_total",
+		"Bytes moved by the transfers the agent reported, by direction, host memory kind and op.",
+		[]string{"direction", "host_mem", "op"}, nil)
+	descTransferSize = prometheus.NewDesc("lanewatch_transfer_size_bytes",
+		"Size of each transfer in bytes, by direction; many under 64 KiB means a fragmented, latency-bound transfer.",
+		[]string{"direction"}, nil)
+	descWRs = prometheus.NewDesc("lanewatch_rdma_work_requests_total",
+		"RDMA work requests posted, by opcode (RDMA_WRITE, WRITE_IMM, RDMA_READ, SEND, RECV) and completion status (none: emitted without a polled completion).",
+		[]string{"opcode", "status"}, nil)
+	descWRLatency = prometheus.NewDesc("lanewatch_rdma_posted_to_completed_seconds",
+		"Time from posting an RDMA work request to polling its completion, in seconds, by opcode.",
+		[]string{"opcode"}, nil)
+	descFindings = prometheus.NewDesc("lanewatch_findings",
+		"Active findings of the last evaluation window, by rule and severity (0: the rule did not fire).",
+		[]string{"rule", "severity"}, nil)
+	descLaneDemand = prometheus.NewDesc("lanewatch_lane_demand_bytes_per_second",
+		"Bytes per second moved over one direction of a GPU's link during the last evaluation window.",
+		[]string{"gpu", "direction"}, nil)
+	descLaneCapacity = prometheus.NewDesc("lanewatch_lane_capacity_bytes_per_second",
+		"Payload capacity in bytes per second of one direction of a GPU's link at its trained speed and width.",
+		[]string{"gpu", "direction"}, nil)
+	descEvalDuration = prometheus.NewDesc("lanewatch_evaluation_duration_seconds",
+		"How long the last evaluation of the findings took, in seconds.", nil, nil)
+	descEvalTime = prometheus.NewDesc("lanewatch_evaluation_timestamp_seconds",
+		"Unix time of the last evaluation of the findings, in seconds.", nil, nil)
+	descEvents = prometheus.NewDesc("lanewatch_probe_events_total",
+		"Probe events read from the BPF ring buffer.", nil, nil)
+	descDrops = prometheus.NewDesc("lanewatch_probe_dropped_events_total",
+		"Probe events lost or damaged in BPF, by reason: ring_full (ring buffer full), lost_return (return probe without its entry), batch_truncated, read_fault (user memory unreadable), wr_truncated (work requests past the per-call limit).",
+		[]string{"reason"}, nil)
+	descAttached = prometheus.NewDesc("lanewatch_attached_probes",
+		"Probe sites attached, by library file name.", []string{"library"}, nil)
+	descAttachFailures = prometheus.NewDesc("lanewatch_attach_failures_total",
+		"Files exporting probed symbols whose probes could not be attached.", nil, nil)
+	descPending = prometheus.NewDesc("lanewatch_transfers_pending",
+		"Transfers waiting for a synchronisation to prove their completion, plus RDMA work requests not yet completed.", nil, nil)
+)
+
+// NewMetrics returns Metrics reading the agent's health from health at
+// every scrape (nil: no health metrics).
+func NewMetrics(health func() Health) *Metrics {
+	m := &Metrics{
+		health:    health,
+		transfers: map[transferKey]*transferCount{},
+		sizes:     map[string]*histogram{},
+		wrs:       map[wrKey]uint64{},
+		latency:   map[string]*histogram{},
+	}
+	// Host<->device copies start at 0 for every memory kind, so that rate()
+	// sees the first pageable copy instead of a series born non-zero.
+	for _, dir := range []string{correlate.DirH2D, correlate.DirD2H} {
+		for _, mem := range []correlate.MemKind{correlate.MemPinned, correlate.MemPageable, correlate.MemUnknown} {
+			for _, op := range []string{"copy", "copy2d", "copy_batch"} {
+				m.transfers[transferKey{dir, string(mem), op}] = &transferCount{}
+			}
+		}
+	}
+	return m
+}
+
+// NewRegistry returns a registry holding m and the Go runtime and process
+// collectors.
+func NewRegistry(m *Metrics) *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(m, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg
+}
+
+// Transfer counts one transfer. It implements correlate.Sink.
+func (m *Metrics) Transfer(t *correlate.Transfer) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	k := transferKey{t.Direction, string(t.HostMem), t.Op}
+	c := m.transfers[k]
+	if c == nil {
+		if len(m.transfers) >= maxSeries {
+			k = transferKey{overflow, overflow, overflow}
+			c = m.transfers[k]
+		}
+		if c == nil {
+			c = &transferCount{}
+			m.transfers[k] = c
+		}
+	}
+	c.n++
+	c.bytes += t.Bytes
+	h := m.sizes[k.direction]
+	if h == nil {
+		h = newHistogram(len(sizeBuckets))
+		m.sizes[k.direction] = h
+	}
+	h.observe(sizeBuckets, float64(t.Bytes))
+
+	if t.Op != "post_send" && t.Op != "post_recv" {
+		return
+	}
+	status := t.Status
+	if status == "" {
+		status = "none"
+	}
+	wk := wrKey{t.Direction, status}
+	if _, ok := m.wrs[wk]; !ok && len(m.wrs) >= maxSeries {
+		wk = wrKey{overflow, overflow}
+	}
+	m.wrs[wk]++
+	if t.CompleteNs > t.SubmitNs && t.Status == "success" {
+		lh := m.latency[t.Direction]
+		if lh == nil {
+			if len(m.latency) >= maxSeries {
+				return
+			}
+			lh = newHistogram(len(latencyBuckets))
+			m.latency[t.Direction] = lh
+		}
+		lh.observe(latencyBuckets, float64(t.CompleteNs-t.SubmitNs)/1e9)
+	}
+}
+
+// SetWindow publishes the evaluator's verdict on the last interval,
+// replacing the previous one.
+func (m *Metrics) SetWindow(w Window) {
+	w.Findings = append([]correlate.Finding(nil), w.Findings...)
+	w.Lanes = append([]Lane(nil), w.Lanes...)
+	m.mu.Lock()
+	m.window, m.hasWindow = w, true
+	m.mu.Unlock()
+}
+
+// Describe implements prometheus.Collector.
+func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descTransfers, descTransferBytes, descTransferSize, descWRs, descWRLatency,
+		descFindings, descLaneDemand, descLaneCapacity, descEvalDuration, descEvalTime,
+		descEvents, descDrops, descAttached, descAttachFailures, descPending} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
+	m.collectCounts(ch)
+	m.collectWindow(ch)
+	if m.health != nil {
+		collectHealth(ch, m.health())
+	}
+}
+
+func (m *Metrics) collectCounts(ch chan<- prometheus.Metric) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for k, c := range m.transfers {
+		ch <- prometheus.MustNewConstMetric(descTransfers, prometheus.CounterValue, float64(c.n), k.direction, k.hostMem, k.op)
+		ch <- prometheus.MustNewConstMetric(descTransferBytes, prometheus.CounterValue, float64(c.bytes), k.direction, k.hostMem, k.op)
+	}
+	for dir, h := range m.sizes {
+		ch <- h.metric(descTransferSize, sizeBuckets, dir)
+	}
+	for k, n := range m.wrs {
+		ch <- prometheus.MustNewConstMetric(descWRs, prometheus.CounterValue, float64(n), k.opcode, k.status)
+	}
+	for op, h := range m.latency {
+		ch <- h.metric(descWRLatency, latencyBuckets, op)
+	}
+}
+
+func (m *Metrics) collectWindow(ch chan<- prometheus.Metric) {
+	m.mu.Lock()
+	w, ok := m.window, m.hasWindow
+	m.mu.Unlock()
+	type rs struct{ rule, sev string }
+	active := map[rs]int{}
+	for rule, sevs := range FindingRules {
+		for _, s := range sevs {
+			active[rs{rule, string(s)}] = 0
+		}
+	}
+	for _, f := range w.Findings {
+		k := rs{f.Rule, string(f.Severity)}
+		if _, known := active[k]; !known && len(active) >= maxSeries {
+			continue
+		}
+		active[k]++
+	}
+	for k, n := range active {
+		ch <- prometheus.MustNewConstMetric(descFindings, prometheus.GaugeValue, float64(n), k.rule, k.sev)
+	}
+	if !ok {
+		return
+	}
+	for _, l := range w.Lanes {
+		if l.Demand >= 0 {
+			ch <- prometheus.MustNewConstMetric(descLaneDemand, prometheus.GaugeValue, l.Demand, l.GPU, l.Direction)
+		}
+		if l.Capacity > 0 {
+			ch <- prometheus.MustNewConstMetric(descLaneCapacity, prometheus.GaugeValue, l.Capacity, l.GPU, l.Direction)
+		}
+	}
+	ch <- prometheus.MustNewConstMetric(descEvalDuration, prometheus.GaugeValue, w.Duration.Seconds())
+	ch <- prometheus.MustNewConstMetric(descEvalTime, prometheus.GaugeValue, float64(w.At.UnixNano())/1e9)
+}
+
+func collectHealth(ch chan<- prometheus.Metric, h Health) {
+	ch <- prometheus.MustNewConstMetric(descEvents, prometheus.CounterValue, float64(h.Events))
+	for _, d := range []struct {
+		reason string
+		n      uint64
+	}{
+		{"ring_full", h.Drops.RingFull}, {"lost_return", h.Drops.NoEntry}, {"batch_truncated", h.Drops.BatchTrunc},
+		{"read_fault", h.Drops.ReadFault}, {"wr_truncated", h.Drops.WRTrunc},
+	} {
+		ch <- prometheus.MustNewConstMetric(descDrops, prometheus.CounterValue, float64(d.n), d.reason)
+	}
+	byLib := map[string]int{}
+	for path, n := range h.AttachedProbes {
+		byLib[filepath.Base(path)] += n
+	}
+	for lib, n := range byLib {
+		ch <- prometheus.MustNewConstMetric(descAttached, prometheus.GaugeValue, float64(n), lib)
+	}
+	ch <- prometheus.MustNewConstMetric(descAttachFailures, prometheus.CounterValue, float64(h.AttachFailures))
+	ch <- prometheus.MustNewConstMetric(descPending, prometheus.GaugeValue, float64(h.Pending))
+}

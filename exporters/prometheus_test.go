@@ -1,0 +1,259 @@
+package exporters
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"regexp"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/prometheus/common/expfmt"
+
+	"github.com/lanewatch/lanewatch/correlate"
+	"github.com/lanewatch/lanewatch/internal/promtest"
+	"github.com/lanewatch/lanewatch/probes"
+)
+
+// feed gives m one of each kind of record the engine emits.
+func feed(m *Metrics) {
+	for _, t := range []correlate.Transfer{
+		{Op: "copy", Direction: correlate.DirH2D, Bytes: 1 << 20, HostMem: correlate.MemPinned},
+		{Op: "copy", Direction: correlate.DirH2D, Bytes: 1 << 20, HostMem: correlate.MemPinned},
+		{Op: "copy", Direction: correlate.DirH2D, Bytes: 4096, HostMem: correlate.MemPageable},
+		{Op: "copy2d", Direction: correlate.DirD2H, Bytes: 8192, HostMem: correlate.MemUnknown},
+		{Op: "copy_peer", Direction: correlate.DirD2D, Bytes: 64 << 10},
+		{Op: "post_send", Direction: correlate.DirWriteImm, Bytes: 1 << 20, Status: "success", SubmitNs: 1000, CompleteNs: 51000, QPNum: 7},
+		{Op: "post_send", Direction: correlate.DirRDMARead, Bytes: 4096, Status: "remote_access_error", SubmitNs: 1000, CompleteNs: 3000, QPNum: 7},
+		{Op: "post_recv", Direction: correlate.DirRecv, Bytes: 4096, QPNum: 8},
+	} {
+		m.Transfer(&t)
+	}
+	m.SetWindow(Window{
+		At: time.Unix(1700000000, 0), Duration: 3 * time.Millisecond,
+		Findings: []correlate.Finding{
+			{Rule: "pageable-copy", Severity: correlate.SevFail, Subject: "pid 1"},
+			{Rule: "pageable-copy", Severity: correlate.SevFail, Subject: "pid 2"},
+			{Rule: "same-direction-overlap", Severity: correlate.SevWarn, Subject: "PCIe link of GPU ref-gpu-decode"},
+		},
+		Lanes: []Lane{
+			{GPU: "0000:17:00.0", Direction: "inbound", Demand: 40e9, Capacity: 63.015e9},
+			{GPU: "0000:17:00.0", Direction: "outbound", Demand: 0, Capacity: 63.015e9},
+			{GPU: "ref-gpu-decode", Direction: "inbound", Demand: 3.9e9},
+		},
+	})
+}
+
+func testHealth() Health {
+	return Health{
+		Events: 1234,
+		Drops:  probes.Drops{RingFull: 3, NoEntry: 1, WRTrunc: 2},
+		AttachedProbes: map[string]int{
+			"/usr/lib/x86_64-linux-gnu/libcuda.so.1": 20, "/proc/42/root/usr/lib/x86_64-linux-gnu/libcuda.so.1": 20,
+			"/opt/venv/lib/libcudart.so.12": 30,
+		},
+		AttachFailures: 1,
+		Pending:        5,
+	}
+}
+
+func TestMetricsValues(t *testing.T) {
+	m := NewMetrics(testHealth)
+	feed(m)
+	reg := NewRegistry(m)
+	want := `
+# HELP lanewatch_findings Active findings of the last evaluation window, by rule and severity (0: the rule did not fire).
+# TYPE lanewatch_findings gauge
+lanewatch_findings{rule="far-nic",severity="warn"} 0
+lanewatch_findings{rule="fragmented-copies",severity="warn"} 0
+lanewatch_findings{rule="iommu-translated",severity="warn"} 0
+lanewatch_findings{rule="link-degraded",severity="fail"} 0
+lanewatch_findings{rule="numa-bind-skipped",severity="warn"} 0
+lanewatch_findings{rule="pageable-copy",severity="fail"} 2
+lanewatch_findings{rule="pinned-pressure",severity="fail"} 0
+lanewatch_findings{rule="pinned-pressure",severity="warn"} 0
+lanewatch_findings{rule="rdma-congestion",severity="fail"} 0
+lanewatch_findings{rule="rdma-congestion",severity="warn"} 0
+lanewatch_findings{rule="remote-numa-pool",severity="fail"} 0
+lanewatch_findings{rule="same-direction-overlap",severity="warn"} 1
+# HELP lanewatch_lane_capacity_bytes_per_second Payload capacity in bytes per second of one direction of a GPU's link at its trained speed and width.
+# TYPE lanewatch_lane_capacity_bytes_per_second gauge
+lanewatch_lane_capacity_bytes_per_second{direction="inbound",gpu="0000:17:00.0"} 6.3015e+10
+lanewatch_lane_capacity_bytes_per_second{direction="outbound",gpu="0000:17:00.0"} 6.3015e+10
+# HELP lanewatch_lane_demand_bytes_per_second Bytes per second moved over one direction of a GPU's link during the last evaluation window.
+# TYPE lanewatch_lane_demand_bytes_per_second gauge
+lanewatch_lane_demand_bytes_per_second{direction="inbound",gpu="0000:17:00.0"} 4e+10
+lanewatch_lane_demand_bytes_per_second{direction="inbound",gpu="ref-gpu-decode"} 3.9e+09
+lanewatch_lane_demand_bytes_per_second{direction="outbound",gpu="0000:17:00.0"} 0
+# HELP lanewatch_rdma_work_requests_total RDMA work requests posted, by opcode (RDMA_WRITE, WRITE_IMM, RDMA_READ, SEND, RECV) and completion status (none: emitted without a polled completion).
+# TYPE lanewatch_rdma_work_requests_total counter
+lanewatch_rdma_work_requests_total{opcode="RDMA_READ",status="remote_access_error"} 1
+lanewatch_rdma_work_requests_total{opcode="RECV",status="none"} 1
+lanewatch_rdma_work_requests_total{opcode="WRITE_IMM",status="success"} 1
+# HELP lanewatch_probe_dropped_events_total Probe events lost or damaged in BPF, by reason: ring_full (ring buffer full), lost_return (return probe without its entry), batch_truncated, read_fault (user memory unreadable), wr_truncated (work requests past the per-call limit).
+# TYPE lanewatch_probe_dropped_events_total counter
+lanewatch_probe_dropped_events_total{reason="batch_truncated"} 0
+lanewatch_probe_dropped_events_total{reason="lost_return"} 1
+lanewatch_probe_dropped_events_total{reason="read_fault"} 0
+lanewatch_probe_dropped_events_total{reason="ring_full"} 3
+lanewatch_probe_dropped_events_total{reason="wr_truncated"} 2
+# HELP lanewatch_attached_probes Probe sites attached, by library file name.
+# TYPE lanewatch_attached_probes gauge
+lanewatch_attached_probes{library="libcuda.so.1"} 40
+lanewatch_attached_probes{library="libcudart.so.12"} 30
+# HELP lanewatch_transfers_pending Transfers waiting for a synchronisation to prove their completion, plus RDMA work requests not yet completed.
+# TYPE lanewatch_transfers_pending gauge
+lanewatch_transfers_pending 5
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want),
+		"lanewatch_findings", "lanewatch_lane_capacity_bytes_per_second", "lanewatch_lane_demand_bytes_per_second",
+		"lanewatch_rdma_work_requests_total", "lanewatch_probe_dropped_events_total", "lanewatch_attached_probes",
+		"lanewatch_transfers_pending"); err != nil {
+		t.Error(err)
+	}
+
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		for _, mm := range mf.GetMetric() {
+			var lv []string
+			for _, l := range mm.GetLabel() {
+				lv = append(lv, l.GetName()+"="+l.GetValue())
+			}
+			key := mf.GetName() + "{" + strings.Join(lv, ",") + "}"
+			switch {
+			case mm.GetCounter() != nil:
+				got[key] = mm.GetCounter().GetValue()
+			case mm.GetHistogram() != nil:
+				got[key+"_count"] = float64(mm.GetHistogram().GetSampleCount())
+				got[key+"_sum"] = mm.GetHistogram().GetSampleSum()
+			}
+		}
+	}
+	for k, v := range map[string]float64{
+		"lanewatch_transfers_total{direction=H2D,host_mem=pinned,op=copy}":      2,
+		"lanewatch_transfer_bytes_total{direction=H2D,host_mem=pinned,op=copy}": 2 << 20,
+		"lanewatch_transfers_total{direction=H2D,host_mem=pageable,op=copy}":    1,
+		"lanewatch_transfers_total{direction=D2H,host_mem=pageable,op=copy}":    0, // pre-initialised
+		"lanewatch_transfers_total{direction=D2D,host_mem=,op=copy_peer}":       1,
+		"lanewatch_transfers_total{direction=WRITE_IMM,host_mem=,op=post_send}": 1,
+		"lanewatch_transfer_size_bytes{direction=H2D}_count":                    3,
+		"lanewatch_rdma_posted_to_completed_seconds{opcode=WRITE_IMM}_count":    1,
+		"lanewatch_rdma_posted_to_completed_seconds{opcode=WRITE_IMM}_sum":      50e-6,
+		"lanewatch_probe_events_total{}":                                        1234,
+		"lanewatch_attach_failures_total{}":                                     1,
+	} {
+		if g, ok := got[k]; !ok || g != v {
+			t.Errorf("%s = %v (present %v), want %v", k, g, ok, v)
+		}
+	}
+	if _, ok := got["lanewatch_rdma_posted_to_completed_seconds{opcode=RDMA_READ}_count"]; ok {
+		t.Error("a failed completion was counted in the latency histogram")
+	}
+}
+
+// A clean window after an active one sets every finding back to 0.
+func TestMetricsWindowReplaced(t *testing.T) {
+	m := NewMetrics(nil)
+	feed(m)
+	m.SetWindow(Window{At: time.Unix(1700000010, 0)})
+	reg := NewRegistry(m)
+	if n, err := testutil.GatherAndCount(reg, "lanewatch_lane_demand_bytes_per_second"); err != nil || n != 0 {
+		t.Errorf("lane series after a window without lanes: %d %v", n, err)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "lanewatch_findings" {
+			continue
+		}
+		for _, mm := range mf.GetMetric() {
+			if mm.GetGauge().GetValue() != 0 {
+				t.Errorf("finding %v still %v after a clean window", mm.GetLabel(), mm.GetGauge().GetValue())
+			}
+		}
+	}
+}
+
+// Label values that keep changing stop at maxSeries series.
+func TestMetricsBounded(t *testing.T) {
+	m := NewMetrics(nil)
+	for i := range 3 * maxSeries {
+		m.Transfer(&correlate.Transfer{Op: fmt.Sprintf("op%d", i), Direction: "H2D", Bytes: 1})
+		m.Transfer(&correlate.Transfer{Op: "post_send", Direction: correlate.DirSend, Status: fmt.Sprintf("status_%d", i),
+			SubmitNs: 1, CompleteNs: 2})
+	}
+	reg := NewRegistry(m)
+	for _, name := range []string{"lanewatch_transfers_total", "lanewatch_rdma_work_requests_total"} {
+		n, err := testutil.GatherAndCount(reg, name)
+		if err != nil || n > maxSeries+1 {
+			t.Errorf("%s: %d series (%v), want at most %d", name, n, err, maxSeries+1)
+		}
+	}
+}
+
+// Every rule correlate/rules.go can report has its lanewatch_findings
+// series, at each severity it uses.
+func TestFindingRulesCoverCorrelate(t *testing.T) {
+	src, err := os.ReadFile("../correlate/rules.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rules := regexp.MustCompile(`Rule:\s+"([a-z-]+)"`).FindAllSubmatch(src, -1)
+	if len(rules) < 10 {
+		t.Fatalf("found only %d rules in correlate/rules.go: has the Finding literal changed?", len(rules))
+	}
+	for _, r := range rules {
+		if _, ok := FindingRules[string(r[1])]; !ok {
+			t.Errorf("rule %q of correlate/rules.go missing from FindingRules", r[1])
+		}
+	}
+}
+
+// promtool check metrics finds nothing to complain about in a real scrape
+// (Go and process collectors included).
+func TestPromtoolCheckMetrics(t *testing.T) {
+	promtool := promtest.Tool(t, "promtool")
+	m := NewMetrics(testHealth)
+	feed(m)
+	reg := NewRegistry(m)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var text bytes.Buffer
+	enc := expfmt.NewEncoder(&text, expfmt.NewFormat(expfmt.TypeTextPlain))
+	var names []string
+	for _, mf := range mfs {
+		if err := enc.Encode(mf); err != nil {
+			t.Fatal(err)
+		}
+		names = append(names, mf.GetName())
+	}
+	sort.Strings(names)
+	cmd := exec.Command(promtool, "check", "metrics")
+	cmd.Stdin = &text
+	out, err := cmd.CombinedOutput()
+	if err != nil || len(bytes.TrimSpace(out)) > 0 {
+		t.Errorf("promtool check metrics: %v\n%s", err, out)
+	}
+	t.Logf("promtool check metrics: clean on %d families", len(names))
+}
+
+func BenchmarkMetricsTransfer(b *testing.B) {
+	m := NewMetrics(nil)
+	t := correlate.Transfer{Op: "copy", Direction: correlate.DirH2D, Bytes: 1 << 20, HostMem: correlate.MemPinned}
+	b.ReportAllocs()
+	for b.Loop() {
+		m.Transfer(&t)
+	}
+}
