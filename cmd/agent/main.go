@@ -163,7 +163,13 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		out = f
 	}
 	sink := exporters.NewJSONL(out)
-	ot, err := of.start(log)
+	var paths exporters.PathResolver
+	if p, err := agent.NewPaths(*procRoot, *mf.sysRoot); err != nil {
+		log.Warn("transfer spans without topology", "err", err)
+	} else {
+		paths = p
+	}
+	ot, err := of.start(log, paths)
 	if err != nil {
 		log.Error("traces", "err", err)
 		return 1

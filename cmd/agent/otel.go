@@ -50,7 +50,7 @@ type otelRun struct {
 }
 
 // start opens the bridge's listeners and the span exporter. Either may be off.
-func (f *otelFlags) start(log *slog.Logger) (*otelRun, error) {
+func (f *otelFlags) start(log *slog.Logger, paths exporters.PathResolver) (*otelRun, error) {
 	mode, err := exporters.ParseSpanMode(*f.spans)
 	if err != nil {
 		return nil, err
@@ -97,7 +97,7 @@ func (f *otelFlags) start(log *slog.Logger) (*otelRun, error) {
 	tp := exporters.NewTracerProvider(res, exp)
 	o.stopTP = tp.Shutdown
 	clock := otlpbridge.NewClock()
-	cfg := exporters.SpansConfig{Tracer: tp.Tracer("github.com/lanewatch/lanewatch"), Mode: mode, Wall: clock.Wall, Hold: *f.hold, Logger: log}
+	cfg := exporters.SpansConfig{Tracer: tp.Tracer("github.com/lanewatch/lanewatch"), Mode: mode, Wall: clock.Wall, Hold: *f.hold, Logger: log, Paths: paths}
 	if o.bridge != nil {
 		cfg.Attributor = o.bridge.Index()
 	}

@@ -1,0 +1,50 @@
+package agent
+
+import (
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/lanewatch/lanewatch/correlate"
+	"github.com/lanewatch/lanewatch/internal/sysfstest"
+)
+
+func TestPathsOnAGPUHost(t *testing.T) {
+	sys := sysfstest.Build(t, sysfstest.Host{
+		Nodes: []sysfstest.Node{{CPUs: "0-3", Distance: "10"}},
+		Funcs: []sysfstest.Func{
+			{BDF: "0000:17:00.0", HB: "pci0000:17", Class: "0x060400", Vendor: "0x1000", Device: "0xc030", NUMA: "0",
+				Cur: "32.0 GT/s PCIe", Max: "32.0 GT/s PCIe", CurW: "16", MaxW: "16"},
+			{BDF: "0000:18:00.0", Parent: "0000:17:00.0", Class: "0x030200", Vendor: "0x10de", Device: "0x2330", NUMA: "0",
+				Cur: "16.0 GT/s PCIe", Max: "32.0 GT/s PCIe", CurW: "16", MaxW: "16"}, // trained at Gen4 under a Gen5 switch
+		},
+	})
+	p, err := NewPaths("/proc", sys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, ok := p.Path(&correlate.Transfer{PID: uint32(os.Getpid()), Direction: correlate.DirH2D})
+	if !ok || got.GPU != "0000:18:00.0" || got.NUMANode != -1 || !strings.HasPrefix(got.Bottleneck, "link:0000:18:00.0") ||
+		got.CapacityBps < 31.5e9 || got.CapacityBps > 31.6e9 {
+		t.Fatalf("H2D path: %+v", got)
+	}
+	for _, s := range got.Segments {
+		if strings.HasPrefix(s, "dram:") || strings.HasPrefix(s, "socket:") {
+			t.Errorf("segment %s depends on the page's node, which is not known per transfer", s)
+		}
+	}
+	if _, ok := p.Path(&correlate.Transfer{PID: 1, Direction: correlate.DirD2D}); ok {
+		t.Error("a D2D copy has no host path")
+	}
+}
+
+func TestPathsOnTheReferencePath(t *testing.T) {
+	p, err := NewPaths("/proc", "/sys") // this machine: no GPU
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, ok := p.Path(&correlate.Transfer{PID: uint32(os.Getpid()), Direction: correlate.DirD2H})
+	if !ok || got.GPU == "" || !strings.HasSuffix(got.Bottleneck, "(outbound)") || got.CapacityBps <= 0 {
+		t.Fatalf("reference path: %+v", got)
+	}
+}
