@@ -66,6 +66,7 @@ func (f *metricsFlags) start(log *slog.Logger, procRoot string) (*metricsServer,
 	}
 	m.eval = agent.NewEvaluator(agent.EvaluatorConfig{Interval: *f.interval, Place: place, Publish: m.publish})
 	m.reg = exporters.NewRegistry(m.metrics)
+	m.reg.MustRegister(exporters.NewRDMAPorts(*f.sysRoot))
 	if m.ln, err = net.Listen("tcp", *f.listen); err != nil {
 		return nil, fmt.Errorf("--web.listen-address: %w", err)
 	}
