@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/lanewatch/lanewatch/correlate"
@@ -122,7 +123,8 @@ type SpansStats struct {
 // Transfer only queues; Release (called by Run on a timer) makes the spans.
 // Transfer may be called from any goroutine; Release from one at a time.
 type Spans struct {
-	cfg SpansConfig
+	activeFindings map[string]bool // rule+subject of the findings active at the last evaluation
+	cfg            SpansConfig
 
 	mu      sync.Mutex
 	pending []correlate.Transfer
@@ -149,7 +151,7 @@ func NewSpans(cfg SpansConfig) *Spans {
 	if cfg.Mode == "" {
 		cfg.Mode = SpansBatched
 	}
-	return &Spans{cfg: cfg, runs: map[runKey]*run{}}
+	return &Spans{cfg: cfg, runs: map[runKey]*run{}, activeFindings: map[string]bool{}}
 }
 
 // Transfer queues a copy of t. It never blocks on export.
@@ -416,4 +418,37 @@ func addFinding(span trace.Span, f *correlate.Finding, at int64) {
 		AttrFindingRule.String(f.Rule), AttrFindingSev.String(string(f.Severity)), AttrFindingSum.String(f.Summary),
 		AttrFindingFix.String(f.Remediation), AttrFindingCheck.String(f.Checklist),
 		attribute.String("lanewatch.finding.evidence", strings.Join(f.Evidence, "; "))))
+}
+
+// Findings makes a span for every finding that became active at this
+// evaluation (one that stays active does not repeat; one that went away
+// and comes back does), with its severity, evidence and remediation, so a
+// trace backend shows what was wrong beside the transfers it concerns.
+func (s *Spans) Findings(fs []correlate.Finding, at time.Time) int {
+	if s.cfg.Mode == SpansOff {
+		return 0
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := map[string]bool{}
+	made := 0
+	for _, f := range fs {
+		key := f.Rule + "\x00" + f.Subject
+		now[key] = true
+		if s.activeFindings[key] {
+			continue
+		}
+		_, sp := s.cfg.Tracer.Start(context.Background(), "lanewatch.finding "+f.Rule, trace.WithTimestamp(at),
+			trace.WithAttributes(AttrFindingRule.String(f.Rule), AttrFindingSev.String(string(f.Severity)),
+				AttrFindingSum.String(f.Summary), AttrFindingFix.String(f.Remediation), AttrFindingCheck.String(f.Checklist),
+				attribute.String("lanewatch.finding.subject", f.Subject),
+				attribute.StringSlice("lanewatch.finding.evidence", f.Evidence)))
+		if f.Severity == correlate.SevFail {
+			sp.SetStatus(codes.Error, f.Summary)
+		}
+		sp.End(trace.WithTimestamp(at))
+		made++
+	}
+	s.activeFindings = now
+	return made
 }

@@ -180,6 +180,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		log.Error("metrics", "err", err)
 		return 1
 	}
+	mx.onVerdict = ot.verdict
 	ag, err := agent.New(agent.Config{
 		ProcRoot: *procRoot, PIDs: pids, Libs: libs, RescanInterval: *rescan,
 		RingBytes: uint32(*ring), Record: rec, Sink: ot.tee(mx.tee(sink)), Logger: log,

@@ -40,13 +40,14 @@ func addMetricsFlags(fs *flag.FlagSet) *metricsFlags {
 // metricsServer serves lanewatch's metrics and runs the evaluator that
 // feeds lanewatch_findings. The zero value (metrics disabled) does nothing.
 type metricsServer struct {
-	log     *slog.Logger
-	metrics *exporters.Metrics
-	eval    *agent.Evaluator
-	reg     *prometheus.Registry
-	ln      net.Listener
-	path    string
-	agent   *agent.Agent
+	onVerdict func(agent.Verdict) // also told every verdict (finding spans)
+	log       *slog.Logger
+	metrics   *exporters.Metrics
+	eval      *agent.Evaluator
+	reg       *prometheus.Registry
+	ln        net.Listener
+	path      string
+	agent     *agent.Agent
 }
 
 // start builds the metrics and binds the listener, so that a busy port
@@ -143,6 +144,9 @@ func (m *metricsServer) publish(v agent.Verdict) {
 		w.Lanes = append(w.Lanes, exporters.Lane{GPU: l.GPU, Direction: l.Direction, Demand: l.Demand, Capacity: l.Capacity})
 	}
 	m.metrics.SetWindow(w)
+	if m.onVerdict != nil {
+		m.onVerdict(v)
+	}
 	for _, f := range v.Findings {
 		m.log.Info("finding", "rule", f.Rule, "severity", f.Severity, "subject", f.Subject, "summary", f.Summary)
 	}

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/lanewatch/lanewatch/agent"
 	"github.com/lanewatch/lanewatch/correlate"
 	"github.com/lanewatch/lanewatch/exporters"
 	"github.com/lanewatch/lanewatch/otlpbridge"
@@ -163,4 +164,11 @@ func (o *otelRun) shutdown() error {
 			"spans", st.Index.Spans, "indexed", st.Index.Indexed, "evicted", st.Index.Evicted, "cap_evicted", st.Index.CapEvicts)
 	}
 	return errors.Join(errs...)
+}
+
+// verdict turns the evaluator's findings into spans.
+func (o *otelRun) verdict(v agent.Verdict) {
+	if o != nil && o.spans != nil {
+		o.spans.Findings(v.Findings, v.At)
+	}
 }
