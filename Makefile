@@ -25,7 +25,7 @@ test: build ## vet, check generated files, promtool on the alert rules, run ever
 	$(GO) vet ./...
 	$(MAKE) generate-check
 	bash dashboards/check.sh
-	$(SUDO) $(GO) test -count=1 ./...
+	$(SUDO) $(GO) test -count=1 -p 1 ./... # one package at a time: the BPF and e2e tests judge rates, and each package traces every process using the reference libraries
 
 run: build ## run the selftest on the reference data path with a live view of every transfer
 	$(SUDO) ./bin/agent selftest --live
