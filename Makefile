@@ -1,5 +1,6 @@
 # lanewatch — see README.md. Every target that loads BPF needs root.
 GO      ?= go
+PYTHON  ?= python3
 SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 REFPATH := refpath/build
 
@@ -21,10 +22,11 @@ refpath: ## build the reference KV data path (C libraries and scenario drivers)
 build: refpath ## build bin/agent and the reference data path
 	$(GO) build -o bin/agent ./cmd/agent
 
-test: build ## vet, check generated files, promtool on the alert rules, run every test (BPF tests need root)
+test: build ## vet, check generated files, promtool on the alert rules, the GPU check script's unit tests, run every test (BPF tests need root)
 	$(GO) vet ./...
 	$(MAKE) generate-check
 	bash dashboards/check.sh
+	$(PYTHON) -m unittest discover -s scripts/gpucheck -p 'test_*.py' # the GPU check script's non-GPU parts (and, as root, the script under the agent on the reference data path)
 	$(SUDO) $(GO) test -count=1 -p 1 ./... # one package at a time: the BPF and e2e tests judge rates, and each package traces every process using the reference libraries
 
 run: build ## run the selftest on the reference data path with a live view of every transfer
