@@ -46,6 +46,8 @@ type Stats struct {
 	Files   int
 	Engine  correlate.Stats
 	Rescans uint64
+	// GPUCounters is the selftest's one line about this host's GPU counters.
+	GPUCounters string
 	// AttachFailures counts files exporting probed symbols whose probes
 	// could not be attached.
 	AttachFailures uint64

@@ -111,7 +111,7 @@ func waitExit(t *testing.T, col *collector, pid int) {
 func TestSelftest(t *testing.T) {
 	testenv.RequireRoot(t)
 	var out bytes.Buffer
-	results, stats, err := Selftest(context.Background(), SelftestConfig{RefDir: testenv.RefDir(t), Out: &out})
+	results, stats, err := Selftest(context.Background(), SelftestConfig{RefDir: testenv.RefDir(t), Out: &out, KernelCopy: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +120,7 @@ func TestSelftest(t *testing.T) {
 	if !ok {
 		t.Fatal("selftest failed")
 	}
-	if want := 1 + len(Scenarios)*len(Runtimes) + 2*len(RDMAScenarios) + 1; len(results) != want { // + hicache-spans
+	if want := 2 + len(Scenarios)*len(Runtimes) + 2*len(RDMAScenarios) + 1; len(results) != want { // + hicache-spans
 		t.Fatalf("%d results, want %d", len(results), want)
 	}
 	// The overlap verdicts by design: pd-overlap and h2d-overlap flagged, the

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/lanewatch/lanewatch/collectors"
 	"github.com/lanewatch/lanewatch/correlate"
 	"github.com/lanewatch/lanewatch/topology"
 )
@@ -29,8 +30,14 @@ type Placement struct {
 type LaneRate struct {
 	GPU       string
 	Direction string  // "inbound" (toward the GPU) or "outbound"
-	Demand    float64 // bytes per second moved over the window
+	Demand    float64 // bytes per second the probed transfers moved over the window
 	Capacity  float64 // bytes per second at the link's trained speed; 0 unknown
+	// Measured is what the GPU's counters say crossed the link (DCGM or
+	// NVML), and Unattributed the part no probe saw (copy kernels, other
+	// processes, a remote peer's GPUDirect writes). HasMeasured is false
+	// without counters.
+	Measured, Unattributed float64
+	HasMeasured            bool
 }
 
 // Verdict is the evaluator's judgement of one window.
@@ -50,6 +57,8 @@ type EvaluatorConfig struct {
 	Place func(pid uint32) Placement
 	// Publish receives every verdict, on the evaluator's goroutine.
 	Publish func(Verdict)
+	// GPU counters, read once per window; nil: none on this host.
+	GPU collectors.GPUCounters
 }
 
 // Evaluator judges the transfers of each interval with the rules diagnose
@@ -58,10 +67,11 @@ type EvaluatorConfig struct {
 // are active: a rule stops being active after a window in which it did not
 // fire. It is a correlate.Sink; tee it with the other exporters.
 type Evaluator struct {
-	cfg   EvaluatorConfig
-	cur   *sample
-	mu    sync.Mutex // guards start
-	start time.Time
+	cfg     EvaluatorConfig
+	cur     *sample
+	mu      sync.Mutex // guards start
+	start   time.Time
+	prevGPU *collectors.GPUSnapshot
 }
 
 // NewEvaluator returns an evaluator whose first window starts now.
@@ -108,6 +118,11 @@ func (e *Evaluator) Evaluate(now time.Time) Verdict {
 	v := Verdict{At: now, Window: span}
 	type laneKey struct{ gpu, dir string }
 	lanes := map[laneKey]*LaneRate{}
+	measured := e.measure()
+	win.measured = map[string]float64{}
+	for k, l := range measured {
+		win.measured[k.gpu+"\x00"+k.dir] = l.Measured
+	}
 	for _, pid := range win.pids() {
 		pl := e.cfg.Place(pid)
 		for _, c := range win.checks(fmt.Sprintf("pid %d", pid), pid, pl.GPU, pl.InboundGBs) {
@@ -126,6 +141,18 @@ func (e *Evaluator) Evaluate(now time.Time) Verdict {
 			}
 		}
 	}
+	for k, m := range measured {
+		l := lanes[laneKey{k.gpu, k.dir}]
+		if l == nil {
+			l = &LaneRate{GPU: k.gpu, Direction: k.dir, Capacity: m.Capacity}
+			lanes[laneKey{k.gpu, k.dir}] = l
+		}
+		l.Measured, l.HasMeasured = m.Measured, true
+		l.Unattributed = max(0, m.Measured-l.Demand)
+		if l.Capacity == 0 {
+			l.Capacity = m.Capacity
+		}
+	}
 	for _, l := range lanes {
 		v.Lanes = append(v.Lanes, *l)
 	}
@@ -139,11 +166,41 @@ func (e *Evaluator) Evaluate(now time.Time) Verdict {
 	return v
 }
 
+// measure reads the GPU counters and turns them into per-lane rates since
+// the previous window.
+func (e *Evaluator) measure() map[struct{ gpu, dir string }]LaneRate {
+	out := map[struct{ gpu, dir string }]LaneRate{}
+	if e.cfg.GPU == nil {
+		return out
+	}
+	snap, err := e.cfg.GPU.Sample()
+	if err != nil {
+		return out
+	}
+	prev := e.prevGPU
+	e.prevGPU = &snap
+	if prev == nil {
+		return out
+	}
+	rates, _ := collectors.GPURates(*prev, snap)
+	byKey := map[string]collectors.GPUReading{}
+	for _, g := range snap.GPUs {
+		byKey[g.BusID] = g
+	}
+	for _, r := range rates {
+		g := byKey[r.BusID]
+		lane, capacity := gpuLane(g), linkBps(g)
+		out[struct{ gpu, dir string }{lane, laneIn}] = LaneRate{Measured: r.RxBps, Capacity: capacity}
+		out[struct{ gpu, dir string }{lane, laneOut}] = LaneRate{Measured: r.TxBps, Capacity: capacity}
+	}
+	return out
+}
+
 // rotate hands back the window collected so far and starts a new one in s.
 func (s *sample) rotate() *sample {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	old := &sample{procs: s.procs, rdmas: s.rdmas}
+	old := &sample{procs: s.procs, rdmas: s.rdmas, measured: s.measured}
 	s.procs, s.rdmas = map[uint32]*procSample{}, nil
 	return old
 }

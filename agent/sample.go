@@ -14,6 +14,9 @@ type sample struct {
 	mu    sync.Mutex
 	procs map[uint32]*procSample
 	rdmas []correlate.Transfer // completed work requests, for latency trends (bounded)
+	// measured is what GPU counters say crossed each lane ("gpu\x00dir" →
+	// bytes/s); the overlap rule prefers it to the probes' own sum.
+	measured map[string]float64
 }
 
 // maxRDMAKept bounds the work requests a window keeps for latency.
@@ -184,7 +187,19 @@ func (s *sample) checks(scope string, pid uint32, gpu string, inboundGBs float64
 	}
 	out = append(out, c)
 
-	return append(out, p.overlapCheck(scope, gpu, inboundGBs))
+	c = p.overlapCheck(scope, gpu, inboundGBs)
+	if m, ok := s.measured[gpu+"\x00"+laneIn]; ok {
+		// Counters saw what crossed the link, probed or not.
+		if o := overlap(p.flows, laneIn); o.Transfers >= 2 {
+			o.Segment, o.Direction, o.CapacityGBs, o.DemandGBs = "PCIe link of GPU "+gpu, laneIn, inboundGBs, m/1e9
+			c = Check{Scope: scope, Name: c.Name, Status: Pass, Detail: c.Detail}
+			if f := correlate.SameDirectionOverlap(o); f != nil {
+				f.Evidence = append(f.Evidence, "demand measured by the GPU's PCIe counters")
+				c.Findings, c.Detail = []correlate.Finding{*f}, fmt.Sprintf("%d flows overlapped inbound", o.Transfers)
+			}
+		}
+	}
+	return append(out, c)
 }
 
 // overlapCheck looks for flows that shared one lane of the process's GPU

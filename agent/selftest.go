@@ -35,7 +35,10 @@ type SelftestConfig struct {
 	Scenarios []string // default Scenarios
 	Runtimes  []string // default Runtimes
 	RDMA      []string // default RDMAScenarios
-	Timeout   time.Duration
+	// KernelCopy runs the copy-kernel stand-in on a shared reference GPU
+	// and reads its counters through the reference NVML library.
+	KernelCopy bool
+	Timeout    time.Duration
 }
 
 // Result is one row of the selftest table.
@@ -133,6 +136,9 @@ func Selftest(ctx context.Context, cfg SelftestConfig) (results []Result, stats 
 	}
 	defer os.RemoveAll(tmp)
 
+	// Asked before the reference NVML is loaded: the NVML binding is per process.
+	gpuLine := GPUCountersLine()
+	defer func() { stats.GPUCounters = gpuLine }()
 	col := &collector{byPID: map[uint32][]correlate.Transfer{}, live: cfg.Live, exits: map[uint32]chan struct{}{}}
 
 	// late-attach starts before the agent: its pool is registered unseen.
@@ -207,6 +213,9 @@ func Selftest(ctx context.Context, cfg SelftestConfig) (results []Result, stats 
 				return results, stats, err
 			}
 		}
+	}
+	if cfg.KernelCopy {
+		results = append(results, kernelCopyRun(ctx, cfg.RefDir, tmp, col, cfg, func() uint64 { return ag.Stats().Drops.Total() }))
 	}
 	for _, sc := range cfg.RDMA {
 		results = append(results, rdmaRun(ctx, cfg.RefDir, sc, tmp, col, cfg, func() uint64 { return ag.Stats().Drops.Total() })...)

@@ -26,7 +26,9 @@ import (
 // addresses, "ref-<name>" for the reference path's GPUs). A label set past
 // maxSeries is counted under the value "other" rather than growing forever.
 type Metrics struct {
-	health func() Health
+	gpuSource string // GPU counter source, "" none
+	gpuKnown  bool
+	health    func() Health
 
 	mu        sync.Mutex
 	transfers map[transferKey]*transferCount
@@ -60,6 +62,10 @@ type Lane struct {
 	Direction string  // "inbound" (toward the GPU) or "outbound"
 	Demand    float64 // bytes per second moved over the window; <0 unknown
 	Capacity  float64 // bytes per second the lane carries at its trained speed; 0 unknown
+	// Measured (from the GPU's counters) and the part of it no probe saw;
+	// HasMeasured false without counters.
+	Measured, Unattributed float64
+	HasMeasured            bool
 }
 
 // FindingRules lists every rule of correlate/rules.go with the severities it
@@ -149,6 +155,15 @@ var (
 	descLaneCapacity = prometheus.NewDesc("lanewatch_lane_capacity_bytes_per_second",
 		"Payload capacity in bytes per second of one direction of a GPU's link at its trained speed and width.",
 		[]string{"gpu", "direction"}, nil)
+	descLaneMeasured = prometheus.NewDesc("lanewatch_lane_measured_bytes_per_second",
+		"Bytes per second the GPU's own counters (DCGM or NVML) saw cross one direction of its link during the last window.",
+		[]string{"gpu", "direction"}, nil)
+	descLaneUnattributed = prometheus.NewDesc("lanewatch_lane_unattributed_bytes_per_second",
+		"The part of the measured rate no probed transfer explains: copy kernels, other processes, a remote peer's GPUDirect writes.",
+		[]string{"gpu", "direction"}, nil)
+	descGPUCounters = prometheus.NewDesc("lanewatch_gpu_counters_available",
+		"1 when GPU link counters are read (source dcgm or nvml), 0 with the source none when neither library is on this host.",
+		[]string{"source"}, nil)
 	descEvalDuration = prometheus.NewDesc("lanewatch_evaluation_duration_seconds",
 		"How long the last evaluation of the findings took, in seconds.", nil, nil)
 	descEvalTime = prometheus.NewDesc("lanewatch_evaluation_timestamp_seconds",
@@ -259,7 +274,8 @@ func (m *Metrics) SetWindow(w Window) {
 // Describe implements prometheus.Collector.
 func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descTransfers, descTransferBytes, descTransferSize, descWRs, descWRLatency,
-		descFindings, descLaneDemand, descLaneCapacity, descEvalDuration, descEvalTime,
+		descFindings, descLaneDemand, descLaneCapacity, descLaneMeasured, descLaneUnattributed, descGPUCounters,
+		descEvalDuration, descEvalTime,
 		descEvents, descDrops, descAttached, descAttachFailures, descPending} {
 		ch <- d
 	}
@@ -292,10 +308,25 @@ func (m *Metrics) collectCounts(ch chan<- prometheus.Metric) {
 	}
 }
 
+// SetGPUCounters says where GPU link counters come from ("" for none).
+func (m *Metrics) SetGPUCounters(source string) {
+	m.mu.Lock()
+	m.gpuSource, m.gpuKnown = source, true
+	m.mu.Unlock()
+}
+
 func (m *Metrics) collectWindow(ch chan<- prometheus.Metric) {
 	m.mu.Lock()
 	w, ok := m.window, m.hasWindow
+	src, known := m.gpuSource, m.gpuKnown
 	m.mu.Unlock()
+	if known {
+		if src == "" {
+			ch <- prometheus.MustNewConstMetric(descGPUCounters, prometheus.GaugeValue, 0, "none")
+		} else {
+			ch <- prometheus.MustNewConstMetric(descGPUCounters, prometheus.GaugeValue, 1, src)
+		}
+	}
 	type rs struct{ rule, sev string }
 	active := map[rs]int{}
 	for rule, sevs := range FindingRules {
@@ -322,6 +353,10 @@ func (m *Metrics) collectWindow(ch chan<- prometheus.Metric) {
 		}
 		if l.Capacity > 0 {
 			ch <- prometheus.MustNewConstMetric(descLaneCapacity, prometheus.GaugeValue, l.Capacity, l.GPU, l.Direction)
+		}
+		if l.HasMeasured {
+			ch <- prometheus.MustNewConstMetric(descLaneMeasured, prometheus.GaugeValue, l.Measured, l.GPU, l.Direction)
+			ch <- prometheus.MustNewConstMetric(descLaneUnattributed, prometheus.GaugeValue, l.Unattributed, l.GPU, l.Direction)
 		}
 	}
 	ch <- prometheus.MustNewConstMetric(descEvalDuration, prometheus.GaugeValue, w.Duration.Seconds())

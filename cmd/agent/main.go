@@ -241,11 +241,12 @@ func cmdSelftest(args []string, stdout, stderr io.Writer) int {
 	live := fs.Bool("live", false, "print every transfer as the agent reports it")
 	scenarios := fs.String("scenarios", strings.Join(agent.Scenarios, ","), "comma-separated CUDA scenarios to run after late-attach")
 	rdma := fs.String("rdma", strings.Join(agent.RDMAScenarios, ","), "comma-separated RDMA scenarios (two processes each); empty for none")
+	kernelCopy := fs.Bool("kernel-copy", true, "run the copy-kernel stand-in and read its GPU counters through the reference NVML library")
 	log, code := parse(fs, args, stderr)
 	if log == nil {
 		return code
 	}
-	cfg := agent.SelftestConfig{RefDir: *refDir, Out: stdout, Logger: log, Scenarios: splitList(*scenarios), RDMA: splitList(*rdma)}
+	cfg := agent.SelftestConfig{RefDir: *refDir, Out: stdout, Logger: log, Scenarios: splitList(*scenarios), RDMA: splitList(*rdma), KernelCopy: *kernelCopy}
 	if *live {
 		cfg.Live = stdout
 	}
@@ -253,6 +254,7 @@ func cmdSelftest(args []string, stdout, stderr io.Writer) int {
 	defer cancel()
 	results, stats, err := agent.Selftest(ctx, cfg)
 	ok := agent.PrintResults(stdout, results, stats)
+	fmt.Fprintln(stdout, stats.GPUCounters)
 	if rss, rerr := peakRSS(); rerr == nil {
 		fmt.Fprintf(stdout, "agent peak RSS %.1f MiB\n", float64(rss)/(1<<20))
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/lanewatch/lanewatch/agent"
+	"github.com/lanewatch/lanewatch/collectors"
 	"github.com/lanewatch/lanewatch/correlate"
 	"github.com/lanewatch/lanewatch/exporters"
 )
@@ -24,10 +25,11 @@ type metricsFlags struct {
 	path     *string
 	interval *time.Duration
 	sysRoot  *string
+	gpu      agent.GPUConfig
 }
 
 func addMetricsFlags(fs *flag.FlagSet) *metricsFlags {
-	return &metricsFlags{
+	f := &metricsFlags{
 		listen: fs.String("web.listen-address", "127.0.0.1:9464",
 			"address to serve Prometheus metrics on (loopback only by default; \"\" disables metrics and the evaluator)"),
 		path: fs.String("web.telemetry-path", "/metrics", "path under which metrics are served"),
@@ -35,12 +37,17 @@ func addMetricsFlags(fs *flag.FlagSet) *metricsFlags {
 			"how often the last interval's transfers are judged (pageable copies, fragmentation, same-direction overlap) into lanewatch_findings"),
 		sysRoot: fs.String("path.sysfs", "/sys", "sysfs mount point (GPU placement and link capacity)"),
 	}
+	fs.StringVar(&f.gpu.Source, "gpu-counters", "auto", "GPU link counters: auto (DCGM, else NVML), dcgm, nvml or off; read once per evaluation")
+	fs.StringVar(&f.gpu.NVMLLibrary, "nvml.library", "libnvidia-ml.so.1", "the NVML library to load at run time")
+	fs.StringVar(&f.gpu.DCGMAddress, "dcgm.address", "", "a standalone nv-hostengine (host:port); empty starts an embedded host engine")
+	return f
 }
 
 // metricsServer serves lanewatch's metrics and runs the evaluator that
 // feeds lanewatch_findings. The zero value (metrics disabled) does nothing.
 type metricsServer struct {
 	onVerdict func(agent.Verdict) // also told every verdict (finding spans)
+	gpu       collectors.GPUCounters
 	log       *slog.Logger
 	metrics   *exporters.Metrics
 	eval      *agent.Evaluator
@@ -65,7 +72,19 @@ func (f *metricsFlags) start(log *slog.Logger, procRoot string) (*metricsServer,
 	if err != nil {
 		log.Warn("GPU placement unknown: lane metrics and the overlap check need it", "err", err)
 	}
-	m.eval = agent.NewEvaluator(agent.EvaluatorConfig{Interval: *f.interval, Place: place, Publish: m.publish})
+	gpu, err := agent.OpenGPU(f.gpu)
+	switch {
+	case err == nil:
+		log.Info("GPU counters", "source", gpu.Source())
+		m.metrics.SetGPUCounters(gpu.Source())
+	case agent.IsNoGPU(err):
+		log.Info("GPU counters unavailable: lane rates come from the probes alone", "reason", err)
+		m.metrics.SetGPUCounters("")
+	default:
+		return nil, err
+	}
+	m.gpu = gpu
+	m.eval = agent.NewEvaluator(agent.EvaluatorConfig{Interval: *f.interval, Place: place, Publish: m.publish, GPU: gpu})
 	m.reg = exporters.NewRegistry(m.metrics)
 	m.reg.MustRegister(exporters.NewRDMAPorts(*f.sysRoot))
 	if m.ln, err = net.Listen("tcp", *f.listen); err != nil {
@@ -125,6 +144,11 @@ func (m *metricsServer) serve(ctx context.Context, ag *agent.Agent) (wait func()
 		}
 		<-done
 		<-done
+		if m.gpu != nil {
+			if err := m.gpu.Close(); err != nil {
+				m.log.Warn("close GPU counters", "err", err)
+			}
+		}
 	}
 }
 
@@ -141,7 +165,8 @@ func (m *metricsServer) health() exporters.Health {
 func (m *metricsServer) publish(v agent.Verdict) {
 	w := exporters.Window{At: v.At, Duration: v.Took, Findings: v.Findings}
 	for _, l := range v.Lanes {
-		w.Lanes = append(w.Lanes, exporters.Lane{GPU: l.GPU, Direction: l.Direction, Demand: l.Demand, Capacity: l.Capacity})
+		w.Lanes = append(w.Lanes, exporters.Lane{GPU: l.GPU, Direction: l.Direction, Demand: l.Demand, Capacity: l.Capacity,
+			Measured: l.Measured, Unattributed: l.Unattributed, HasMeasured: l.HasMeasured})
 	}
 	m.metrics.SetWindow(w)
 	if m.onVerdict != nil {

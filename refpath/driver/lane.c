@@ -3,7 +3,10 @@
  * inbound (H2D) and outbound (D2H), each with its own rate. Every chunk of a copy
  * reserves time on its direction's lane, so two same-direction copies share that
  * lane's rate (each slows down ~2x) while H2D and D2H run at full rate each
- * (PCIe is full duplex). D2D and H2H do not touch the lanes.
+ * (PCIe is full duplex). D2D and H2H do not touch the lanes. Each lane also counts
+ * the bytes it carried (cumulative, like a PCIe byte counter); for a shared GPU the
+ * counters sit in the file's head (struct refcudaLaneHead) where the NVML stand-in
+ * reads them.
  */
 #include "internal.h"
 #include <errno.h>
@@ -24,8 +27,11 @@ struct lane {
 
 /* Private lanes: the default, one "GPU" per process. */
 static struct lane private_lanes[2] = {{.mu = PTHREAD_MUTEX_INITIALIZER}, {.mu = PTHREAD_MUTEX_INITIALIZER}};
-/* The lanes this process's copies use: private_lanes, or the shared ones of LW_REF_GPU. */
+static uint64_t private_bytes[2];
+/* The lanes this process's copies use: private_lanes, or the shared ones of LW_REF_GPU,
+ * and their byte counters ([0] inbound, [1] outbound). */
 static struct lane *lanes = private_lanes;
+static uint64_t *lane_bytes = private_bytes;
 
 /*
  * Shared lanes (LW_REF_GPU=<name>): the GPU's two lanes live in POSIX shared memory
@@ -34,15 +40,12 @@ static struct lane *lanes = private_lanes;
  * mutexes are process-shared and robust: a process that dies holding one does not
  * wedge the others.
  */
-#define SHM_MAGIC 0x6c776c6e65763031ull /* "lwlnev01" */
-#define SHM_NAME_MAX 48
-enum { SHM_UNINIT = 0, SHM_INITIALIZING = 1, SHM_READY = 2 };
+#define SHM_MAGIC REFCUDA_LANE_MAGIC
+#define SHM_NAME_MAX REFCUDA_LANE_NAME_MAX
+enum { SHM_UNINIT = 0, SHM_INITIALIZING = 1, SHM_READY = REFCUDA_LANE_READY };
 struct shm_gpu {
-	uint64_t magic;
-	uint32_t state;
-	uint32_t pad;
-	char name[SHM_NAME_MAX];
-	struct lane l[2]; /* [0] inbound (H2D), [1] outbound (D2H) */
+	struct refcudaLaneHead h; /* magic, state, name, byte counters: public layout */
+	struct lane l[2];         /* [0] inbound (H2D), [1] outbound (D2H) */
 };
 
 /* GPUs this process has mapped (its own and any it moves bytes for). */
@@ -95,6 +98,8 @@ static struct shm_gpu *gpu_map(const char *name, int own, double h2d_gbps, doubl
 		goto out;
 	char path[SHM_NAME_MAX + 16];
 	snprintf(path, sizeof path, "/lw-ref-%s", name);
+	int stale_retry = 1;
+again:;
 	int fd = shm_open(path, O_RDWR | O_CREAT, 0666);
 	if (fd < 0)
 		goto out;
@@ -109,7 +114,7 @@ static struct shm_gpu *gpu_map(const char *name, int own, double h2d_gbps, doubl
 		goto out;
 	g = p;
 	uint32_t expect = SHM_UNINIT;
-	if (__atomic_compare_exchange_n(&g->state, &expect, SHM_INITIALIZING, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+	if (__atomic_compare_exchange_n(&g->h.state, &expect, SHM_INITIALIZING, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
 		pthread_mutexattr_t a;
 		pthread_mutexattr_init(&a);
 		pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED);
@@ -121,14 +126,23 @@ static struct shm_gpu *gpu_map(const char *name, int own, double h2d_gbps, doubl
 		pthread_mutexattr_destroy(&a);
 		g->l[0].ns_per_byte = 1.0 / h2d_gbps;
 		g->l[1].ns_per_byte = 1.0 / d2h_gbps;
-		snprintf(g->name, sizeof g->name, "%s", name);
-		g->magic = SHM_MAGIC;
-		__atomic_store_n(&g->state, SHM_READY, __ATOMIC_RELEASE);
+		g->h.bytes[0] = g->h.bytes[1] = 0;
+		snprintf(g->h.name, sizeof g->h.name, "%s", name);
+		g->h.magic = SHM_MAGIC;
+		__atomic_store_n(&g->h.state, SHM_READY, __ATOMIC_RELEASE);
 	} else {
 		/* another process is initialising it: wait (bounded) */
-		for (int i = 0; i < 100000 && __atomic_load_n(&g->state, __ATOMIC_ACQUIRE) != SHM_READY; i++)
+		for (int i = 0; i < 100000 && __atomic_load_n(&g->h.state, __ATOMIC_ACQUIRE) != SHM_READY; i++)
 			usleep(10);
-		if (__atomic_load_n(&g->state, __ATOMIC_ACQUIRE) != SHM_READY || g->magic != SHM_MAGIC) {
+		if (__atomic_load_n(&g->h.state, __ATOMIC_ACQUIRE) == SHM_READY && g->h.magic != SHM_MAGIC &&
+		    stale_retry) {
+			/* a file of an older layout (left by an earlier build): replace it once */
+			munmap(p, sizeof *g);
+			shm_unlink(path);
+			stale_retry = 0;
+			goto again;
+		}
+		if (__atomic_load_n(&g->h.state, __ATOMIC_ACQUIRE) != SHM_READY || g->h.magic != SHM_MAGIC) {
 			munmap(p, sizeof *g);
 			g = NULL;
 			goto out;
@@ -168,6 +182,7 @@ void rc_lane_init(double h2d_gbps, double d2h_gbps)
 		struct shm_gpu *g = gpu_map(name, 1, h2d_gbps, d2h_gbps);
 		if (g) {
 			lanes = g->l;
+			lane_bytes = g->h.bytes;
 			snprintf(own_gpu, sizeof own_gpu, "%s", name);
 		} else {
 			fprintf(stderr, "libcuda (reference): LW_REF_GPU=%s: cannot map /dev/shm/lw-ref-%s, "
@@ -176,8 +191,9 @@ void rc_lane_init(double h2d_gbps, double d2h_gbps)
 	}
 }
 
-/* Reserves the lane for n bytes after *cursor; returns when the chunk is on the far side. */
-static uint64_t lane_reserve(struct lane *l, size_t n, uint64_t *cursor)
+/* Reserves the lane for n bytes after *cursor and counts them in *count; returns when
+ * the chunk is on the far side. */
+static uint64_t lane_reserve(struct lane *l, uint64_t *count, size_t n, uint64_t *cursor)
 {
 	uint64_t now = rc_now_ns(), start = now;
 	if (*cursor) {
@@ -190,6 +206,8 @@ static uint64_t lane_reserve(struct lane *l, size_t n, uint64_t *cursor)
 		start = l->next_free;
 	uint64_t end = start + (uint64_t)((double)n * l->ns_per_byte + 0.5);
 	l->next_free = end;
+	/* atomic: readers (the NVML stand-in) do not take the lane's lock */
+	__atomic_fetch_add(count, (uint64_t)n, __ATOMIC_RELAXED);
 	pthread_mutex_unlock(&l->mu);
 	*cursor = end;
 	return end;
@@ -257,7 +275,8 @@ static int chunk_next(struct chunk_iter *it, char **d, const char **s, size_t *n
 
 void rc_xfer_run(const struct rc_xfer *x, uint64_t *cursor)
 {
-	struct lane *lane = x->dir == RC_H2D ? &lanes[0] : x->dir == RC_D2H ? &lanes[1] : NULL;
+	int li = x->dir == RC_H2D ? 0 : 1;
+	struct lane *lane = x->dir == RC_H2D || x->dir == RC_D2H ? &lanes[li] : NULL;
 	char *stage = (x->staged && lane) ? staging_buffer() : NULL;
 	struct chunk_iter it = {.x = x};
 	char *d;
@@ -284,13 +303,13 @@ void rc_xfer_run(const struct rc_xfer *x, uint64_t *cursor)
 	 */
 	if (!chunk_next(&it, &d, &s, &n))
 		goto out;
-	uint64_t end = lane_reserve(lane, n, cursor);
+	uint64_t end = lane_reserve(lane, &lane_bytes[li], n, cursor);
 	for (;;) {
 		char *nd;
 		const char *ns;
 		size_t nn;
 		int more = chunk_next(&it, &nd, &ns, &nn);
-		uint64_t next_end = more ? lane_reserve(lane, nn, cursor) : 0;
+		uint64_t next_end = more ? lane_reserve(lane, &lane_bytes[li], nn, cursor) : 0;
 		sleep_until(end);
 		if (stage) {
 			/* pageable: bounce through the pinned staging buffer */
@@ -320,20 +339,28 @@ RC_API int refcudaDevicePointer(const void *p, size_t n, char *gpu, size_t gpule
 	return 1;
 }
 
-/* The lane of a GPU by name: "" (or this process's LW_REF_GPU) is this process's own. */
-static struct lane *lane_of(const char *gpu, int inbound)
+/* The lane of a GPU by name and its byte counter: "" (or this process's LW_REF_GPU)
+ * is this process's own. */
+static struct lane *lane_of(const char *gpu, int inbound, uint64_t **count)
 {
-	if (!gpu || !*gpu || !strcmp(gpu, own_gpu))
-		return &lanes[inbound ? 0 : 1];
+	int i = inbound ? 0 : 1;
+	if (!gpu || !*gpu || !strcmp(gpu, own_gpu)) {
+		*count = &lane_bytes[i];
+		return &lanes[i];
+	}
 	/* another process's GPU: map it with the default rates (its owner resets them) */
 	struct shm_gpu *g = gpu_map(gpu, 0, 4, 4);
-	return g ? &g->l[inbound ? 0 : 1] : NULL;
+	if (!g)
+		return NULL;
+	*count = &g->h.bytes[i];
+	return &g->l[i];
 }
 
 RC_API uint64_t refcudaLaneReserve(const char *gpu, int inbound, size_t bytes, uint64_t *cursor)
 {
 	rc_init();
-	struct lane *l = lane_of(gpu, inbound);
+	uint64_t *count;
+	struct lane *l = lane_of(gpu, inbound, &count);
 	uint64_t zero = 0;
 	if (!cursor)
 		cursor = &zero;
@@ -341,7 +368,7 @@ RC_API uint64_t refcudaLaneReserve(const char *gpu, int inbound, size_t bytes, u
 		return rc_now_ns();
 	if (*cursor && rc_now_ns() > *cursor + CATCH_UP_NS)
 		*cursor = 0; /* idle since: a new burst starts now, not in the past */
-	return lane_reserve(l, bytes, cursor);
+	return lane_reserve(l, count, bytes, cursor);
 }
 
 /* Per calling thread: where its previous transfer on each (gpu, direction) ended. */
@@ -378,4 +405,40 @@ RC_API void refcudaLaneTransfer(const char *gpu, int inbound, size_t bytes)
 		left -= n;
 		sleep_until(end);
 	}
+}
+
+RC_API uint64_t refcudaLaneBytes(int inbound)
+{
+	rc_init();
+	return __atomic_load_n(&lane_bytes[inbound ? 0 : 1], __ATOMIC_RELAXED);
+}
+
+/*
+ * The copy-kernel stand-in: an SM kernel that loads from (or stores to) host memory
+ * moves its bytes over the same PCIe lane as a copy engine, so it is paced and
+ * counted by the lane model like one, but it is not a copy call: it runs here, in
+ * the calling thread, and no CUDA copy entry point (nothing a probe sees) is on
+ * its path. The host side is read or written directly (mapped pinned memory).
+ */
+RC_API CUresult refcudaKernelCopy(void *dst, const void *src, size_t n, int inbound)
+{
+	rc_init();
+	if (!n)
+		return CUDA_SUCCESS;
+	if (!dst || !src)
+		return CUDA_ERROR_INVALID_VALUE;
+	const void *dev = inbound ? dst : src, *host = inbound ? src : dst;
+	if (!rc_is_device(dev, n) || rc_is_device(host, 1))
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!slack_set) {
+		prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
+		slack_set = 1;
+	}
+	struct rc_xfer x = {
+		.dst = dst, .src = src, .dpitch = n, .spitch = n, .width = n, .height = 1,
+		.dir = inbound ? RC_H2D : RC_D2H,
+	};
+	uint64_t cursor = 0;
+	rc_xfer_run(&x, &cursor);
+	return CUDA_SUCCESS;
 }

@@ -217,6 +217,41 @@ int refcudaDevicePointer(const void *p, size_t n, char *gpu, size_t gpulen);
 uint64_t refcudaLaneReserve(const char *gpu, int inbound, size_t bytes, uint64_t *cursor);
 void refcudaLaneTransfer(const char *gpu, int inbound, size_t bytes);
 
+/*
+ * The head of a shared GPU file /dev/shm/lw-ref-<name> (the lanes follow it). Other
+ * programs (the NVML stand-in, checks) map just this head, read-only, to read the
+ * GPU's cumulative lane byte counters: bytes[0] counts bytes that crossed the
+ * inbound lane (host to device: the GPU's PCIe RX), bytes[1] the outbound lane (TX).
+ * A chunk is counted when its lane time is reserved, by every copy that takes a lane
+ * (runtime/driver copies, refcudaKernelCopy, the RDMA provider), and never reset
+ * while the file exists. Read them with __atomic_load_n(..., __ATOMIC_RELAXED).
+ * The file is usable when magic is REFCUDA_LANE_MAGIC and state is
+ * REFCUDA_LANE_READY; a file with another magic is an older layout.
+ */
+#define REFCUDA_LANE_MAGIC 0x6c776c6e65763032ull /* "lwlnev02" */
+#define REFCUDA_LANE_READY 2u
+#define REFCUDA_LANE_NAME_MAX 48
+struct refcudaLaneHead {
+	uint64_t magic;
+	uint32_t state;
+	uint32_t pad;
+	char name[REFCUDA_LANE_NAME_MAX];
+	uint64_t bytes[2]; /* [0] inbound (H2D, RX), [1] outbound (D2H, TX) */
+};
+
+/* Cumulative bytes on this process's own GPU lane (shared or private). */
+uint64_t refcudaLaneBytes(int inbound);
+
+/*
+ * A copy-kernel stand-in (an SM copy kernel such as HiCache's `kernel` I/O backend):
+ * moves n bytes between host and this process's device memory on the GPU's inbound
+ * (inbound != 0: host src, device dst) or outbound lane, paced by the lane model and
+ * counted by it, synchronously in the calling thread, without going through any
+ * CUDA copy entry point (nothing a copy probe sees). CUDA_ERROR_INVALID_VALUE when
+ * the device side is not in the device arena or the host side is.
+ */
+CUresult refcudaKernelCopy(void *dst, const void *src, size_t n, int inbound);
+
 #ifdef __cplusplus
 }
 #endif

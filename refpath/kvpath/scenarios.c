@@ -742,6 +742,89 @@ static int sc_callbench(const struct opts *o, struct result *res)
 	return 0;
 }
 
+/* ---------------- copy-kernel stand-in ---------------- */
+
+static void kernel_copy(void *dst, const void *src, size_t n, int inbound, int layer)
+{
+	struct truth_rec *r = truth_copy_unarmed("refcudaKernelCopy", "kernel_copy", dst, src, n, -1, NULL, layer);
+	r->has_stream = 0;
+	TCALL(r, refcudaKernelCopy(dst, src, n, inbound));
+}
+
+/*
+ * Bytes moved on the GPU's lanes by no probed call, like SM copy kernels (HiCache's
+ * `kernel` I/O backend): `layers` kernel copies of layer_bytes into the GPU (64 MiB
+ * by default) and layers/2 out of it (32 MiB), with a few ordinary cudaMemcpyAsync
+ * copies (probed) of layer_bytes/8 in between, 4 H2D and 2 D2H. Run it with
+ * LW_REF_GPU=<name> so the lanes, and their byte counters, are in
+ * /dev/shm/lw-ref-<name> where the NVML stand-in reads them. The end line has the
+ * bytes per direction: lane_bytes (the lane counters' increase during the
+ * scenario), kernel_bytes and copy_bytes (what the scenario moved each way).
+ */
+static int sc_kernel_copy(const struct opts *o, struct result *res)
+{
+	size_t lb = o->layer_bytes, total = lb * (size_t)o->layers, cb = lb / 8 ? lb / 8 : 1;
+	int nout = o->layers / 2 ? o->layers / 2 : 1;
+	char *in = pool_mmap(total, 0x33), *out = pool_mmap(total, 0);
+	host_register(in, total, 0);
+	host_register(out, total, 0);
+	char *dev = dev_alloc(total);
+	cudaStream_t s = new_stream();
+	const char *gpu = getenv("LW_REF_GPU");
+	hold_point(o);
+
+	uint64_t in0 = refcudaLaneBytes(1), out0 = refcudaLaneBytes(0);
+	uint64_t kin = 0, kout = 0, cin = 0, cout = 0;
+	for (int i = 0; i < o->layers; i++) {
+		kernel_copy(dev + (size_t)i * lb, in + (size_t)i * lb, lb, 1, i);
+		kin += lb;
+		if (i < 4) {
+			copy_async(dev + (size_t)i * lb, in + (size_t)i * lb, cb, cudaMemcpyHostToDevice, s, i, NULL);
+			cin += cb;
+		}
+	}
+	stream_sync(s, NULL);
+	int bad = verify(dev, in, total, "kernel copy in");
+	memset(dev, 0x44, total); /* what the kernels write back */
+	for (int i = 0; i < nout; i++) {
+		kernel_copy(out + (size_t)i * lb, dev + (size_t)i * lb, lb, 0, i);
+		kout += lb;
+		if (i < 2) {
+			copy_async(out + total - (size_t)(i + 1) * cb, dev + total - (size_t)(i + 1) * cb, cb,
+				   cudaMemcpyDeviceToHost, s, i, NULL);
+			cout += cb;
+		}
+	}
+	stream_sync(s, NULL);
+	bad |= verify(out, dev, (size_t)nout * lb, "kernel copy out");
+	uint64_t lin = refcudaLaneBytes(1) - in0, lout = refcudaLaneBytes(0) - out0;
+
+	/* private lanes see only this process; shared ones may carry other processes' bytes too */
+	int shared = gpu && *gpu;
+	if (shared ? (lin < kin + cin || lout < kout + cout) : (lin != kin + cin || lout != kout + cout)) {
+		fprintf(stderr, "kernel-copy: lane counters moved H2D %llu D2H %llu, the scenario moved %llu and %llu\n",
+			(unsigned long long)lin, (unsigned long long)lout, (unsigned long long)(kin + cin),
+			(unsigned long long)(kout + cout));
+		bad = 1;
+	}
+	fprintf(stderr, "kernel-copy: lanes H2D %llu D2H %llu bytes (kernel %llu/%llu, copies %llu/%llu)%s%s\n",
+		(unsigned long long)lin, (unsigned long long)lout, (unsigned long long)kin, (unsigned long long)kout,
+		(unsigned long long)cin, (unsigned long long)cout, shared ? " on gpu " : "", shared ? gpu : "");
+	snprintf(res->extra, sizeof res->extra,
+		 "\"gpu\":\"%s\",\"lane_bytes\":{\"h2d\":%llu,\"d2h\":%llu},\"kernel_bytes\":{\"h2d\":%llu,\"d2h\":%llu},"
+		 "\"copy_bytes\":{\"h2d\":%llu,\"d2h\":%llu}",
+		 shared ? gpu : "", (unsigned long long)lin, (unsigned long long)lout, (unsigned long long)kin,
+		 (unsigned long long)kout, (unsigned long long)cin, (unsigned long long)cout);
+
+	CHECK(cudaStreamDestroy(s));
+	dev_free(dev);
+	host_unregister(in);
+	host_unregister(out);
+	munmap(in, total);
+	munmap(out, total);
+	return bad;
+}
+
 const struct scenario scenarios[] = {
 	{"hicache-load", sc_hicache_load, 32, 1 * MiB, 1},
 	{"pageable-load", sc_pageable_load, 32, 1 * MiB, 1},
@@ -751,6 +834,7 @@ const struct scenario scenarios[] = {
 	{"default-kind", sc_default_kind, 1, 1 * MiB, 1},
 	{"late-attach", sc_late_attach, 32, 1 * MiB, 1},
 	{"api-coverage", sc_api_coverage, 1, 0, 1},
+	{"kernel-copy", sc_kernel_copy, 8, 8 * MiB, 1}, /* 64 MiB in, 32 MiB out by kernels */
 	{"callbench", sc_callbench, 1, 64, 0},
 	{NULL, NULL, 0, 0, 0},
 };

@@ -230,6 +230,14 @@ int truth_write(const char *path, const char *extra)
 				json_u(f, "width", r->width);
 				json_u(f, "height", r->height);
 			}
+		} else if (!strcmp(r->op, "kernel_copy")) {
+			/* a copy kernel's transfer: on the lanes, but made by no probed call */
+			json_u(f, "dst", r->dst);
+			json_u(f, "src", r->src);
+			json_u(f, "bytes", r->bytes);
+			json_str(f, "direction", r->direction);
+			json_str(f, "host_mem", r->host_mem);
+			fputs(",\"probed\":false", f);
 		} else {
 			if (r->ptr)
 				json_u(f, "ptr", r->ptr);

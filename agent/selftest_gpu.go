@@ -1,0 +1,183 @@
+package agent
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/lanewatch/lanewatch/collectors"
+)
+
+// GPUCountersLine says, once, where this host's GPU counters come from.
+func GPUCountersLine() string {
+	c, err := OpenGPU(GPUConfig{})
+	if err != nil {
+		return "GPU counters: unavailable (" + err.Error() + ")"
+	}
+	defer c.Close()
+	return "GPU counters: " + c.Source()
+}
+
+// kernelCopyRun runs the kernel-copy scenario on a shared reference GPU and
+// reads that GPU's counters through the reference NVML stand-in with the
+// agent's real NVML code: the counters must match the lane model's bytes
+// within 2%, and the bytes no probe saw (the copy-kernel stand-in) must come
+// out as unattributed traffic in the right direction, within 2%.
+func kernelCopyRun(ctx context.Context, refDir, tmp string, col *collector, cfg SelftestConfig, drops func() uint64) Result {
+	res := Result{Scenario: "kernel-copy", Runtime: "nvml"}
+	fail := func(format string, args ...any) Result {
+		res.Problems = append(res.Problems, fmt.Sprintf(format, args...))
+		return res
+	}
+	before := drops()
+	gpu := fmt.Sprintf("selftest-%d", os.Getpid())
+	truth := filepath.Join(tmp, "kernel-copy.jsonl")
+	cmd := exec.CommandContext(ctx, filepath.Join(refDir, "bin", "kvpath"), "--scenario", "kernel-copy", "--truth", truth, "--hold")
+	cmd.Env = append(os.Environ(), "LW_REF_GPU="+gpu)
+	cmd.Stderr = os.Stderr
+	stdin, _ := cmd.StdinPipe()
+	stdout, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		return fail("start kernel-copy: %v", err)
+	}
+	defer os.Remove("/dev/shm/lw-ref-" + gpu)
+	if line, err := bufio.NewReader(stdout).ReadString('\n'); err != nil || !strings.HasPrefix(line, "ready") {
+		cmd.Process.Kill()
+		cmd.Wait()
+		return fail("kernel-copy did not get ready: %q %v", line, err)
+	}
+	go io.Copy(io.Discard, stdout)
+	res.PID = uint32(cmd.Process.Pid)
+
+	counters, err := OpenGPU(GPUConfig{Source: "nvml", NVMLLibrary: filepath.Join(refDir, "nvml", "libnvidia-ml.so.1")})
+	if err != nil {
+		cmd.Process.Kill()
+		cmd.Wait()
+		return fail("reference NVML: %v", err)
+	}
+	defer counters.Close()
+	// Placed now, while the process (and its environment) still exists.
+	placed := refPlacement("/proc", res.PID)
+	place := func(uint32) Placement { return placed }
+	eval := NewEvaluator(EvaluatorConfig{Place: place, GPU: counters})
+	start := time.Now()
+	eval.Evaluate(start) // opens the window and takes the first counter snapshot
+	s0, err0 := counters.Sample()
+
+	io.WriteString(stdin, "go\n")
+	stdin.Close()
+	if err := cmd.Wait(); err != nil {
+		res.Problems = append(res.Problems, fmt.Sprintf("kernel-copy: %v", err))
+	}
+	if err := (&proc{pid: res.PID}).waitExit(col, cfg.Timeout); err != nil {
+		res.Problems = append(res.Problems, err.Error())
+	}
+	got := col.take(res.PID)
+	for i := range got {
+		eval.Transfer(&got[i])
+	}
+	s1, err1 := counters.Sample()
+	v := eval.Evaluate(time.Now())
+	res.Drops = drops() - before
+	if err0 != nil || err1 != nil {
+		return fail("read counters: %v %v", err0, err1)
+	}
+
+	end, err := readKernelCopyEnd(truth)
+	if err != nil {
+		return fail("%v", err)
+	}
+	// The probed copies are checked like any scenario's.
+	calls, err := readTruthFile(truth)
+	if err != nil {
+		return fail("%v", err)
+	}
+	compare(&res, calls, got)
+
+	name := "ref-" + gpu
+	rx, tx, ok := deltaOf(s0, s1, name)
+	if !ok {
+		return fail("the reference NVML shows no GPU %s", name)
+	}
+	within := func(what string, gotB, wantB float64) {
+		if wantB == 0 || math.Abs(gotB-wantB) > 0.02*wantB {
+			res.OtherErrs++
+			res.Problems = append(res.Problems, fmt.Sprintf("%s: %.0f bytes, want %.0f (±2%%)", what, gotB, wantB))
+		}
+	}
+	within("counter RX (host→device)", float64(rx), float64(end.Lane.H2D))
+	within("counter TX (device→host)", float64(tx), float64(end.Lane.D2H))
+	for _, l := range v.Lanes {
+		if l.GPU != name || !l.HasMeasured {
+			continue
+		}
+		unattributed := l.Unattributed * v.Window.Seconds()
+		switch l.Direction {
+		case laneIn:
+			within("unattributed inbound", unattributed, float64(end.Kernel.H2D))
+		case laneOut:
+			within("unattributed outbound", unattributed, float64(end.Kernel.D2H))
+		}
+		res.Latency += fmt.Sprintf("%s unattributed %.0f MiB ", l.Direction, unattributed/(1<<20))
+	}
+	if res.Latency == "" {
+		res.OtherErrs++
+		res.Problems = append(res.Problems, "the evaluator measured no lane of "+name)
+	}
+	return res
+}
+
+// kernelCopyEnd is the end line of the kernel-copy truth: bytes per
+// direction on the lanes, by the copy-kernel stand-in and by probed copies.
+type kernelCopyEnd struct {
+	Lane, Kernel, Copy struct{ H2D, D2H uint64 }
+}
+
+func readKernelCopyEnd(path string) (kernelCopyEnd, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return kernelCopyEnd{}, err
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	var raw struct {
+		Lane   map[string]uint64 `json:"lane_bytes"`
+		Kernel map[string]uint64 `json:"kernel_bytes"`
+		Copy   map[string]uint64 `json:"copy_bytes"`
+	}
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &raw); err != nil || raw.Lane == nil {
+		return kernelCopyEnd{}, fmt.Errorf("%s: end line without lane_bytes: %v", path, err)
+	}
+	var e kernelCopyEnd
+	e.Lane.H2D, e.Lane.D2H = raw.Lane["h2d"], raw.Lane["d2h"]
+	e.Kernel.H2D, e.Kernel.D2H = raw.Kernel["h2d"], raw.Kernel["d2h"]
+	e.Copy.H2D, e.Copy.D2H = raw.Copy["h2d"], raw.Copy["d2h"]
+	return e, nil
+}
+
+// deltaOf is how many bytes the named GPU's counters moved between two
+// snapshots, RX (host→device) and TX.
+func deltaOf(a, b collectors.GPUSnapshot, name string) (rx, tx uint64, ok bool) {
+	var ra, rb *collectors.GPUReading
+	for i := range a.GPUs {
+		if a.GPUs[i].Name == name {
+			ra = &a.GPUs[i]
+		}
+	}
+	for i := range b.GPUs {
+		if b.GPUs[i].Name == name {
+			rb = &b.GPUs[i]
+		}
+	}
+	if ra == nil || rb == nil || !ra.HasPCIeBytes || !rb.HasPCIeBytes {
+		return 0, 0, false
+	}
+	return rb.PCIeRxBytes - ra.PCIeRxBytes, rb.PCIeTxBytes - ra.PCIeTxBytes, true
+}

@@ -1,0 +1,155 @@
+package collectors
+
+import (
+	"errors"
+	"slices"
+	"time"
+)
+
+// GPUReading is one GPU's counters at one instant. Byte counters are from
+// the GPU's view: RX is host→device (inbound), TX device→host (outbound).
+// A Has* flag that is false means the source had no such value: the zero
+// fields next to it are not a measurement.
+type GPUReading struct {
+	Index             int
+	UUID, BusID, Name string
+
+	// PCIeTxBytes and PCIeRxBytes are monotonic totals (NVML field values
+	// NVML_FI_DEV_PCIE_COUNT_TX_BYTES/RX_BYTES; a DCGM source that has
+	// totals). RX is host→device.
+	PCIeTxBytes, PCIeRxBytes uint64
+	HasPCIeBytes             bool
+
+	// PCIeTxBps and PCIeRxBps are a rate only, in bytes/s, when the source
+	// has no totals (nvmlDeviceGetPcieThroughput's KB/s × 1024, DCGM's
+	// per-second profiling fields).
+	PCIeTxBps, PCIeRxBps float64
+	HasPCIeRate          bool
+
+	// NVLinkTxBytes and NVLinkRxBytes are monotonic totals over all links.
+	NVLinkTxBytes, NVLinkRxBytes uint64
+	HasNVLink                    bool
+
+	// Replay is the PCIe replay counter (monotonic).
+	Replay    uint64
+	HasReplay bool
+
+	// Link generation and width, current and maximum; 0 is unknown.
+	LinkGen, MaxLinkGen, LinkWidth, MaxLinkWidth int
+}
+
+// GPUSnapshot is every GPU's reading at one instant (with Go's monotonic
+// clock reading, as Snapshot).
+type GPUSnapshot struct {
+	Time   time.Time
+	GPUs   []GPUReading
+	Source string // "dcgm" | "nvml"
+}
+
+// GPUCounters is a source of GPU counters: DCGM, or NVML as the fallback.
+type GPUCounters interface {
+	Sample() (GPUSnapshot, error)
+	Source() string
+	Close() error
+}
+
+// ErrNoGPUCounters is wrapped by every error that means "this host has no
+// GPU counter library": the agent reports it once and carries on.
+var ErrNoGPUCounters = errors.New("no GPU counters: neither DCGM nor NVML is available")
+
+// GPURate is one GPU's per-direction rates over an interval, in bytes/s
+// (RxBps is host→device). Resets names the counters of this GPU that went
+// backwards in the interval ("pcie_tx_bytes", "pcie_rx_bytes",
+// "nvlink_tx_bytes", "nvlink_rx_bytes", "replay"): those have no rate (0
+// here), nothing is guessed.
+type GPURate struct {
+	BusID, UUID              string
+	TxBps, RxBps             float64
+	NVLinkTxBps, NVLinkRxBps float64
+	ReplayPerSec             float64
+	Resets                   []string
+}
+
+// gpuKey is what pairs a GPU across snapshots: its UUID, else its bus id.
+func gpuKey(g GPUReading) string {
+	if g.UUID != "" {
+		return "uuid:" + g.UUID
+	}
+	return "bus:" + g.BusID
+}
+
+// gpuName names a GPU in GPURates' second return value: UUID, else bus id.
+func gpuName(g GPUReading) string {
+	if g.UUID != "" {
+		return g.UUID
+	}
+	return g.BusID
+}
+
+// GPURates pairs the GPUs of two snapshots by UUID (else bus id) and gives
+// each one's rates over the interval, in cur's order. The rules are Rates':
+//
+//   - a GPU present only in cur has no rate (it appeared);
+//   - a counter that went backwards (a driver reset, or a narrower counter
+//     wrapping — indistinguishable from values alone) gives no rate and is
+//     named in the GPU's Resets; a uint64 counter that wraps at 2^64 is the
+//     same case and is not unwrapped either;
+//   - a counter missing (Has* false) in either reading gives no rate;
+//   - a rate-only reading (HasPCIeRate, no totals) passes cur's rate through;
+//   - a non-positive interval gives no rates at all.
+//
+// The second return value names (UUID, else bus id) the GPUs of prev that
+// are not in cur: they disappeared (fell off the bus, were reset, were
+// hidden), in prev's order.
+func GPURates(prev, cur GPUSnapshot) ([]GPURate, []string) {
+	before := make(map[string]GPUReading, len(prev.GPUs))
+	for _, g := range prev.GPUs {
+		before[gpuKey(g)] = g
+	}
+	now := make(map[string]bool, len(cur.GPUs))
+	for _, g := range cur.GPUs {
+		now[gpuKey(g)] = true
+	}
+	var gone []string
+	for _, g := range prev.GPUs {
+		if !now[gpuKey(g)] {
+			gone = append(gone, gpuName(g))
+		}
+	}
+	dt := cur.Time.Sub(prev.Time).Seconds()
+	if dt <= 0 {
+		return nil, gone
+	}
+	var out []GPURate
+	for _, c := range cur.GPUs {
+		p, ok := before[gpuKey(c)]
+		if !ok {
+			continue
+		}
+		r := GPURate{BusID: c.BusID, UUID: c.UUID}
+		rate := func(name string, pv, cv uint64) float64 {
+			if cv < pv {
+				r.Resets = append(r.Resets, name)
+				return 0
+			}
+			return float64(cv-pv) / dt
+		}
+		switch {
+		case p.HasPCIeBytes && c.HasPCIeBytes:
+			r.TxBps = rate("pcie_tx_bytes", p.PCIeTxBytes, c.PCIeTxBytes)
+			r.RxBps = rate("pcie_rx_bytes", p.PCIeRxBytes, c.PCIeRxBytes)
+		case c.HasPCIeRate:
+			r.TxBps, r.RxBps = c.PCIeTxBps, c.PCIeRxBps
+		}
+		if p.HasNVLink && c.HasNVLink {
+			r.NVLinkTxBps = rate("nvlink_tx_bytes", p.NVLinkTxBytes, c.NVLinkTxBytes)
+			r.NVLinkRxBps = rate("nvlink_rx_bytes", p.NVLinkRxBytes, c.NVLinkRxBytes)
+		}
+		if p.HasReplay && c.HasReplay {
+			r.ReplayPerSec = rate("replay", p.Replay, c.Replay)
+		}
+		slices.Sort(r.Resets)
+		out = append(out, r)
+	}
+	return out, gone
+}

@@ -1,0 +1,212 @@
+//go:build cgo
+
+package collectors
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/NVIDIA/go-nvml/pkg/dl"
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+)
+
+// DefaultNVMLLibrary is the name the NVML collector loads when given no path.
+const DefaultNVMLLibrary = "libnvidia-ml.so.1"
+
+// nvmlPinned holds, per library path, a handle that is never closed. go-nvml
+// calls NVML through symbols that the process binds once, lazily and
+// process-wide (RTLD_GLOBAL): if the library were unloaded by the last
+// Shutdown and loaded again at another address, those bindings would point
+// into nothing. A handle that stays open keeps the library where it is.
+var nvmlPinned = struct {
+	sync.Mutex
+	libs map[string]*dl.DynamicLibrary
+}{libs: map[string]*dl.DynamicLibrary{}}
+
+func pinNVML(path string) error {
+	nvmlPinned.Lock()
+	defer nvmlPinned.Unlock()
+	if _, ok := nvmlPinned.libs[path]; ok {
+		return nil
+	}
+	lib := dl.New(path, dl.RTLD_LAZY|dl.RTLD_GLOBAL|dl.RTLD_NODELETE)
+	if err := lib.Open(); err != nil {
+		return err
+	}
+	nvmlPinned.libs[path] = lib
+	return nil
+}
+
+// nvmlCollector reads GPU counters through NVML, loaded at run time.
+type nvmlCollector struct {
+	mu   sync.Mutex
+	lib  nvml.Interface
+	devs []nvml.Device
+	// fields is false once a device said the PCIe byte fields are
+	// unsupported: Sample then reads nvmlDeviceGetPcieThroughput.
+	fields []bool
+	closed bool
+}
+
+// OpenNVML loads NVML from libPath (DefaultNVMLLibrary when empty: the
+// dynamic loader's search) and initialises it. The library is loaded at run
+// time, so a binary that uses this starts on hosts without it: there the
+// error wraps ErrNoGPUCounters. One process uses one NVML library: the first
+// path opened serves every later OpenNVML, whatever its path, because
+// the C symbols are bound process-wide.
+func OpenNVML(libPath string) (GPUCounters, error) {
+	if libPath == "" {
+		libPath = DefaultNVMLLibrary
+	}
+	if err := pinNVML(libPath); err != nil {
+		return nil, fmt.Errorf("%w: NVML library %s cannot be loaded (%v)", ErrNoGPUCounters, libPath, err)
+	}
+	lib := nvml.New(nvml.WithLibraryPath(libPath))
+	if ret := lib.Init(); ret != nvml.SUCCESS {
+		return nil, fmt.Errorf("NVML %s: init: %v: %w", libPath, nvmlErr(ret), ErrNoGPUCounters)
+	}
+	c := &nvmlCollector{lib: lib}
+	n, ret := lib.DeviceGetCount()
+	if ret != nvml.SUCCESS {
+		_ = lib.Shutdown()
+		return nil, fmt.Errorf("NVML %s: device count: %v", libPath, nvmlErr(ret))
+	}
+	for i := range n {
+		d, ret := lib.DeviceGetHandleByIndex(i)
+		if ret != nvml.SUCCESS {
+			_ = lib.Shutdown()
+			return nil, fmt.Errorf("NVML %s: device %d: %v", libPath, i, nvmlErr(ret))
+		}
+		c.devs = append(c.devs, d)
+		c.fields = append(c.fields, true)
+	}
+	return c, nil
+}
+
+// nvmlErr names an NVML return code. Return.Error calls nvmlErrorString of
+// the loaded library, so it is only used while the library is initialised.
+func nvmlErr(r nvml.Return) error {
+	return errors.New(r.Error())
+}
+
+// Source implements GPUCounters.
+func (c *nvmlCollector) Source() string { return "nvml" }
+
+// Close shuts NVML down (the library itself stays loaded; see OpenNVML).
+func (c *nvmlCollector) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil
+	}
+	c.closed = true
+	if ret := c.lib.Shutdown(); ret != nvml.SUCCESS {
+		return fmt.Errorf("NVML shutdown: return code %d", int(ret))
+	}
+	return nil
+}
+
+// Sample implements GPUCounters. Identity (UUID, bus id) is required; every
+// counter is optional and its Has* flag says whether the GPU had it.
+func (c *nvmlCollector) Sample() (GPUSnapshot, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return GPUSnapshot{}, errors.New("NVML collector is closed")
+	}
+	t0 := time.Now()
+	gpus := make([]GPUReading, 0, len(c.devs))
+	for i, d := range c.devs {
+		g, err := c.read(i, d)
+		if err != nil {
+			return GPUSnapshot{}, err
+		}
+		gpus = append(gpus, g)
+	}
+	t1 := time.Now()
+	return GPUSnapshot{Time: t0.Add(t1.Sub(t0) / 2), GPUs: gpus, Source: "nvml"}, nil
+}
+
+func (c *nvmlCollector) read(i int, d nvml.Device) (GPUReading, error) {
+	g := GPUReading{Index: i}
+	var ret nvml.Return
+	if g.UUID, ret = d.GetUUID(); ret != nvml.SUCCESS {
+		return g, fmt.Errorf("NVML device %d: UUID: %v", i, nvmlErr(ret))
+	}
+	pci, ret := d.GetPciInfo()
+	if ret != nvml.SUCCESS {
+		return g, fmt.Errorf("NVML device %d: PCI info: %v", i, nvmlErr(ret))
+	}
+	g.BusID = cString(pci.BusId[:])
+	if name, ret := d.GetName(); ret == nvml.SUCCESS {
+		g.Name = name
+	}
+
+	if c.fields[i] {
+		fv := []nvml.FieldValue{{FieldId: nvml.FI_DEV_PCIE_COUNT_TX_BYTES}, {FieldId: nvml.FI_DEV_PCIE_COUNT_RX_BYTES}}
+		ret := d.GetFieldValues(fv)
+		tx, txOK := fieldUint(fv[0])
+		rx, rxOK := fieldUint(fv[1])
+		switch {
+		case ret == nvml.SUCCESS && txOK && rxOK:
+			g.PCIeTxBytes, g.PCIeRxBytes, g.HasPCIeBytes = tx, rx, true
+		case ret == nvml.SUCCESS || ret == nvml.ERROR_NOT_SUPPORTED || ret == nvml.ERROR_INVALID_ARGUMENT:
+			c.fields[i] = false // pre-Hopper GPUs and older drivers: no byte counters
+		}
+	}
+	if !g.HasPCIeBytes {
+		tx, r1 := d.GetPcieThroughput(nvml.PCIE_UTIL_TX_BYTES)
+		rx, r2 := d.GetPcieThroughput(nvml.PCIE_UTIL_RX_BYTES)
+		if r1 == nvml.SUCCESS && r2 == nvml.SUCCESS {
+			g.PCIeTxBps, g.PCIeRxBps, g.HasPCIeRate = float64(tx)*1024, float64(rx)*1024, true
+		}
+	}
+	if v, ret := d.GetPcieReplayCounter(); ret == nvml.SUCCESS {
+		g.Replay, g.HasReplay = uint64(v), true
+	}
+	if v, ret := d.GetCurrPcieLinkGeneration(); ret == nvml.SUCCESS {
+		g.LinkGen = v
+	}
+	if v, ret := d.GetMaxPcieLinkGeneration(); ret == nvml.SUCCESS {
+		g.MaxLinkGen = v
+	}
+	if v, ret := d.GetCurrPcieLinkWidth(); ret == nvml.SUCCESS {
+		g.LinkWidth = v
+	}
+	if v, ret := d.GetMaxPcieLinkWidth(); ret == nvml.SUCCESS {
+		g.MaxLinkWidth = v
+	}
+	return g, nil
+}
+
+// fieldUint reads an unsigned field value (NVML reports the PCIe byte
+// counters as unsigned long long; accept the other unsigned widths too).
+func fieldUint(f nvml.FieldValue) (uint64, bool) {
+	if nvml.Return(f.NvmlReturn) != nvml.SUCCESS {
+		return 0, false
+	}
+	v := f.Value
+	u64 := uint64(v[0]) | uint64(v[1])<<8 | uint64(v[2])<<16 | uint64(v[3])<<24 |
+		uint64(v[4])<<32 | uint64(v[5])<<40 | uint64(v[6])<<48 | uint64(v[7])<<56
+	switch nvml.ValueType(f.ValueType) {
+	case nvml.VALUE_TYPE_UNSIGNED_LONG_LONG, nvml.VALUE_TYPE_UNSIGNED_LONG:
+		return u64, true
+	case nvml.VALUE_TYPE_UNSIGNED_INT:
+		return u64 & 0xffffffff, true
+	}
+	return 0, false
+}
+
+// cString is the text of a NUL-terminated C char array.
+func cString(b []int8) string {
+	out := make([]byte, 0, len(b))
+	for _, c := range b {
+		if c == 0 {
+			break
+		}
+		out = append(out, byte(c))
+	}
+	return string(out)
+}

@@ -1,0 +1,203 @@
+//go:build cgo
+
+package collectors
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/lanewatch/lanewatch/internal/testenv"
+)
+
+func TestOpenNVMLMissingLibrary(t *testing.T) {
+	c, err := OpenNVML("/nonexistent/libnvidia-ml.so.1")
+	if err == nil {
+		c.Close()
+		t.Fatal("OpenNVML of a missing library succeeded")
+	}
+	if !errors.Is(err, ErrNoGPUCounters) {
+		t.Errorf("error %q does not wrap ErrNoGPUCounters", err)
+	}
+	if msg := err.Error(); !strings.Contains(msg, "/nonexistent/libnvidia-ml.so.1 cannot be loaded") ||
+		strings.Count(msg, "\n") != 0 {
+		t.Errorf("message %q: want one sentence naming the library", msg)
+	}
+}
+
+// kernelCopyEnd is the end line of the kernel-copy scenario's truth.
+type kernelCopyEnd struct {
+	GPU       string `json:"gpu"`
+	LaneBytes struct {
+		H2D uint64 `json:"h2d"`
+		D2H uint64 `json:"d2h"`
+	} `json:"lane_bytes"`
+	KernelBytes struct {
+		H2D uint64 `json:"h2d"`
+		D2H uint64 `json:"d2h"`
+	} `json:"kernel_bytes"`
+}
+
+func readKernelCopyEnd(t *testing.T, path string) kernelCopyEnd {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := bytes.Split(bytes.TrimSpace(b), []byte("\n"))
+	var end kernelCopyEnd
+	if err := json.Unmarshal(lines[len(lines)-1], &end); err != nil {
+		t.Fatalf("%s: end line: %v", path, err)
+	}
+	return end
+}
+
+func findGPU(t *testing.T, s GPUSnapshot, name string) GPUReading {
+	t.Helper()
+	for _, g := range s.GPUs {
+		if g.Name == name {
+			return g
+		}
+	}
+	t.Fatalf("no GPU %q in %+v", name, s.GPUs)
+	return GPUReading{}
+}
+
+func within2pct(got, want uint64) bool {
+	return want > 0 && math.Abs(float64(got)-float64(want)) <= 0.02*float64(want)
+}
+
+// The NVML collector's real code path (go-nvml, dlopen at run time) against
+// the reference NVML stand-in, around one run of the kernel-copy scenario:
+// the GPU's counters grow by the bytes the scenario moved on its lanes, RX
+// (host to device) by the inbound bytes and TX by the outbound ones.
+func TestNVMLStandInKernelCopy(t *testing.T) {
+	ref := testenv.RefDir(t)
+	lib := filepath.Join(ref, "nvml", "libnvidia-ml.so.1")
+	if _, err := os.Stat(lib); err != nil {
+		t.Fatalf("NVML stand-in not built (make -C refpath): %v", err)
+	}
+	gpu := fmt.Sprintf("gotest-nvml-%d", os.Getpid())
+	t.Cleanup(func() { os.Remove("/dev/shm/lw-ref-" + gpu) })
+	truth := filepath.Join(t.TempDir(), "kernel-copy.jsonl")
+
+	cmd := exec.Command(filepath.Join(ref, "bin", "kvpath"), "--scenario", "kernel-copy", "--hold", "--truth", truth)
+	cmd.Env = append(os.Environ(), "LW_REF_GPU="+gpu)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	if line, err := bufio.NewReader(stdout).ReadString('\n'); err != nil || !strings.HasPrefix(line, "ready") {
+		t.Fatalf("kvpath did not reach its hold point: %q %v; stderr: %s", line, err, stderr.String())
+	}
+
+	// The GPU file exists now: NVML sees it from Init on.
+	c, err := OpenNVML(lib)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if c.Source() != "nvml" {
+		t.Errorf("source %q", c.Source())
+	}
+	before, err := c.Sample()
+	if err != nil {
+		t.Fatal(err)
+	}
+	g0 := findGPU(t, before, "ref-"+gpu)
+	if !g0.HasPCIeBytes || g0.HasPCIeRate {
+		t.Fatalf("stand-in GPU has no PCIe byte counters: %+v", g0)
+	}
+	if !regexp.MustCompile(`^GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`).MatchString(g0.UUID) {
+		t.Errorf("UUID %q", g0.UUID)
+	}
+	if !regexp.MustCompile(`^0000F[0-9A-F]{3}:[0-9A-F]{2}:00\.0$`).MatchString(g0.BusID) {
+		t.Errorf("bus id %q", g0.BusID)
+	}
+	if g0.LinkGen != 5 || g0.MaxLinkGen != 5 || g0.LinkWidth != 16 || g0.MaxLinkWidth != 16 || !g0.HasReplay {
+		t.Errorf("link: %+v, want gen 5 ×16 and a replay counter", g0)
+	}
+
+	if _, err := stdin.Write([]byte("go\n")); err != nil {
+		t.Fatal(err)
+	}
+	stdin.Close()
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("kernel-copy: %v; stderr: %s", err, stderr.String())
+	}
+	after, err := c.Sample()
+	if err != nil {
+		t.Fatal(err)
+	}
+	g1 := findGPU(t, after, "ref-"+gpu)
+	if g1.UUID != g0.UUID || g1.BusID != g0.BusID {
+		t.Errorf("identity changed: %s %s → %s %s", g0.UUID, g0.BusID, g1.UUID, g1.BusID)
+	}
+	end := readKernelCopyEnd(t, truth)
+	rx, tx := g1.PCIeRxBytes-g0.PCIeRxBytes, g1.PCIeTxBytes-g0.PCIeTxBytes
+	t.Logf("counters: RX +%d TX +%d; lanes H2D %d D2H %d (kernel copies %d / %d)",
+		rx, tx, end.LaneBytes.H2D, end.LaneBytes.D2H, end.KernelBytes.H2D, end.KernelBytes.D2H)
+	if end.GPU != gpu || end.KernelBytes.H2D != 64<<20 || end.KernelBytes.D2H != 32<<20 {
+		t.Errorf("truth end line: %+v", end)
+	}
+	if !within2pct(rx, end.LaneBytes.H2D) || !within2pct(tx, end.LaneBytes.D2H) {
+		t.Errorf("counters grew RX %d TX %d, the lanes moved H2D %d D2H %d: not within 2%%",
+			rx, tx, end.LaneBytes.H2D, end.LaneBytes.D2H)
+	}
+	rates, gone := GPURates(before, after)
+	if gone != nil {
+		t.Errorf("gone: %v", gone)
+	}
+	for _, r := range rates {
+		if r.UUID == g0.UUID && (r.RxBps <= 0 || r.TxBps <= 0 || r.RxBps < r.TxBps) {
+			t.Errorf("rates %+v: want RX > TX > 0", r)
+		}
+	}
+	if err := c.Close(); err != nil {
+		t.Errorf("close: %v", err)
+	}
+	if _, err := c.Sample(); err == nil {
+		t.Error("Sample after Close succeeded")
+	}
+
+	// Without the PCIe byte fields (pre-Hopper), the collector falls back to
+	// nvmlDeviceGetPcieThroughput: a rate only. NVML is initialised afresh,
+	// so the stand-in reads the variable again.
+	t.Setenv("LW_REF_NVML_NO_PCIE_FIELDS", "1")
+	t.Setenv("LW_REF_NVML_LINK", "4x8")
+	c2, err := OpenNVML(lib)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	s, err := c2.Sample()
+	if err != nil {
+		t.Fatal(err)
+	}
+	g2 := findGPU(t, s, "ref-"+gpu)
+	if g2.HasPCIeBytes || !g2.HasPCIeRate || g2.PCIeRxBps != 0 || g2.PCIeTxBps != 0 {
+		t.Errorf("fallback reading %+v: want an idle rate-only reading", g2)
+	}
+	if g2.LinkGen != 4 || g2.LinkWidth != 8 || g2.MaxLinkGen != 5 || g2.MaxLinkWidth != 16 {
+		t.Errorf("degraded link %+v: want gen 4 ×8 of 5 ×16", g2)
+	}
+}
