@@ -155,6 +155,13 @@ func (e *Evaluator) Evaluate(now time.Time) Verdict {
 	}
 	for _, l := range lanes {
 		v.Lanes = append(v.Lanes, *l)
+		if l.HasMeasured && span > 0 {
+			f := win.laneFacts(l.GPU, l.Direction, func(pid uint32) string { return e.cfg.Place(pid).GPU }, span)
+			f.MeasuredBps, f.CapacityBps = l.Measured, l.Capacity
+			if fd := correlate.LinkUnderused(f); fd != nil {
+				v.Findings = append(v.Findings, *fd)
+			}
+		}
 	}
 	sort.Slice(v.Lanes, func(i, j int) bool {
 		if v.Lanes[i].GPU != v.Lanes[j].GPU {
@@ -194,6 +201,47 @@ func (e *Evaluator) measure() map[struct{ gpu, dir string }]LaneRate {
 		out[struct{ gpu, dir string }{lane, laneOut}] = LaneRate{Measured: r.TxBps, Capacity: capacity}
 	}
 	return out
+}
+
+// laneFacts gathers what the probes saw on one lane of one GPU during the
+// window: how much of it a transfer was in flight (the union of the flows'
+// busy intervals), pageable and small copies.
+func (s *sample) laneFacts(gpu, dir string, gpuOf func(uint32) string, span time.Duration) correlate.LaneFacts {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f := correlate.LaneFacts{GPU: gpu, Direction: dir}
+	var iv [][2]uint64
+	for pid, p := range s.procs {
+		if gpuOf(pid) != gpu {
+			continue
+		}
+		f.PageableCopies += p.pageable
+		f.SmallCopies += p.sizes.CountBelow(64 << 10)
+		f.All += p.sizes.Count()
+		for k, b := range p.flows {
+			if k.dir == dir && b.end > b.start {
+				iv = append(iv, [2]uint64{b.start, b.end})
+			}
+		}
+	}
+	sort.Slice(iv, func(i, j int) bool { return iv[i][0] < iv[j][0] })
+	var busy, curS, curE uint64
+	for i, x := range iv {
+		switch {
+		case i == 0:
+			curS, curE = x[0], x[1]
+		case x[0] > curE:
+			busy += curE - curS
+			curS, curE = x[0], x[1]
+		default:
+			curE = max(curE, x[1])
+		}
+	}
+	if len(iv) > 0 {
+		busy += curE - curS
+	}
+	f.BusyFraction = min(1, float64(busy)/float64(span.Nanoseconds()))
+	return f
 }
 
 // rotate hands back the window collected so far and starts a new one in s.

@@ -3,6 +3,7 @@ package agent
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -109,5 +110,27 @@ func TestRefPlacement(t *testing.T) {
 		if got := refPlacement(root, pid); got != want {
 			t.Errorf("pid %d: %+v, want %+v", pid, got, want)
 		}
+	}
+}
+
+// A lane the counters saw nearly idle while a probed flow was in flight all
+// window is reported, with the staging copy as the likelier bottleneck.
+func TestLaneFactsUnderused(t *testing.T) {
+	s := newSample()
+	const sec = uint64(1e9)
+	for i := uint64(0); i < 10; i++ { // ten pageable 1 MiB H2D copies back to back over 1 s
+		s.Transfer(&correlate.Transfer{PID: 7, Direction: correlate.DirH2D, HostMem: correlate.MemPageable, Bytes: 1 << 20,
+			SubmitNs: i * sec / 10, CompleteNs: (i + 1) * sec / 10})
+	}
+	f := s.laneFacts("ref-x", laneIn, func(uint32) string { return "ref-x" }, time.Second)
+	if f.BusyFraction < 0.99 || f.PageableCopies != 10 || f.All != 10 {
+		t.Fatalf("facts %+v", f)
+	}
+	f.MeasuredBps, f.CapacityBps = 10.5e6, 4e9
+	if fd := correlate.LinkUnderused(f); fd == nil || !strings.Contains(strings.Join(fd.Evidence, " "), "CPU staging copy") {
+		t.Errorf("finding %+v", fd)
+	}
+	if g := s.laneFacts("other-gpu", laneIn, func(uint32) string { return "ref-x" }, time.Second); g.BusyFraction != 0 || g.All != 0 {
+		t.Errorf("another GPU's lane: %+v", g)
 	}
 }

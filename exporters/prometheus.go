@@ -76,6 +76,7 @@ var FindingRules = map[string][]correlate.Severity{
 	"numa-bind-skipped":      {correlate.SevWarn},
 	"far-nic":                {correlate.SevWarn},
 	"link-degraded":          {correlate.SevFail},
+	"link-underused":         {correlate.SevWarn},
 	"pinned-pressure":        {correlate.SevWarn, correlate.SevFail},
 	"iommu-translated":       {correlate.SevWarn},
 	"pageable-copy":          {correlate.SevFail},
