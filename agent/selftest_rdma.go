@@ -26,7 +26,10 @@ func rdmaRun(ctx context.Context, refDir, scenario, tmp string, col *collector, 
 	dir := filepath.Join(tmp, scenario)
 	os.MkdirAll(dir, 0o755)
 	before := drops()
-	cmd := exec.CommandContext(ctx, filepath.Join(refDir, "bin", "rdmapath"), "--scenario", scenario, "--truth-dir", dir)
+	// --settle-ms: the roles pause after opening the device, as a server sets
+	// up long before KV flows, so the provider's data path is probed (it is
+	// found from the first context) before the first work request.
+	cmd := exec.CommandContext(ctx, filepath.Join(refDir, "bin", "rdmapath"), "--scenario", scenario, "--truth-dir", dir, "--settle-ms", "300")
 	cmd.Stderr = os.Stderr
 	runErr := cmd.Run()
 

@@ -139,7 +139,7 @@ func exporterNames(t *testing.T) map[string]bool {
 	} {
 		m.Transfer(&tr)
 	}
-	m.SetWindow(exporters.Window{At: time.Now(), Lanes: []exporters.Lane{{GPU: "ref-x", Direction: "inbound", Demand: 1, Capacity: 1}}})
+	m.SetWindow(exporters.Window{At: time.Now(), Lanes: []exporters.Lane{{GPU: "ref-x", Direction: "inbound", Demand: 1, Capacity: 1, Measured: 1, HasMeasured: true}}})
 	mfs, err := exporters.NewRegistry(m).Gather()
 	if err != nil {
 		t.Fatal(err)

@@ -1,5 +1,5 @@
 /*
- * rdmapath --scenario NAME --truth-dir DIR [--pages N] [--page-bytes B] [--timeout-s S]
+ * rdmapath --scenario NAME --truth-dir DIR [--pages N] [--page-bytes B] [--timeout-s S] [--settle-ms MS]
  *
  * The PD-disaggregation scenarios of the reference data path. The launcher
  * re-executes itself twice (/proc/self/exe --role prefill|decode), so an observer
@@ -42,6 +42,7 @@ static struct {
 	int role; /* -1: launcher */
 	size_t pages, page_bytes;
 	unsigned timeout_s;
+	unsigned settle_ms; /* pause after opening the device, before connecting: a server sets up long before data flows */
 } O = {.role = -1, .pages = 64, .page_bytes = 1 * MiB, .timeout_s = 60};
 
 static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
@@ -882,6 +883,8 @@ static int run_role(void)
 		die("cannot open wire %s: %s", wire_name(), strerror(errno));
 	R = (struct rdv *)w->app;
 	verbs_open();
+	if (O.settle_ms)
+		nap_us((long)O.settle_ms * 1000);
 	int rc;
 	if (!strcmp(O.scenario, "pd-transfer"))
 		rc = sc_pd_write(0);
@@ -910,7 +913,8 @@ static int launch(char **argv)
 	shm_unlink("/lw-ref-gpu-prefill");
 	shm_unlink("/lw-ref-gpu-decode");
 	pid_t pids[2];
-	char pages[32], pb[32], to[32];
+	char pages[32], pb[32], to[32], settle[32];
+	snprintf(settle, sizeof settle, "%u", O.settle_ms);
 	snprintf(pages, sizeof pages, "%zu", O.pages);
 	snprintf(pb, sizeof pb, "%zu", O.page_bytes);
 	snprintf(to, sizeof to, "%u", O.timeout_s);
@@ -922,7 +926,7 @@ static int launch(char **argv)
 			setenv("LW_REF_GPU", r == DECODE ? "gpu-decode" : "gpu-prefill", 1);
 			char *args[] = {"rdmapath", "--role", (char *)role_names[r], "--scenario", (char *)O.scenario,
 					"--truth-dir", (char *)O.dir, "--pages", pages, "--page-bytes", pb,
-					"--timeout-s", to, NULL};
+					"--timeout-s", to, "--settle-ms", settle, NULL};
 			execv("/proc/self/exe", args);
 			perror("exec /proc/self/exe");
 			_exit(127);
@@ -974,7 +978,7 @@ static size_t num(const char *flag, const char *v)
 
 static void usage(FILE *f)
 {
-	fprintf(f, "usage: rdmapath --scenario NAME --truth-dir DIR [--pages N] [--page-bytes B] [--timeout-s S]\n"
+	fprintf(f, "usage: rdmapath --scenario NAME --truth-dir DIR [--pages N] [--page-bytes B] [--timeout-s S] [--settle-ms MS]\n"
 		   "scenarios: pd-transfer pd-overlap pd-send-duplex rdma-read\n");
 }
 
@@ -992,6 +996,8 @@ int main(int argc, char **argv)
 			O.page_bytes = num(a, v), i++;
 		else if (!strcmp(a, "--timeout-s"))
 			O.timeout_s = (unsigned)num(a, v), i++;
+		else if (!strcmp(a, "--settle-ms"))
+			O.settle_ms = (unsigned)num(a, v), i++;
 		else if (!strcmp(a, "--role") && v) {
 			O.role = !strcmp(v, "prefill") ? PREFILL : !strcmp(v, "decode") ? DECODE : -2;
 			i++;
