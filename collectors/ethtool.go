@@ -1,7 +1,6 @@
 package collectors
 
 import (
-	"bufio"
 	"fmt"
 	"io"
 	"maps"
@@ -21,44 +20,37 @@ import (
 // last ": ". name is used in errors ("name:line: ..."). A line that is not a
 // header and has no unsigned value, or a statistic given twice, is an error.
 func ParseEthtoolStats(r io.Reader, name string) (map[string]uint64, error) {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 4096), 1<<16)
-	sc.Split(lines.ScanLF)
 	stats := map[string]uint64{}
 	first := map[string]int{}
-	line := 0
-	for sc.Scan() {
-		line++
-		text := strings.TrimSpace(sc.Text())
-		if text == "" {
-			continue
-		}
+	err := lines.Each(r, name, 1<<16, func(line int, text string) error {
+		text = strings.TrimSpace(text)
 		if isEthtoolHeader(text) {
-			continue
+			return nil
 		}
 		i := strings.LastIndex(text, ": ")
 		if i <= 0 {
-			return nil, fmt.Errorf("%s:%d: want \"name: value\", got %q", name, line, text)
+			return fmt.Errorf("want \"name: value\", got %q", text)
 		}
 		key, val := strings.TrimSpace(text[:i]), strings.TrimSpace(text[i+2:])
 		if key == "" {
-			return nil, fmt.Errorf("%s:%d: statistic without a name: %q", name, line, text)
+			return fmt.Errorf("statistic without a name: %q", text)
 		}
 		if val == "" || val[0] < '0' || val[0] > '9' {
-			return nil, fmt.Errorf("%s:%d: %s: %q is not an unsigned number", name, line, key, val)
+			return fmt.Errorf("%s: %q is not an unsigned number", key, val)
 		}
 		v, err := strconv.ParseUint(val, 10, 64)
 		if err != nil {
-			return nil, fmt.Errorf("%s:%d: %s: %q is not a uint64", name, line, key, val)
+			return fmt.Errorf("%s: %q is not a uint64", key, val)
 		}
 		if l, dup := first[key]; dup {
-			return nil, fmt.Errorf("%s:%d: %s given twice (first at line %d)", name, line, key, l)
+			return fmt.Errorf("%s given twice (first at line %d)", key, l)
 		}
 		first[key] = line
 		stats[key] = v
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("%s:%d: %w", name, line+1, err)
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	return stats, nil
 }

@@ -1,7 +1,6 @@
 package collectors
 
 import (
-	"bufio"
 	"fmt"
 	"io"
 	"os"
@@ -29,23 +28,14 @@ type Meminfo struct {
 // ParseMeminfo parses the text of /proc/meminfo. name is used in errors
 // ("name:line: ..."). Every line must be "Key: N" or "Key: N kB".
 func ParseMeminfo(r io.Reader, name string) (Meminfo, error) {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 4096), 1<<16)
-	sc.Split(lines.ScanLF)
 	mi := Meminfo{Fields: map[string]uint64{}}
-	line := 0
-	for sc.Scan() {
-		line++
-		text := sc.Text()
-		if strings.TrimSpace(text) == "" {
-			continue
-		}
+	err := lines.Each(r, name, 1<<16, func(_ int, text string) error {
 		key, val, err := parseMeminfoLine(text)
 		if err != nil {
-			return Meminfo{}, fmt.Errorf("%s:%d: %w", name, line, err)
+			return err
 		}
 		if _, dup := mi.Fields[key]; dup {
-			return Meminfo{}, fmt.Errorf("%s:%d: %s given twice", name, line, key)
+			return fmt.Errorf("%s given twice", key)
 		}
 		mi.Fields[key] = val
 		switch key {
@@ -62,9 +52,10 @@ func ParseMeminfo(r io.Reader, name string) (Meminfo, error) {
 		case "Hugepagesize":
 			mi.HugepagesizeBytes = val
 		}
-	}
-	if err := sc.Err(); err != nil {
-		return Meminfo{}, fmt.Errorf("%s:%d: %w", name, line+1, err)
+		return nil
+	})
+	if err != nil {
+		return Meminfo{}, err
 	}
 	return mi, nil
 }

@@ -1,7 +1,6 @@
 package collectors
 
 import (
-	"bufio"
 	"fmt"
 	"io"
 	"os"
@@ -45,23 +44,14 @@ func (s ProcStatus) HasCap(bit int) bool {
 // errors ("name:line: ..."). Unknown keys are kept in Fields; a malformed
 // line, a key given twice, or a bad value of a field we interpret is an error.
 func ParseStatus(r io.Reader, name string) (ProcStatus, error) {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 4096), 1<<20)
-	sc.Split(lines.ScanLF)
 	st := ProcStatus{Fields: map[string]string{}}
-	line := 0
-	for sc.Scan() {
-		line++
-		text := sc.Text()
-		if strings.TrimSpace(text) == "" {
-			continue
-		}
+	err := lines.Each(r, name, 1<<20, func(_ int, text string) error {
 		key, val, ok := strings.Cut(text, ":")
 		if !ok || key == "" || strings.ContainsAny(key, " \t") {
-			return ProcStatus{}, fmt.Errorf("%s:%d: want \"Key:\\tvalue\", got %q", name, line, text)
+			return fmt.Errorf("want \"Key:\\tvalue\", got %q", text)
 		}
 		if _, dup := st.Fields[key]; dup {
-			return ProcStatus{}, fmt.Errorf("%s:%d: %s given twice", name, line, key)
+			return fmt.Errorf("%s given twice", key)
 		}
 		// Name keeps inner spaces; only the tab after the colon goes.
 		if key == "Name" {
@@ -71,11 +61,12 @@ func ParseStatus(r io.Reader, name string) (ProcStatus, error) {
 		}
 		st.Fields[key] = val
 		if err := st.set(key, val); err != nil {
-			return ProcStatus{}, fmt.Errorf("%s:%d: %s: %w", name, line, key, err)
+			return fmt.Errorf("%s: %w", key, err)
 		}
-	}
-	if err := sc.Err(); err != nil {
-		return ProcStatus{}, fmt.Errorf("%s:%d: %w", name, line+1, err)
+		return nil
+	})
+	if err != nil {
+		return ProcStatus{}, err
 	}
 	return st, nil
 }

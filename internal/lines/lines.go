@@ -2,7 +2,13 @@
 // the kernel writes them.
 package lines
 
-import "bytes"
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+	"strings"
+)
 
 // ScanLF is a bufio.SplitFunc that splits at '\n' only: unlike
 // bufio.ScanLines it keeps a trailing '\r', which the kernel prints raw when
@@ -15,4 +21,29 @@ func ScanLF(data []byte, atEOF bool) (int, []byte, error) {
 		return len(data), data, nil
 	}
 	return 0, nil, nil
+}
+
+// Each calls fn with every non-blank line of r and its 1-based number,
+// splitting as ScanLF does; a line longer than maxLine, a read error or an
+// error from fn stops it and comes back as "name:line: err", so every
+// parser of kernel text names the file and line of what it could not read.
+func Each(r io.Reader, name string, maxLine int, fn func(line int, text string) error) error {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 4096), maxLine)
+	sc.Split(ScanLF)
+	line := 0
+	for sc.Scan() {
+		line++
+		text := sc.Text()
+		if strings.TrimSpace(text) == "" {
+			continue
+		}
+		if err := fn(line, text); err != nil {
+			return fmt.Errorf("%s:%d: %w", name, line, err)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return fmt.Errorf("%s:%d: %w", name, line+1, err)
+	}
+	return nil
 }
