@@ -343,14 +343,29 @@ func (d *diagnosis) processChecks(r *Report, pid int, win *window) {
 		r.add(d.bindCheck(scope, pid, gpuNode, why))
 	}
 	r.add(d.poolCheck(scope, pid, gpu, gpuNode, why, win))
-	if win != nil {
-		inbound := 0.0
-		if f := d.host.Functions[gpu]; f != nil {
-			inbound = f.Link.CurGBs()
-		}
-		for _, c := range win.sample.checks(scope, uint32(pid), gpu, inbound) {
-			r.add(c)
-		}
+	d.sampleChecks(r, scope, pid, gpu, win)
+}
+
+// processChecksStatic is a live process's NUMA binding and pool placement,
+// without a sample window's transfer checks (agent run's host judge).
+func (d *diagnosis) processChecksStatic(r *Report, pid int, win *window) {
+	scope := fmt.Sprintf("pid %d", pid)
+	gpu, gpuNode, why := d.gpuOf(pid)
+	r.add(d.bindCheck(scope, pid, gpuNode, why))
+	r.add(d.poolCheck(scope, pid, gpu, gpuNode, why, win))
+}
+
+// sampleChecks adds the window's transfer checks of one process.
+func (d *diagnosis) sampleChecks(r *Report, scope string, pid int, gpu string, win *window) {
+	if win == nil || win.sample == nil {
+		return
+	}
+	inbound := 0.0
+	if f := d.host.Functions[gpu]; f != nil {
+		inbound = f.Link.CurGBs()
+	}
+	for _, c := range win.sample.checks(scope, uint32(pid), gpu, inbound) {
+		r.add(c)
 	}
 }
 

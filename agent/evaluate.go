@@ -69,9 +69,18 @@ type EvaluatorConfig struct {
 type Evaluator struct {
 	cfg     EvaluatorConfig
 	cur     *sample
-	mu      sync.Mutex // guards start
+	mu      sync.Mutex // guards start and host
 	start   time.Time
 	prevGPU *collectors.GPUSnapshot
+	host    func() []correlate.Finding
+}
+
+// SetHostFindings adds the host-level findings (Agent.HostJudge) to every
+// verdict from now on.
+func (e *Evaluator) SetHostFindings(f func() []correlate.Finding) {
+	e.mu.Lock()
+	e.host = f
+	e.mu.Unlock()
 }
 
 // NewEvaluator returns an evaluator whose first window starts now.
@@ -113,6 +122,7 @@ func (e *Evaluator) Evaluate(now time.Time) Verdict {
 	e.mu.Lock()
 	span := now.Sub(e.start)
 	e.start = now
+	host := e.host
 	e.mu.Unlock()
 
 	v := Verdict{At: now, Window: span}
@@ -169,6 +179,9 @@ func (e *Evaluator) Evaluate(now time.Time) Verdict {
 		}
 		return v.Lanes[i].Direction < v.Lanes[j].Direction
 	})
+	if host != nil {
+		v.Findings = append(v.Findings, host()...)
+	}
 	v.Took = time.Since(begin)
 	return v
 }

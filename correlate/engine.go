@@ -181,6 +181,9 @@ func (e *Engine) EventsLost() {
 // Pinned returns the process's live pinned host ranges.
 func (e *Engine) Pinned(pid uint32) []Range { return e.reg.Pinned(pid) }
 
+// PinnedPIDs lists the processes that hold pinned host ranges.
+func (e *Engine) PinnedPIDs() []uint32 { return e.reg.PinnedPIDs() }
+
 // Lookup classifies an address of a process from the registry.
 func (e *Engine) Lookup(pid uint32, addr uint64) (MemKind, uint64) { return e.reg.Lookup(pid, addr) }
 

@@ -308,3 +308,14 @@ func (r *Registry) Pinned(pid uint32) []Range {
 	}
 	return append([]Range(nil), m.pinned...)
 }
+
+// PinnedPIDs lists the processes that hold pinned host ranges.
+func (r *Registry) PinnedPIDs() []uint32 {
+	var out []uint32
+	for pid, m := range r.procs {
+		if len(m.pinned) > 0 {
+			out = append(out, pid)
+		}
+	}
+	return out
+}

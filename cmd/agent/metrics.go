@@ -26,6 +26,7 @@ type metricsFlags struct {
 	interval *time.Duration
 	sysRoot  *string
 	gpu      agent.GPUConfig
+	hostEach *time.Duration
 }
 
 func addMetricsFlags(fs *flag.FlagSet) *metricsFlags {
@@ -37,6 +38,8 @@ func addMetricsFlags(fs *flag.FlagSet) *metricsFlags {
 			"how often the last interval's transfers are judged (pageable copies, fragmentation, same-direction overlap) into lanewatch_findings"),
 		sysRoot: fs.String("path.sysfs", "/sys", "sysfs mount point (GPU placement and link capacity)"),
 	}
+	f.hostEach = fs.Duration("host-check-interval", time.Minute,
+		"how often the host and process checks of `agent diagnose` (links, IOMMU, NUMA binding, pool placement, pinned memory) refresh their findings")
 	fs.StringVar(&f.gpu.Source, "gpu-counters", "auto", "GPU link counters: auto (DCGM, else NVML), dcgm, nvml or off; read once per evaluation")
 	fs.StringVar(&f.gpu.NVMLLibrary, "nvml.library", "libnvidia-ml.so.1", "the NVML library to load at run time")
 	fs.StringVar(&f.gpu.DCGMAddress, "dcgm.address", "", "a standalone nv-hostengine (host:port); empty starts an embedded host engine")
@@ -48,6 +51,9 @@ func addMetricsFlags(fs *flag.FlagSet) *metricsFlags {
 type metricsServer struct {
 	onVerdict func(agent.Verdict) // also told every verdict (finding spans)
 	gpu       collectors.GPUCounters
+	procRoot  string
+	sysRoot   string
+	hostEach  time.Duration
 	log       *slog.Logger
 	metrics   *exporters.Metrics
 	eval      *agent.Evaluator
@@ -66,7 +72,7 @@ func (f *metricsFlags) start(log *slog.Logger, procRoot string) (*metricsServer,
 	if *f.interval <= 0 {
 		return nil, fmt.Errorf("--evaluate-interval %s: must be positive", *f.interval)
 	}
-	m := &metricsServer{log: log, path: *f.path}
+	m := &metricsServer{log: log, path: *f.path, procRoot: procRoot, sysRoot: *f.sysRoot, hostEach: *f.hostEach}
 	m.metrics = exporters.NewMetrics(m.health)
 	place, err := agent.HostPlacement(procRoot, *f.sysRoot)
 	if err != nil {
@@ -111,6 +117,7 @@ func (m *metricsServer) serve(ctx context.Context, ag *agent.Agent) (wait func()
 		return func() {}
 	}
 	m.agent = ag
+	m.eval.SetHostFindings(ag.HostJudge(m.procRoot, m.sysRoot, m.hostEach, m.log))
 	ctx, cancel := context.WithCancel(ctx)
 	mux := http.NewServeMux()
 	mux.Handle(m.path, promhttp.InstrumentMetricHandler(m.reg, promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{
