@@ -146,19 +146,28 @@ int lw_call_enter(struct pt_regs *ctx)
 	return 0;
 }
 
+/* saved_entry finds the arguments lw_call_enter saved for this thread and
+ * probe; a return without them (evicted, or entered before the attach) is
+ * counted, never silent. */
+static __always_inline struct lw_event *saved_entry(__u64 cookie, struct saved_key *key)
+{
+	key->tid = (__u32)bpf_get_current_pid_tgid();
+	key->probe = LW_COOKIE_PROBE(cookie);
+	key->pad = 0;
+	struct lw_event *in = bpf_map_lookup_elem(&saved, key);
+	if (!in)
+		count_drop(LW_DROP_NO_ENTRY, 1);
+	return in;
+}
+
 SEC("uretprobe.multi")
 int lw_call_return(struct pt_regs *ctx)
 {
 	__u64 cookie = bpf_get_attach_cookie(ctx);
-	struct saved_key key = {
-		.tid = (__u32)bpf_get_current_pid_tgid(),
-		.probe = LW_COOKIE_PROBE(cookie),
-	};
-	struct lw_event *in = bpf_map_lookup_elem(&saved, &key);
-	if (!in) {
-		count_drop(LW_DROP_NO_ENTRY, 1);
+	struct saved_key key;
+	struct lw_event *in = saved_entry(cookie, &key);
+	if (!in)
 		return 0;
-	}
 	struct lw_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
 	if (!e) {
 		count_drop(LW_DROP_RING_FULL, 1);
@@ -357,15 +366,10 @@ SEC("uretprobe.multi")
 int lw_poll_cq_return(struct pt_regs *ctx)
 {
 	__u64 cookie = bpf_get_attach_cookie(ctx);
-	struct saved_key key = {
-		.tid = (__u32)bpf_get_current_pid_tgid(),
-		.probe = LW_COOKIE_PROBE(cookie),
-	};
-	struct lw_event *in = bpf_map_lookup_elem(&saved, &key);
-	if (!in) {
-		count_drop(LW_DROP_NO_ENTRY, 1);
+	struct saved_key key;
+	struct lw_event *in = saved_entry(cookie, &key);
+	if (!in)
 		return 0;
-	}
 	__s64 n = (__s64)ctx->ax;
 	__u64 cq = in->args[0], wcs = in->args[2], ts = bpf_ktime_get_ns();
 	for (__u32 i = 0; i < LW_MAX_WC; i++) {

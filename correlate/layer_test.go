@@ -1,10 +1,8 @@
 package correlate_test
 
 import (
-	"os"
 	"testing"
 
-	"github.com/lanewatch/lanewatch/agent"
 	"github.com/lanewatch/lanewatch/correlate"
 	"github.com/lanewatch/lanewatch/probes"
 )
@@ -13,21 +11,7 @@ import (
 // every copy's layer, derived from the event records on its load stream,
 // against the layer the scenario wrote in its ground truth.
 func TestLayerFromEventRecords(t *testing.T) {
-	f, err := os.Open("testdata/hicache-load.truth.jsonl")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	truth, err := agent.ReadTruth(f, f.Name())
-	if err != nil {
-		t.Fatal(err)
-	}
-	var want []agent.TruthCall
-	for _, c := range truth {
-		if c.IsCopy() {
-			want = append(want, c)
-		}
-	}
+	truth, want := recordedCopies(t)
 	var got []correlate.Transfer
 	e := correlate.NewEngine(correlate.Config{ExecObserved: true, Sink: correlate.SinkFunc(func(tr *correlate.Transfer) {
 		if tr.PID == truth[0].PID {

@@ -28,22 +28,28 @@ func recording(tb testing.TB) [][]byte {
 	return recs
 }
 
-func TestReplayRecordedHicacheLoad(t *testing.T) {
+// recordedCopies reads the recording's ground truth: every call, and the copies.
+func recordedCopies(t *testing.T) (truth, copies []agent.TruthCall) {
+	t.Helper()
 	f, err := os.Open("testdata/hicache-load.truth.jsonl")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	truth, err := agent.ReadTruth(f, f.Name())
+	truth, err = agent.ReadTruth(f, f.Name())
 	if err != nil {
 		t.Fatal(err)
 	}
-	var want []agent.TruthCall
 	for _, c := range truth {
 		if c.IsCopy() {
-			want = append(want, c)
+			copies = append(copies, c)
 		}
 	}
+	return truth, copies
+}
+
+func TestReplayRecordedHicacheLoad(t *testing.T) {
+	truth, want := recordedCopies(t)
 	pid := truth[0].PID
 
 	var got []correlate.Transfer
