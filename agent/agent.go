@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/lanewatch/lanewatch/event"
 	"io"
 	"log/slog"
 	"path/filepath"
@@ -35,13 +36,13 @@ type Config struct {
 	// OnCall sees every decoded call before the engine does, on the reading
 	// goroutine: it must not block (diagnose uses it to locate pools while
 	// their process is alive).
-	OnCall func(*probes.Call)
+	OnCall func(*event.Call)
 }
 
 // Stats is the agent's own health.
 type Stats struct {
 	Events  uint64
-	Drops   probes.Drops
+	Drops   event.Drops
 	Links   int
 	Files   int
 	Engine  correlate.Stats
@@ -237,7 +238,7 @@ func (a *Agent) discover(stop <-chan struct{}) {
 	defer tick.Stop()
 	dropTick := time.NewTicker(time.Second)
 	defer dropTick.Stop()
-	var lastDrops probes.Drops
+	var lastDrops event.Drops
 	for {
 		select {
 		case <-stop:
@@ -292,7 +293,7 @@ func (a *Agent) rescanProcess(pid int) {
 // checkDrops warns when the BPF side lost events since the last check. A lost
 // registration could make pinned memory look pageable, so the engine stops
 // calling anything it knows now provably pageable.
-func (a *Agent) checkDrops(last probes.Drops) probes.Drops {
+func (a *Agent) checkDrops(last event.Drops) event.Drops {
 	d, err := a.probes.Drops()
 	if err != nil {
 		a.log.Warn("read drop counters", "err", err)
@@ -312,13 +313,13 @@ func (a *Agent) checkDrops(last probes.Drops) probes.Drops {
 }
 
 // handle runs on the reading goroutine for every event, in ring order.
-func (a *Agent) handle(c *probes.Call) {
+func (a *Agent) handle(c *event.Call) {
 	a.events.Add(1)
 	if a.targets != nil && !a.targets[int(c.PID)] {
 		return
 	}
 	switch c.Kind {
-	case probes.EventExec:
+	case event.KindExec:
 		a.procMu.Lock()
 		if c.Time < a.scannedAt[int(c.PID)] {
 			// Queued before the initial scan read this image's maps: the
@@ -333,7 +334,7 @@ func (a *Agent) handle(c *probes.Call) {
 		a.engine.ObservedFromStart(c.PID)
 		a.engineMu.Unlock()
 		return
-	case probes.EventExit:
+	case event.KindExit:
 		a.procMu.Lock()
 		delete(a.procs, int(c.PID))
 		a.procMu.Unlock()
@@ -345,14 +346,14 @@ func (a *Agent) handle(c *probes.Call) {
 		}
 		return
 	}
-	if row := c.Row(); row != nil && row.Op == probes.OpVerbsContext && c.RDMA.Context != 0 {
+	if c.Op == event.OpVerbsContext && c.RDMA.Context != 0 {
 		select {
 		case a.providers <- providerReq{int(c.PID), c.RDMA.Context}:
 		default:
 			a.log.Warn("provider resolution queue full: RDMA data path of this context not probed", "pid", c.PID)
 		}
 	}
-	if row := c.Row(); row != nil && row.Op == probes.OpLinkerUpdate {
+	if c.Op == event.OpLinkerUpdate {
 		select {
 		case a.rescan <- int(c.PID):
 		default: // discovery is behind; the periodic rescan will catch up

@@ -3,6 +3,7 @@ package agent
 import (
 	"bytes"
 	"context"
+	"github.com/lanewatch/lanewatch/event"
 	"io"
 	"log/slog"
 	"os"
@@ -187,11 +188,11 @@ func TestDlopenAfterStart(t *testing.T) {
 	}
 	// If the attach lost the race with the pool's registration the pool is
 	// unknown; it is never called pageable.
-	kinds := map[correlate.MemKind]int{}
+	kinds := map[event.MemKind]int{}
 	for _, g := range got {
 		kinds[g.HostMem]++
 	}
-	if kinds[correlate.MemPageable] > 0 || kinds[correlate.MemPinned]+kinds[correlate.MemUnknown] != len(got) {
+	if kinds[event.MemPageable] > 0 || kinds[event.MemPinned]+kinds[event.MemUnknown] != len(got) {
 		t.Errorf("host memory of the registered pool: %v", kinds)
 	}
 	t.Logf("traced %d of %d copies; host memory %v", len(got), len(want), kinds)

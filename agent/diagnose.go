@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/lanewatch/lanewatch/event"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -530,9 +531,8 @@ func (d *diagnosis) sample(ctx context.Context) (*window, error) {
 		}
 	}()
 	queued := map[pool]bool{} // touched only by the reader goroutine
-	onCall := func(c *probes.Call) {
-		row := c.Row()
-		if row == nil || (row.Op != probes.OpHostRegister && row.Op != probes.OpHostAlloc) || c.Ret != 0 || c.Size == 0 {
+	onCall := func(c *event.Call) {
+		if (c.Op != event.OpHostRegister && c.Op != event.OpHostAlloc) || c.Ret != 0 || c.Size == 0 {
 			return
 		}
 		// cudaHostRegister calls cuMemHostRegister_v2: locate the range once.

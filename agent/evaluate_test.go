@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"github.com/lanewatch/lanewatch/event"
 	"os"
 	"path/filepath"
 	"strings"
@@ -26,10 +27,10 @@ func TestEvaluatorWindows(t *testing.T) {
 	start := time.Now()
 	for i := range 3 {
 		e.Transfer(&correlate.Transfer{PID: 10, API: "cudaMemcpy", Op: "copy", Direction: correlate.DirH2D, Bytes: 1 << 20,
-			HostMem: correlate.MemPageable, SubmitNs: uint64(i) * 1e6, CompleteNs: uint64(i)*1e6 + 5e5})
+			HostMem: event.MemPageable, SubmitNs: uint64(i) * 1e6, CompleteNs: uint64(i)*1e6 + 5e5})
 	}
 	e.Transfer(&correlate.Transfer{PID: 11, API: "cudaMemcpyAsync", Op: "copy", Direction: correlate.DirD2H, Bytes: 1 << 20,
-		HostMem: correlate.MemPinned, SubmitNs: 1, CompleteNs: 1e6})
+		HostMem: event.MemPinned, SubmitNs: 1, CompleteNs: 1e6})
 	v := e.Evaluate(start.Add(2 * time.Second))
 	if got := rules(v); got["pageable-copy"] != 1 || len(got) != 1 {
 		t.Errorf("first window findings %v, want pageable-copy once", got)
@@ -73,7 +74,7 @@ func TestEvaluatorFragmentationAndOverlap(t *testing.T) {
 			for i := range 300 {
 				for _, stream := range []uint64{1, 2} { // 2 × 4 KiB per µs = 8 GB/s on the inbound lane
 					e.Transfer(&correlate.Transfer{PID: 7, Stream: stream, Op: "copy", Direction: correlate.DirH2D, Bytes: 4096,
-						HostMem: correlate.MemPinned, SubmitNs: uint64(i) * 1000, CompleteNs: uint64(i+1) * 1000})
+						HostMem: event.MemPinned, SubmitNs: uint64(i) * 1000, CompleteNs: uint64(i+1) * 1000})
 				}
 			}
 			got := rules(e.Evaluate(time.Now()))
@@ -119,7 +120,7 @@ func TestLaneFactsUnderused(t *testing.T) {
 	s := newSample()
 	const sec = uint64(1e9)
 	for i := uint64(0); i < 10; i++ { // ten pageable 1 MiB H2D copies back to back over 1 s
-		s.Transfer(&correlate.Transfer{PID: 7, Direction: correlate.DirH2D, HostMem: correlate.MemPageable, Bytes: 1 << 20,
+		s.Transfer(&correlate.Transfer{PID: 7, Direction: correlate.DirH2D, HostMem: event.MemPageable, Bytes: 1 << 20,
 			SubmitNs: i * sec / 10, CompleteNs: (i + 1) * sec / 10})
 	}
 	f := s.laneFacts("ref-x", laneIn, func(uint32) string { return "ref-x" }, time.Second)

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"fmt"
+	"github.com/lanewatch/lanewatch/event"
 	"sort"
 	"sync"
 
@@ -80,13 +81,13 @@ func (s *sample) Transfer(t *correlate.Transfer) {
 	p.bytes += t.Bytes
 	p.sizes.Add(t.Bytes)
 	switch t.HostMem {
-	case correlate.MemPageable:
+	case event.MemPageable:
 		p.pageable++
 		p.pageableBytes += t.Bytes
 		if len(p.pageableAPIs) < 16 {
 			p.pageableAPIs = append(p.pageableAPIs, t.API)
 		}
-	case correlate.MemUnknown:
+	case event.MemUnknown:
 		p.unknown++
 	}
 	end := t.CompleteNs
@@ -118,11 +119,11 @@ func (s *sample) rdma(t *correlate.Transfer) {
 	k := flowKey{pid: t.PID, stream: uint64(t.QPNum), rdma: true, kind: t.Direction}
 	owner := uint32(0)
 	switch {
-	case t.Dst.Mem == correlate.MemDevice && (t.Direction == correlate.DirRDMAWrite || t.Direction == correlate.DirWriteImm):
+	case t.Dst.Mem == event.MemDevice && (t.Direction == correlate.DirRDMAWrite || t.Direction == correlate.DirWriteImm):
 		owner, k.dir = t.PeerPID, laneIn
-	case t.Dst.Mem == correlate.MemDevice: // READ or RECV into this process's GPU
+	case t.Dst.Mem == event.MemDevice: // READ or RECV into this process's GPU
 		owner, k.dir = t.PID, laneIn
-	case t.Src.Mem == correlate.MemDevice:
+	case t.Src.Mem == event.MemDevice:
 		owner, k.dir = t.PID, laneOut
 	}
 	if owner == 0 {

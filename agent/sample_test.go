@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"github.com/lanewatch/lanewatch/event"
 	"os"
 	"strings"
 	"testing"
@@ -20,7 +21,7 @@ func replay(t *testing.T, path string) (*sample, uint32) {
 	}
 	s := newSample()
 	e := correlate.NewEngine(correlate.Config{ExecObserved: true, Sink: s})
-	var c probes.Call
+	var c event.Call
 	for off := 0; off+probes.EventSize <= len(b); off += probes.EventSize {
 		if err := probes.Decode(b[off:off+probes.EventSize], &c); err != nil {
 			t.Fatalf("%s record %d: %v", path, off/probes.EventSize, err)

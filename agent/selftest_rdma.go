@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"fmt"
+	"github.com/lanewatch/lanewatch/event"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -224,14 +225,14 @@ func wrDirection(t TruthCall) string {
 	return correlate.DirUnknown
 }
 
-func wrMem(local string) correlate.MemKind {
+func wrMem(local string) event.MemKind {
 	switch local {
 	case "device":
-		return correlate.MemDevice
+		return event.MemDevice
 	case "host":
-		return correlate.MemPinned
+		return event.MemPinned
 	}
-	return correlate.MemUnknown
+	return event.MemUnknown
 }
 
 func pct(sorted []uint64, p int) uint64 {

@@ -14,6 +14,14 @@
 
 char LICENSE[] SEC("license") = "GPL";
 
+/* The enums of lanewatch.h reach Go through bpf2go -type, which needs them in
+ * the object's BTF: these unused declarations put them there. */
+const enum lw_event_kind *unused_event_kind __attribute__((unused));
+const enum lw_drop_reason *unused_drop_reason __attribute__((unused));
+const enum lw_cookie_shift *unused_cookie_shift __attribute__((unused));
+const enum lw_wr_arg *unused_wr_arg __attribute__((unused));
+const enum lw_wc_arg *unused_wc_arg __attribute__((unused));
+
 /* The reader drains on its own timer and is woken only when the ring holds
  * wakeup_bytes unread. A wakeup costs microseconds on a VM, and asking the
  * ring how full it is (bpf_ringbuf_query) ~45 ns as it touches the reader's

@@ -44,13 +44,22 @@ struct lw_event {
 	__u64 args[LW_MAX_ARGS];
 };
 
-/* BPF cookie layout, set per attach point by the Go attacher. */
-#define LW_COOKIE_PROBE(c)    ((__u16)((c) & 0xffff))
-#define LW_COOKIE_NARGS(c)    ((__u8)(((c) >> 16) & 0xff))
-#define LW_COOKIE_OUTARG(c)   ((__u8)(((c) >> 24) & 0xff)) /* index+1 of the out pointer, 0 = none */
-#define LW_COOKIE_SPDELTA(c)  ((__u8)(((c) >> 32) & 0xff)) /* bytes pushed between symbol and probe site */
-#define LW_COOKIE_OUTRET(c)   (((c) >> 40) & 1)             /* out is read at the return value + LW_COOKIE_OUTOFF */
-#define LW_COOKIE_OUTOFF(c)   ((__u16)(((c) >> 48) & 0xffff))
+/* BPF cookie layout, set per attach point by the Go attacher: the field of
+ * each value starts at its shift. */
+enum lw_cookie_shift {
+	LW_COOKIE_PROBE_SHIFT = 0,    /* 16 bits: row of probes.Table */
+	LW_COOKIE_NARGS_SHIFT = 16,   /* 8 bits: arguments to read */
+	LW_COOKIE_OUTARG_SHIFT = 24,  /* 8 bits: index+1 of the out pointer, 0 = none */
+	LW_COOKIE_SPDELTA_SHIFT = 32, /* 8 bits: bytes pushed between symbol and probe site */
+	LW_COOKIE_OUTRET_SHIFT = 40,  /* 1 bit: out is read at the return value + OUTOFF */
+	LW_COOKIE_OUTOFF_SHIFT = 48,  /* 16 bits */
+};
+#define LW_COOKIE_PROBE(c)    ((__u16)(((c) >> LW_COOKIE_PROBE_SHIFT) & 0xffff))
+#define LW_COOKIE_NARGS(c)    ((__u8)(((c) >> LW_COOKIE_NARGS_SHIFT) & 0xff))
+#define LW_COOKIE_OUTARG(c)   ((__u8)(((c) >> LW_COOKIE_OUTARG_SHIFT) & 0xff))
+#define LW_COOKIE_SPDELTA(c)  ((__u8)(((c) >> LW_COOKIE_SPDELTA_SHIFT) & 0xff))
+#define LW_COOKIE_OUTRET(c)   (((c) >> LW_COOKIE_OUTRET_SHIFT) & 1)
+#define LW_COOKIE_OUTOFF(c)   ((__u16)(((c) >> LW_COOKIE_OUTOFF_SHIFT) & 0xffff))
 
 /* Argument slots of LW_EV_WR events (struct ibv_send_wr / ibv_recv_wr). */
 enum lw_wr_arg {

@@ -2,9 +2,10 @@ package correlate
 
 import (
 	"encoding/binary"
+	"github.com/lanewatch/lanewatch/probes"
 	"testing"
 
-	"github.com/lanewatch/lanewatch/probes"
+	"github.com/lanewatch/lanewatch/event"
 )
 
 // recorder lays out raw ring buffer records as struct lw_event
@@ -18,7 +19,7 @@ type recorder struct {
 
 // add appends one call of sym. Semantic values go to the argument
 // positions of the symbol's table row, as the BPF program would read them.
-func (r *recorder) add(sym string, tid uint32, ts, rts uint64, v probes.Call) {
+func (r *recorder) add(sym string, tid uint32, ts, rts uint64, v event.Call) {
 	id := probeID(r.t, sym)
 	row := &probes.Table[id]
 	var rec [120]byte
@@ -26,7 +27,7 @@ func (r *recorder) add(sym string, tid uint32, ts, rts uint64, v probes.Call) {
 		r.t.Fatalf("lw_event is %d bytes, recorder writes %d", probes.EventSize, len(rec))
 	}
 	le := binary.LittleEndian
-	rec[0] = byte(probes.EventCall)
+	rec[0] = byte(event.KindCall)
 	rec[1] = byte(row.NArgs)
 	le.PutUint16(rec[2:], id)
 	le.PutUint32(rec[4:], testPID)
@@ -77,10 +78,10 @@ func hicache(t testing.TB, cycles int) (r *recorder, setup int, span uint64) {
 		hostPool, devPool, writeHeap = pool, dev, heap
 	)
 	ts := uint64(1_000_000)
-	r.add("cuMemHostRegister_v2", loader, ts+10, ts+90, probes.Call{Ptr: hostPool, Size: poolLen})
-	r.add("cudaHostRegister", loader, ts, ts+100, probes.Call{Ptr: hostPool, Size: poolLen})
-	r.add("cuMemAlloc_v2", loader, ts+110, ts+190, probes.Call{Ptr: devPool, Size: devLen})
-	r.add("cudaMalloc", loader, ts+100, ts+200, probes.Call{Ptr: devPool, Size: devLen})
+	r.add("cuMemHostRegister_v2", loader, ts+10, ts+90, event.Call{Ptr: hostPool, Size: poolLen})
+	r.add("cudaHostRegister", loader, ts, ts+100, event.Call{Ptr: hostPool, Size: poolLen})
+	r.add("cuMemAlloc_v2", loader, ts+110, ts+190, event.Call{Ptr: devPool, Size: devLen})
+	r.add("cudaMalloc", loader, ts+100, ts+200, event.Call{Ptr: devPool, Size: devLen})
 	setup = len(r.ts)
 	ts += 1000
 	start := ts
@@ -88,12 +89,12 @@ func hicache(t testing.TB, cycles int) (r *recorder, setup int, span uint64) {
 		for l := range uint64(layers) {
 			for p := range uint64(pages) {
 				off := (l*pages + p) * page
-				c := probes.Call{Dst: devPool + off, Src: hostPool + off, Bytes: page, CopyKind: probes.KindHostToDevice, Stream: load}
+				c := event.Call{Dst: devPool + off, Src: hostPool + off, Bytes: page, CopyKind: event.CopyHostToDevice, Stream: load}
 				r.add("cudaMemcpyAsync", loader, ts, 0, c)
 				r.add("cuMemcpyHtoDAsync_v2", loader, ts+50, 0, c)
 				ts += step
 			}
-			ev := probes.Call{Event: 0x5500_0001_0000 + l, Stream: load}
+			ev := event.Call{Event: 0x5500_0001_0000 + l, Stream: load}
 			r.add("cudaEventRecord", loader, ts, 0, ev)
 			r.add("cuEventRecord", loader, ts+50, 0, ev)
 			ev.Stream = compute
@@ -101,15 +102,15 @@ func hicache(t testing.TB, cycles int) (r *recorder, setup int, span uint64) {
 			r.add("cuStreamWaitEvent", sched, ts+70, 0, ev)
 			ts += step
 			for w := range uint64(writebacks) {
-				c := probes.Call{Dst: writeHeap + w*page, Src: devPool + w*page, Bytes: page, CopyKind: probes.KindDeviceToHost, Stream: wback}
+				c := event.Call{Dst: writeHeap + w*page, Src: devPool + w*page, Bytes: page, CopyKind: event.CopyDeviceToHost, Stream: wback}
 				r.add("cudaMemcpyAsync", sched, ts, 0, c)
 				r.add("cuMemcpyDtoHAsync_v2", sched, ts+50, 0, c)
 				ts += step
 			}
 		}
 		for _, s := range []uint64{compute, wback} {
-			r.add("cuStreamSynchronize", sched, ts+10, ts+9000, probes.Call{Stream: s})
-			r.add("cudaStreamSynchronize", sched, ts, ts+10000, probes.Call{Stream: s})
+			r.add("cuStreamSynchronize", sched, ts+10, ts+9000, event.Call{Stream: s})
+			r.add("cudaStreamSynchronize", sched, ts, ts+10000, event.Call{Stream: s})
 			ts += 10000
 		}
 	}
@@ -124,7 +125,7 @@ type replay struct {
 	span     uint64 // of all cycles of the recording
 	shift    uint64
 	e        *Engine
-	c        probes.Call
+	c        event.Call
 	nrecords int
 }
 
@@ -164,9 +165,9 @@ func (s *countSink) Transfer(t *Transfer) {
 		s.completed++
 	}
 	switch t.HostMem {
-	case MemPinned:
+	case event.MemPinned:
 		s.pinned++
-	case MemPageable:
+	case event.MemPageable:
 		s.pageable++
 	}
 }

@@ -2,10 +2,9 @@ package correlate
 
 import (
 	"slices"
-	"strings"
 	"time"
 
-	"github.com/lanewatch/lanewatch/probes"
+	"github.com/lanewatch/lanewatch/event"
 )
 
 // Sink receives every transfer exactly once. The pointer is only valid
@@ -30,7 +29,7 @@ const (
 // Config tunes an Engine. The zero value works, with a sink that discards.
 type Config struct {
 	Sink Sink
-	// PendingTimeout is how long, in event time (probes.Call.Time), a
+	// PendingTimeout is how long, in event time (event.Call.Time), a
 	// transfer waits for a synchronisation to prove its completion before
 	// it is emitted without one.
 	PendingTimeout time.Duration
@@ -70,23 +69,13 @@ type Stats struct {
 // stream; user-space stream handles are pointers far below this bit.
 const perThreadStream = 1 << 63
 
-// rowInfo is what the engine needs of a probe row, computed once.
-type rowInfo struct {
-	sym       string
-	opName    string
-	op        probes.Op
-	layer     probes.Layer
-	perThread bool // _ptsz/_ptds: stream 0 is the calling thread's stream
-	returns   bool // the event comes at return (ProgEntryReturn)
-}
-
 // slot is the last call a thread made, kept until its next call so that a
 // runtime call and the driver call nested in it become one.
 type slot struct {
 	valid      bool
-	op         probes.Op
-	layer      probes.Layer
-	kind       probes.CopyKind
+	op         event.Op
+	layer      event.Layer
+	kind       event.CopyKind
 	start, end uint64
 	dst, src   uint64
 	bytes      uint64
@@ -102,7 +91,7 @@ type proc struct {
 	mem     *procMem
 	threads map[uint32]*slot
 	streams map[uint64]*stream
-	events  map[uint64]*event
+	events  map[uint64]*cudaEvent
 	fifo    queue // pending transfers, oldest first
 	live    int
 }
@@ -115,7 +104,6 @@ type Engine struct {
 	timeout    uint64
 	sweepEvery uint64
 	reg        *Registry
-	rows       []rowInfo
 	procs      map[uint32]*proc
 	last       *proc
 
@@ -147,18 +135,9 @@ func NewEngine(cfg Config) *Engine {
 		timeout: uint64(cfg.PendingTimeout),
 		reg:     NewRegistry(cfg.MaxRanges, cfg.MaxProcesses),
 		rdma:    newRDMATracker(),
-		rows:    make([]rowInfo, len(probes.Table)),
 		procs:   map[uint32]*proc{},
 	}
 	e.sweepEvery = max(e.timeout/8, 1)
-	for i := range probes.Table {
-		p := &probes.Table[i]
-		e.rows[i] = rowInfo{
-			sym: p.Symbol, opName: p.Op.String(), op: p.Op, layer: p.Layer,
-			perThread: strings.HasSuffix(p.Symbol, "_ptsz") || strings.HasSuffix(p.Symbol, "_ptds"),
-			returns:   p.Program == probes.ProgEntryReturn,
-		}
-	}
 	return e
 }
 
@@ -185,7 +164,9 @@ func (e *Engine) Pinned(pid uint32) []Range { return e.reg.Pinned(pid) }
 func (e *Engine) PinnedPIDs() []uint32 { return e.reg.PinnedPIDs() }
 
 // Lookup classifies an address of a process from the registry.
-func (e *Engine) Lookup(pid uint32, addr uint64) (MemKind, uint64) { return e.reg.Lookup(pid, addr) }
+func (e *Engine) Lookup(pid uint32, addr uint64) (event.MemKind, uint64) {
+	return e.reg.Lookup(pid, addr)
+}
 
 // Stats returns the counters.
 func (e *Engine) Stats() Stats {
@@ -196,7 +177,7 @@ func (e *Engine) Stats() Stats {
 }
 
 // Handle consumes one decoded call. Calls must come in ring buffer order.
-func (e *Engine) Handle(c *probes.Call) {
+func (e *Engine) Handle(c *event.Call) {
 	e.stats.Events++
 	if c.Time > e.now {
 		e.now = c.Time
@@ -206,16 +187,14 @@ func (e *Engine) Handle(c *probes.Call) {
 		}
 	}
 	switch c.Kind {
-	case probes.EventCall, probes.EventBatchEntry:
-	case probes.EventWR, probes.EventWC:
-		if int(c.Probe) < len(e.rows) {
-			e.rdma.handle(e, c, e.rows[c.Probe].op)
-		}
+	case event.KindCall, event.KindBatchEntry:
+	case event.KindWR, event.KindWC:
+		e.rdma.handle(e, c)
 		return
-	case probes.EventExit:
+	case event.KindExit:
 		e.ProcessExit(c.PID)
 		return
-	case probes.EventExec:
+	case event.KindExec:
 		e.ProcessExit(c.PID) // the old image's memory and streams are gone
 		if e.cfg.ExecObserved {
 			e.ObservedFromStart(c.PID)
@@ -225,57 +204,51 @@ func (e *Engine) Handle(c *probes.Call) {
 		e.stats.UnknownProbe++
 		return
 	}
-	if int(c.Probe) >= len(e.rows) {
-		e.stats.UnknownProbe++
-		return
-	}
-	ri := &e.rows[c.Probe]
 	switch {
-	case ri.layer == probes.LayerVerbs:
-		e.rdma.handle(e, c, ri.op)
+	case c.Layer == event.LayerVerbs:
+		e.rdma.handle(e, c)
 		return
-	case ri.op == probes.OpLinkerUpdate:
+	case c.Op == event.OpLinkerUpdate:
 		return // the caller rescans the process; nothing to correlate
-	case ri.op < probes.OpCopy || ri.op > probes.OpStreamWaitEvent,
-		ri.layer != probes.LayerRuntime && ri.layer != probes.LayerDriver:
+	case !c.Op.IsCUDA(), c.Layer != event.LayerRuntime && c.Layer != event.LayerDriver:
 		e.stats.UnknownProbe++
 		return
 	}
 	p := e.proc(c.PID)
 	if p == nil {
-		if ri.op.IsCopy() {
-			e.emitUntracked(c, ri)
+		if c.Op.IsCopy() {
+			e.emitUntracked(c)
 		}
 		return
 	}
-	key := streamKey(c, ri)
+	key := streamKey(c)
 	th := p.threads[c.TID]
 	if th == nil {
 		th = &slot{}
 		p.threads[c.TID] = th
 	} else if th.valid {
-		if twin(th, c, ri, key) {
-			e.merge(th, c, ri)
+		if twin(th, c, key) {
+			e.merge(th, c)
 			return
 		}
 		e.close(th)
 	}
-	*th = slot{valid: true, op: ri.op, layer: ri.layer, kind: c.CopyKind, start: c.Time, end: c.ReturnTime,
+	*th = slot{valid: true, op: c.Op, layer: c.Layer, kind: c.CopyKind, start: c.Time, end: c.ReturnTime,
 		dst: c.Dst, src: c.Src, bytes: c.Bytes, ptr: c.Ptr, size: c.Size, ev: c.Event, key: key}
-	if ri.op.IsCopy() {
-		th.tx, th.hasTx = e.copy(p, c, ri, key), true
+	if c.Op.IsCopy() {
+		th.tx, th.hasTx = e.copy(p, c, key), true
 		return
 	}
-	e.apply(p, c, ri, key)
+	e.apply(p, c, key)
 }
 
 // streamKey names the stream a call uses within its process: handle 0 is
 // the legacy default stream, or the thread's own for per-thread-default
 // symbols; 1 and 2 are cudaStreamLegacy and cudaStreamPerThread.
-func streamKey(c *probes.Call, ri *rowInfo) uint64 {
+func streamKey(c *event.Call) uint64 {
 	switch c.Stream {
 	case 0:
-		if ri.perThread {
+		if c.PerThread {
 			return perThreadStream | uint64(c.TID)
 		}
 		return 0
@@ -289,29 +262,29 @@ func streamKey(c *probes.Call, ri *rowInfo) uint64 {
 
 // twin reports whether c is the other layer's half of the call in s: same
 // op, same operands, and the driver call nested in the runtime call's time.
-func twin(s *slot, c *probes.Call, ri *rowInfo, key uint64) bool {
-	if s.layer == ri.layer || s.op != ri.op {
+func twin(s *slot, c *event.Call, key uint64) bool {
+	if s.layer == c.Layer || s.op != c.Op {
 		return false
 	}
 	rs, re, ds, de := s.start, s.end, c.Time, c.ReturnTime
-	if s.layer == probes.LayerDriver {
+	if s.layer == event.LayerDriver {
 		rs, re, ds, de = c.Time, c.ReturnTime, s.start, s.end
 	}
 	if ds < rs || re != 0 && (ds > re || de > re) {
 		return false
 	}
 	switch s.op {
-	case probes.OpCopy, probes.OpCopy2D, probes.OpCopyPeer, probes.OpCopyBatch:
+	case event.OpCopy, event.OpCopy2D, event.OpCopyPeer, event.OpCopyBatch:
 		return s.dst == c.Dst && s.src == c.Src && s.bytes == c.Bytes
-	case probes.OpHostRegister:
+	case event.OpHostRegister:
 		return s.ptr == c.Ptr && s.size == c.Size
-	case probes.OpHostAlloc, probes.OpDeviceAlloc, probes.OpHostUnregister, probes.OpHostFree, probes.OpDeviceFree:
+	case event.OpHostAlloc, event.OpDeviceAlloc, event.OpHostUnregister, event.OpHostFree, event.OpDeviceFree:
 		return s.ptr == c.Ptr
-	case probes.OpStreamSync:
+	case event.OpStreamSync:
 		return s.key == key
-	case probes.OpEventRecord, probes.OpStreamWaitEvent:
+	case event.OpEventRecord, event.OpStreamWaitEvent:
 		return s.key == key && s.ev == c.Event
-	case probes.OpEventSync:
+	case event.OpEventSync:
 		return s.ev == c.Event
 	}
 	return false
@@ -319,23 +292,23 @@ func twin(s *slot, c *probes.Call, ri *rowInfo, key uint64) bool {
 
 // merge folds c into the call held in s. The first half already took
 // effect; the second only names itself on the transfer.
-func (e *Engine) merge(s *slot, c *probes.Call, ri *rowInfo) {
+func (e *Engine) merge(s *slot, c *event.Call) {
 	e.stats.Merged++
 	s.valid = false
 	if !s.hasTx || !e.live(s.tx) {
 		return
 	}
 	t := &e.txs[s.tx.idx]
-	if s.layer == probes.LayerRuntime { // runtime first: c is the nested driver call
-		t.DriverAPI = ri.sym
-		if s.kind == probes.KindDefault && c.CopyKind < probes.KindDefault {
+	if s.layer == event.LayerRuntime { // runtime first: c is the nested driver call
+		t.DriverAPI = c.Symbol
+		if s.kind == event.CopyDefault && c.CopyKind < event.CopyDefault {
 			classify(t.p.mem, c.CopyKind, &t.Transfer) // the driver states the direction
 		}
 	} else { // driver first: c is the runtime call around it
-		t.DriverAPI, t.API = t.API, ri.sym
+		t.DriverAPI, t.API = t.API, c.Symbol
 		t.SubmitNs = min(t.SubmitNs, c.Time)
 		t.Stream = c.Stream
-		if c.CopyKind < probes.KindDefault && s.kind == probes.KindDefault {
+		if c.CopyKind < event.CopyDefault && s.kind == event.CopyDefault {
 			classify(t.p.mem, c.CopyKind, &t.Transfer)
 		}
 	}
@@ -368,7 +341,7 @@ func (e *Engine) proc(pid uint32) *proc {
 		if m == nil {
 			return nil
 		}
-		p = &proc{pid: pid, mem: m, threads: map[uint32]*slot{}, streams: map[uint64]*stream{}, events: map[uint64]*event{}}
+		p = &proc{pid: pid, mem: m, threads: map[uint32]*slot{}, streams: map[uint64]*stream{}, events: map[uint64]*cudaEvent{}}
 		e.procs[pid] = p
 	}
 	e.last = p
@@ -392,14 +365,14 @@ func (e *Engine) stream(p *proc, key uint64) *stream {
 	return st
 }
 
-func (e *Engine) event(p *proc, handle uint64) *event {
+func (e *Engine) cudaEvent(p *proc, handle uint64) *cudaEvent {
 	ev := p.events[handle]
 	if ev == nil {
 		if len(p.events) >= maxHandles {
 			e.stats.HandleCapHits++
 			clear(p.events) // a sync on a forgotten event proves nothing: transfers time out instead
 		}
-		ev = &event{}
+		ev = &cudaEvent{}
 		p.events[handle] = ev
 	}
 	return ev
@@ -407,30 +380,30 @@ func (e *Engine) event(p *proc, handle uint64) *event {
 
 // classify fills direction and memory kinds from the stated direction and
 // the registry (m may be nil: nothing known).
-func classify(m *procMem, kind probes.CopyKind, t *Transfer) {
+func classify(m *procMem, kind event.CopyKind, t *Transfer) {
 	t.HostMem = ""
 	switch kind {
-	case probes.KindHostToDevice:
-		t.Direction, t.Src.Mem, t.Dst.Mem = DirH2D, m.kind(t.Src.Addr), MemDevice
+	case event.CopyHostToDevice:
+		t.Direction, t.Src.Mem, t.Dst.Mem = DirH2D, m.kind(t.Src.Addr), event.MemDevice
 		t.HostMem = t.Src.Mem
-	case probes.KindDeviceToHost:
-		t.Direction, t.Src.Mem, t.Dst.Mem = DirD2H, MemDevice, m.kind(t.Dst.Addr)
+	case event.CopyDeviceToHost:
+		t.Direction, t.Src.Mem, t.Dst.Mem = DirD2H, event.MemDevice, m.kind(t.Dst.Addr)
 		t.HostMem = t.Dst.Mem
-	case probes.KindDeviceToDevice:
-		t.Direction, t.Src.Mem, t.Dst.Mem = DirD2D, MemDevice, MemDevice
-	case probes.KindHostToHost:
+	case event.CopyDeviceToDevice:
+		t.Direction, t.Src.Mem, t.Dst.Mem = DirD2D, event.MemDevice, event.MemDevice
+	case event.CopyHostToHost:
 		t.Direction, t.Src.Mem, t.Dst.Mem = DirH2H, m.kind(t.Src.Addr), m.kind(t.Dst.Addr)
 	default: // cudaMemcpyDefault: where each pointer lives decides
 		s, d := m.kind(t.Src.Addr), m.kind(t.Dst.Addr)
 		t.Src.Mem, t.Dst.Mem = s, d
 		switch {
-		case s == MemUnknown || d == MemUnknown:
+		case s == event.MemUnknown || d == event.MemUnknown:
 			t.Direction = DirUnknown // an unplaced address may be device memory allocated before we looked
-		case s == MemDevice && d == MemDevice:
+		case s == event.MemDevice && d == event.MemDevice:
 			t.Direction = DirD2D
-		case s == MemDevice:
+		case s == event.MemDevice:
 			t.Direction, t.HostMem = DirD2H, d
-		case d == MemDevice:
+		case d == event.MemDevice:
 			t.Direction, t.HostMem = DirH2D, s
 		default:
 			t.Direction = DirH2H
@@ -438,16 +411,16 @@ func classify(m *procMem, kind probes.CopyKind, t *Transfer) {
 	}
 }
 
-func newTransfer(t *Transfer, c *probes.Call, ri *rowInfo) {
-	*t = Transfer{PID: c.PID, TID: c.TID, Stream: c.Stream, API: ri.sym, Op: ri.opName, Bytes: c.Bytes,
+func newTransfer(t *Transfer, c *event.Call) {
+	*t = Transfer{PID: c.PID, TID: c.TID, Stream: c.Stream, API: c.Symbol, Op: c.Op.String(), Bytes: c.Bytes,
 		Src: Side{Addr: c.Src}, Dst: Side{Addr: c.Dst}, SubmitNs: c.Time, BatchIndex: -1, Layer: -1}
-	if c.Kind == probes.EventBatchEntry {
+	if c.Kind == event.KindBatchEntry {
 		t.BatchIndex = int(c.BatchIndex)
 	}
 }
 
 // copy makes a pending transfer of a copy call.
-func (e *Engine) copy(p *proc, c *probes.Call, ri *rowInfo, key uint64) ref {
+func (e *Engine) copy(p *proc, c *event.Call, key uint64) ref {
 	if p.live >= e.cfg.MaxPending {
 		e.evictOldest(p)
 	}
@@ -458,8 +431,8 @@ func (e *Engine) copy(p *proc, c *probes.Call, ri *rowInfo, key uint64) ref {
 	*t = pending{seq: e.seq, p: p, st: st,
 		// A runtime call may still be joined by its driver call, and a
 		// driver call reported at return by the runtime call around it.
-		open: ri.layer == probes.LayerRuntime || ri.returns}
-	newTransfer(&t.Transfer, c, ri)
+		open: c.Layer == event.LayerRuntime || c.Returns}
+	newTransfer(&t.Transfer, c)
 	classify(p.mem, c.CopyKind, &t.Transfer)
 	t.lst, t.recAt = st, st.records
 	t.Layer = int(st.records - st.drainedAt)
@@ -524,8 +497,8 @@ func (e *Engine) emit(idx int32) {
 }
 
 // emitUntracked reports a copy of a process past MaxProcesses at once.
-func (e *Engine) emitUntracked(c *probes.Call, ri *rowInfo) {
-	newTransfer(&e.scratch, c, ri)
+func (e *Engine) emitUntracked(c *event.Call) {
+	newTransfer(&e.scratch, c)
 	classify(nil, c.CopyKind, &e.scratch)
 	e.stats.Transfers++
 	e.sink.Transfer(&e.scratch)
@@ -562,26 +535,26 @@ func (e *Engine) completeUpTo(st *stream, upTo, cutoff, at uint64) {
 }
 
 // apply gives a memory or ordering call its effect.
-func (e *Engine) apply(p *proc, c *probes.Call, ri *rowInfo, key uint64) {
+func (e *Engine) apply(p *proc, c *event.Call, key uint64) {
 	if c.ReturnTime != 0 && c.Ret != 0 {
 		e.stats.FailedCalls++
 		return
 	}
 	m := p.mem
-	switch ri.op {
-	case probes.OpHostAlloc, probes.OpHostRegister:
+	switch c.Op {
+	case event.OpHostAlloc, event.OpHostRegister:
 		e.reg.add(m, &m.pinned, &m.device, c.Ptr, c.Size)
-	case probes.OpDeviceAlloc:
+	case event.OpDeviceAlloc:
 		e.reg.add(m, &m.device, &m.pinned, c.Ptr, c.Size)
-	case probes.OpHostUnregister, probes.OpHostFree:
+	case event.OpHostUnregister, event.OpHostFree:
 		if c.Ptr != 0 {
 			e.reg.remove(&m.pinned, c.Ptr)
 		}
-	case probes.OpDeviceFree:
+	case event.OpDeviceFree:
 		if c.Ptr != 0 { // cudaFree(0) only initialises the context
 			e.reg.remove(&m.device, c.Ptr)
 		}
-	case probes.OpStreamSync:
+	case event.OpStreamSync:
 		if c.ReturnTime == 0 {
 			return
 		}
@@ -595,14 +568,14 @@ func (e *Engine) apply(p *proc, c *probes.Call, ri *rowInfo, key uint64) {
 			}
 			st.deps = st.deps[:0]
 		}
-	case probes.OpEventRecord:
-		ev := e.event(p, c.Event)
+	case event.OpEventRecord:
+		ev := e.cudaEvent(p, c.Event)
 		st := e.stream(p, key)
 		ev.recorded = c.Time
 		ev.caps = append(append(ev.caps[:0], capture{st: st, upTo: e.seq}), st.deps...)
 		st.records++
 		st.lastRecSeq = e.seq
-	case probes.OpEventSync:
+	case event.OpEventSync:
 		ev := p.events[c.Event]
 		if c.ReturnTime == 0 || ev == nil || ev.recorded > c.Time {
 			return // a record after the wait began may not be what it waited for
@@ -611,7 +584,7 @@ func (e *Engine) apply(p *proc, c *probes.Call, ri *rowInfo, key uint64) {
 			e.completeUpTo(d.st, d.upTo, ^uint64(0), c.ReturnTime)
 			d.st.drained(d.upTo)
 		}
-	case probes.OpStreamWaitEvent:
+	case event.OpStreamWaitEvent:
 		ev := p.events[c.Event]
 		if ev == nil {
 			return

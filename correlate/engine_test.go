@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lanewatch/lanewatch/probes"
+	"github.com/lanewatch/lanewatch/event"
 )
 
 // TestClassify covers memory kinds and directions, one copy per case.
@@ -36,35 +36,35 @@ func TestClassify(t *testing.T) {
 		name     string
 		setup    setup
 		sym      string
-		kind     probes.CopyKind
+		kind     event.CopyKind
 		dst, src uint64
 		dir      string
-		srcMem   MemKind
-		dstMem   MemKind
-		hostMem  MemKind
+		srcMem   event.MemKind
+		dstMem   event.MemKind
+		hostMem  event.MemKind
 	}{
-		{"pinned H2D (register)", register(fromStart, 0), "cudaMemcpyAsync", probes.KindHostToDevice, dev, pool + mib, DirH2D, MemPinned, MemDevice, MemPinned},
-		{"pinned H2D (host alloc)", hostAlloc, "cudaMemcpyAsync", probes.KindHostToDevice, dev, pool, DirH2D, MemPinned, MemDevice, MemPinned},
-		{"pinned D2H", register(fromStart, 0), "cudaMemcpyAsync", probes.KindDeviceToHost, pool + poolLen - 8, dev, DirD2H, MemDevice, MemPinned, MemPinned},
-		{"pageable H2D", register(fromStart, 0), "cudaMemcpyAsync", probes.KindHostToDevice, dev, heap, DirH2D, MemPageable, MemDevice, MemPageable},
-		{"just past the pool is pageable", register(fromStart, 0), "cudaMemcpy", probes.KindHostToDevice, dev, pool + poolLen, DirH2D, MemPageable, MemDevice, MemPageable},
-		{"never told: unknown", func(*testing.T, *Engine) {}, "cudaMemcpyAsync", probes.KindHostToDevice, dev, heap, DirH2D, MemUnknown, MemDevice, MemUnknown},
-		{"late attach, pool in snapshot: unknown", lateAttach, "cudaMemcpyAsync", probes.KindHostToDevice, dev, pool, DirH2D, MemUnknown, MemDevice, MemUnknown},
-		{"late attach, fresh range: pageable", lateAttach, "cudaMemcpyAsync", probes.KindHostToDevice, dev, heap, DirH2D, MemPageable, MemDevice, MemPageable},
-		{"late attach, registered after: pinned", register(lateAttach, 0), "cudaMemcpyAsync", probes.KindHostToDevice, dev, pool, DirH2D, MemPinned, MemDevice, MemPinned},
-		{"failed registration stays pageable", register(fromStart, 1), "cudaMemcpyAsync", probes.KindHostToDevice, dev, pool, DirH2D, MemPageable, MemDevice, MemPageable},
-		{"unregister makes pageable again", unregistered, "cudaMemcpyAsync", probes.KindHostToDevice, dev, pool, DirH2D, MemPageable, MemDevice, MemPageable},
-		{"D2D", register(fromStart, 0), "cudaMemcpyAsync", probes.KindDeviceToDevice, dev + 64, dev, DirD2D, MemDevice, MemDevice, ""},
-		{"peer", register(fromStart, 0), "cudaMemcpyPeerAsync", 0, dev + 64, dev, DirD2D, MemDevice, MemDevice, ""},
-		{"H2H", register(fromStart, 0), "cudaMemcpyAsync", probes.KindHostToHost, heap, pool, DirH2H, MemPinned, MemPageable, ""},
-		{"default H2D", register(fromStart, 0), "cudaMemcpyAsync", probes.KindDefault, dev, pool, DirH2D, MemPinned, MemDevice, MemPinned},
-		{"default D2H pageable", register(fromStart, 0), "cudaMemcpyAsync", probes.KindDefault, heap, dev, DirD2H, MemDevice, MemPageable, MemPageable},
-		{"default D2D", register(fromStart, 0), "cudaMemcpyAsync", probes.KindDefault, dev, dev + 4096, DirD2D, MemDevice, MemDevice, ""},
-		{"default H2H", register(fromStart, 0), "cudaMemcpyAsync", probes.KindDefault, heap, pool, DirH2H, MemPinned, MemPageable, ""},
-		{"default, driver API", register(fromStart, 0), "cuMemcpyAsync", 0, pool, dev, DirD2H, MemDevice, MemPinned, MemPinned},
-		{"default, late attach: direction unknown", lateAttach, "cudaMemcpyAsync", probes.KindDefault, dev, pool, DirUnknown, MemUnknown, MemUnknown, ""},
-		{"default, one side unplaced", register(lateAttach, 0), "cudaMemcpyAsync", probes.KindDefault, dev, dev + devLen, DirUnknown, MemUnknown, MemDevice, ""},
-		{"driver fixed direction", register(fromStart, 0), "cuMemcpyDtoHAsync_v2", 0, heap, dev, DirD2H, MemDevice, MemPageable, MemPageable},
+		{"pinned H2D (register)", register(fromStart, 0), "cudaMemcpyAsync", event.CopyHostToDevice, dev, pool + mib, DirH2D, event.MemPinned, event.MemDevice, event.MemPinned},
+		{"pinned H2D (host alloc)", hostAlloc, "cudaMemcpyAsync", event.CopyHostToDevice, dev, pool, DirH2D, event.MemPinned, event.MemDevice, event.MemPinned},
+		{"pinned D2H", register(fromStart, 0), "cudaMemcpyAsync", event.CopyDeviceToHost, pool + poolLen - 8, dev, DirD2H, event.MemDevice, event.MemPinned, event.MemPinned},
+		{"pageable H2D", register(fromStart, 0), "cudaMemcpyAsync", event.CopyHostToDevice, dev, heap, DirH2D, event.MemPageable, event.MemDevice, event.MemPageable},
+		{"just past the pool is pageable", register(fromStart, 0), "cudaMemcpy", event.CopyHostToDevice, dev, pool + poolLen, DirH2D, event.MemPageable, event.MemDevice, event.MemPageable},
+		{"never told: unknown", func(*testing.T, *Engine) {}, "cudaMemcpyAsync", event.CopyHostToDevice, dev, heap, DirH2D, event.MemUnknown, event.MemDevice, event.MemUnknown},
+		{"late attach, pool in snapshot: unknown", lateAttach, "cudaMemcpyAsync", event.CopyHostToDevice, dev, pool, DirH2D, event.MemUnknown, event.MemDevice, event.MemUnknown},
+		{"late attach, fresh range: pageable", lateAttach, "cudaMemcpyAsync", event.CopyHostToDevice, dev, heap, DirH2D, event.MemPageable, event.MemDevice, event.MemPageable},
+		{"late attach, registered after: pinned", register(lateAttach, 0), "cudaMemcpyAsync", event.CopyHostToDevice, dev, pool, DirH2D, event.MemPinned, event.MemDevice, event.MemPinned},
+		{"failed registration stays pageable", register(fromStart, 1), "cudaMemcpyAsync", event.CopyHostToDevice, dev, pool, DirH2D, event.MemPageable, event.MemDevice, event.MemPageable},
+		{"unregister makes pageable again", unregistered, "cudaMemcpyAsync", event.CopyHostToDevice, dev, pool, DirH2D, event.MemPageable, event.MemDevice, event.MemPageable},
+		{"D2D", register(fromStart, 0), "cudaMemcpyAsync", event.CopyDeviceToDevice, dev + 64, dev, DirD2D, event.MemDevice, event.MemDevice, ""},
+		{"peer", register(fromStart, 0), "cudaMemcpyPeerAsync", 0, dev + 64, dev, DirD2D, event.MemDevice, event.MemDevice, ""},
+		{"H2H", register(fromStart, 0), "cudaMemcpyAsync", event.CopyHostToHost, heap, pool, DirH2H, event.MemPinned, event.MemPageable, ""},
+		{"default H2D", register(fromStart, 0), "cudaMemcpyAsync", event.CopyDefault, dev, pool, DirH2D, event.MemPinned, event.MemDevice, event.MemPinned},
+		{"default D2H pageable", register(fromStart, 0), "cudaMemcpyAsync", event.CopyDefault, heap, dev, DirD2H, event.MemDevice, event.MemPageable, event.MemPageable},
+		{"default D2D", register(fromStart, 0), "cudaMemcpyAsync", event.CopyDefault, dev, dev + 4096, DirD2D, event.MemDevice, event.MemDevice, ""},
+		{"default H2H", register(fromStart, 0), "cudaMemcpyAsync", event.CopyDefault, heap, pool, DirH2H, event.MemPinned, event.MemPageable, ""},
+		{"default, driver API", register(fromStart, 0), "cuMemcpyAsync", 0, pool, dev, DirD2H, event.MemDevice, event.MemPinned, event.MemPinned},
+		{"default, late attach: direction unknown", lateAttach, "cudaMemcpyAsync", event.CopyDefault, dev, pool, DirUnknown, event.MemUnknown, event.MemUnknown, ""},
+		{"default, one side unplaced", register(lateAttach, 0), "cudaMemcpyAsync", event.CopyDefault, dev, dev + devLen, DirUnknown, event.MemUnknown, event.MemDevice, ""},
+		{"driver fixed direction", register(fromStart, 0), "cuMemcpyDtoHAsync_v2", 0, heap, dev, DirD2H, event.MemDevice, event.MemPageable, event.MemPageable},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e, s := newTest(t, Config{})
@@ -90,9 +90,9 @@ func TestEventsLost(t *testing.T) {
 	e, s := newTest(t, Config{})
 	e.ObservedFromStart(testPID)
 	e.EventsLost()
-	e.Handle(cp(t, "cudaMemcpyAsync", 1, 10, dev, heap, 64, probes.KindHostToDevice, 0))
+	e.Handle(cp(t, "cudaMemcpyAsync", 1, 10, dev, heap, 64, event.CopyHostToDevice, 0))
 	e.Flush()
-	if s.got[0].HostMem != MemUnknown {
+	if s.got[0].HostMem != event.MemUnknown {
 		t.Errorf("after lost events: %s, want unknown", s.got[0].HostMem)
 	}
 }
@@ -101,14 +101,14 @@ func TestMergeCopyRuntimeFirst(t *testing.T) {
 	e, s := newTest(t, Config{})
 	e.ObservedFromStart(testPID)
 	const st = 0xabc000
-	e.Handle(cp(t, "cudaMemcpyAsync_ptsz", 7, 100, dev, heap, 4096, probes.KindHostToDevice, st))
+	e.Handle(cp(t, "cudaMemcpyAsync_ptsz", 7, 100, dev, heap, 4096, event.CopyHostToDevice, st))
 	e.Handle(cp(t, "cuMemcpyHtoDAsync_v2_ptsz", 7, 101, dev, heap, 4096, 0, st))
 	// The same copy again, but the runtime did not reach a probed driver call.
-	e.Handle(cp(t, "cudaMemcpyAsync_ptsz", 7, 200, dev, heap, 4096, probes.KindHostToDevice, st))
+	e.Handle(cp(t, "cudaMemcpyAsync_ptsz", 7, 200, dev, heap, 4096, event.CopyHostToDevice, st))
 	// A driver call on another thread is not a twin.
 	e.Handle(cp(t, "cuMemcpyHtoDAsync_v2", 8, 201, dev, heap, 4096, 0, st))
 	// A driver call with other operands is not a twin either.
-	e.Handle(cp(t, "cudaMemcpyAsync", 9, 300, dev, heap, 4096, probes.KindHostToDevice, st))
+	e.Handle(cp(t, "cudaMemcpyAsync", 9, 300, dev, heap, 4096, event.CopyHostToDevice, st))
 	e.Handle(cp(t, "cuMemcpyHtoDAsync_v2", 9, 301, dev, heap, 8192, 0, st))
 	e.Flush()
 	s.unique()
@@ -131,10 +131,10 @@ func TestMergeCopyRuntimeFirst(t *testing.T) {
 func TestMergeDefaultKindTakesDriverDirection(t *testing.T) {
 	e, s := newTest(t, Config{})
 	e.ObservedSince(testPID, []Range{{pool, pool + poolLen}, {dev, dev + devLen}}) // late: registry cannot place either side
-	e.Handle(cp(t, "cudaMemcpyAsync", 7, 100, dev, pool, 4096, probes.KindDefault, 0))
+	e.Handle(cp(t, "cudaMemcpyAsync", 7, 100, dev, pool, 4096, event.CopyDefault, 0))
 	e.Handle(cp(t, "cuMemcpyHtoDAsync_v2", 7, 101, dev, pool, 4096, 0, 0))
 	e.Flush()
-	if g := s.got[0]; g.Direction != DirH2D || g.Dst.Mem != MemDevice || g.HostMem != MemUnknown || g.DriverAPI == "" {
+	if g := s.got[0]; g.Direction != DirH2D || g.Dst.Mem != event.MemDevice || g.HostMem != event.MemUnknown || g.DriverAPI == "" {
 		t.Errorf("got %+v", g)
 	}
 }
@@ -150,12 +150,12 @@ func TestMergeRegisterDriverFirst(t *testing.T) {
 	// A runtime call that does not enclose the driver call is not its twin.
 	e.Handle(mem(t, "cuMemHostRegister_v2", 7, 500, 510, pool+poolLen, 4096))
 	e.Handle(mem(t, "cudaHostRegister", 7, 520, 530, pool+poolLen, 4096))
-	e.Handle(cp(t, "cudaMemcpyAsync", 7, 600, dev, pool, 4096, probes.KindHostToDevice, 0))
+	e.Handle(cp(t, "cudaMemcpyAsync", 7, 600, dev, pool, 4096, event.CopyHostToDevice, 0))
 	e.Flush()
 	if m := e.Stats().Merged; m != 2 {
 		t.Errorf("merged = %d, want 2", m)
 	}
-	if len(s.got) != 1 || s.got[0].HostMem != MemPinned {
+	if len(s.got) != 1 || s.got[0].HostMem != event.MemPinned {
 		t.Fatalf("got %+v", s.got)
 	}
 }
@@ -185,7 +185,7 @@ func TestDriverOnlyCopy(t *testing.T) {
 		t.Fatalf("got %d, want 2", len(s.got))
 	}
 	for _, g := range s.got {
-		if g.API != "cuMemcpyDtoHAsync_v2" || g.DriverAPI != "" || g.Direction != DirD2H || g.HostMem != MemPageable || g.CompleteNs != 400 {
+		if g.API != "cuMemcpyDtoHAsync_v2" || g.DriverAPI != "" || g.Direction != DirD2H || g.HostMem != event.MemPageable || g.CompleteNs != 400 {
 			t.Errorf("got %+v", g)
 		}
 	}
@@ -195,11 +195,11 @@ func TestStreamSync(t *testing.T) {
 	e, s := newTest(t, Config{})
 	e.ObservedFromStart(testPID)
 	const s1, s2 = 0x1000, 0x2000
-	e.Handle(cp(t, "cudaMemcpyAsync", 7, 100, dev, heap, 1, probes.KindHostToDevice, s1))
-	e.Handle(cp(t, "cudaMemcpyAsync", 7, 200, dev, heap, 2, probes.KindHostToDevice, s1))
-	e.Handle(cp(t, "cudaMemcpyAsync", 7, 210, dev, heap, 3, probes.KindHostToDevice, s2))
+	e.Handle(cp(t, "cudaMemcpyAsync", 7, 100, dev, heap, 1, event.CopyHostToDevice, s1))
+	e.Handle(cp(t, "cudaMemcpyAsync", 7, 200, dev, heap, 2, event.CopyHostToDevice, s1))
+	e.Handle(cp(t, "cudaMemcpyAsync", 7, 210, dev, heap, 3, event.CopyHostToDevice, s2))
 	// Another thread queues on s1 after the sync below began: not covered.
-	e.Handle(cp(t, "cudaMemcpyAsync", 8, 305, dev, heap, 4, probes.KindHostToDevice, s1))
+	e.Handle(cp(t, "cudaMemcpyAsync", 8, 305, dev, heap, 4, event.CopyHostToDevice, s1))
 	e.Handle(syncCall(t, "cudaStreamSynchronize", 7, 300, 400, s1, 0))
 	if len(s.got) != 2 {
 		t.Fatalf("after sync: %d emitted, want 2", len(s.got))
@@ -222,9 +222,9 @@ func TestStreamSync(t *testing.T) {
 func TestDefaultStreams(t *testing.T) {
 	e, s := newTest(t, Config{})
 	e.ObservedFromStart(testPID)
-	e.Handle(cp(t, "cudaMemcpyAsync_ptsz", 7, 100, dev, heap, 1, probes.KindHostToDevice, 0)) // thread 7's own stream
-	e.Handle(cp(t, "cudaMemcpyAsync", 8, 110, dev, heap, 2, probes.KindHostToDevice, 0))      // legacy stream
-	e.Handle(syncCall(t, "cudaStreamSynchronize", 9, 200, 300, 0, 0))                         // legacy
+	e.Handle(cp(t, "cudaMemcpyAsync_ptsz", 7, 100, dev, heap, 1, event.CopyHostToDevice, 0)) // thread 7's own stream
+	e.Handle(cp(t, "cudaMemcpyAsync", 8, 110, dev, heap, 2, event.CopyHostToDevice, 0))      // legacy stream
+	e.Handle(syncCall(t, "cudaStreamSynchronize", 9, 200, 300, 0, 0))                        // legacy
 	// Completed by another thread, the copy waits for its own thread's next
 	// call (which could be its nested driver call) before it is emitted.
 	e.Handle(syncCall(t, "cudaStreamSynchronize_ptsz", 8, 400, 500, 0, 0)) // thread 8's own: empty
@@ -241,9 +241,9 @@ func TestEventSync(t *testing.T) {
 	e, s := newTest(t, Config{})
 	e.ObservedFromStart(testPID)
 	const st, ev = 0x1000, 0xe1
-	e.Handle(cp(t, "cudaMemcpyAsync", 7, 100, dev, heap, 1, probes.KindHostToDevice, st))
+	e.Handle(cp(t, "cudaMemcpyAsync", 7, 100, dev, heap, 1, event.CopyHostToDevice, st))
 	e.Handle(syncCall(t, "cudaEventRecord", 7, 150, 0, st, ev))
-	e.Handle(cp(t, "cudaMemcpyAsync", 7, 200, dev, heap, 2, probes.KindHostToDevice, st))
+	e.Handle(cp(t, "cudaMemcpyAsync", 7, 200, dev, heap, 2, event.CopyHostToDevice, st))
 	e.Handle(syncCall(t, "cudaEventSynchronize", 8, 300, 400, 0, ev))
 	if len(s.got) != 1 || s.got[0].Bytes != 1 || s.got[0].CompleteNs != 400 {
 		t.Fatalf("event sync: %+v", s.got)
@@ -274,7 +274,7 @@ func TestHiCacheLayers(t *testing.T) {
 	for l := range uint64(layers) {
 		for p := range uint64(pages) {
 			dst, src := dev+(l*pages+p)*mib, pool+(l*pages+p)*mib
-			e.Handle(cp(t, "cudaMemcpyAsync", loader, ts, dst, src, mib, probes.KindHostToDevice, load))
+			e.Handle(cp(t, "cudaMemcpyAsync", loader, ts, dst, src, mib, event.CopyHostToDevice, load))
 			e.Handle(cp(t, "cuMemcpyHtoDAsync_v2", loader, ts+1, dst, src, mib, 0, load))
 			ts += 10
 		}
@@ -286,7 +286,7 @@ func TestHiCacheLayers(t *testing.T) {
 		ts += 10
 	}
 	// Copies for the next batch, after the last record: not covered.
-	e.Handle(cp(t, "cudaMemcpyAsync", loader, ts, dev, pool, mib, probes.KindHostToDevice, load))
+	e.Handle(cp(t, "cudaMemcpyAsync", loader, ts, dev, pool, mib, event.CopyHostToDevice, load))
 	if len(s.got) != 0 {
 		t.Fatalf("emitted before any sync: %+v", s.got)
 	}
@@ -296,7 +296,7 @@ func TestHiCacheLayers(t *testing.T) {
 		t.Fatalf("compute sync completed %d, want %d", len(s.got), layers*pages)
 	}
 	for _, g := range s.got {
-		if g.CompleteNs != ts+90 || g.HostMem != MemPinned || g.DriverAPI != "cuMemcpyHtoDAsync_v2" {
+		if g.CompleteNs != ts+90 || g.HostMem != event.MemPinned || g.DriverAPI != "cuMemcpyHtoDAsync_v2" {
 			t.Errorf("got %+v", g)
 		}
 	}
@@ -312,11 +312,11 @@ func TestHiCacheLayers(t *testing.T) {
 func TestWaitChain(t *testing.T) {
 	e, s := newTest(t, Config{})
 	e.ObservedFromStart(testPID)
-	e.Handle(cp(t, "cudaMemcpyAsync", 1, 100, dev, heap, 1, probes.KindHostToDevice, 0x1))
-	e.Handle(cp(t, "cudaMemcpyAsync", 1, 110, dev, heap, 2, probes.KindHostToDevice, 0x1000))
+	e.Handle(cp(t, "cudaMemcpyAsync", 1, 100, dev, heap, 1, event.CopyHostToDevice, 0x1))
+	e.Handle(cp(t, "cudaMemcpyAsync", 1, 110, dev, heap, 2, event.CopyHostToDevice, 0x1000))
 	e.Handle(syncCall(t, "cudaEventRecord", 1, 120, 0, 0x1000, 0xe1))
 	e.Handle(syncCall(t, "cudaStreamWaitEvent", 1, 130, 0, 0x2000, 0xe1))
-	e.Handle(cp(t, "cudaMemcpyAsync", 1, 140, dev, heap, 3, probes.KindDeviceToDevice, 0x2000))
+	e.Handle(cp(t, "cudaMemcpyAsync", 1, 140, dev, heap, 3, event.CopyDeviceToDevice, 0x2000))
 	e.Handle(syncCall(t, "cudaEventRecord", 1, 150, 0, 0x2000, 0xe2))
 	e.Handle(syncCall(t, "cudaStreamWaitEvent", 1, 160, 0, 0x3000, 0xe2))
 	e.Handle(syncCall(t, "cudaStreamSynchronize", 1, 170, 180, 0x3000, 0))
@@ -333,8 +333,8 @@ func TestWaitChain(t *testing.T) {
 func TestPendingTimeoutAndFlushOnce(t *testing.T) {
 	e, s := newTest(t, Config{PendingTimeout: time.Millisecond})
 	e.ObservedFromStart(testPID)
-	e.Handle(cp(t, "cudaMemcpyAsync", 1, 1_000, dev, heap, 1, probes.KindHostToDevice, 0x1))
-	e.Handle(cp(t, "cudaMemcpyAsync", 1, 2_000_000, dev, heap, 2, probes.KindHostToDevice, 0x1))
+	e.Handle(cp(t, "cudaMemcpyAsync", 1, 1_000, dev, heap, 1, event.CopyHostToDevice, 0x1))
+	e.Handle(cp(t, "cudaMemcpyAsync", 1, 2_000_000, dev, heap, 2, event.CopyHostToDevice, 0x1))
 	// Time moves on through another process's events.
 	other := mem(t, "cudaFree", 1, 3_000_000, 0, 0, 0)
 	other.PID = 99
@@ -357,7 +357,7 @@ func TestPendingTimeoutAndFlushOnce(t *testing.T) {
 func TestCompletedHeldForDriverCall(t *testing.T) {
 	e, s := newTest(t, Config{})
 	e.ObservedFromStart(testPID)
-	e.Handle(cp(t, "cudaMemcpyAsync", 1, 100, dev, heap, 1, probes.KindHostToDevice, 0x1))
+	e.Handle(cp(t, "cudaMemcpyAsync", 1, 100, dev, heap, 1, event.CopyHostToDevice, 0x1))
 	// Another thread's sync, begun after the copy was submitted, returns
 	// before the nested driver call is reported.
 	e.Handle(syncCall(t, "cudaStreamSynchronize", 2, 101, 102, 0x1, 0))
@@ -374,20 +374,20 @@ func TestProcessExit(t *testing.T) {
 	e, s := newTest(t, Config{})
 	e.ObservedFromStart(testPID)
 	e.Handle(mem(t, "cudaHostAlloc", 1, 10, 20, pool, poolLen))
-	e.Handle(cp(t, "cudaMemcpyAsync", 1, 100, dev, pool, 1, probes.KindHostToDevice, 0x1))
-	e.Handle(&probes.Call{Kind: probes.EventExit, PID: testPID, TID: testPID, Time: 200})
-	if len(s.got) != 1 || s.got[0].HostMem != MemPinned {
+	e.Handle(cp(t, "cudaMemcpyAsync", 1, 100, dev, pool, 1, event.CopyHostToDevice, 0x1))
+	e.Handle(&event.Call{Kind: event.KindExit, PID: testPID, TID: testPID, Time: 200})
+	if len(s.got) != 1 || s.got[0].HostMem != event.MemPinned {
 		t.Fatalf("exit: %+v", s.got)
 	}
-	if k, _ := e.Lookup(testPID, pool); k != MemUnknown {
+	if k, _ := e.Lookup(testPID, pool); k != event.MemUnknown {
 		t.Errorf("after exit: %s, want unknown", k)
 	}
 	// Same pid, new process: nothing inherited.
-	e.Handle(cp(t, "cudaMemcpyAsync", 1, 300, dev, pool, 2, probes.KindHostToDevice, 0x1))
+	e.Handle(cp(t, "cudaMemcpyAsync", 1, 300, dev, pool, 2, event.CopyHostToDevice, 0x1))
 	e.ProcessExit(testPID)
 	e.ProcessExit(testPID)
 	s.unique()
-	if len(s.got) != 2 || s.got[1].HostMem != MemUnknown {
+	if len(s.got) != 2 || s.got[1].HostMem != event.MemUnknown {
 		t.Fatalf("got %+v", s.got)
 	}
 }
@@ -396,21 +396,21 @@ func TestCaps(t *testing.T) {
 	e, s := newTest(t, Config{MaxPending: 2, MaxProcesses: 1, MaxRanges: 1})
 	e.ObservedFromStart(testPID)
 	for i := range uint64(3) {
-		e.Handle(cp(t, "cudaMemcpyAsync", 1, 100+i, dev, heap, i, probes.KindHostToDevice, 0x1))
+		e.Handle(cp(t, "cudaMemcpyAsync", 1, 100+i, dev, heap, i, event.CopyHostToDevice, 0x1))
 	}
 	if len(s.got) != 1 || s.got[0].Bytes != 0 {
 		t.Fatalf("eviction: %+v", s.got)
 	}
 	e.Handle(mem(t, "cudaHostRegister", 1, 200, 210, pool, 4096))
 	e.Handle(mem(t, "cudaHostRegister", 1, 220, 230, pool+mib, 4096))
-	other := cp(t, "cudaMemcpyAsync", 1, 300, dev, heap, 9, probes.KindHostToDevice, 0x1)
+	other := cp(t, "cudaMemcpyAsync", 1, 300, dev, heap, 9, event.CopyHostToDevice, 0x1)
 	other.PID = 7
 	e.Handle(other) // past MaxProcesses: emitted at once, nothing known
-	if len(s.got) != 2 || s.got[1].PID != 7 || s.got[1].HostMem != MemUnknown {
+	if len(s.got) != 2 || s.got[1].PID != 7 || s.got[1].HostMem != event.MemUnknown {
 		t.Fatalf("untracked: %+v", s.got)
 	}
-	e.Handle(&probes.Call{Kind: probes.EventCall, Probe: 60000, PID: testPID, Time: 400})
-	e.Handle(&probes.Call{Kind: 77, PID: testPID, Time: 400})
+	e.Handle(&event.Call{Kind: event.KindCall, Probe: 60000, Op: 0xff, PID: testPID, Time: 400}) // an op the engine does not know
+	e.Handle(&event.Call{Kind: 77, PID: testPID, Time: 400})
 	e.Flush()
 	s.unique()
 	st := e.Stats()
@@ -418,7 +418,7 @@ func TestCaps(t *testing.T) {
 	if st != want {
 		t.Errorf("stats\n got %+v\nwant %+v", st, want)
 	}
-	if k, _ := e.Lookup(testPID, heap); k != MemUnknown {
+	if k, _ := e.Lookup(testPID, heap); k != event.MemUnknown {
 		t.Errorf("after a range cap hit: %s, want unknown", k)
 	}
 }
@@ -428,12 +428,12 @@ func TestBatchEntries(t *testing.T) {
 	e.ObservedFromStart(testPID)
 	e.Handle(mem(t, "cudaMalloc", 1, 10, 20, dev, devLen))
 	e.Handle(mem(t, "cudaHostAlloc", 1, 30, 40, pool, poolLen))
-	id := probeID(t, "cudaMemcpyBatchAsync")
+	id := "cudaMemcpyBatchAsync"
 	pairs := [][2]uint64{{dev, pool}, {heap, dev}, {dev, dev + mib}}
 	for i, p := range pairs {
-		e.Handle(&probes.Call{Kind: probes.EventBatchEntry, Probe: id, PID: testPID, TID: 1, Time: 100,
-			Dst: p[0], Src: p[1], Bytes: 4096, CopyKind: probes.KindDefault, Stream: 0x5,
-			BatchIndex: uint32(i), BatchCount: 3})
+		e.Handle(call(t, id, event.Call{Kind: event.KindBatchEntry, PID: testPID, TID: 1, Time: 100,
+			Dst: p[0], Src: p[1], Bytes: 4096, CopyKind: event.CopyDefault, Stream: 0x5,
+			BatchIndex: uint32(i), BatchCount: 3}))
 	}
 	e.Handle(syncCall(t, "cudaStreamSynchronize", 1, 200, 300, 0x5, 0))
 	s.unique()

@@ -1,10 +1,11 @@
 package correlate
 
 import (
+	"github.com/lanewatch/lanewatch/probes"
 	"testing"
 	"time"
 
-	"github.com/lanewatch/lanewatch/probes"
+	"github.com/lanewatch/lanewatch/event"
 )
 
 // FuzzEngine feeds arbitrary call sequences (small address and handle
@@ -26,22 +27,26 @@ func FuzzEngine(f *testing.F) {
 			op, a, b, x := data[0], data[1], data[2], data[3]
 			data = data[4:]
 			ts += uint64(x&0xf)*10 + 1
-			id := uint16(op) % uint16(len(probes.Table)+1) // one past the table: unknown probe
-			c := probes.Call{Kind: probes.EventCall, Probe: id, PID: uint32(1 + x>>6), TID: uint32(1 + x>>4&3), Time: ts,
-				Dst: addr(a), Src: addr(b), Bytes: uint64(a >> 3), CopyKind: probes.CopyKind(b >> 5),
-				Stream: uint64(a >> 6), Event: uint64(b >> 6), Ptr: addr(a), Size: 0x1000 * uint64(b>>3&3)}
+			id := uint16(op) % uint16(len(probes.Table)+1)                       // one past the table: unknown probe
+			c := event.Call{Kind: event.KindCall, Probe: id, Op: event.Op(0xff)} // unknown to the engine
+			if int(id) < len(probes.Table) {
+				c, _ = probes.Template(probes.Table[id].Symbol)
+			}
+			c.PID, c.TID, c.Time = uint32(1+x>>6), uint32(1+x>>4&3), ts
+			c.Dst, c.Src, c.Bytes, c.CopyKind = addr(a), addr(b), uint64(a>>3), event.CopyKind(b>>5)
+			c.Stream, c.Event, c.Ptr, c.Size = uint64(a>>6), uint64(b>>6), addr(a), 0x1000*uint64(b>>3&3)
 			if x&0x20 != 0 {
-				c.Kind = probes.EventBatchEntry
+				c.Kind = event.KindBatchEntry
 				c.BatchIndex = uint32(b & 3)
 			}
 			if op == 0xff {
-				c.Kind = probes.EventExit
+				c.Kind = event.KindExit
 			}
-			if int(id) < len(probes.Table) && probes.Table[id].Program == probes.ProgEntryReturn {
+			if c.Returns {
 				c.ReturnTime = ts + uint64(a&3)
 				c.Ret = uint64(b & 1 & (a >> 2))
 			}
-			if int(id) < len(probes.Table) && probes.Table[id].Op.IsCopy() && c.Kind != probes.EventExit {
+			if c.Op.IsCopy() && c.Kind != event.KindExit {
 				copies++
 			}
 			// Unique submit times identify transfers in seen.

@@ -3,55 +3,65 @@ package correlate
 import (
 	"testing"
 
+	"github.com/lanewatch/lanewatch/event"
 	"github.com/lanewatch/lanewatch/probes"
 )
 
 const testPID = 4242
 
-// probeID finds a row of probes.Table by symbol.
+// probeID is the table row of sym.
 func probeID(t testing.TB, sym string) uint16 {
 	t.Helper()
-	for i := range probes.Table {
-		if probes.Table[i].Symbol == sym {
-			return uint16(i)
-		}
+	c, ok := probes.Template(sym)
+	if !ok {
+		t.Fatalf("no probe %q in the table", sym)
 	}
-	t.Fatalf("no probe %q in the table", sym)
-	return 0
+	return c.Probe
 }
 
-// mk builds a call of sym at ts (and returning at rts when the row has a
-// return probe), with the row's fixed direction if it has one.
-func mk(t testing.TB, sym string, tid uint32, ts, rts uint64) *probes.Call {
+// call is c as the decoder would describe a call of sym: c's fields plus
+// what the table says of the symbol.
+func call(t testing.TB, sym string, c event.Call) *event.Call {
 	t.Helper()
-	id := probeID(t, sym)
-	row := &probes.Table[id]
-	c := &probes.Call{Kind: probes.EventCall, Probe: id, PID: testPID, TID: tid, Time: ts}
-	if row.Program == probes.ProgEntryReturn {
+	tmpl, ok := probes.Template(sym)
+	if !ok {
+		t.Fatalf("no probe %q in the table", sym)
+	}
+	c.Probe, c.Symbol, c.Op, c.Layer, c.PerThread, c.Returns = tmpl.Probe, tmpl.Symbol, tmpl.Op, tmpl.Layer, tmpl.PerThread, tmpl.Returns
+	return &c
+}
+
+// mk builds a call of sym at ts (and returning at rts when the probe
+// reports at return), as the decoder describes it.
+func mk(t testing.TB, sym string, tid uint32, ts, rts uint64) *event.Call {
+	t.Helper()
+	c, ok := probes.Template(sym)
+	if !ok {
+		t.Fatalf("no probe %q in the table", sym)
+	}
+	c.PID, c.TID, c.Time = testPID, tid, ts
+	if c.Returns {
 		c.ReturnTime = rts
 	}
-	if row.Kind <= probes.KindDefault {
-		c.CopyKind = row.Kind
-	}
-	return c
+	return &c
 }
 
-func cp(t testing.TB, sym string, tid uint32, ts, dst, src, bytes uint64, kind probes.CopyKind, stream uint64) *probes.Call {
+func cp(t testing.TB, sym string, tid uint32, ts, dst, src, bytes uint64, kind event.CopyKind, stream uint64) *event.Call {
 	c := mk(t, sym, tid, ts, 0)
 	c.Dst, c.Src, c.Bytes, c.Stream = dst, src, bytes, stream
-	if probes.Table[c.Probe].Layer == probes.LayerRuntime && probes.Table[c.Probe].Op != probes.OpCopyPeer {
+	if c.Layer == event.LayerRuntime && c.Op != event.OpCopyPeer {
 		c.CopyKind = kind
 	}
 	return c
 }
 
-func mem(t testing.TB, sym string, tid uint32, ts, rts, ptr, size uint64) *probes.Call {
+func mem(t testing.TB, sym string, tid uint32, ts, rts, ptr, size uint64) *event.Call {
 	c := mk(t, sym, tid, ts, rts)
 	c.Ptr, c.Size = ptr, size
 	return c
 }
 
-func syncCall(t testing.TB, sym string, tid uint32, ts, rts, stream, ev uint64) *probes.Call {
+func syncCall(t testing.TB, sym string, tid uint32, ts, rts, stream, ev uint64) *event.Call {
 	c := mk(t, sym, tid, ts, rts)
 	c.Stream, c.Event = stream, ev
 	return c

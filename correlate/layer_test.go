@@ -1,10 +1,11 @@
 package correlate_test
 
 import (
+	"github.com/lanewatch/lanewatch/probes"
 	"testing"
 
 	"github.com/lanewatch/lanewatch/correlate"
-	"github.com/lanewatch/lanewatch/probes"
+	"github.com/lanewatch/lanewatch/event"
 )
 
 // TestLayerFromEventRecords replays the real hicache-load recording and checks
@@ -18,7 +19,7 @@ func TestLayerFromEventRecords(t *testing.T) {
 			got = append(got, *tr)
 		}
 	})})
-	var c probes.Call
+	var c event.Call
 	for i, raw := range recording(t) {
 		if err := probes.Decode(raw, &c); err != nil {
 			t.Fatalf("record %d: %v", i, err)

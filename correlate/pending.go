@@ -71,8 +71,8 @@ func (s *stream) drained(upTo uint64) {
 	}
 }
 
-// event is one CUDA event handle of one process.
-type event struct {
+// cudaEvent is one CUDA event handle of one process.
+type cudaEvent struct {
 	caps     []capture // what the last record captured, transitive waits included
 	recorded uint64    // Call.Time of that record
 }

@@ -4,7 +4,7 @@ import (
 	"slices"
 	"strconv"
 
-	"github.com/lanewatch/lanewatch/probes"
+	"github.com/lanewatch/lanewatch/event"
 )
 
 // RDMA correlation (seed 002): a work request is posted, later completed
@@ -56,7 +56,7 @@ type memRegion struct {
 	mr           uint64
 	addr, length uint64
 	lkey, rkey   uint32
-	mem          MemKind
+	mem          event.MemKind
 }
 
 type pidPtr struct {
@@ -118,29 +118,29 @@ func newRDMATracker() *rdmaTracker {
 }
 
 // handle consumes one verbs or provider event.
-func (r *rdmaTracker) handle(e *Engine, c *probes.Call, op probes.Op) {
-	switch op {
-	case probes.OpMRRegister:
+func (r *rdmaTracker) handle(e *Engine, c *event.Call) {
+	switch c.Op {
+	case event.OpMRRegister:
 		r.register(e, c)
-	case probes.OpMRDeregister:
+	case event.OpMRDeregister:
 		if mr := r.mrs[pidPtr{c.PID, c.RDMA.MR}]; mr != nil {
 			r.forget(mr)
 		}
-	case probes.OpPostSend, probes.OpPostRecv:
-		r.post(e, c, op == probes.OpPostRecv)
-	case probes.OpPollCQ:
+	case event.OpPostSend, event.OpPostRecv:
+		r.post(e, c, c.Op == event.OpPostRecv)
+	case event.OpPollCQ:
 		r.complete(e, c)
 	}
 }
 
-func (r *rdmaTracker) register(e *Engine, c *probes.Call) {
+func (r *rdmaTracker) register(e *Engine, c *event.Call) {
 	if c.RDMA.MR == 0 {
 		r.stats.FailedMRs++
 		return
 	}
-	mem := MemPinned // registering host memory pins it
-	if kind, _ := e.reg.Lookup(c.PID, c.Ptr); kind == MemDevice {
-		mem = MemDevice // GPUDirect RDMA: the region is GPU memory
+	mem := event.MemPinned // registering host memory pins it
+	if kind, _ := e.reg.Lookup(c.PID, c.Ptr); kind == event.MemDevice {
+		mem = event.MemDevice // GPUDirect RDMA: the region is GPU memory
 	}
 	mr := &memRegion{pid: c.PID, mr: c.RDMA.MR, addr: c.Ptr, length: c.Size, lkey: c.RDMA.LKey, rkey: c.RDMA.RKey, mem: mem}
 	if old := r.mrs[pidPtr{c.PID, mr.mr}]; old != nil {
@@ -164,12 +164,12 @@ func (r *rdmaTracker) forget(mr *memRegion) {
 // side classifies one end of a work request from the region its key names.
 func (r *rdmaTracker) side(mr *memRegion, addr uint64) Side {
 	if mr == nil {
-		return Side{Addr: addr, Mem: MemUnknown}
+		return Side{Addr: addr, Mem: event.MemUnknown}
 	}
 	return Side{Addr: addr, Mem: mr.mem}
 }
 
-func (r *rdmaTracker) post(e *Engine, c *probes.Call, recv bool) {
+func (r *rdmaTracker) post(e *Engine, c *event.Call, recv bool) {
 	r.stats.WorkRequests++
 	var local *memRegion
 	if c.RDMA.NumSGE > 0 { // a receive for WRITE_WITH_IMM has no buffer: its lkey means nothing
@@ -182,7 +182,7 @@ func (r *rdmaTracker) post(e *Engine, c *probes.Call, recv bool) {
 	if recv {
 		t.API, t.Op, t.Direction = "ibv_post_recv", "post_recv", DirRecv
 		t.Dst = r.side(local, c.RDMA.Local)
-		t.Src = Side{Mem: MemUnknown}
+		t.Src = Side{Mem: event.MemUnknown}
 	} else {
 		dir := DirUnknown
 		if int(w.opcode) < len(wrOpcodes) && wrOpcodes[w.opcode].dir != "" {
@@ -202,7 +202,7 @@ func (r *rdmaTracker) post(e *Engine, c *probes.Call, recv bool) {
 			t.Src, t.Dst = rm, l
 		}
 	}
-	if local != nil && local.mem != MemDevice {
+	if local != nil && local.mem != event.MemDevice {
 		t.HostMem = local.mem
 	}
 	k := queueKey{c.PID, c.RDMA.QPNum, recv}
@@ -216,7 +216,7 @@ func (r *rdmaTracker) post(e *Engine, c *probes.Call, recv bool) {
 
 // complete joins a completion with its request. Queues complete in order,
 // so the requests posted before it (unsignaled ones) are complete too.
-func (r *rdmaTracker) complete(e *Engine, c *probes.Call) {
+func (r *rdmaTracker) complete(e *Engine, c *event.Call) {
 	r.stats.Completions++
 	status := WCStatusName(c.RDMA.Status)
 	r.stats.ByStatus[status]++

@@ -3,7 +3,7 @@ package correlate
 import (
 	"testing"
 
-	"github.com/lanewatch/lanewatch/probes"
+	"github.com/lanewatch/lanewatch/event"
 )
 
 func TestRDMAJoinsRequestsAndCompletions(t *testing.T) {
@@ -12,41 +12,41 @@ func TestRDMAJoinsRequestsAndCompletions(t *testing.T) {
 	const prefill, decode = 10, 20
 	e.reg.AddDevice(decode, 0x7000_0000, 64<<20) // decode's GPU memory (cudaMalloc)
 	reg := func(pid uint32, mr, addr, size uint64, lkey, rkey uint32) {
-		e.Handle(&probes.Call{Kind: probes.EventCall, Probe: probeID(t, "ibv_reg_mr_iova2"), PID: pid, TID: pid,
-			Time: 1, ReturnTime: 2, Ptr: addr, Size: size, RDMA: probes.RDMA{MR: mr, LKey: lkey, RKey: rkey}})
+		e.Handle(call(t, "ibv_reg_mr_iova2", event.Call{Kind: event.KindCall, PID: pid, TID: pid,
+			Time: 1, ReturnTime: 2, Ptr: addr, Size: size, RDMA: event.RDMA{MR: mr, LKey: lkey, RKey: rkey}}))
 	}
 	reg(prefill, 0xa1, 0x1000_0000, 64<<20, 1, 2)
 	reg(decode, 0xb1, 0x7000_0000, 64<<20, 3, 4)
-	post := probeID(t, "provider:post_send")
+	post := "provider:post_send"
 	for i, signaled := range []bool{false, false, true} {
 		flags := uint32(0)
 		if signaled {
 			flags = 2
 		}
-		e.Handle(&probes.Call{Kind: probes.EventWR, Probe: post, PID: prefill, TID: prefill, Time: 1000 + uint64(i), Bytes: 1 << 20,
-			BatchIndex: uint32(i), RDMA: probes.RDMA{QPNum: 5, WRID: uint64(i + 1), Opcode: 1, SendFlags: flags,
-				Local: 0x1000_0000, LKey: 1, NumSGE: 1, RemoteAddr: 0x7000_0000 + uint64(i)<<20, RKey: 4}})
+		e.Handle(call(t, post, event.Call{Kind: event.KindWR, PID: prefill, TID: prefill, Time: 1000 + uint64(i), Bytes: 1 << 20,
+			BatchIndex: uint32(i), RDMA: event.RDMA{QPNum: 5, WRID: uint64(i + 1), Opcode: 1, SendFlags: flags,
+				Local: 0x1000_0000, LKey: 1, NumSGE: 1, RemoteAddr: 0x7000_0000 + uint64(i)<<20, RKey: 4}}))
 	}
-	e.Handle(&probes.Call{Kind: probes.EventWR, Probe: probeID(t, "provider:post_recv"), PID: decode, TID: decode, Time: 900,
-		Bytes: 4096, RDMA: probes.RDMA{QPNum: 6, WRID: 9, Local: 0x7000_0000, LKey: 3, NumSGE: 1}})
-	poll := probeID(t, "provider:poll_cq")
-	e.Handle(&probes.Call{Kind: probes.EventWC, Probe: poll, PID: prefill, TID: prefill, Time: 5000, ReturnTime: 6000,
-		RDMA: probes.RDMA{QPNum: 5, WRID: 3, Opcode: 1, Status: 0}})
-	e.Handle(&probes.Call{Kind: probes.EventWC, Probe: poll, PID: decode, TID: decode, Time: 5500, ReturnTime: 6500, Bytes: 0,
-		RDMA: probes.RDMA{QPNum: 6, WRID: 9, Opcode: 129, Status: 0, Imm: 7}})
-	e.Handle(&probes.Call{Kind: probes.EventWC, Probe: poll, PID: decode, TID: decode, ReturnTime: 7000,
-		RDMA: probes.RDMA{QPNum: 6, WRID: 99, Opcode: 129}}) // posted before the agent looked
+	e.Handle(call(t, "provider:post_recv", event.Call{Kind: event.KindWR, PID: decode, TID: decode, Time: 900,
+		Bytes: 4096, RDMA: event.RDMA{QPNum: 6, WRID: 9, Local: 0x7000_0000, LKey: 3, NumSGE: 1}}))
+	poll := "provider:poll_cq"
+	e.Handle(call(t, poll, event.Call{Kind: event.KindWC, PID: prefill, TID: prefill, Time: 5000, ReturnTime: 6000,
+		RDMA: event.RDMA{QPNum: 5, WRID: 3, Opcode: 1, Status: 0}}))
+	e.Handle(call(t, poll, event.Call{Kind: event.KindWC, PID: decode, TID: decode, Time: 5500, ReturnTime: 6500, Bytes: 0,
+		RDMA: event.RDMA{QPNum: 6, WRID: 9, Opcode: 129, Status: 0, Imm: 7}}))
+	e.Handle(call(t, poll, event.Call{Kind: event.KindWC, PID: decode, TID: decode, ReturnTime: 7000,
+		RDMA: event.RDMA{QPNum: 6, WRID: 99, Opcode: 129}})) // posted before the agent looked
 
 	if len(got) != 4 {
 		t.Fatalf("%d transfers, want 3 writes and a receive: %+v", len(got), got)
 	}
 	for i, w := range got[:3] {
 		if w.Direction != DirWriteImm || w.Bytes != 1<<20 || w.Status != "success" || w.CompleteNs != 6000 ||
-			w.Src.Mem != MemPinned || w.Dst.Mem != MemDevice || w.PeerPID != decode || w.WRID != uint64(i+1) || w.QPNum != 5 {
+			w.Src.Mem != event.MemPinned || w.Dst.Mem != event.MemDevice || w.PeerPID != decode || w.WRID != uint64(i+1) || w.QPNum != 5 {
 			t.Errorf("write %d: %+v", i, w)
 		}
 	}
-	if r := got[3]; r.Direction != DirRecv || r.Bytes != 0 || r.Dst.Mem != MemDevice || r.CompleteNs != 6500 || r.WRID != 9 {
+	if r := got[3]; r.Direction != DirRecv || r.Bytes != 0 || r.Dst.Mem != event.MemDevice || r.CompleteNs != 6500 || r.WRID != 9 {
 		t.Errorf("receive: %+v", r)
 	}
 	lat := e.RDMALatency()
@@ -63,14 +63,14 @@ func TestRDMAJoinsRequestsAndCompletions(t *testing.T) {
 func TestRDMAErrorsAndExit(t *testing.T) {
 	var got []Transfer
 	e := NewEngine(Config{Sink: SinkFunc(func(tr *Transfer) { got = append(got, *tr) })})
-	post, poll := probeID(t, "provider:post_send"), probeID(t, "provider:poll_cq")
+	post, poll := "provider:post_send", "provider:poll_cq"
 	for i := 1; i <= 3; i++ {
-		e.Handle(&probes.Call{Kind: probes.EventWR, Probe: post, PID: 1, Time: uint64(i), Bytes: 64,
-			RDMA: probes.RDMA{QPNum: 2, WRID: uint64(i), Opcode: 4 /* READ */, SendFlags: 2, RKey: 77}})
+		e.Handle(call(t, post, event.Call{Kind: event.KindWR, PID: 1, Time: uint64(i), Bytes: 64,
+			RDMA: event.RDMA{QPNum: 2, WRID: uint64(i), Opcode: 4 /* READ */, SendFlags: 2, RKey: 77}}))
 	}
-	e.Handle(&probes.Call{Kind: probes.EventWC, Probe: poll, PID: 1, ReturnTime: 10,
-		RDMA: probes.RDMA{QPNum: 2, WRID: 1, Opcode: 2, Status: 10 /* REM_ACCESS_ERR */}})
-	if len(got) != 1 || got[0].Status != "REM_ACCESS_ERR" || got[0].Direction != DirRDMARead || got[0].Dst.Mem != MemUnknown {
+	e.Handle(call(t, poll, event.Call{Kind: event.KindWC, PID: 1, ReturnTime: 10,
+		RDMA: event.RDMA{QPNum: 2, WRID: 1, Opcode: 2, Status: 10 /* REM_ACCESS_ERR */}}))
+	if len(got) != 1 || got[0].Status != "REM_ACCESS_ERR" || got[0].Direction != DirRDMARead || got[0].Dst.Mem != event.MemUnknown {
 		t.Fatalf("error completion: %+v", got)
 	}
 	e.ProcessExit(1)

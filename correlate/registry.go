@@ -1,6 +1,7 @@
 package correlate
 
 import (
+	"github.com/lanewatch/lanewatch/event"
 	"slices"
 )
 
@@ -191,48 +192,48 @@ func (r *Registry) RemoveDevice(pid uint32, start uint64) {
 
 // Lookup classifies one address of a process and returns the start of the
 // range that holds it (0 when it is in none). It does not allocate.
-func (r *Registry) Lookup(pid uint32, addr uint64) (MemKind, uint64) {
+func (r *Registry) Lookup(pid uint32, addr uint64) (event.MemKind, uint64) {
 	m := r.procs[pid]
 	if m == nil {
-		return MemUnknown, 0
+		return event.MemUnknown, 0
 	}
 	return m.lookup(addr)
 }
 
-func (m *procMem) lookup(addr uint64) (MemKind, uint64) {
+func (m *procMem) lookup(addr uint64) (event.MemKind, uint64) {
 	if i := m.pinned.find(addr); i >= 0 {
-		return MemPinned, m.pinned[i].Start
+		return event.MemPinned, m.pinned[i].Start
 	}
 	if i := m.device.find(addr); i >= 0 {
-		return MemDevice, m.device[i].Start
+		return event.MemDevice, m.device[i].Start
 	}
 	return m.unregistered(addr), 0
 }
 
 // kind is lookup without the range start; nil means an untracked process.
-func (m *procMem) kind(addr uint64) MemKind {
+func (m *procMem) kind(addr uint64) event.MemKind {
 	if m == nil {
-		return MemUnknown
+		return event.MemUnknown
 	}
 	k, _ := m.lookup(addr)
 	return k
 }
 
 // unregistered applies the observation window to an address in no range.
-func (m *procMem) unregistered(addr uint64) MemKind {
+func (m *procMem) unregistered(addr uint64) event.MemKind {
 	if m.lossy {
-		return MemUnknown
+		return event.MemUnknown
 	}
 	switch m.obs {
 	case obsFromStart:
-		return MemPageable
+		return event.MemPageable
 	case obsSince:
 		if m.snapshot.find(addr) >= 0 {
-			return MemUnknown
+			return event.MemUnknown
 		}
-		return MemPageable
+		return event.MemPageable
 	}
-	return MemUnknown
+	return event.MemUnknown
 }
 
 // add inserts [start, start+size) into set. The same range again is a no-op

@@ -1,6 +1,9 @@
 package correlate
 
-import "testing"
+import (
+	"github.com/lanewatch/lanewatch/event"
+	"testing"
+)
 
 func TestRegistryLookup(t *testing.T) {
 	r := NewRegistry(0, 0)
@@ -14,27 +17,27 @@ func TestRegistryLookup(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		addr  uint64
-		kind  MemKind
+		kind  event.MemKind
 		start uint64
 	}{
-		{0xfff, MemPageable, 0},
-		{0x1000, MemPinned, 0x1000},
-		{0x1fff, MemPinned, 0x1000},
-		{0x2000, MemPageable, 0},
-		{0x40ff, MemPinned, 0x4000},
-		{0x4100, MemPageable, 0},
-		{0x10800, MemDevice, 0x10000},
+		{0xfff, event.MemPageable, 0},
+		{0x1000, event.MemPinned, 0x1000},
+		{0x1fff, event.MemPinned, 0x1000},
+		{0x2000, event.MemPageable, 0},
+		{0x40ff, event.MemPinned, 0x4000},
+		{0x4100, event.MemPageable, 0},
+		{0x10800, event.MemDevice, 0x10000},
 	} {
 		k, s := r.Lookup(1, tc.addr)
 		if k != tc.kind || s != tc.start {
 			t.Errorf("Lookup(%#x) = %s %#x, want %s %#x", tc.addr, k, s, tc.kind, tc.start)
 		}
 	}
-	if k, _ := r.Lookup(2, 0x1000); k != MemUnknown {
+	if k, _ := r.Lookup(2, 0x1000); k != event.MemUnknown {
 		t.Errorf("unknown process: %s, want unknown", k)
 	}
 	r.RemovePinned(1, 0x1000)
-	if k, _ := r.Lookup(1, 0x1800); k != MemPageable {
+	if k, _ := r.Lookup(1, 0x1800); k != event.MemPageable {
 		t.Errorf("after unregister: %s, want pageable", k)
 	}
 	r.RemovePinned(1, 0x1000)
@@ -65,17 +68,17 @@ func TestRegistryObservationWindow(t *testing.T) {
 	r.ObservedSince(1, []Range{{0x3000, 0x4000}, {0x1000, 0x2000}, {0x1800, 0x2800}})
 	for _, tc := range []struct {
 		addr uint64
-		kind MemKind
+		kind event.MemKind
 	}{
-		{0x0fff, MemPageable}, {0x1000, MemUnknown}, {0x27ff, MemUnknown}, {0x2800, MemPageable},
-		{0x3000, MemUnknown}, {0x4000, MemPageable},
+		{0x0fff, event.MemPageable}, {0x1000, event.MemUnknown}, {0x27ff, event.MemUnknown}, {0x2800, event.MemPageable},
+		{0x3000, event.MemUnknown}, {0x4000, event.MemPageable},
 	} {
 		if k, _ := r.Lookup(1, tc.addr); k != tc.kind {
 			t.Errorf("Lookup(%#x) = %s, want %s", tc.addr, k, tc.kind)
 		}
 	}
 	r.MarkLossy(1)
-	if k, _ := r.Lookup(1, 0x5000); k != MemUnknown {
+	if k, _ := r.Lookup(1, 0x5000); k != event.MemUnknown {
 		t.Errorf("lossy: %s, want unknown", k)
 	}
 }
@@ -91,7 +94,7 @@ func TestRegistryCaps(t *testing.T) {
 		t.Fatalf("range cap hits = %d, want 1", got)
 	}
 	// The lost range must not be reported pageable.
-	if k, _ := r.Lookup(1, 0x3010); k != MemUnknown {
+	if k, _ := r.Lookup(1, 0x3010); k != event.MemUnknown {
 		t.Errorf("address of a dropped range: %s, want unknown", k)
 	}
 	r.AddPinned(2, 0x1000, 0x100)

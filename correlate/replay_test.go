@@ -1,12 +1,13 @@
 package correlate_test
 
 import (
+	"github.com/lanewatch/lanewatch/probes"
 	"os"
 	"testing"
 
 	"github.com/lanewatch/lanewatch/agent"
 	"github.com/lanewatch/lanewatch/correlate"
-	"github.com/lanewatch/lanewatch/probes"
+	"github.com/lanewatch/lanewatch/event"
 )
 
 // testdata/hicache-load.events is a real recording (`agent run --record`) of
@@ -58,7 +59,7 @@ func TestReplayRecordedHicacheLoad(t *testing.T) {
 			got = append(got, *tr)
 		}
 	})})
-	var c probes.Call
+	var c event.Call
 	for i, raw := range recording(t) {
 		if err := probes.Decode(raw, &c); err != nil {
 			t.Fatalf("record %d: %v", i, err)
@@ -86,7 +87,7 @@ func TestReplayRecordedHicacheLoad(t *testing.T) {
 func BenchmarkPipelineRecorded(b *testing.B) {
 	recs := recording(b)
 	e := correlate.NewEngine(correlate.Config{ExecObserved: true, Sink: correlate.SinkFunc(func(*correlate.Transfer) {})})
-	var c probes.Call
+	var c event.Call
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {

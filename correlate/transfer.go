@@ -8,17 +8,7 @@
 // alone.
 package correlate
 
-// MemKind is what backs one side of a transfer.
-type MemKind string
-
-// Memory kinds. MemUnknown is a real answer, not an error: the agent could
-// not have seen the registration (late attach, lost events, caps).
-const (
-	MemPinned   MemKind = "pinned"   // page-locked host memory (host alloc or register)
-	MemPageable MemKind = "pageable" // host memory provably never registered
-	MemDevice   MemKind = "device"   // device memory
-	MemUnknown  MemKind = "unknown"  // host or device memory the agent cannot classify
-)
+import "github.com/lanewatch/lanewatch/event"
 
 // Directions of a transfer.
 const (
@@ -40,8 +30,8 @@ const (
 
 // Side is one end of a transfer.
 type Side struct {
-	Addr uint64  `json:"addr"`
-	Mem  MemKind `json:"memory"`
+	Addr uint64        `json:"addr"`
+	Mem  event.MemKind `json:"memory"`
 }
 
 // Transfer is one copy as the engine reports it, one per runtime call (or
@@ -68,20 +58,20 @@ type Side struct {
 //	                  never overwriting host_mem; absent until measured
 //	call_ns           duration of the submitting call, the evidence for inferred
 type Transfer struct {
-	PID        uint32  `json:"pid"`
-	TID        uint32  `json:"tid"`
-	Stream     uint64  `json:"stream"`
-	API        string  `json:"api"`
-	DriverAPI  string  `json:"driver_api,omitempty"`
-	Op         string  `json:"op"`
-	Direction  string  `json:"direction"`
-	Bytes      uint64  `json:"bytes"`
-	Src        Side    `json:"src"`
-	Dst        Side    `json:"dst"`
-	HostMem    MemKind `json:"host_mem,omitempty"`
-	SubmitNs   uint64  `json:"submit_ns"`
-	CompleteNs uint64  `json:"complete_ns,omitempty"`
-	BatchIndex int     `json:"batch_index"`
+	PID        uint32        `json:"pid"`
+	TID        uint32        `json:"tid"`
+	Stream     uint64        `json:"stream"`
+	API        string        `json:"api"`
+	DriverAPI  string        `json:"driver_api,omitempty"`
+	Op         string        `json:"op"`
+	Direction  string        `json:"direction"`
+	Bytes      uint64        `json:"bytes"`
+	Src        Side          `json:"src"`
+	Dst        Side          `json:"dst"`
+	HostMem    event.MemKind `json:"host_mem,omitempty"`
+	SubmitNs   uint64        `json:"submit_ns"`
+	CompleteNs uint64        `json:"complete_ns,omitempty"`
+	BatchIndex int           `json:"batch_index"`
 
 	// Layer is the copy's layer on a per-layer load stream: HiCache-style
 	// loaders record one event on the load stream after each layer's copies,
@@ -94,8 +84,8 @@ type Transfer struct {
 
 	// Behavioural evidence (DESIGN.md, late attach). Entry-only copy probes
 	// give no call duration, so both stay empty until a return probe does.
-	Inferred MemKind `json:"inferred,omitempty"`
-	CallNs   uint64  `json:"call_ns,omitempty"`
+	Inferred event.MemKind `json:"inferred,omitempty"`
+	CallNs   uint64        `json:"call_ns,omitempty"`
 
 	// RDMA work requests (op post_send/post_recv): the queue pair, the
 	// request's id, its completion status, and the process on this host that

@@ -2,6 +2,7 @@ package dashboards
 
 import (
 	"encoding/json"
+	"github.com/lanewatch/lanewatch/event"
 	"net/url"
 	"regexp"
 	"sort"
@@ -134,7 +135,7 @@ func exporterNames(t *testing.T) map[string]bool {
 		return exporters.Health{AttachedProbes: map[string]int{"/lib/libcuda.so.1": 1}}
 	})
 	for _, tr := range []correlate.Transfer{
-		{Op: "copy", Direction: correlate.DirH2D, Bytes: 1, HostMem: correlate.MemPageable},
+		{Op: "copy", Direction: correlate.DirH2D, Bytes: 1, HostMem: event.MemPageable},
 		{Op: "post_send", Direction: correlate.DirRDMAWrite, Bytes: 1, Status: "success", SubmitNs: 1, CompleteNs: 2},
 	} {
 		m.Transfer(&tr)

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"github.com/lanewatch/lanewatch/event"
 	"reflect"
 	"testing"
 
@@ -15,14 +16,14 @@ var samples = []correlate.Transfer{
 	{
 		PID: 4242, TID: 4250, Stream: 0x5500_0000_1000, API: "cudaMemcpyAsync_ptsz", DriverAPI: "cuMemcpyHtoDAsync_v2_ptsz",
 		Op: "copy", Direction: correlate.DirH2D, Bytes: 1 << 20,
-		Src:     correlate.Side{Addr: 0x7f00_0000_0000, Mem: correlate.MemPinned},
-		Dst:     correlate.Side{Addr: 0x7e00_0000_0000, Mem: correlate.MemDevice},
-		HostMem: correlate.MemPinned, SubmitNs: 123456789012345, CompleteNs: 123456789112345, BatchIndex: -1, Layer: 3,
-		Inferred: correlate.MemPinned, CallNs: 4100, QPNum: 77, WRID: 1 << 40, Status: "REM_ACCESS_ERR", PeerPID: 4242,
+		Src:     correlate.Side{Addr: 0x7f00_0000_0000, Mem: event.MemPinned},
+		Dst:     correlate.Side{Addr: 0x7e00_0000_0000, Mem: event.MemDevice},
+		HostMem: event.MemPinned, SubmitNs: 123456789012345, CompleteNs: 123456789112345, BatchIndex: -1, Layer: 3,
+		Inferred: event.MemPinned, CallNs: 4100, QPNum: 77, WRID: 1 << 40, Status: "REM_ACCESS_ERR", PeerPID: 4242,
 	},
 	{ // every omitempty field empty, a batch entry
 		PID: 1, TID: 1, API: "cudaMemcpyBatchAsync", Op: "copy_batch", Direction: correlate.DirUnknown,
-		Src: correlate.Side{Mem: correlate.MemUnknown}, Dst: correlate.Side{Addr: ^uint64(0), Mem: correlate.MemUnknown},
+		Src: correlate.Side{Mem: event.MemUnknown}, Dst: correlate.Side{Addr: ^uint64(0), Mem: event.MemUnknown},
 		BatchIndex: 63,
 	},
 	{ // strings that need escaping

@@ -3,6 +3,7 @@ package exporters
 import (
 	"context"
 	"fmt"
+	"github.com/lanewatch/lanewatch/event"
 	"log/slog"
 	"strconv"
 	"strings"
@@ -295,7 +296,7 @@ func (s *Spans) export(ts []correlate.Transfer) (spans int, attributed, batched 
 			r.completed = true
 		}
 		r.end = max(r.end, end)
-		if t.HostMem == correlate.MemPageable {
+		if t.HostMem == event.MemPageable {
 			r.pageable++
 			r.pageBytes += t.Bytes
 		}

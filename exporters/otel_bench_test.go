@@ -2,6 +2,7 @@ package exporters_test
 
 import (
 	"context"
+	"github.com/lanewatch/lanewatch/event"
 	"os"
 	"sync/atomic"
 	"testing"
@@ -42,7 +43,7 @@ func BenchmarkCorrelateExport(b *testing.B) {
 			tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp, sdktrace.WithBlocking(), sdktrace.WithMaxQueueSize(1<<16)))
 			spans := exporters.NewSpans(exporters.SpansConfig{Tracer: tp.Tracer("bench"), Mode: exporters.SpansBatched, Hold: time.Nanosecond})
 			e := correlate.NewEngine(correlate.Config{ExecObserved: true, Sink: spans})
-			var c probes.Call
+			var c event.Call
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				j := i % n

@@ -1,6 +1,7 @@
 package exporters
 
 import (
+	"github.com/lanewatch/lanewatch/event"
 	"path/filepath"
 	"sort"
 	"sync"
@@ -10,7 +11,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/lanewatch/lanewatch/correlate"
-	"github.com/lanewatch/lanewatch/probes"
 )
 
 // Metrics exports lanewatch to Prometheus in the node_exporter style: it is
@@ -42,7 +42,7 @@ type Metrics struct {
 // Health is the agent's own state, read at every scrape.
 type Health struct {
 	Events         uint64         // probe events read from the ring buffer
-	Drops          probes.Drops   // events lost or damaged in BPF, by reason
+	Drops          event.Drops    // events lost or damaged in BPF, by reason
 	AttachedProbes map[string]int // library file (path as attached) → probe sites attached in it
 	AttachFailures uint64         // files whose probes could not be attached
 	Pending        int            // transfers not yet emitted: copies awaiting a proof of completion, RDMA requests awaiting their completion
@@ -195,7 +195,7 @@ func NewMetrics(health func() Health) *Metrics {
 	// Host<->device copies start at 0 for every memory kind, so that rate()
 	// sees the first pageable copy instead of a series born non-zero.
 	for _, dir := range []string{correlate.DirH2D, correlate.DirD2H} {
-		for _, mem := range []correlate.MemKind{correlate.MemPinned, correlate.MemPageable, correlate.MemUnknown} {
+		for _, mem := range []event.MemKind{event.MemPinned, event.MemPageable, event.MemUnknown} {
 			for _, op := range []string{"copy", "copy2d", "copy_batch"} {
 				m.transfers[transferKey{dir, string(mem), op}] = &transferCount{}
 			}
@@ -366,14 +366,8 @@ func (m *Metrics) collectWindow(ch chan<- prometheus.Metric) {
 
 func collectHealth(ch chan<- prometheus.Metric, h Health) {
 	ch <- prometheus.MustNewConstMetric(descEvents, prometheus.CounterValue, float64(h.Events))
-	for _, d := range []struct {
-		reason string
-		n      uint64
-	}{
-		{"ring_full", h.Drops.RingFull}, {"lost_return", h.Drops.NoEntry}, {"batch_truncated", h.Drops.BatchTrunc},
-		{"read_fault", h.Drops.ReadFault}, {"wr_truncated", h.Drops.WRTrunc},
-	} {
-		ch <- prometheus.MustNewConstMetric(descDrops, prometheus.CounterValue, float64(d.n), d.reason)
+	for _, d := range h.Drops.Reasons() {
+		ch <- prometheus.MustNewConstMetric(descDrops, prometheus.CounterValue, float64(d.Count), d.Name)
 	}
 	byLib := map[string]int{}
 	for path, n := range h.AttachedProbes {

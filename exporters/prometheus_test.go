@@ -3,6 +3,7 @@ package exporters
 import (
 	"bytes"
 	"fmt"
+	"github.com/lanewatch/lanewatch/event"
 	"os"
 	"os/exec"
 	"regexp"
@@ -16,16 +17,15 @@ import (
 
 	"github.com/lanewatch/lanewatch/correlate"
 	"github.com/lanewatch/lanewatch/internal/promtest"
-	"github.com/lanewatch/lanewatch/probes"
 )
 
 // feed gives m one of each kind of record the engine emits.
 func feed(m *Metrics) {
 	for _, t := range []correlate.Transfer{
-		{Op: "copy", Direction: correlate.DirH2D, Bytes: 1 << 20, HostMem: correlate.MemPinned},
-		{Op: "copy", Direction: correlate.DirH2D, Bytes: 1 << 20, HostMem: correlate.MemPinned},
-		{Op: "copy", Direction: correlate.DirH2D, Bytes: 4096, HostMem: correlate.MemPageable},
-		{Op: "copy2d", Direction: correlate.DirD2H, Bytes: 8192, HostMem: correlate.MemUnknown},
+		{Op: "copy", Direction: correlate.DirH2D, Bytes: 1 << 20, HostMem: event.MemPinned},
+		{Op: "copy", Direction: correlate.DirH2D, Bytes: 1 << 20, HostMem: event.MemPinned},
+		{Op: "copy", Direction: correlate.DirH2D, Bytes: 4096, HostMem: event.MemPageable},
+		{Op: "copy2d", Direction: correlate.DirD2H, Bytes: 8192, HostMem: event.MemUnknown},
 		{Op: "copy_peer", Direction: correlate.DirD2D, Bytes: 64 << 10},
 		{Op: "post_send", Direction: correlate.DirWriteImm, Bytes: 1 << 20, Status: "success", SubmitNs: 1000, CompleteNs: 51000, QPNum: 7},
 		{Op: "post_send", Direction: correlate.DirRDMARead, Bytes: 4096, Status: "remote_access_error", SubmitNs: 1000, CompleteNs: 3000, QPNum: 7},
@@ -51,7 +51,7 @@ func feed(m *Metrics) {
 func testHealth() Health {
 	return Health{
 		Events: 1234,
-		Drops:  probes.Drops{RingFull: 3, NoEntry: 1, WRTrunc: 2},
+		Drops:  event.Drops{RingFull: 3, NoEntry: 1, WRTrunc: 2},
 		AttachedProbes: map[string]int{
 			"/usr/lib/x86_64-linux-gnu/libcuda.so.1": 20, "/proc/42/root/usr/lib/x86_64-linux-gnu/libcuda.so.1": 20,
 			"/opt/venv/lib/libcudart.so.12": 30,
@@ -252,7 +252,7 @@ func TestPromtoolCheckMetrics(t *testing.T) {
 
 func BenchmarkMetricsTransfer(b *testing.B) {
 	m := NewMetrics(nil)
-	t := correlate.Transfer{Op: "copy", Direction: correlate.DirH2D, Bytes: 1 << 20, HostMem: correlate.MemPinned}
+	t := correlate.Transfer{Op: "copy", Direction: correlate.DirH2D, Bytes: 1 << 20, HostMem: event.MemPinned}
 	b.ReportAllocs()
 	for b.Loop() {
 		m.Transfer(&t)

@@ -2,6 +2,7 @@ package probes
 
 import (
 	"encoding/json"
+	"github.com/lanewatch/lanewatch/event"
 	"math"
 	"os"
 	"os/exec"
@@ -107,7 +108,7 @@ func withLanewatch(b *testing.B, lib string, syms map[string]Symbol, f func() fl
 	done := make(chan uint64)
 	go func() {
 		var n uint64
-		p.Read(stop, func(*Call) { n++ })
+		p.Read(stop, func(*event.Call) { n++ })
 		done <- n
 	}()
 	ns := f()

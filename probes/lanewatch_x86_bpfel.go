@@ -19,6 +19,28 @@ type lanewatchCpuCount struct {
 	Pad [7]uint64
 }
 
+type lanewatchLwCookieShift uint32
+
+const (
+	lanewatchLwCookieShiftLW_COOKIE_PROBE_SHIFT   lanewatchLwCookieShift = 0
+	lanewatchLwCookieShiftLW_COOKIE_NARGS_SHIFT   lanewatchLwCookieShift = 16
+	lanewatchLwCookieShiftLW_COOKIE_OUTARG_SHIFT  lanewatchLwCookieShift = 24
+	lanewatchLwCookieShiftLW_COOKIE_SPDELTA_SHIFT lanewatchLwCookieShift = 32
+	lanewatchLwCookieShiftLW_COOKIE_OUTRET_SHIFT  lanewatchLwCookieShift = 40
+	lanewatchLwCookieShiftLW_COOKIE_OUTOFF_SHIFT  lanewatchLwCookieShift = 48
+)
+
+type lanewatchLwDropReason uint32
+
+const (
+	lanewatchLwDropReasonLW_DROP_RING_FULL   lanewatchLwDropReason = 0
+	lanewatchLwDropReasonLW_DROP_NO_ENTRY    lanewatchLwDropReason = 1
+	lanewatchLwDropReasonLW_DROP_BATCH_TRUNC lanewatchLwDropReason = 2
+	lanewatchLwDropReasonLW_DROP_READ_FAULT  lanewatchLwDropReason = 3
+	lanewatchLwDropReasonLW_DROP_WR_TRUNC    lanewatchLwDropReason = 4
+	lanewatchLwDropReasonLW_DROP_NREASONS    lanewatchLwDropReason = 5
+)
+
 type lanewatchLwEvent struct {
 	_          structs.HostLayout
 	Kind       uint8
@@ -34,6 +56,41 @@ type lanewatchLwEvent struct {
 	Args       [9]uint64
 }
 
+type lanewatchLwEventKind uint32
+
+const (
+	lanewatchLwEventKindLW_EV_CALL        lanewatchLwEventKind = 1
+	lanewatchLwEventKindLW_EV_BATCH_ENTRY lanewatchLwEventKind = 2
+	lanewatchLwEventKindLW_EV_EXEC        lanewatchLwEventKind = 3
+	lanewatchLwEventKindLW_EV_EXIT        lanewatchLwEventKind = 4
+	lanewatchLwEventKindLW_EV_WR          lanewatchLwEventKind = 5
+	lanewatchLwEventKindLW_EV_WC          lanewatchLwEventKind = 6
+)
+
+type lanewatchLwWcArg uint32
+
+const (
+	lanewatchLwWcArgLW_WC_CQ          lanewatchLwWcArg = 0
+	lanewatchLwWcArgLW_WC_ID          lanewatchLwWcArg = 1
+	lanewatchLwWcArgLW_WC_STATUS_OP   lanewatchLwWcArg = 2
+	lanewatchLwWcArgLW_WC_LEN_IMM     lanewatchLwWcArg = 3
+	lanewatchLwWcArgLW_WC_QPNUM_FLAGS lanewatchLwWcArg = 4
+)
+
+type lanewatchLwWrArg uint32
+
+const (
+	lanewatchLwWrArgLW_WR_QP        lanewatchLwWrArg = 0
+	lanewatchLwWrArgLW_WR_ID        lanewatchLwWrArg = 1
+	lanewatchLwWrArgLW_WR_BYTES     lanewatchLwWrArg = 2
+	lanewatchLwWrArgLW_WR_OPCODE    lanewatchLwWrArg = 3
+	lanewatchLwWrArgLW_WR_REMOTE    lanewatchLwWrArg = 4
+	lanewatchLwWrArgLW_WR_RKEY_IMM  lanewatchLwWrArg = 5
+	lanewatchLwWrArgLW_WR_LOCAL     lanewatchLwWrArg = 6
+	lanewatchLwWrArgLW_WR_LKEY_NSGE lanewatchLwWrArg = 7
+	lanewatchLwWrArgLW_WR_QPNUM     lanewatchLwWrArg = 8
+)
+
 type lanewatchSavedKey struct {
 	_     structs.HostLayout
 	Tid   uint32
@@ -45,21 +102,26 @@ type lanewatchSavedKey struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	lanewatchMapDrops           = "drops"
-	lanewatchMapEvents          = "events"
-	lanewatchMapSaved           = "saved"
-	lanewatchMapScratch         = "scratch"
-	lanewatchProgLwBatch        = "lw_batch"
-	lanewatchProgLwCall         = "lw_call"
-	lanewatchProgLwCallEnter    = "lw_call_enter"
-	lanewatchProgLwCallReturn   = "lw_call_return"
-	lanewatchProgLwExec         = "lw_exec"
-	lanewatchProgLwExit         = "lw_exit"
-	lanewatchProgLwPollCqReturn = "lw_poll_cq_return"
-	lanewatchProgLwPostRecv     = "lw_post_recv"
-	lanewatchProgLwPostSend     = "lw_post_send"
-	lanewatchVarCpuCounts       = "cpu_counts"
-	lanewatchVarWakeupBytes     = "wakeup_bytes"
+	lanewatchMapDrops             = "drops"
+	lanewatchMapEvents            = "events"
+	lanewatchMapSaved             = "saved"
+	lanewatchMapScratch           = "scratch"
+	lanewatchProgLwBatch          = "lw_batch"
+	lanewatchProgLwCall           = "lw_call"
+	lanewatchProgLwCallEnter      = "lw_call_enter"
+	lanewatchProgLwCallReturn     = "lw_call_return"
+	lanewatchProgLwExec           = "lw_exec"
+	lanewatchProgLwExit           = "lw_exit"
+	lanewatchProgLwPollCqReturn   = "lw_poll_cq_return"
+	lanewatchProgLwPostRecv       = "lw_post_recv"
+	lanewatchProgLwPostSend       = "lw_post_send"
+	lanewatchVarCpuCounts         = "cpu_counts"
+	lanewatchVarUnusedCookieShift = "unused_cookie_shift"
+	lanewatchVarUnusedDropReason  = "unused_drop_reason"
+	lanewatchVarUnusedEventKind   = "unused_event_kind"
+	lanewatchVarUnusedWcArg       = "unused_wc_arg"
+	lanewatchVarUnusedWrArg       = "unused_wr_arg"
+	lanewatchVarWakeupBytes       = "wakeup_bytes"
 )
 
 // loadLanewatch returns the embedded CollectionSpec for lanewatch.
@@ -129,8 +191,13 @@ type lanewatchMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type lanewatchVariableSpecs struct {
-	CpuCounts   *ebpf.VariableSpec `ebpf:"cpu_counts"`
-	WakeupBytes *ebpf.VariableSpec `ebpf:"wakeup_bytes"`
+	CpuCounts         *ebpf.VariableSpec `ebpf:"cpu_counts"`
+	UnusedCookieShift *ebpf.VariableSpec `ebpf:"unused_cookie_shift"`
+	UnusedDropReason  *ebpf.VariableSpec `ebpf:"unused_drop_reason"`
+	UnusedEventKind   *ebpf.VariableSpec `ebpf:"unused_event_kind"`
+	UnusedWcArg       *ebpf.VariableSpec `ebpf:"unused_wc_arg"`
+	UnusedWrArg       *ebpf.VariableSpec `ebpf:"unused_wr_arg"`
+	WakeupBytes       *ebpf.VariableSpec `ebpf:"wakeup_bytes"`
 }
 
 // lanewatchObjects contains all objects after they have been loaded into the kernel.
@@ -172,8 +239,13 @@ func (m *lanewatchMaps) Close() error {
 //
 // It can be passed to loadLanewatchObjects or ebpf.CollectionSpec.LoadAndAssign.
 type lanewatchVariables struct {
-	CpuCounts   *ebpf.Variable `ebpf:"cpu_counts"`
-	WakeupBytes *ebpf.Variable `ebpf:"wakeup_bytes"`
+	CpuCounts         *ebpf.Variable `ebpf:"cpu_counts"`
+	UnusedCookieShift *ebpf.Variable `ebpf:"unused_cookie_shift"`
+	UnusedDropReason  *ebpf.Variable `ebpf:"unused_drop_reason"`
+	UnusedEventKind   *ebpf.Variable `ebpf:"unused_event_kind"`
+	UnusedWcArg       *ebpf.Variable `ebpf:"unused_wc_arg"`
+	UnusedWrArg       *ebpf.Variable `ebpf:"unused_wr_arg"`
+	WakeupBytes       *ebpf.Variable `ebpf:"wakeup_bytes"`
 }
 
 // lanewatchPrograms contains all programs after they have been loaded into the kernel.

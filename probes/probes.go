@@ -14,6 +14,8 @@ import (
 	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/ringbuf"
 	"github.com/cilium/ebpf/rlimit"
+
+	"github.com/lanewatch/lanewatch/event"
 )
 
 // Options configure the loaded programs.
@@ -283,24 +285,14 @@ func (p *Probes) Links() int {
 	return n
 }
 
-// Drops sums the per-CPU drop counters by reason (see lw_drop_reason).
-type Drops struct {
-	RingFull   uint64 // events lost because the ring buffer was full
-	NoEntry    uint64 // return probes without their saved entry
-	BatchTrunc uint64 // batch entries beyond the per-call limit
-	ReadFault  uint64 // user memory that could not be read
-	WRTrunc    uint64 // work requests or completions beyond the per-call limit
-}
-
-// Total is every event lost or damaged.
-func (d Drops) Total() uint64 {
-	return d.RingFull + d.NoEntry + d.BatchTrunc + d.ReadFault + d.WRTrunc
-}
-
-// Drops reads the drop counters.
-func (p *Probes) Drops() (Drops, error) {
-	var d Drops
-	for reason, dst := range []*uint64{&d.RingFull, &d.NoEntry, &d.BatchTrunc, &d.ReadFault, &d.WRTrunc} {
+// Drops sums the per-CPU drop counters by reason (enum lw_drop_reason).
+func (p *Probes) Drops() (event.Drops, error) {
+	var d event.Drops
+	for reason, dst := range map[lanewatchLwDropReason]*uint64{
+		lanewatchLwDropReasonLW_DROP_RING_FULL: &d.RingFull, lanewatchLwDropReasonLW_DROP_NO_ENTRY: &d.NoEntry,
+		lanewatchLwDropReasonLW_DROP_BATCH_TRUNC: &d.BatchTrunc, lanewatchLwDropReasonLW_DROP_READ_FAULT: &d.ReadFault,
+		lanewatchLwDropReasonLW_DROP_WR_TRUNC: &d.WRTrunc,
+	} {
 		var perCPU []uint64
 		if err := p.objs.Drops.Lookup(uint32(reason), &perCPU); err != nil {
 			return d, fmt.Errorf("read drop counter %d: %w", reason, err)
@@ -315,9 +307,9 @@ func (p *Probes) Drops() (Drops, error) {
 // Read drains the ring buffer until stop is closed, calling handle for every
 // event in order. handle runs on the reading goroutine and must not block; the
 // Call it receives is reused for the next event.
-func (p *Probes) Read(stop <-chan struct{}, handle func(*Call)) error {
+func (p *Probes) Read(stop <-chan struct{}, handle func(*event.Call)) error {
 	var rec ringbuf.Record
-	var call Call
+	var call event.Call
 	for {
 		select {
 		case <-stop:
@@ -359,7 +351,7 @@ func (p *Probes) record(raw []byte) {
 }
 
 // drain hands over what is left in the ring without waiting.
-func (p *Probes) drain(rec *ringbuf.Record, call *Call, handle func(*Call)) error {
+func (p *Probes) drain(rec *ringbuf.Record, call *event.Call, handle func(*event.Call)) error {
 	p.reader.SetDeadline(time.Now())
 	for {
 		err := p.reader.ReadInto(rec)

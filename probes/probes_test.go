@@ -1,6 +1,7 @@
 package probes
 
 import (
+	"github.com/lanewatch/lanewatch/event"
 	"os/exec"
 	"path/filepath"
 	"sync"
@@ -11,20 +12,20 @@ import (
 )
 
 // collect reads events in the background until stop is called.
-func collect(t *testing.T, p *Probes) (stop func() []Call) {
+func collect(t *testing.T, p *Probes) (stop func() []event.Call) {
 	t.Helper()
 	var mu sync.Mutex
-	var got []Call
+	var got []event.Call
 	quit := make(chan struct{})
 	done := make(chan error)
 	go func() {
-		done <- p.Read(quit, func(c *Call) {
+		done <- p.Read(quit, func(c *event.Call) {
 			mu.Lock()
 			got = append(got, *c)
 			mu.Unlock()
 		})
 	}()
-	return func() []Call {
+	return func() []event.Call {
 		time.Sleep(100 * time.Millisecond) // let the timer-driven drain catch up
 		close(quit)
 		if err := <-done; err != nil {
@@ -77,11 +78,11 @@ func TestProcessEventsAndLinkerProbe(t *testing.T) {
 			continue
 		}
 		switch {
-		case c.Kind == EventExec:
+		case c.Kind == event.KindExec:
 			exec_++
-		case c.Kind == EventExit:
+		case c.Kind == event.KindExit:
 			exit++
-		case c.Row() != nil && c.Row().Op == OpLinkerUpdate:
+		case c.Op == event.OpLinkerUpdate:
 			linker++
 		}
 	}
@@ -114,8 +115,8 @@ func TestDropsAreCounted(t *testing.T) {
 	const calls = 3000 + 1              // callbench warms up with one extra call
 	callbench(t, ref, "plain", calls-1) // no reader yet: the ring fills up
 	in := 0
-	p.Read(closedChan(), func(c *Call) {
-		if c.Row() != nil && c.Row().Symbol == "cudaMemcpyAsync" {
+	p.Read(closedChan(), func(c *event.Call) {
+		if c.Symbol == "cudaMemcpyAsync" {
 			in++
 		}
 	})

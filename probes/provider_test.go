@@ -3,6 +3,7 @@ package probes
 import (
 	"bufio"
 	"fmt"
+	"github.com/lanewatch/lanewatch/event"
 	"io"
 	"os"
 	"os/exec"
@@ -211,13 +212,13 @@ func TestProviderProbesDecode(t *testing.T) {
 	if line, err := io.out.ReadString('\n'); err != nil || strings.TrimSpace(line) != "6" {
 		t.Fatalf("data path returned %q, %v", line, err)
 	}
-	var wrs, wcs []Call
+	var wrs, wcs []event.Call
 	for _, c := range stop() {
 		switch {
 		case c.PID != uint32(pid):
-		case c.Kind == EventWR:
+		case c.Kind == event.KindWR:
 			wrs = append(wrs, c)
-		case c.Kind == EventWC:
+		case c.Kind == event.KindWC:
 			wcs = append(wcs, c)
 		}
 	}
@@ -225,7 +226,7 @@ func TestProviderProbesDecode(t *testing.T) {
 		t.Fatalf("%d WR events, %d completions; want 3 and 3", len(wrs), len(wcs))
 	}
 	w := wrs[0]
-	if w.Row().Op != OpPostSend || w.RDMA.WRID != 1 || w.RDMA.Opcode != 1 /* IBV_WR_RDMA_WRITE_WITH_IMM */ ||
+	if w.Op != event.OpPostSend || w.RDMA.WRID != 1 || w.RDMA.Opcode != 1 /* IBV_WR_RDMA_WRITE_WITH_IMM */ ||
 		w.RDMA.SendFlags != 2 /* IBV_SEND_SIGNALED */ || w.Bytes != 4096+8192 || w.RDMA.NumSGE != 2 ||
 		w.RDMA.RemoteAddr != 0x7f0000001000 || w.RDMA.RKey != 0x5151 || w.RDMA.Imm != 0x1234 ||
 		w.RDMA.Local != 0x1000 || w.RDMA.LKey != 11 || w.RDMA.QPNum != 77 || w.BatchIndex != 0 {
@@ -234,7 +235,7 @@ func TestProviderProbesDecode(t *testing.T) {
 	if w := wrs[1]; w.RDMA.WRID != 2 || w.RDMA.Opcode != 4 /* IBV_WR_RDMA_READ */ || w.Bytes != 100 || w.RDMA.RKey != 0x5252 || w.BatchIndex != 1 {
 		t.Errorf("second WR: %+v", w.RDMA)
 	}
-	if w := wrs[2]; w.Row().Op != OpPostRecv || w.RDMA.WRID != 9 || w.Bytes != 4096 {
+	if w := wrs[2]; w.Op != event.OpPostRecv || w.RDMA.WRID != 9 || w.Bytes != 4096 {
 		t.Errorf("recv WR: %+v", w.RDMA)
 	}
 	for i, c := range wcs {

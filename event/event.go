@@ -1,0 +1,194 @@
+// Package event is the vocabulary shared by the probes, the correlation
+// engine and the exporters: the decoded probe call, what it does (Op), which
+// API layer made it, the direction it states, the memory kinds a transfer's
+// sides can have, and the reasons events are lost.
+//
+// probes fills these values from the ring buffer (decoding the C structs of
+// bpf/lanewatch.h through their generated mirrors); correlate and the
+// exporters read them and never see a probe table or a BPF constant.
+package event
+
+// Kind says what produced a Call.
+type Kind uint8
+
+const (
+	KindCall       Kind = iota + 1 // a probed call (see Call.Op)
+	KindBatchEntry                 // one entry of a batch copy
+	KindExec                       // a process replaced its image
+	KindExit                       // a process exited
+	KindWR                         // one work request of a post_send/post_recv chain
+	KindWC                         // one completion returned by poll_cq
+)
+
+// Call is one decoded probe hit: the raw arguments already mapped to what
+// the call means. Fields a call does not have are zero.
+type Call struct {
+	Kind       Kind
+	PID, TID   uint32
+	Time       uint64 // CLOCK_MONOTONIC ns at entry
+	ReturnTime uint64 // at return, 0 for entry-only probes
+	Ret        uint64 // return code (cudaError_t / CUresult), valid when ReturnTime != 0
+
+	// What the probed symbol is (from the probe table, filled by the decoder).
+	Probe     uint16 // the table row, for recordings and diagnostics
+	Symbol    string // the probed symbol, "cudaMemcpyAsync_ptsz"
+	Op        Op
+	Layer     Layer
+	PerThread bool // a _ptsz/_ptds form: stream 0 is the calling thread's own
+	Returns   bool // reported at return, with the result (Ret, ReturnTime)
+
+	Dst, Src uint64
+	Bytes    uint64
+	CopyKind CopyKind // direction stated by the call, or its fixed direction
+	Stream   uint64
+	Event    uint64
+	Ptr      uint64 // range start (register, free) or the allocated pointer (allocs)
+	Size     uint64
+	Flags    uint64
+
+	BatchIndex uint32 // position in a batch copy, a WR chain or a poll's completions
+	BatchCount uint64
+
+	RDMA RDMA // verbs and provider events
+}
+
+// RDMA is what a verbs or provider event carries.
+type RDMA struct {
+	Context    uint64 // struct ibv_context * (OpVerbsContext)
+	MR         uint64 // struct ibv_mr * (register: the result; deregister: the argument)
+	QP, CQ     uint64 // object pointers
+	QPNum      uint32
+	WRID       uint64
+	Opcode     uint32 // enum ibv_wr_opcode for WRs, enum ibv_wc_opcode for completions
+	SendFlags  uint32
+	Status     uint32 // enum ibv_wc_status
+	RemoteAddr uint64
+	RKey, LKey uint32
+	Imm        uint32
+	NumSGE     uint32
+	WCFlags    uint32
+	Local      uint64 // first SGE's address
+}
+
+// Op is what a probed call does, independent of which API spelled it.
+type Op uint8
+
+const (
+	OpCopy            Op = iota + 1 // one linear copy: dst, src, bytes (+kind, +stream)
+	OpCopy2D                        // width*height bytes between pitched buffers
+	OpCopyPeer                      // device-to-device across GPUs
+	OpCopyBatch                     // cudaMemcpyBatchAsync: arrays of dst/src/size
+	OpHostAlloc                     // pinned host allocation (out pointer)
+	OpHostRegister                  // pin an existing host range
+	OpHostUnregister                // unpin a registered range
+	OpHostFree                      // free a pinned allocation
+	OpDeviceAlloc                   // device allocation (out pointer)
+	OpDeviceFree                    // free a device allocation
+	OpStreamSync                    // host waits for a stream
+	OpEventRecord                   // marks a stream position
+	OpEventSync                     // host waits for an event
+	OpStreamWaitEvent               // a stream waits for an event (GPU side)
+	OpLinkerUpdate                  // ld.so finished a dlopen/dlclose: rescan the process
+	OpMRRegister                    // an RDMA memory region: addr, length, access → lkey, rkey
+	OpMRDeregister                  // an RDMA memory region goes away (Ptr: the struct ibv_mr *)
+	OpVerbsContext                  // a verbs object whose context holds the provider's ops table
+	OpPostSend                      // one work request posted to a send queue
+	OpPostRecv                      // one work request posted to a receive queue
+	OpPollCQ                        // one completion polled from a completion queue
+)
+
+var opNames = [...]string{
+	OpCopy: "copy", OpCopy2D: "copy2d", OpCopyPeer: "copy_peer", OpCopyBatch: "copy_batch",
+	OpHostAlloc: "host_alloc", OpHostRegister: "host_register", OpHostUnregister: "host_unregister",
+	OpHostFree: "host_free", OpDeviceAlloc: "device_alloc", OpDeviceFree: "device_free",
+	OpStreamSync: "stream_sync", OpEventRecord: "event_record", OpEventSync: "event_sync",
+	OpStreamWaitEvent: "stream_wait_event", OpLinkerUpdate: "linker_update",
+	OpMRRegister: "mr_register", OpMRDeregister: "mr_deregister", OpVerbsContext: "verbs_context",
+	OpPostSend: "post_send", OpPostRecv: "post_recv", OpPollCQ: "poll_cq",
+}
+
+// String is the op's name as records carry it ("copy", "post_send").
+func (o Op) String() string {
+	if int(o) < len(opNames) && opNames[o] != "" {
+		return opNames[o]
+	}
+	return "unknown"
+}
+
+// IsCopy reports whether the op moves bytes.
+func (o Op) IsCopy() bool { return o >= OpCopy && o <= OpCopyBatch }
+
+// IsCUDA reports whether the op is a CUDA runtime or driver call the engine
+// correlates (copies, memory, ordering).
+func (o Op) IsCUDA() bool { return o >= OpCopy && o <= OpStreamWaitEvent }
+
+// Layer says which API layer a symbol belongs to.
+type Layer uint8
+
+const (
+	LayerRuntime  Layer = iota + 1 // libcudart: may call into the driver on the same thread
+	LayerDriver                    // libcuda
+	LayerLinker                    // ld.so
+	LayerVerbs                     // libibverbs' exported entry points
+	LayerProvider                  // an RDMA provider's data path, reached through the ops table
+)
+
+// CopyKind is the direction a call states (cudaMemcpyKind values).
+type CopyKind uint8
+
+const (
+	CopyHostToHost     CopyKind = 0
+	CopyHostToDevice   CopyKind = 1
+	CopyDeviceToHost   CopyKind = 2
+	CopyDeviceToDevice CopyKind = 3
+	CopyDefault        CopyKind = 4 // resolved from the pointers (unified addressing)
+)
+
+// MemKind is what backs one side of a transfer.
+type MemKind string
+
+// Memory kinds. MemUnknown is a real answer, not an error: the agent could
+// not have seen the registration (late attach, lost events, caps).
+const (
+	MemPinned   MemKind = "pinned"   // page-locked host memory (host alloc or register)
+	MemPageable MemKind = "pageable" // host memory provably never registered
+	MemDevice   MemKind = "device"   // device memory
+	MemUnknown  MemKind = "unknown"  // host or device memory the agent cannot classify
+)
+
+// Drops counts events lost or damaged before they reached the reader, by
+// reason.
+type Drops struct {
+	RingFull   uint64 // events lost because the ring buffer was full
+	NoEntry    uint64 // return probes without their saved entry
+	BatchTrunc uint64 // batch entries beyond the per-call limit
+	ReadFault  uint64 // user memory that could not be read
+	WRTrunc    uint64 // work requests or completions beyond the per-call limit
+}
+
+// Total is every event lost or damaged.
+func (d Drops) Total() uint64 {
+	return d.RingFull + d.NoEntry + d.BatchTrunc + d.ReadFault + d.WRTrunc
+}
+
+// Lossy reports whether events may be missing altogether (not only
+// truncated or damaged): a registration may have been missed.
+func (d Drops) Lossy() bool { return d.RingFull != 0 || d.NoEntry != 0 }
+
+// Sub is the drops since an earlier reading.
+func (d Drops) Sub(before Drops) Drops {
+	return Drops{d.RingFull - before.RingFull, d.NoEntry - before.NoEntry, d.BatchTrunc - before.BatchTrunc,
+		d.ReadFault - before.ReadFault, d.WRTrunc - before.WRTrunc}
+}
+
+// Reasons lists the counts with their metric and log names, in a fixed order.
+func (d Drops) Reasons() []DropReason {
+	return []DropReason{{"ring_full", d.RingFull}, {"lost_return", d.NoEntry}, {"batch_truncated", d.BatchTrunc},
+		{"read_fault", d.ReadFault}, {"wr_truncated", d.WRTrunc}}
+}
+
+// DropReason is one reason's name and count.
+type DropReason struct {
+	Name  string
+	Count uint64
+}

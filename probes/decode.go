@@ -1,0 +1,203 @@
+package probes
+
+import (
+	"fmt"
+	"strings"
+	"unsafe"
+
+	"github.com/lanewatch/lanewatch/event"
+)
+
+// EventSize is the size of one ring buffer record (struct lw_event).
+const EventSize = int(unsafe.Sizeof(lanewatchLwEvent{}))
+
+// kinds maps the C event kinds (enum lw_event_kind) to the vocabulary's;
+// an array, not a map: Decode runs for every event.
+var kinds = func() (k [8]event.Kind) {
+	k[lanewatchLwEventKindLW_EV_CALL] = event.KindCall
+	k[lanewatchLwEventKindLW_EV_BATCH_ENTRY] = event.KindBatchEntry
+	k[lanewatchLwEventKindLW_EV_EXEC] = event.KindExec
+	k[lanewatchLwEventKindLW_EV_EXIT] = event.KindExit
+	k[lanewatchLwEventKindLW_EV_WR] = event.KindWR
+	k[lanewatchLwEventKindLW_EV_WC] = event.KindWC
+	return k
+}()
+
+// rowFacts is what every event of a table row carries besides its
+// arguments, computed once so that Decode does not allocate.
+type rowFacts struct {
+	perThread, returns bool
+}
+
+var facts = func() []rowFacts {
+	out := make([]rowFacts, len(Table))
+	for i, p := range Table {
+		out[i] = rowFacts{
+			perThread: strings.HasSuffix(p.Symbol, "_ptsz") || strings.HasSuffix(p.Symbol, "_ptds"),
+			returns:   p.Program == ProgEntryReturn,
+		}
+	}
+	return out
+}()
+
+// describe fills what the table says of row id: what the symbol is and the
+// direction it fixes (a row whose direction is an argument gets it later).
+func describe(c *event.Call, id uint16) {
+	p := &Table[id]
+	c.Probe, c.Symbol, c.Op, c.Layer = id, p.Symbol, p.Op, p.Layer
+	c.PerThread, c.Returns = facts[id].perThread, facts[id].returns
+	c.CopyKind = p.Kind
+	if p.Kind == kindFromArg {
+		c.CopyKind = 0
+	}
+}
+
+// Template is a call of the row named symbol as the decoder describes it
+// before reading arguments; false when the table has no such row. Tests and
+// tools build calls from it.
+func Template(symbol string) (event.Call, bool) {
+	for i := range Table {
+		if Table[i].Symbol == symbol {
+			c := event.Call{Kind: event.KindCall}
+			describe(&c, uint16(i))
+			return c, true
+		}
+	}
+	return event.Call{}, false
+}
+
+// Decode turns one ring buffer record into a Call, filling what the call
+// means from its table row. It does not allocate.
+func Decode(raw []byte, c *event.Call) error {
+	if len(raw) < EventSize {
+		return fmt.Errorf("short event: %d bytes, want %d", len(raw), EventSize)
+	}
+	// The record is the C struct byte for byte (generated mirror, host layout).
+	ev := (*lanewatchLwEvent)(unsafe.Pointer(&raw[0]))
+	var kind event.Kind
+	if int(ev.Kind) < len(kinds) {
+		kind = kinds[ev.Kind]
+	}
+	if kind == 0 {
+		return fmt.Errorf("unknown event kind %d", ev.Kind)
+	}
+	*c = event.Call{
+		Kind:       kind,
+		Probe:      ev.Probe,
+		PID:        ev.Pid,
+		TID:        ev.Tid,
+		Time:       ev.TsNs,
+		ReturnTime: ev.RetTsNs,
+		Ret:        ev.Ret,
+		BatchIndex: ev.BatchIndex,
+	}
+	if kind == event.KindExec || kind == event.KindExit {
+		return nil
+	}
+	if int(ev.Probe) >= len(Table) {
+		return fmt.Errorf("event for probe %d, table has %d rows", ev.Probe, len(Table))
+	}
+	p := &Table[ev.Probe]
+	describe(c, ev.Probe)
+	a := &ev.Args
+	arg := func(i int) uint64 {
+		if i < 0 || i >= len(a) {
+			return 0
+		}
+		return a[i]
+	}
+	c.Dst, c.Src, c.Bytes = arg(p.Args.Dst), arg(p.Args.Src), arg(p.Args.Bytes)
+	if p.Args.Height >= 0 {
+		c.Bytes *= arg(p.Args.Height)
+	}
+	if p.Kind == kindFromArg {
+		c.CopyKind = event.CopyKind(arg(p.Args.Kind))
+	}
+	c.Stream, c.Event, c.Flags = arg(p.Args.Stream), arg(p.Args.Event), arg(p.Args.Flags)
+	c.Ptr, c.Size = arg(p.Args.Ptr), arg(p.Args.Size)
+	if p.Out {
+		c.Ptr = ev.Out // the value the call wrote through its out pointer
+	}
+	switch kind {
+	case event.KindWR:
+		decodeWR(ev, c)
+		return nil
+	case event.KindWC:
+		decodeWC(ev, c)
+		return nil
+	}
+	if p.Layer == event.LayerVerbs {
+		decodeVerbs(p, ev, c)
+	}
+	if kind == event.KindBatchEntry {
+		// lw_batch replaced args 0..2 with this entry's dst, src and size.
+		c.Dst, c.Src, c.Bytes = a[0], a[1], a[2]
+		c.BatchCount = arg(p.Args.Count)
+	}
+	return nil
+}
+
+// decodeWR reads the slots lw_post_send/lw_post_recv fill (enum lw_wr_arg).
+func decodeWR(ev *lanewatchLwEvent, c *event.Call) {
+	a := &ev.Args
+	c.Dst, c.Src, c.Ptr, c.Size = 0, 0, 0, 0
+	c.Bytes = a[lanewatchLwWrArgLW_WR_BYTES]
+	op, keys, lkey := a[lanewatchLwWrArgLW_WR_OPCODE], a[lanewatchLwWrArgLW_WR_RKEY_IMM], a[lanewatchLwWrArgLW_WR_LKEY_NSGE]
+	c.RDMA = event.RDMA{
+		QP: a[lanewatchLwWrArgLW_WR_QP], WRID: a[lanewatchLwWrArgLW_WR_ID],
+		Opcode: uint32(op), SendFlags: uint32(op >> 32),
+		RemoteAddr: a[lanewatchLwWrArgLW_WR_REMOTE], RKey: uint32(keys), Imm: uint32(keys >> 32),
+		Local: a[lanewatchLwWrArgLW_WR_LOCAL], LKey: uint32(lkey), NumSGE: uint32(lkey >> 32),
+		QPNum: uint32(a[lanewatchLwWrArgLW_WR_QPNUM]),
+	}
+}
+
+// decodeWC reads the slots lw_poll_cq_return fills (enum lw_wc_arg).
+func decodeWC(ev *lanewatchLwEvent, c *event.Call) {
+	a := &ev.Args
+	c.Dst, c.Src, c.Ptr, c.Size = 0, 0, 0, 0
+	status, lenImm, qpFlags := a[lanewatchLwWcArgLW_WC_STATUS_OP], a[lanewatchLwWcArgLW_WC_LEN_IMM], a[lanewatchLwWcArgLW_WC_QPNUM_FLAGS]
+	c.Bytes = uint64(uint32(lenImm))
+	c.RDMA = event.RDMA{
+		CQ: a[lanewatchLwWcArgLW_WC_CQ], WRID: a[lanewatchLwWcArgLW_WC_ID],
+		Status: uint32(status), Opcode: uint32(status >> 32),
+		Imm: uint32(lenImm >> 32), QPNum: uint32(qpFlags), WCFlags: uint32(qpFlags >> 32),
+	}
+}
+
+// decodeVerbs fills the verbs results: a new MR's pointer and keys, the
+// context a verbs object belongs to.
+func decodeVerbs(p *Probe, ev *lanewatchLwEvent, c *event.Call) {
+	switch p.Op {
+	case event.OpMRRegister:
+		c.RDMA.MR = ev.Ret
+		if ev.Ret != 0 {
+			c.RDMA.LKey, c.RDMA.RKey = uint32(ev.Out), uint32(ev.Out>>32)
+		}
+	case event.OpVerbsContext:
+		c.RDMA.Context = ev.Ret // ibv_open_device returns it
+		if p.OutRet {
+			c.RDMA.Context = ev.Out // the first field of a new CQ or QP
+		}
+	case event.OpMRDeregister:
+		c.RDMA.MR = c.Ptr
+	}
+}
+
+// Cookie packs what the BPF program needs to know about an attach point
+// (enum lw_cookie_shift): the probe id, how many arguments to read, which
+// one is an out pointer and how far the stack pointer has moved between the
+// symbol and the probe site.
+func Cookie(id int, spDelta int) uint64 {
+	p := &Table[id]
+	c := uint64(id)<<lanewatchLwCookieShiftLW_COOKIE_PROBE_SHIFT |
+		uint64(p.NArgs)<<lanewatchLwCookieShiftLW_COOKIE_NARGS_SHIFT |
+		uint64(spDelta)<<lanewatchLwCookieShiftLW_COOKIE_SPDELTA_SHIFT
+	if p.Out {
+		c |= uint64(p.Args.Ptr+1) << lanewatchLwCookieShiftLW_COOKIE_OUTARG_SHIFT
+	}
+	if p.OutRet {
+		c |= 1<<lanewatchLwCookieShiftLW_COOKIE_OUTRET_SHIFT | uint64(p.OutOff)<<lanewatchLwCookieShiftLW_COOKIE_OUTOFF_SHIFT
+	}
+	return c
+}
