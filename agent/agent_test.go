@@ -3,7 +3,6 @@ package agent
 import (
 	"bytes"
 	"context"
-	"github.com/lanewatch/lanewatch/event"
 	"io"
 	"log/slog"
 	"os"
@@ -15,6 +14,7 @@ import (
 	"time"
 
 	"github.com/lanewatch/lanewatch/correlate"
+	"github.com/lanewatch/lanewatch/event"
 	"github.com/lanewatch/lanewatch/internal/testenv"
 )
 

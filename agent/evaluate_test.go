@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"github.com/lanewatch/lanewatch/event"
 	"os"
 	"path/filepath"
 	"strings"
@@ -9,6 +8,7 @@ import (
 	"time"
 
 	"github.com/lanewatch/lanewatch/correlate"
+	"github.com/lanewatch/lanewatch/event"
 )
 
 func rules(v Verdict) map[string]int {

@@ -2,11 +2,11 @@ package agent
 
 import (
 	"fmt"
-	"github.com/lanewatch/lanewatch/event"
 	"sort"
 	"sync"
 
 	"github.com/lanewatch/lanewatch/correlate"
+	"github.com/lanewatch/lanewatch/event"
 )
 
 // sample collects the transfers of a diagnose window and judges them per

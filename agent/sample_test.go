@@ -1,12 +1,12 @@
 package agent
 
 import (
-	"github.com/lanewatch/lanewatch/event"
 	"os"
 	"strings"
 	"testing"
 
 	"github.com/lanewatch/lanewatch/correlate"
+	"github.com/lanewatch/lanewatch/event"
 	"github.com/lanewatch/lanewatch/probes"
 )
 

@@ -9,8 +9,9 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/lanewatch/lanewatch/internal/lines"
 	"github.com/safchain/ethtool"
+
+	"github.com/lanewatch/lanewatch/internal/lines"
 )
 
 // ParseEthtoolStats parses saved `ethtool -S IFACE` output: an optional

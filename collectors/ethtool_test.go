@@ -15,9 +15,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lanewatch/lanewatch/internal/testenv"
 	"github.com/safchain/ethtool"
 	"golang.org/x/sys/unix"
+
+	"github.com/lanewatch/lanewatch/internal/testenv"
 )
 
 func readEthtoolSample(t *testing.T, file string) map[string]uint64 {

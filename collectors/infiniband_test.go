@@ -10,8 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lanewatch/lanewatch/internal/sysfstest"
 	"github.com/prometheus/procfs/sysfs"
+
+	"github.com/lanewatch/lanewatch/internal/sysfstest"
 )
 
 // flatFile is one "path: value" (flattened fixture) or "path:value" (grep

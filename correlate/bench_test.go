@@ -2,10 +2,10 @@ package correlate
 
 import (
 	"encoding/binary"
-	"github.com/lanewatch/lanewatch/probes"
 	"testing"
 
 	"github.com/lanewatch/lanewatch/event"
+	"github.com/lanewatch/lanewatch/probes"
 )
 
 // recorder lays out raw ring buffer records as struct lw_event

@@ -1,11 +1,11 @@
 package correlate
 
 import (
-	"github.com/lanewatch/lanewatch/probes"
 	"testing"
 	"time"
 
 	"github.com/lanewatch/lanewatch/event"
+	"github.com/lanewatch/lanewatch/probes"
 )
 
 // FuzzEngine feeds arbitrary call sequences (small address and handle

@@ -1,11 +1,11 @@
 package correlate_test
 
 import (
-	"github.com/lanewatch/lanewatch/probes"
 	"testing"
 
 	"github.com/lanewatch/lanewatch/correlate"
 	"github.com/lanewatch/lanewatch/event"
+	"github.com/lanewatch/lanewatch/probes"
 )
 
 // TestLayerFromEventRecords replays the real hicache-load recording and checks

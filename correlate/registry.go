@@ -1,8 +1,9 @@
 package correlate
 
 import (
-	"github.com/lanewatch/lanewatch/event"
 	"slices"
+
+	"github.com/lanewatch/lanewatch/event"
 )
 
 // Range is a half-open address range [Start, End).

@@ -1,8 +1,9 @@
 package correlate
 
 import (
-	"github.com/lanewatch/lanewatch/event"
 	"testing"
+
+	"github.com/lanewatch/lanewatch/event"
 )
 
 func TestRegistryLookup(t *testing.T) {

@@ -1,13 +1,13 @@
 package correlate_test
 
 import (
-	"github.com/lanewatch/lanewatch/probes"
 	"os"
 	"testing"
 
 	"github.com/lanewatch/lanewatch/agent"
 	"github.com/lanewatch/lanewatch/correlate"
 	"github.com/lanewatch/lanewatch/event"
+	"github.com/lanewatch/lanewatch/probes"
 )
 
 // testdata/hicache-load.events is a real recording (`agent run --record`) of

@@ -34,14 +34,16 @@ type Finding struct {
 
 // Checklist items of seed 000, quoted by the findings that apply them.
 const (
-	checkPinned    = "L2→L1: is the source memory pinned (pageable adds a CPU copy and makes non_blocking synchronous)"
-	checkPoolNode  = "L2→L1: which NUMA node holds the host pool (topo -m NUMA affinity vs /proc/PID/numa_maps); was NUMA binding silently skipped"
-	checkFragments = "L2→L1: is the transfer cut into too many small pieces (many small cudaMemcpyAsync)"
-	checkOverlap   = "L2→L1: is an RDMA receive or another inbound transfer using the GPU's inbound lane at the same time"
-	checkNIC       = "Topology: GPUDirect RDMA should use a PIX/PXB NIC"
-	checkLink      = "Link bandwidth: compute the path's ceiling from each link's generation and width"
-	checkIOMMU     = "IOMMU: devices may see IOVAs; translation and ACS can lengthen P2P paths"
-	checkPinnedMem = "Host pool: pinned memory is taken out of what the kernel can reclaim"
+	checkPinned     = "L2→L1: is the source memory pinned (pageable adds a CPU copy and makes non_blocking synchronous)"
+	checkPoolNode   = "L2→L1: which NUMA node holds the host pool (topo -m NUMA affinity vs /proc/PID/numa_maps); was NUMA binding silently skipped"
+	checkFragments  = "L2→L1: is the transfer cut into too many small pieces (many small cudaMemcpyAsync)"
+	checkOverlap    = "L2→L1: is an RDMA receive or another inbound transfer using the GPU's inbound lane at the same time"
+	checkNIC        = "Topology: GPUDirect RDMA should use a PIX/PXB NIC"
+	checkLink       = "Link bandwidth: compute the path's ceiling from each link's generation and width"
+	checkIOMMU      = "IOMMU: devices may see IOVAs; translation and ACS can lengthen P2P paths"
+	checkPinnedMem  = "Host pool: pinned memory is taken out of what the kernel can reclaim"
+	checkUnderused  = "Link bandwidth: the path's rate is its narrowest segment's; the link is not it here"
+	checkCongestion = "RDMA: posted is not completed; CNP/ECN/PFC and retries explain a completion that comes late"
 )
 
 // PoolPlacement is where the pages of one pinned host range live.
@@ -77,20 +79,15 @@ func RemoteNUMAPool(p PoolPlacement) *Finding {
 	for _, n := range nodes {
 		dist = append(dist, fmt.Sprintf("N%d=%d", n, p.PagesByNode[n]))
 	}
-	return &Finding{
-		Rule:     "remote-numa-pool",
-		Severity: SevFail,
-		Subject:  fmt.Sprintf("pid %d pool %#x+%s", p.PID, p.Start, bytesText(p.Size)),
-		Summary: fmt.Sprintf("%.0f%% of the pool's pages are off GPU %s's NUMA node %d: every H2D from it crosses the socket interconnect",
+	return newFinding("remote-numa-pool", SevFail, fmt.Sprintf("pid %d pool %#x+%s", p.PID, p.Start, bytesText(p.Size)),
+		fmt.Sprintf("%.0f%% of the pool's pages are off GPU %s's NUMA node %d: every H2D from it crosses the socket interconnect",
 			100*float64(remote)/float64(total), p.GPU, p.GPUNode),
-		Evidence: []string{
+		[]string{
 			fmt.Sprintf("pages by node (%s): %s", p.Source, strings.Join(dist, " ")),
 			fmt.Sprintf("GPU %s NUMA node %d", p.GPU, p.GPUNode),
 		},
-		Remediation: fmt.Sprintf("allocate the pool on node %d: start the process under `numactl --cpunodebind=%d --membind=%d` "+
-			"(SGLang does this itself unless it silently skips it; check its numa-bind log line)", p.GPUNode, p.GPUNode, p.GPUNode),
-		Checklist: checkPoolNode,
-	}
+		fmt.Sprintf("allocate the pool on node %d: start the process under `numactl --cpunodebind=%d --membind=%d` "+
+			"(SGLang does this itself unless it silently skips it; check its numa-bind log line)", p.GPUNode, p.GPUNode, p.GPUNode))
 }
 
 // BindFacts is what numa-bind-skipped looks at for one process.
@@ -139,15 +136,10 @@ func NUMABindSkipped(f BindFacts) *Finding {
 		reasons = append(reasons, "no reason visible on the host: the launcher did not ask for a binding")
 	}
 	ev = append(ev, "likely reason: "+strings.Join(reasons, "; "))
-	return &Finding{
-		Rule:        "numa-bind-skipped",
-		Severity:    SevWarn,
-		Subject:     fmt.Sprintf("pid %d", f.PID),
-		Summary:     fmt.Sprintf("the process may allocate on every node while its GPU is on node %d: NUMA binding was skipped", f.GPUNodes[0]),
-		Evidence:    ev,
-		Remediation: fmt.Sprintf("install numactl and grant CAP_SYS_NICE (docker --cap-add SYS_NICE), or bind explicitly: numactl --cpunodebind=%d --membind=%d", f.GPUNodes[0], f.GPUNodes[0]),
-		Checklist:   checkPoolNode,
-	}
+	return newFinding("numa-bind-skipped", SevWarn, fmt.Sprintf("pid %d", f.PID),
+		fmt.Sprintf("the process may allocate on every node while its GPU is on node %d: NUMA binding was skipped", f.GPUNodes[0]),
+		ev,
+		fmt.Sprintf("install numactl and grant CAP_SYS_NICE (docker --cap-add SYS_NICE), or bind explicitly: numactl --cpunodebind=%d --membind=%d", f.GPUNodes[0], f.GPUNodes[0]))
 }
 
 // NICChoice is the NIC a GPU's RDMA traffic uses and the relations it could have had.
@@ -176,15 +168,10 @@ func FarNIC(c NICChoice) *Finding {
 		return nil
 	}
 	sort.Strings(near)
-	return &Finding{
-		Rule:        "far-nic",
-		Severity:    SevWarn,
-		Subject:     "GPU " + c.GPU,
-		Summary:     fmt.Sprintf("RDMA for GPU %s uses %s (%s) while %s is closer", c.GPU, c.Used, c.Relations[c.Used], strings.Join(near, ", ")),
-		Evidence:    []string{fmt.Sprintf("%s is %s to the GPU", c.Used, c.Relations[c.Used]), "closer: " + strings.Join(near, ", ")},
-		Remediation: "map each GPU to its nearest NIC (SGLang --disaggregation-ib-device, NCCL_IB_HCA, Mooncake/NIXL device lists); `agent topo` prints the map",
-		Checklist:   checkNIC,
-	}
+	return newFinding("far-nic", SevWarn, "GPU "+c.GPU,
+		fmt.Sprintf("RDMA for GPU %s uses %s (%s) while %s is closer", c.GPU, c.Used, c.Relations[c.Used], strings.Join(near, ", ")),
+		[]string{fmt.Sprintf("%s is %s to the GPU", c.Used, c.Relations[c.Used]), "closer: " + strings.Join(near, ", ")},
+		"")
 }
 
 // LinkFacts is one PCIe link's training and whether it carried traffic.
@@ -210,21 +197,15 @@ func LinkDegraded(l LinkFacts) *Finding {
 		l.CurGTs, l.CurWidth, l.CurGBs, l.MaxGTs, l.MaxWidth, l.MaxGBs)}
 	switch {
 	case l.CurWidth > 0 && l.CurWidth < l.MaxWidth:
-		return &Finding{
-			Rule: "link-degraded", Severity: SevFail, Subject: l.Device,
-			Summary:     fmt.Sprintf("link trained at x%d of x%d: its ceiling is %.2f GB/s instead of %.2f", l.CurWidth, l.MaxWidth, l.CurGBs, l.MaxGBs),
-			Evidence:    ev,
-			Remediation: "a width loss survives idle: reseat the card or riser, check the slot's bifurcation setting and the BIOS, then retrain (reboot)",
-			Checklist:   checkLink,
-		}
+		return newFinding("link-degraded", SevFail, l.Device,
+			fmt.Sprintf("link trained at x%d of x%d: its ceiling is %.2f GB/s instead of %.2f", l.CurWidth, l.MaxWidth, l.CurGBs, l.MaxGBs),
+			ev,
+			"a width loss survives idle: reseat the card or riser, check the slot's bifurcation setting and the BIOS, then retrain (reboot)")
 	case l.CurGTs > 0 && l.CurGTs < l.MaxGTs && l.BusyBytesPerSec >= busyThreshold:
-		return &Finding{
-			Rule: "link-degraded", Severity: SevFail, Subject: l.Device,
-			Summary:     fmt.Sprintf("link runs at %.1f GT/s of %.1f while carrying %.1f GB/s", l.CurGTs, l.MaxGTs, l.BusyBytesPerSec/1e9),
-			Evidence:    append(ev, fmt.Sprintf("traffic %.2f GB/s while read", l.BusyBytesPerSec/1e9)),
-			Remediation: "a link that stays slow under load is trained down: check the slot, riser and BIOS PCIe speed setting",
-			Checklist:   checkLink,
-		}
+		return newFinding("link-degraded", SevFail, l.Device,
+			fmt.Sprintf("link runs at %.1f GT/s of %.1f while carrying %.1f GB/s", l.CurGTs, l.MaxGTs, l.BusyBytesPerSec/1e9),
+			append(ev, fmt.Sprintf("traffic %.2f GB/s while read", l.BusyBytesPerSec/1e9)),
+			"a link that stays slow under load is trained down: check the slot, riser and BIOS PCIe speed setting")
 	}
 	return nil
 }
@@ -259,14 +240,11 @@ func PinnedPressure(p PinnedFacts) *Finding {
 		procs = append(procs, fmt.Sprintf("pid %d: %s", pid, bytesText(b)))
 	}
 	sort.Strings(procs)
-	return &Finding{
-		Rule: "pinned-pressure", Severity: sev, Subject: "host memory",
-		Summary: fmt.Sprintf("%s pinned (%.0f%% of RAM), %s available (%.0f%%)",
+	return newFinding("pinned-pressure", sev, "host memory",
+		fmt.Sprintf("%s pinned (%.0f%% of RAM), %s available (%.0f%%)",
 			bytesText(p.PinnedBytes), 100*share, bytesText(p.MemAvailable), 100*avail),
-		Evidence:    append([]string{fmt.Sprintf("MemTotal %s, MemAvailable %s", bytesText(p.MemTotal), bytesText(p.MemAvailable))}, procs...),
-		Remediation: "size the host KV pool (e.g. SGLang --hicache-ratio/--hicache-size) to leave headroom; pinned pages cannot be swapped or reclaimed",
-		Checklist:   checkPinnedMem,
-	}
+		append([]string{fmt.Sprintf("MemTotal %s, MemAvailable %s", bytesText(p.MemTotal), bytesText(p.MemAvailable))}, procs...),
+		"")
 }
 
 // IOMMUFacts is the DMA translation mode of the devices that do P2P.
@@ -283,15 +261,10 @@ func IOMMUTranslated(f IOMMUFacts) *Finding {
 	if !f.PeerExpected || (f.Type != "DMA" && f.Type != "DMA-FQ") {
 		return nil
 	}
-	return &Finding{
-		Rule: "iommu-translated", Severity: SevWarn, Subject: f.Device,
-		Summary:  fmt.Sprintf("DMA translation is on (IOMMU group %d, type %s) for a device expected to do GPUDirect P2P", f.Group, f.Type),
-		Evidence: []string{fmt.Sprintf("/sys/kernel/iommu_groups/%d/type = %s", f.Group, f.Type)},
-		Remediation: "translation costs IOTLB misses on every DMA, and with ACS on, switch-local P2P is sent up to the root complex and back. " +
-			"Do not turn the IOMMU off blindly: first confirm the mapping mode your GPU/NIC drivers require and measure a translation bottleneck; " +
-			"then consider passthrough for these devices (iommu=pt) and ACS settings per the platform's GPUDirect guide",
-		Checklist: checkIOMMU,
-	}
+	return newFinding("iommu-translated", SevWarn, f.Device,
+		fmt.Sprintf("DMA translation is on (IOMMU group %d, type %s) for a device expected to do GPUDirect P2P", f.Group, f.Type),
+		[]string{fmt.Sprintf("/sys/kernel/iommu_groups/%d/type = %s", f.Group, f.Type)},
+		"")
 }
 
 // PageableCopies fires when a process copies from (or to) pageable memory.
@@ -299,13 +272,10 @@ func PageableCopies(pid uint32, copies int, bytes uint64, apis []string) *Findin
 	if copies == 0 {
 		return nil
 	}
-	return &Finding{
-		Rule: "pageable-copy", Severity: SevFail, Subject: fmt.Sprintf("pid %d", pid),
-		Summary:     fmt.Sprintf("%d copies (%s) used pageable host memory: each is staged through a CPU copy and blocks the caller", copies, bytesText(bytes)),
-		Evidence:    []string{"APIs: " + strings.Join(uniq(apis), ", ")},
-		Remediation: "register the host buffer (cudaHostRegister, or torch pin_memory()) once at start-up, or allocate it pinned (cudaHostAlloc)",
-		Checklist:   checkPinned,
-	}
+	return newFinding("pageable-copy", SevFail, fmt.Sprintf("pid %d", pid),
+		fmt.Sprintf("%d copies (%s) used pageable host memory: each is staged through a CPU copy and blocks the caller", copies, bytesText(bytes)),
+		[]string{"APIs: " + strings.Join(uniq(apis), ", ")},
+		"")
 }
 
 // Fragmentation fires when most copies are small: the transfer is
@@ -316,13 +286,10 @@ func Fragmentation(pid uint32, sizes SizeHistogram, achievedGBs float64) *Findin
 	if total < 256 || small*2 < total {
 		return nil
 	}
-	return &Finding{
-		Rule: "fragmented-copies", Severity: SevWarn, Subject: fmt.Sprintf("pid %d", pid),
-		Summary:     fmt.Sprintf("%d of %d copies are under 64 KiB; achieved %.2f GB/s", small, total, achievedGBs),
-		Evidence:    []string{"size distribution: " + sizes.String()},
-		Remediation: "coalesce pages into larger copies (a page-first/layer-first layout), or use a batched copy (cudaMemcpyBatchAsync) or a copy kernel",
-		Checklist:   checkFragments,
-	}
+	return newFinding("fragmented-copies", SevWarn, fmt.Sprintf("pid %d", pid),
+		fmt.Sprintf("%d of %d copies are under 64 KiB; achieved %.2f GB/s", small, total, achievedGBs),
+		[]string{"size distribution: " + sizes.String()},
+		"")
 }
 
 // Overlap is demand in one direction of one segment while several transfers overlapped.
@@ -355,13 +322,10 @@ func SameDirectionOverlap(o Overlap) *Finding {
 		ev = append(ev, "flows: "+strings.Join(o.Flows, "; "))
 	}
 	ev = append(ev, fmt.Sprintf("together %.2f GB/s against %.2f GB/s capacity: the lane is saturated", o.DemandGBs, o.CapacityGBs))
-	return &Finding{
-		Rule: "same-direction-overlap", Severity: SevWarn, Subject: o.Segment,
-		Summary:     fmt.Sprintf("%d flows share the %s direction of %s at the same time", o.Transfers, o.Direction, o.Segment),
-		Evidence:    ev,
-		Remediation: "stagger the inbound transfers (e.g. HiCache loads vs PD RDMA receives) or move one to another path; opposite directions do not contend",
-		Checklist:   checkOverlap,
-	}
+	return newFinding("same-direction-overlap", SevWarn, o.Segment,
+		fmt.Sprintf("%d flows share the %s direction of %s at the same time", o.Transfers, o.Direction, o.Segment),
+		ev,
+		"")
 }
 
 // SizeHistogram counts copies in power-of-two size buckets (bucket i holds
@@ -504,15 +468,11 @@ func RDMACongestion(f CongestionFacts) *Finding {
 	if len(up) == 0 {
 		return nil
 	}
-	return &Finding{
-		Rule: "rdma-congestion", Severity: sev, Subject: "RDMA port " + f.Port,
-		Summary: fmt.Sprintf("congestion signals rise with posted→completed p99 (%.1f → %.1f µs)",
+	return newFinding("rdma-congestion", sev, "RDMA port "+f.Port,
+		fmt.Sprintf("congestion signals rise with posted→completed p99 (%.1f → %.1f µs)",
 			float64(f.LatencyP99[0])/1e3, float64(f.LatencyP99[1])/1e3),
-		Evidence: up,
-		Remediation: "check the fabric, not the host: ECN/PFC configuration (the RoCE priority must be lossless and match DCQCN's), " +
-			"switch buffer and egress congestion toward this port, and whether PD traffic and other tenants share the priority",
-		Checklist: "RDMA: posted is not completed; CNP/ECN/PFC and retries explain a completion that comes late",
-	}
+		up,
+		"")
 }
 
 // LaneFacts is one direction of one GPU link over a window, as the
@@ -542,17 +502,14 @@ func LinkUnderused(f LaneFacts) *Finding {
 	case f.All > 0 && f.SmallCopies*2 >= f.All:
 		likely = "per-copy overhead: most copies are under 64 KiB (latency-bound, not bandwidth-bound)"
 	}
-	return &Finding{
-		Rule: "link-underused", Severity: SevWarn, Subject: "GPU " + f.GPU,
-		Summary: fmt.Sprintf("the %s link carried %.2f GB/s of %.2f GB/s while transfers were queued %.0f%% of the time: the bottleneck is elsewhere",
+	return newFinding("link-underused", SevWarn, "GPU "+f.GPU,
+		fmt.Sprintf("the %s link carried %.2f GB/s of %.2f GB/s while transfers were queued %.0f%% of the time: the bottleneck is elsewhere",
 			f.Direction, f.MeasuredBps/1e9, f.CapacityBps/1e9, 100*f.BusyFraction),
-		Evidence: []string{
+		[]string{
 			fmt.Sprintf("measured by the GPU's counters: %.2f GB/s (%.0f%% of capacity)", f.MeasuredBps/1e9, 100*f.MeasuredBps/f.CapacityBps),
 			fmt.Sprintf("probed transfers in flight %.0f%% of the window; %d pageable copies; %d of %d copies under 64 KiB",
 				100*f.BusyFraction, f.PageableCopies, f.SmallCopies, f.All),
 			"likelier bottleneck: " + likely,
 		},
-		Remediation: "fix the likelier bottleneck named above before tuning the link; `agent diagnose --sample` checks pools, NUMA and pinning",
-		Checklist:   "Link bandwidth: the path's rate is its narrowest segment's; the link is not it here",
-	}
+		"")
 }

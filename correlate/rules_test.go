@@ -1,6 +1,8 @@
 package correlate
 
 import (
+	"os"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -265,6 +267,35 @@ func TestLinkUnderused(t *testing.T) {
 		}
 		if got != nil && !strings.Contains(strings.Join(got.Evidence, " "), c.likely) {
 			t.Errorf("%s: evidence %q lacks %q", c.name, got.Evidence, c.likely)
+		}
+	}
+}
+
+// The registry is complete and every rule function reports a registered
+// rule: each name once, with severities, a checklist item, a remediation and
+// where it is judged; rules.go makes findings of registry rules only.
+func TestRuleRegistry(t *testing.T) {
+	src, err := os.ReadFile("rules.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	used := map[string]bool{}
+	for _, m := range regexp.MustCompile(`newFinding\("([a-z-]+)"`).FindAllSubmatch(src, -1) {
+		used[string(m[1])] = true
+	}
+	seen := map[string]bool{}
+	for _, r := range Rules {
+		if seen[r.Name] || r.Name == "" || len(r.Severities) == 0 || r.Checklist == "" || r.Remediation == "" || r.Where == 0 {
+			t.Errorf("registry entry %+v: duplicate or incomplete", r)
+		}
+		seen[r.Name] = true
+		if !used[r.Name] {
+			t.Errorf("rule %q is registered but rules.go never reports it", r.Name)
+		}
+	}
+	for name := range used {
+		if !seen[name] {
+			t.Errorf("rules.go reports %q, which is not in Rules", name)
 		}
 	}
 }

@@ -2,7 +2,6 @@ package dashboards
 
 import (
 	"encoding/json"
-	"github.com/lanewatch/lanewatch/event"
 	"net/url"
 	"regexp"
 	"sort"
@@ -11,6 +10,7 @@ import (
 	"time"
 
 	"github.com/lanewatch/lanewatch/correlate"
+	"github.com/lanewatch/lanewatch/event"
 	"github.com/lanewatch/lanewatch/exporters"
 	"github.com/lanewatch/lanewatch/internal/promtest"
 )
@@ -189,11 +189,17 @@ func TestQueriedMetricsExist(t *testing.T) {
 }
 
 // Every finding rule has an alert.
+// Every rule of the registry (correlate.Rules) has an alert at each of its
+// severities, and the alert test feeds that series (check.sh runs it).
 func TestEveryFindingRuleHasAnAlert(t *testing.T) {
-	for rule, sevs := range exporters.FindingRules {
-		for _, s := range sevs {
-			if !strings.Contains(string(Rules), `lanewatch_findings{rule="`+rule+`",severity="`+string(s)+`"}`) {
-				t.Errorf("no alert on lanewatch_findings{rule=%q,severity=%q}", rule, s)
+	for _, r := range correlate.Rules {
+		for _, s := range r.Severities {
+			series := `rule="` + r.Name + `",severity="` + string(s) + `"`
+			if !strings.Contains(string(Rules), `lanewatch_findings{`+series+`}`) {
+				t.Errorf("no alert on lanewatch_findings{%s}", series)
+			}
+			if !strings.Contains(string(RuleTests), series+`}`) {
+				t.Errorf("the alert test never feeds lanewatch_findings{...%s}", series)
 			}
 		}
 	}

@@ -15,3 +15,8 @@ var Rules []byte
 //
 //go:embed grafana/lanewatch.json
 var Grafana []byte
+
+// RuleTests is lanewatch.rules.test.yml, promtool's test of every alert.
+//
+//go:embed lanewatch.rules.test.yml
+var RuleTests []byte

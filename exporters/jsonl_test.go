@@ -5,11 +5,11 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"github.com/lanewatch/lanewatch/event"
 	"reflect"
 	"testing"
 
 	"github.com/lanewatch/lanewatch/correlate"
+	"github.com/lanewatch/lanewatch/event"
 )
 
 var samples = []correlate.Transfer{

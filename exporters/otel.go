@@ -3,7 +3,6 @@ package exporters
 import (
 	"context"
 	"fmt"
-	"github.com/lanewatch/lanewatch/event"
 	"log/slog"
 	"strconv"
 	"strings"
@@ -15,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/lanewatch/lanewatch/correlate"
+	"github.com/lanewatch/lanewatch/event"
 	"github.com/lanewatch/lanewatch/otlpbridge"
 )
 

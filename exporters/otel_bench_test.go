@@ -2,7 +2,6 @@ package exporters_test
 
 import (
 	"context"
-	"github.com/lanewatch/lanewatch/event"
 	"os"
 	"sync/atomic"
 	"testing"
@@ -11,6 +10,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/lanewatch/lanewatch/correlate"
+	"github.com/lanewatch/lanewatch/event"
 	"github.com/lanewatch/lanewatch/exporters"
 	"github.com/lanewatch/lanewatch/probes"
 )

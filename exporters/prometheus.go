@@ -1,7 +1,6 @@
 package exporters
 
 import (
-	"github.com/lanewatch/lanewatch/event"
 	"path/filepath"
 	"sort"
 	"sync"
@@ -11,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/lanewatch/lanewatch/correlate"
+	"github.com/lanewatch/lanewatch/event"
 )
 
 // Metrics exports lanewatch to Prometheus in the node_exporter style: it is
@@ -66,23 +66,6 @@ type Lane struct {
 	// HasMeasured false without counters.
 	Measured, Unattributed float64
 	HasMeasured            bool
-}
-
-// FindingRules lists every rule of correlate/rules.go with the severities it
-// can report, so lanewatch_findings has a 0 series for each from the start
-// (alerts and dashboards see "no finding", not "no data").
-var FindingRules = map[string][]correlate.Severity{
-	"remote-numa-pool":       {correlate.SevFail},
-	"numa-bind-skipped":      {correlate.SevWarn},
-	"far-nic":                {correlate.SevWarn},
-	"link-degraded":          {correlate.SevFail},
-	"link-underused":         {correlate.SevWarn},
-	"pinned-pressure":        {correlate.SevWarn, correlate.SevFail},
-	"iommu-translated":       {correlate.SevWarn},
-	"pageable-copy":          {correlate.SevFail},
-	"fragmented-copies":      {correlate.SevWarn},
-	"same-direction-overlap": {correlate.SevWarn},
-	"rdma-congestion":        {correlate.SevWarn, correlate.SevFail},
 }
 
 type transferKey struct{ direction, hostMem, op string }
@@ -330,9 +313,9 @@ func (m *Metrics) collectWindow(ch chan<- prometheus.Metric) {
 	}
 	type rs struct{ rule, sev string }
 	active := map[rs]int{}
-	for rule, sevs := range FindingRules {
-		for _, s := range sevs {
-			active[rs{rule, string(s)}] = 0
+	for _, r := range correlate.Rules {
+		for _, s := range r.Severities {
+			active[rs{r.Name, string(s)}] = 0
 		}
 	}
 	for _, f := range w.Findings {

@@ -2,7 +2,6 @@ package probes
 
 import (
 	"encoding/json"
-	"github.com/lanewatch/lanewatch/event"
 	"math"
 	"os"
 	"os/exec"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/cilium/ebpf/link"
 
+	"github.com/lanewatch/lanewatch/event"
 	"github.com/lanewatch/lanewatch/internal/testenv"
 )
 

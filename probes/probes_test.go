@@ -1,13 +1,13 @@
 package probes
 
 import (
-	"github.com/lanewatch/lanewatch/event"
 	"os/exec"
 	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/lanewatch/lanewatch/event"
 	"github.com/lanewatch/lanewatch/internal/testenv"
 )
 

@@ -3,7 +3,6 @@ package probes
 import (
 	"bufio"
 	"fmt"
-	"github.com/lanewatch/lanewatch/event"
 	"io"
 	"os"
 	"os/exec"
@@ -12,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/lanewatch/lanewatch/event"
 	"github.com/lanewatch/lanewatch/internal/testenv"
 )
 
