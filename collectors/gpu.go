@@ -3,7 +3,10 @@ package collectors
 import (
 	"errors"
 	"slices"
+	"strings"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // GPUReading is one GPU's counters at one instant. Byte counters are from
@@ -51,6 +54,18 @@ type GPUCounters interface {
 	Sample() (GPUSnapshot, error)
 	Source() string
 	Close() error
+}
+
+// PCIAddress turns DCGM/NVML's "00000000:3B:00.0" into sysfs's
+// "0000:3b:00.0", the form the topology is keyed by. Anything else is kept
+// as given.
+func PCIAddress(s string) string {
+	s = strings.TrimSpace(s)
+	dom, rest, ok := strings.Cut(s, ":")
+	if !ok || len(dom) < 4 || strings.Count(rest, ":") != 1 {
+		return s
+	}
+	return strings.ToLower(dom[len(dom)-4:] + ":" + rest)
 }
 
 // ErrNoGPUCounters is wrapped by every error that means "this host has no
@@ -152,4 +167,61 @@ func GPURates(prev, cur GPUSnapshot) ([]GPURate, []string) {
 		out = append(out, r)
 	}
 	return out, gone
+}
+
+// GPUMetrics exports a GPU counter source's readings at scrape time: byte
+// and replay counters as totals, link training as gauges. The gpu label is
+// the PCI address (sysfs form), as on the lane metrics.
+type GPUMetrics struct {
+	src                           GPUCounters
+	pcie, nvlink, replays, gen, w *prometheus.Desc
+}
+
+// NewGPUMetrics describes the metrics once.
+func NewGPUMetrics(src GPUCounters) *GPUMetrics {
+	return &GPUMetrics{
+		src: src,
+		pcie: prometheus.NewDesc("lanewatch_gpu_pcie_bytes_total",
+			"Bytes that crossed the GPU's PCIe link per direction (inbound: host to device), as the GPU counts them (NVML, or DCGM's rates integrated).",
+			[]string{"gpu", "direction"}, nil),
+		nvlink: prometheus.NewDesc("lanewatch_gpu_nvlink_bytes_total",
+			"Bytes over all of the GPU's NVLinks per direction, as the GPU counts them.", []string{"gpu", "direction"}, nil),
+		replays: prometheus.NewDesc("lanewatch_gpu_pcie_replays_total",
+			"PCIe replays of the GPU's link (retransmissions after link errors).", []string{"gpu"}, nil),
+		gen: prometheus.NewDesc("lanewatch_gpu_pcie_link_generation",
+			"PCIe generation of the GPU's link, current (trained now) or max.", []string{"gpu", "state"}, nil),
+		w: prometheus.NewDesc("lanewatch_gpu_pcie_link_width",
+			"PCIe lanes of the GPU's link, current (trained now) or max.", []string{"gpu", "state"}, nil),
+	}
+}
+
+// Update samples the source and sends what each GPU has.
+func (m *GPUMetrics) Update(ch chan<- prometheus.Metric) error {
+	snap, err := m.src.Sample()
+	if err != nil {
+		return err
+	}
+	for _, g := range snap.GPUs {
+		if g.HasPCIeBytes {
+			ch <- prometheus.MustNewConstMetric(m.pcie, prometheus.CounterValue, float64(g.PCIeRxBytes), g.BusID, "inbound")
+			ch <- prometheus.MustNewConstMetric(m.pcie, prometheus.CounterValue, float64(g.PCIeTxBytes), g.BusID, "outbound")
+		}
+		if g.HasNVLink {
+			ch <- prometheus.MustNewConstMetric(m.nvlink, prometheus.CounterValue, float64(g.NVLinkRxBytes), g.BusID, "inbound")
+			ch <- prometheus.MustNewConstMetric(m.nvlink, prometheus.CounterValue, float64(g.NVLinkTxBytes), g.BusID, "outbound")
+		}
+		if g.HasReplay {
+			ch <- prometheus.MustNewConstMetric(m.replays, prometheus.CounterValue, float64(g.Replay), g.BusID)
+		}
+		for _, v := range []struct {
+			d     *prometheus.Desc
+			state string
+			n     int
+		}{{m.gen, "current", g.LinkGen}, {m.gen, "max", g.MaxLinkGen}, {m.w, "current", g.LinkWidth}, {m.w, "max", g.MaxLinkWidth}} {
+			if v.n > 0 {
+				ch <- prometheus.MustNewConstMetric(v.d, prometheus.GaugeValue, float64(v.n), g.BusID, v.state)
+			}
+		}
+	}
+	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -233,6 +234,7 @@ func (s *dcgmGPUState) integrator(f uint16) *dcgmIntegrator {
 
 // dcgmCollector implements GPUCounters over a dcgmSource.
 type dcgmCollector struct {
+	mu       sync.Mutex // Sample is called by the evaluator and at scrape time
 	src      dcgmSource
 	keepAge  time.Duration
 	since    int64 // cursor for src.Since
@@ -272,6 +274,8 @@ func (c *dcgmCollector) Close() error { return c.src.Close() }
 // (GPURates names it as gone); when it comes back its totals start again
 // at 0, which GPURates reports as a reset.
 func (c *dcgmCollector) Sample() (GPUSnapshot, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	called := c.now()
 	ids, err := c.src.GPUs()
 	if err != nil {
@@ -401,7 +405,7 @@ func dcgmReading(id uint, lv []dcgmValue) GPUReading {
 		case dcgmFieldUUID:
 			r.UUID = v.Str
 		case dcgmFieldPCIBusID:
-			r.BusID = normalizeBusID(v.Str)
+			r.BusID = PCIAddress(v.Str)
 		case dcgmFieldNVMLIndex:
 			if isNum {
 				r.Index = int(n)
@@ -421,18 +425,6 @@ func dcgmReading(id uint, lv []dcgmValue) GPUReading {
 		}
 	}
 	return r
-}
-
-// normalizeBusID turns DCGM/NVML's "00000000:3B:00.0" into sysfs's
-// "0000:3b:00.0", the form the topology is keyed by. Anything else is kept
-// as given.
-func normalizeBusID(s string) string {
-	s = strings.TrimSpace(s)
-	dom, rest, ok := strings.Cut(s, ":")
-	if !ok || len(dom) < 4 || strings.Count(rest, ":") != 1 {
-		return s
-	}
-	return strings.ToLower(dom[len(dom)-4:] + ":" + rest)
 }
 
 // errDCGMUnavailable builds OpenDCGM's error when the library or the host

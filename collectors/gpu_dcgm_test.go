@@ -638,8 +638,8 @@ func TestNormalizeBusID(t *testing.T) {
 		"garbage":          "garbage",
 		"":                 "",
 	} {
-		if got := normalizeBusID(in); got != want {
-			t.Errorf("normalizeBusID(%q) = %q, want %q", in, got, want)
+		if got := PCIAddress(in); got != want {
+			t.Errorf("PCIAddress(%q) = %q, want %q", in, got, want)
 		}
 	}
 }

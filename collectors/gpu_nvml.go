@@ -139,7 +139,7 @@ func (c *nvmlCollector) read(i int, d nvml.Device) (GPUReading, error) {
 	if ret != nvml.SUCCESS {
 		return g, fmt.Errorf("NVML device %d: PCI info: %v", i, nvmlErr(ret))
 	}
-	g.BusID = cString(pci.BusId[:])
+	g.BusID = PCIAddress(cString(pci.BusId[:]))
 	if name, ret := d.GetName(); ret == nvml.SUCCESS {
 		g.Name = name
 	}

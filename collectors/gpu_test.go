@@ -11,6 +11,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // smiQueryReadings reads the GPUs of `nvidia-smi -q` text: identity, the PCI
@@ -353,3 +356,54 @@ func TestGPURatesDCGMDmonSeries(t *testing.T) {
 		t.Errorf("GPU 1: %+v", r)
 	}
 }
+
+// fixedGPUs is a counter source that returns one snapshot.
+type fixedGPUs struct{ snap GPUSnapshot }
+
+func (f fixedGPUs) Sample() (GPUSnapshot, error) { return f.snap, nil }
+func (f fixedGPUs) Source() string               { return "fixed" }
+func (f fixedGPUs) Close() error                 { return nil }
+
+// The L4 of the nvidia-smi -q sample (gen 1 of 4, x8 of x16, replays 0)
+// exported at scrape time, with byte totals added as NVML would give them.
+func TestGPUMetrics(t *testing.T) {
+	l4 := smiQueryReadings(t, filepath.Join("testdata", "nvidia_smi_q", "thamada_L4.nvidia-smi-q.txt"))
+	if len(l4) != 1 {
+		t.Fatalf("L4 sample: %d GPUs", len(l4))
+	}
+	g := l4[0]
+	g.BusID = PCIAddress(g.BusID)
+	g.PCIeRxBytes, g.PCIeTxBytes, g.HasPCIeBytes = 5000, 3000, true
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectorFunc(NewGPUMetrics(fixedGPUs{GPUSnapshot{GPUs: []GPUReading{g}}}).Update))
+	want := fmt.Sprintf(`
+# HELP lanewatch_gpu_pcie_bytes_total Bytes that crossed the GPU's PCIe link per direction (inbound: host to device), as the GPU counts them (NVML, or DCGM's rates integrated).
+# TYPE lanewatch_gpu_pcie_bytes_total counter
+lanewatch_gpu_pcie_bytes_total{direction="inbound",gpu="%[1]s"} 5000
+lanewatch_gpu_pcie_bytes_total{direction="outbound",gpu="%[1]s"} 3000
+# HELP lanewatch_gpu_pcie_link_generation PCIe generation of the GPU's link, current (trained now) or max.
+# TYPE lanewatch_gpu_pcie_link_generation gauge
+lanewatch_gpu_pcie_link_generation{gpu="%[1]s",state="current"} 1
+lanewatch_gpu_pcie_link_generation{gpu="%[1]s",state="max"} 4
+# HELP lanewatch_gpu_pcie_link_width PCIe lanes of the GPU's link, current (trained now) or max.
+# TYPE lanewatch_gpu_pcie_link_width gauge
+lanewatch_gpu_pcie_link_width{gpu="%[1]s",state="current"} 8
+lanewatch_gpu_pcie_link_width{gpu="%[1]s",state="max"} 16
+`, g.BusID)
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "lanewatch_gpu_pcie_bytes_total",
+		"lanewatch_gpu_pcie_link_generation", "lanewatch_gpu_pcie_link_width"); err != nil {
+		t.Error(err)
+	}
+	if n, _ := testutil.GatherAndCount(reg, "lanewatch_gpu_nvlink_bytes_total"); n != 0 {
+		t.Errorf("NVLink totals exported for a GPU without them: %d series", n)
+	}
+	if strings.HasPrefix(g.BusID, "0000000") || strings.ToLower(g.BusID) != g.BusID {
+		t.Errorf("gpu label %q is not a sysfs PCI address", g.BusID)
+	}
+}
+
+// collectorFunc registers a bare Update as an unchecked collector.
+type collectorFunc func(chan<- prometheus.Metric) error
+
+func (collectorFunc) Describe(chan<- *prometheus.Desc)    {}
+func (f collectorFunc) Collect(ch chan<- prometheus.Metric) { f(ch) }

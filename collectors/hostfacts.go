@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Fact is one yes/no observation and the text that shows it, ready to quote
@@ -245,4 +247,51 @@ func anonPolicies(nm []NumaMapping) []string {
 		return all
 	}
 	return anon
+}
+
+// HostMetrics exports the host facts the placement rules rest on at scrape
+// time: memory (what pinned pools take from), huge pages, NUMA nodes.
+type HostMetrics struct {
+	procRoot, sysRoot        string
+	mem, huge, hugeSz, nodes *prometheus.Desc
+}
+
+// NewHostMetrics describes the metrics once.
+func NewHostMetrics(procRoot, sysRoot string) *HostMetrics {
+	return &HostMetrics{
+		procRoot: procRoot, sysRoot: sysRoot,
+		mem: prometheus.NewDesc("lanewatch_host_memory_bytes",
+			"Host memory from /proc/meminfo: total, available (MemAvailable) and mlocked (pinned pages count here).", []string{"state"}, nil),
+		huge:   prometheus.NewDesc("lanewatch_host_hugepages", "Huge pages of the default size, total and free.", []string{"state"}, nil),
+		hugeSz: prometheus.NewDesc("lanewatch_host_hugepage_size_bytes", "The default huge page size.", nil, nil),
+		nodes:  prometheus.NewDesc("lanewatch_host_numa_nodes", "NUMA nodes online (1 on a kernel without NUMA).", nil, nil),
+	}
+}
+
+// Update reads meminfo and the online nodes; a value the kernel does not
+// give is left out, not sent as 0.
+func (m *HostMetrics) Update(ch chan<- prometheus.Metric) error {
+	mi, err := ReadMeminfo(m.procRoot)
+	if err != nil {
+		return err
+	}
+	for _, v := range []struct{ key, state string }{{"MemTotal", "total"}, {"MemAvailable", "available"}, {"Mlocked", "mlocked"}} {
+		if b, ok := mi.Fields[v.key]; ok {
+			ch <- prometheus.MustNewConstMetric(m.mem, prometheus.GaugeValue, float64(b), v.state)
+		}
+	}
+	for _, v := range []struct{ key, state string }{{"HugePages_Total", "total"}, {"HugePages_Free", "free"}} {
+		if n, ok := mi.Fields[v.key]; ok {
+			ch <- prometheus.MustNewConstMetric(m.huge, prometheus.GaugeValue, float64(n), v.state)
+		}
+	}
+	if b, ok := mi.Fields["Hugepagesize"]; ok {
+		ch <- prometheus.MustNewConstMetric(m.hugeSz, prometheus.GaugeValue, float64(b))
+	}
+	h, err := ReadHostFacts(HostConfig{SysRoot: m.sysRoot})
+	if err != nil {
+		return err
+	}
+	ch <- prometheus.MustNewConstMetric(m.nodes, prometheus.GaugeValue, float64(len(h.NodesOnline)))
+	return nil
 }

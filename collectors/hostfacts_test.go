@@ -6,6 +6,9 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // testdata/hosts/dgxa100-nps4 is a fixture tree for a dual EPYC 7742 in NPS4
@@ -157,5 +160,48 @@ func TestAnonPolicies(t *testing.T) {
 	}
 	if got := anonPolicies([]NumaMapping{{Policy: "bind:1", File: "/lib"}}); !reflect.DeepEqual(got, []string{"bind:1"}) {
 		t.Errorf("file-only: %v", got)
+	}
+}
+
+// The development VM's meminfo capture on the NPS4 fixture (8 nodes), and
+// this machine live.
+func TestHostMetrics(t *testing.T) {
+	proc := t.TempDir()
+	b, err := os.ReadFile(filepath.Join("testdata", "meminfo", "lanewatch-dev.meminfo"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(proc, "meminfo"), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectorFunc(NewHostMetrics(proc, filepath.Join("testdata", "hosts", "dgxa100-nps4", "sys")).Update))
+	want := `
+# HELP lanewatch_host_hugepage_size_bytes The default huge page size.
+# TYPE lanewatch_host_hugepage_size_bytes gauge
+lanewatch_host_hugepage_size_bytes 2.097152e+06
+# HELP lanewatch_host_hugepages Huge pages of the default size, total and free.
+# TYPE lanewatch_host_hugepages gauge
+lanewatch_host_hugepages{state="free"} 0
+lanewatch_host_hugepages{state="total"} 0
+# HELP lanewatch_host_memory_bytes Host memory from /proc/meminfo: total, available (MemAvailable) and mlocked (pinned pages count here).
+# TYPE lanewatch_host_memory_bytes gauge
+lanewatch_host_memory_bytes{state="available"} 2.4824262656e+10
+lanewatch_host_memory_bytes{state="mlocked"} 1.3307904e+07
+lanewatch_host_memory_bytes{state="total"} 2.5276502016e+10
+# HELP lanewatch_host_numa_nodes NUMA nodes online (1 on a kernel without NUMA).
+# TYPE lanewatch_host_numa_nodes gauge
+lanewatch_host_numa_nodes 8
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want)); err != nil {
+		t.Error(err)
+	}
+	live := NewHostMetrics("/proc", "/sys")
+	ch := make(chan prometheus.Metric, 64)
+	if err := live.Update(ch); err != nil || len(ch) < 4 {
+		t.Errorf("live: %d metrics, %v", len(ch), err)
+	}
+	if err := NewHostMetrics(filepath.Join(proc, "absent"), "/sys").Update(make(chan prometheus.Metric, 64)); err == nil {
+		t.Error("no meminfo: want an error")
 	}
 }

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // IBPort is one port of an RDMA device, /sys/class/infiniband/<dev>/ports/<n>/.
@@ -65,6 +67,46 @@ type IBPort struct {
 var wordCounters = map[string]bool{
 	"port_rcv_data": true, "port_xmit_data": true,
 	"port_rcv_data_64": true, "port_xmit_data_64": true,
+}
+
+// InfiniBandMetrics exports every RDMA port's counters and hw_counters at
+// scrape time, so Prometheus computes the rates. Labels are bounded by the
+// hardware: device, port and the counter's file name.
+type InfiniBandMetrics struct {
+	sysRoot        string
+	counter, state *prometheus.Desc
+}
+
+// NewInfiniBandMetrics describes the metrics once.
+func NewInfiniBandMetrics(sysRoot string) *InfiniBandMetrics {
+	return &InfiniBandMetrics{
+		sysRoot: sysRoot,
+		counter: prometheus.NewDesc("lanewatch_rdma_port_counter_total",
+			"RDMA port counters and hw_counters (congestion: np_cnp_sent, rp_cnp_handled, np_ecn_marked_roce_packets; loss: out_of_sequence, packet_seq_err, local_ack_timeout_err, …); port_rcv_data/port_xmit_data are converted from 4-byte words to bytes and named *_bytes.",
+			[]string{"device", "port", "counter"}, nil),
+		state: prometheus.NewDesc("lanewatch_rdma_port_active", "1 when the port's state is ACTIVE.",
+			[]string{"device", "port", "link_layer"}, nil),
+	}
+}
+
+// Update sends every port's state and counters (hw_counters as "hw:NAME").
+func (m *InfiniBandMetrics) Update(ch chan<- prometheus.Metric) error {
+	ports, err := ReadInfiniBand(m.sysRoot)
+	for _, p := range ports {
+		port := strconv.Itoa(p.Port)
+		active := 0.0
+		if p.State == "ACTIVE" {
+			active = 1
+		}
+		ch <- prometheus.MustNewConstMetric(m.state, prometheus.GaugeValue, active, p.Device, port, p.LinkLayer)
+		for name, v := range p.Counters {
+			ch <- prometheus.MustNewConstMetric(m.counter, prometheus.CounterValue, float64(v), p.Device, port, name)
+		}
+		for name, v := range p.HWCounters {
+			ch <- prometheus.MustNewConstMetric(m.counter, prometheus.CounterValue, float64(v), p.Device, port, "hw:"+name)
+		}
+	}
+	return err
 }
 
 // ReadInfiniBand reads every port of every device under

@@ -1,6 +1,7 @@
 package exporters
 
 import (
+	"log/slog"
 	"path/filepath"
 	"sort"
 	"sync"
@@ -187,11 +188,18 @@ func NewMetrics(health func() Health) *Metrics {
 	return m
 }
 
-// NewRegistry returns a registry holding m and the Go runtime and process
-// collectors.
-func NewRegistry(m *Metrics) *prometheus.Registry {
+// NewRegistry returns a registry holding m, the scrape-time collectors by
+// name (each with lanewatch_collector_duration_seconds and _success), and
+// the Go runtime and process collectors. log may be nil.
+func NewRegistry(m *Metrics, scrapers map[string]Collector, log *slog.Logger) *prometheus.Registry {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(m, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if len(scrapers) > 0 {
+		reg.MustRegister(scrape{collectors: scrapers, log: log})
+	}
 	return reg
 }
 

@@ -62,7 +62,7 @@ func testHealth() Health {
 func TestMetricsValues(t *testing.T) {
 	m := NewMetrics(testHealth)
 	feed(m)
-	reg := NewRegistry(m)
+	reg := NewRegistry(m, nil, nil)
 	want := `
 # HELP lanewatch_findings Active findings of the last evaluation window, by rule and severity (0: the rule did not fire).
 # TYPE lanewatch_findings gauge
@@ -163,7 +163,7 @@ func TestMetricsWindowReplaced(t *testing.T) {
 	m := NewMetrics(nil)
 	feed(m)
 	m.SetWindow(Window{At: time.Unix(1700000010, 0)})
-	reg := NewRegistry(m)
+	reg := NewRegistry(m, nil, nil)
 	if n, err := testutil.GatherAndCount(reg, "lanewatch_lane_demand_bytes_per_second"); err != nil || n != 0 {
 		t.Errorf("lane series after a window without lanes: %d %v", n, err)
 	}
@@ -191,7 +191,7 @@ func TestMetricsBounded(t *testing.T) {
 		m.Transfer(&correlate.Transfer{Op: "post_send", Direction: correlate.DirSend, Status: fmt.Sprintf("status_%d", i),
 			SubmitNs: 1, CompleteNs: 2})
 	}
-	reg := NewRegistry(m)
+	reg := NewRegistry(m, nil, nil)
 	for _, name := range []string{"lanewatch_transfers_total", "lanewatch_rdma_work_requests_total"} {
 		n, err := testutil.GatherAndCount(reg, name)
 		if err != nil || n > maxSeries+1 {
@@ -206,7 +206,7 @@ func TestPromtoolCheckMetrics(t *testing.T) {
 	promtool := promtest.Tool(t, "promtool")
 	m := NewMetrics(testHealth)
 	feed(m)
-	reg := NewRegistry(m)
+	reg := NewRegistry(m, nil, nil)
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)

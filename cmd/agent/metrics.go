@@ -91,8 +91,11 @@ func (f *metricsFlags) start(log *slog.Logger, procRoot string) (*metricsServer,
 	}
 	m.gpu = gpu
 	m.eval = agent.NewEvaluator(agent.EvaluatorConfig{Interval: *f.interval, Place: place, Publish: m.publish, GPU: gpu})
-	m.reg = exporters.NewRegistry(m.metrics)
-	m.reg.MustRegister(exporters.NewRDMAPorts(*f.sysRoot))
+	scrapers := map[string]exporters.Collector{"rdma_ports": collectors.NewInfiniBandMetrics(*f.sysRoot), "host": collectors.NewHostMetrics(procRoot, *f.sysRoot)}
+	if gpu != nil {
+		scrapers["gpu"] = collectors.NewGPUMetrics(gpu)
+	}
+	m.reg = exporters.NewRegistry(m.metrics, scrapers, log)
 	if m.ln, err = net.Listen("tcp", *f.listen); err != nil {
 		return nil, fmt.Errorf("--web.listen-address: %w", err)
 	}

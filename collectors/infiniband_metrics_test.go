@@ -1,4 +1,4 @@
-package exporters
+package collectors
 
 import (
 	"os"
@@ -8,10 +8,12 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/lanewatch/lanewatch/exporters"
 )
 
 // Counter names and values from the byteps#179 mlx5 sample (hw_counters).
-func TestRDMAPortsCollector(t *testing.T) {
+func TestInfiniBandMetrics(t *testing.T) {
 	root := t.TempDir()
 	dir := filepath.Join(root, "class", "infiniband", "mlx5_0", "ports", "1")
 	for name, body := range map[string]string{
@@ -23,8 +25,7 @@ func TestRDMAPortsCollector(t *testing.T) {
 		os.MkdirAll(filepath.Dir(p), 0o755)
 		os.WriteFile(p, []byte(body+"\n"), 0o644)
 	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(NewRDMAPorts(root))
+	reg := exporters.NewRegistry(exporters.NewMetrics(nil), map[string]exporters.Collector{"rdma_ports": NewInfiniBandMetrics(root)}, nil)
 	want := `
 # HELP lanewatch_rdma_port_active 1 when the port's state is ACTIVE.
 # TYPE lanewatch_rdma_port_active gauge
