@@ -202,10 +202,10 @@ func (a *Agent) initialScan() {
 		}
 		pids = all
 	}
-	scanStart := monotonicNow()
+	scanStart := probes.Now()
 	for _, pid := range pids {
 		a.procMu.Lock()
-		a.scannedAt[pid] = monotonicNow()
+		a.scannedAt[pid] = probes.Now()
 		a.procMu.Unlock()
 		probed, _, snapshot, err := a.scanProcess(pid)
 		if err != nil {

@@ -1,4 +1,4 @@
-package agent
+package agent_test
 
 import (
 	"bytes"
@@ -13,9 +13,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lanewatch/lanewatch/agent"
 	"github.com/lanewatch/lanewatch/correlate"
 	"github.com/lanewatch/lanewatch/event"
 	"github.com/lanewatch/lanewatch/internal/testenv"
+	"github.com/lanewatch/lanewatch/selftest"
+	"github.com/lanewatch/lanewatch/selftest/refenv"
 )
 
 // syncBuffer is a log destination safe for concurrent writers.
@@ -38,23 +41,20 @@ func (s *syncBuffer) String() string {
 
 // running is an agent started for a test, stopped by the test's cleanup.
 type running struct {
-	agent *Agent
-	col   *collector
+	agent *agent.Agent
+	col   *selftest.Collector
 	logs  *syncBuffer
 }
 
-func startAgent(t *testing.T, cfg Config) *running {
+func startAgent(t *testing.T, cfg agent.Config) *running {
 	t.Helper()
-	r := &running{
-		col:  &collector{byPID: map[uint32][]correlate.Transfer{}, exits: map[uint32]chan struct{}{}},
-		logs: &syncBuffer{},
-	}
+	r := &running{col: selftest.NewCollector(nil), logs: &syncBuffer{}}
 	cfg.Sink = r.col
-	cfg.OnExit = r.col.onExit
+	cfg.OnExit = r.col.OnExit
 	cfg.Logger = slog.New(slog.NewTextHandler(io.MultiWriter(r.logs, testWriter{t}), &slog.HandlerOptions{Level: slog.LevelDebug - 1}))
 	ready := make(chan struct{})
 	cfg.OnReady = func() { close(ready) }
-	a, err := New(cfg)
+	a, err := agent.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,39 +99,12 @@ func runScenario(t *testing.T, ref, scenario, truth string, extra ...string) *ex
 	return cmd
 }
 
-func waitExit(t *testing.T, col *collector, pid int) {
+func waitExit(t *testing.T, col *selftest.Collector, pid int) {
 	t.Helper()
 	select {
-	case <-col.exitChan(uint32(pid)):
+	case <-col.ExitChan(uint32(pid)):
 	case <-time.After(20 * time.Second):
 		t.Fatalf("agent did not see pid %d exit", pid)
-	}
-}
-
-// The whole selftest passes: every scenario, both runtime builds.
-func TestSelftest(t *testing.T) {
-	testenv.RequireRoot(t)
-	var out bytes.Buffer
-	results, stats, err := Selftest(context.Background(), SelftestConfig{RefDir: testenv.RefDir(t), Out: &out, KernelCopy: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ok := PrintResults(&out, results, stats)
-	t.Log("\n" + out.String())
-	if !ok {
-		t.Fatal("selftest failed")
-	}
-	if want := 2 + len(Scenarios)*len(Runtimes) + 2*len(RDMAScenarios) + 1; len(results) != want { // + hicache-spans
-		t.Fatalf("%d results, want %d", len(results), want)
-	}
-	// The overlap verdicts by design: pd-overlap and h2d-overlap flagged, the
-	// duplex scenarios (opposite directions) not. OK() already failed on a
-	// wrong verdict; say which it was.
-	for _, r := range results {
-		want := overlapExpected[r.Scenario]
-		if r.Overlap != "" && (r.Overlap == "flagged") != want {
-			t.Errorf("%s %s: overlap %s", r.Scenario, r.Runtime, r.Overlap)
-		}
 	}
 }
 
@@ -141,7 +114,7 @@ func TestSelftest(t *testing.T) {
 func TestDlopenAfterStart(t *testing.T) {
 	testenv.RequireRoot(t)
 	ref := testenv.RefDir(t)
-	r := startAgent(t, Config{})
+	r := startAgent(t, agent.Config{})
 
 	// Fresh inodes, same relative layout so RUNPATH finds the driver.
 	dir := t.TempDir()
@@ -156,17 +129,17 @@ func TestDlopenAfterStart(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitExit(t, r.col, cmd.Process.Pid)
-	calls, err := readTruthFile(truth)
+	calls, err := selftest.ReadTruthFile(truth)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var want []TruthCall
+	var want []selftest.TruthCall
 	for _, c := range calls {
 		if c.IsCopy() {
 			want = append(want, c)
 		}
 	}
-	got := r.col.take(uint32(cmd.Process.Pid))
+	got := r.col.Take(uint32(cmd.Process.Pid))
 	// Attaching takes a few milliseconds after dlopen returns: the first
 	// copies may be missed, the rest must all be there and be right.
 	byDst := map[uint64]correlate.Transfer{}
@@ -233,7 +206,7 @@ func TestBadInputKeepsRunning(t *testing.T) {
 		t.Fatalf("strip: %v %s", err, out)
 	}
 
-	r := startAgent(t, Config{
+	r := startAgent(t, agent.Config{
 		Libs: []string{stripped, filepath.Join(ref, "plain/libcudart.so.12"), filepath.Join(ref, "lib/libcuda.so.1")},
 		PIDs: nil,
 	})
@@ -245,7 +218,7 @@ func TestBadInputKeepsRunning(t *testing.T) {
 	// A target killed in the middle of its copies.
 	victim := exec.Command(filepath.Join(ref, "bin", "kvpath"), "--scenario", "hicache-load",
 		"--truth", filepath.Join(dir, "victim.jsonl"), "--layers", "200", "--layer-bytes", "262144")
-	victim.Env = append(os.Environ(), "LW_REF_H2D_GBPS=0.02") // 13 ms a layer: still copying when killed
+	victim.Env = append(os.Environ(), refenv.H2DGBps(0.02)) // 13 ms a layer: still copying when killed
 	if err := victim.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -253,7 +226,7 @@ func TestBadInputKeepsRunning(t *testing.T) {
 	victim.Process.Kill()
 	victim.Wait()
 	waitExit(t, r.col, victim.Process.Pid)
-	if n := len(r.col.take(uint32(victim.Process.Pid))); n == 0 {
+	if n := len(r.col.Take(uint32(victim.Process.Pid))); n == 0 {
 		t.Errorf("nothing traced from the killed target before it died")
 	}
 
@@ -261,12 +234,12 @@ func TestBadInputKeepsRunning(t *testing.T) {
 	truth := filepath.Join(dir, "after.jsonl")
 	cmd := runScenario(t, ref, "hicache-load", truth)
 	waitExit(t, r.col, cmd.Process.Pid)
-	calls, err := readTruthFile(truth)
+	calls, err := selftest.ReadTruthFile(truth)
 	if err != nil {
 		t.Fatal(err)
 	}
-	res := Result{}
-	compare(&res, calls, r.col.take(uint32(cmd.Process.Pid)))
+	res := selftest.Result{}
+	selftest.Compare(&res, calls, r.col.Take(uint32(cmd.Process.Pid)))
 	if !res.OK() {
 		t.Errorf("after bad input: %+v", res)
 	}
@@ -280,7 +253,7 @@ func TestBadPIDs(t *testing.T) {
 	// (a directory: even root cannot read it as a file).
 	proc := t.TempDir()
 	os.MkdirAll(filepath.Join(proc, "4343", "maps"), 0o755)
-	r := startAgent(t, Config{ProcRoot: proc, PIDs: []int{4242, 4343}})
+	r := startAgent(t, agent.Config{ProcRoot: proc, PIDs: []int{4242, 4343}})
 	logs := r.logs.String()
 	for _, want := range []string{"pid 4242: no such process", "pid 4343"} {
 		if !strings.Contains(logs, want) {

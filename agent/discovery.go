@@ -22,15 +22,6 @@ type fileVerdict struct {
 	attachedAt uint64 // CLOCK_MONOTONIC ns when the probes went in
 }
 
-// monotonicNow reads the clock the BPF programs stamp events with.
-func monotonicNow() uint64 {
-	var ts unix.Timespec
-	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
-		return 0
-	}
-	return uint64(ts.Nano())
-}
-
 // symbolNames are the table's symbols, looked up in every mapped ELF file.
 func symbolNames() []string {
 	names := make([]string, len(probes.Table))
@@ -82,7 +73,7 @@ func (a *Agent) inspectFile(id probes.FileID, pathInNS, openPath string) fileVer
 			a.log.Error("attach failed", "path", pathInNS, "err", err)
 			break
 		}
-		v.probed, v.attachedAt = true, monotonicNow()
+		v.probed, v.attachedAt = true, probes.Now()
 		a.log.Info("attached", "path", pathInNS, "probes", len(af.Sites), "sites", siteSummary(af))
 	}
 	a.filesMu.Lock()
@@ -149,6 +140,26 @@ func (a *Agent) scanProcess(pid int) (probed bool, lastAttach uint64, snapshot [
 		snapshot = append(snapshot, correlate.Range{Start: m.Start, End: m.End})
 	}
 	return true, lastAttach, snapshot, nil
+}
+
+// CUDAProcesses lists the processes that map a file named like the CUDA
+// runtime or driver.
+func CUDAProcesses(procRoot string) []int {
+	pids, _ := listPIDs(procRoot)
+	var out []int
+	for _, pid := range pids {
+		maps, err := probes.ReadMaps(procRoot, pid)
+		if err != nil {
+			continue
+		}
+		for _, m := range maps {
+			if m.FileBacked() && looksLikeCUDA(m.Path) {
+				out = append(out, pid)
+				break
+			}
+		}
+	}
+	return out
 }
 
 // listPIDs returns every numeric entry of the proc root.

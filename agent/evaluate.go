@@ -3,33 +3,22 @@ package agent
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"sort"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
+	"github.com/lanewatch/lanewatch/checks"
 	"github.com/lanewatch/lanewatch/collectors"
 	"github.com/lanewatch/lanewatch/correlate"
-	"github.com/lanewatch/lanewatch/topology"
 )
 
 // DefaultEvaluateInterval is how often `agent run` judges its transfers.
 const DefaultEvaluateInterval = 10 * time.Second
 
-// Placement is the GPU a process feeds and that GPU link's per-direction
-// capacity, in GB/s (0: unknown).
-type Placement struct {
-	GPU                     string // PCI address, or "ref-<name>" on the reference path; "" unknown
-	InboundGBs, OutboundGBs float64
-}
-
 // LaneRate is one direction of one GPU's link over a window.
 type LaneRate struct {
 	GPU       string
-	Direction string  // "inbound" (toward the GPU) or "outbound"
+	Direction string  // checks.Inbound (toward the GPU) or checks.Outbound
 	Demand    float64 // bytes per second the probed transfers moved over the window
 	Capacity  float64 // bytes per second at the link's trained speed; 0 unknown
 	// Measured is what the GPU's counters say crossed the link (DCGM or
@@ -46,29 +35,33 @@ type Verdict struct {
 	Window   time.Duration // how long the transfers were collected
 	Took     time.Duration // how long judging took
 	Findings []correlate.Finding
-	Lanes    []LaneRate
+	// Checks are the window's checks of every process that transferred,
+	// SKIPs with their reasons included (e.g. a process whose GPU is unknown
+	// gets no overlap judgement and no lane).
+	Checks []checks.Check
+	Lanes  []LaneRate
 }
 
 // EvaluatorConfig tunes an Evaluator.
 type EvaluatorConfig struct {
 	Interval time.Duration // DefaultEvaluateInterval when zero
-	// Place names the GPU of a process; nil or an empty GPU: unknown (the
-	// window's overlap check then has no capacity and cannot fire).
-	Place func(pid uint32) Placement
+	// Place names the GPU of a process and its link's capacity; nil, or a
+	// Placement without a GPU: unknown, and the lane judgements SKIP.
+	Place func(pid uint32) checks.Placement
 	// Publish receives every verdict, on the evaluator's goroutine.
 	Publish func(Verdict)
 	// GPU counters, read once per window; nil: none on this host.
 	GPU collectors.GPUCounters
 }
 
-// Evaluator judges the transfers of each interval with the rules diagnose
+// Evaluator judges the transfers of each interval with the checks diagnose
 // applies to its sample window (pageable copies, fragmentation,
-// same-direction overlap; agent/sample.go) and publishes the findings that
+// same-direction overlap; checks.Window) and publishes the findings that
 // are active: a rule stops being active after a window in which it did not
 // fire. It is a correlate.Sink; tee it with the other exporters.
 type Evaluator struct {
 	cfg     EvaluatorConfig
-	cur     *sample
+	cur     *checks.Window
 	mu      sync.Mutex // guards start and host
 	start   time.Time
 	prevGPU *collectors.GPUSnapshot
@@ -89,12 +82,14 @@ func NewEvaluator(cfg EvaluatorConfig) *Evaluator {
 		cfg.Interval = DefaultEvaluateInterval
 	}
 	if cfg.Place == nil {
-		cfg.Place = func(uint32) Placement { return Placement{} }
+		cfg.Place = func(pid uint32) checks.Placement {
+			return checks.Placement{Why: fmt.Sprintf("GPU of pid %d unknown: no placement configured", pid)}
+		}
 	}
 	if cfg.Publish == nil {
 		cfg.Publish = func(Verdict) {}
 	}
-	return &Evaluator{cfg: cfg, cur: newSample(), start: time.Now()}
+	return &Evaluator{cfg: cfg, cur: checks.NewWindow(), start: time.Now()}
 }
 
 // Transfer adds a transfer to the current window. It implements correlate.Sink.
@@ -114,11 +109,13 @@ func (e *Evaluator) Run(ctx context.Context) {
 	}
 }
 
+type laneKey struct{ gpu, dir string }
+
 // Evaluate closes the current window at now, starts the next and judges
 // the closed one.
 func (e *Evaluator) Evaluate(now time.Time) Verdict {
 	begin := time.Now()
-	win := e.cur.rotate()
+	win := e.cur.Rotate()
 	e.mu.Lock()
 	span := now.Sub(e.start)
 	e.start = now
@@ -126,36 +123,39 @@ func (e *Evaluator) Evaluate(now time.Time) Verdict {
 	e.mu.Unlock()
 
 	v := Verdict{At: now, Window: span}
-	type laneKey struct{ gpu, dir string }
 	lanes := map[laneKey]*LaneRate{}
 	measured := e.measure()
-	win.measured = map[string]float64{}
+	m := map[[2]string]float64{}
 	for k, l := range measured {
-		win.measured[k.gpu+"\x00"+k.dir] = l.Measured
+		m[[2]string{k.gpu, k.dir}] = l.Measured
 	}
-	for _, pid := range win.pids() {
+	win.SetMeasured(m)
+	placed := map[uint32]checks.Placement{}
+	for _, pid := range win.PIDs() {
 		pl := e.cfg.Place(pid)
-		for _, c := range win.checks(fmt.Sprintf("pid %d", pid), pid, pl.GPU, pl.InboundGBs) {
+		placed[pid] = pl
+		for _, c := range win.Checks(fmt.Sprintf("pid %d", pid), pid, pl) {
+			v.Checks = append(v.Checks, c)
 			v.Findings = append(v.Findings, c.Findings...)
 		}
 		if pl.GPU == "" {
-			continue
+			continue // no lane the host did not show
 		}
-		for dir, gbs := range map[string]float64{laneIn: pl.InboundGBs, laneOut: pl.OutboundGBs} {
+		for dir, gbs := range map[string]float64{checks.Inbound: pl.InboundGBs, checks.Outbound: pl.OutboundGBs} {
 			k := laneKey{pl.GPU, dir}
 			if lanes[k] == nil {
 				lanes[k] = &LaneRate{GPU: pl.GPU, Direction: dir, Capacity: gbs * 1e9}
 			}
 			if span > 0 {
-				lanes[k].Demand += float64(win.laneBytes(pid, dir)) / span.Seconds()
+				lanes[k].Demand += float64(win.LaneBytes(pid, dir)) / span.Seconds()
 			}
 		}
 	}
 	for k, m := range measured {
-		l := lanes[laneKey{k.gpu, k.dir}]
+		l := lanes[k]
 		if l == nil {
 			l = &LaneRate{GPU: k.gpu, Direction: k.dir, Capacity: m.Capacity}
-			lanes[laneKey{k.gpu, k.dir}] = l
+			lanes[k] = l
 		}
 		l.Measured, l.HasMeasured = m.Measured, true
 		l.Unattributed = max(0, m.Measured-l.Demand)
@@ -163,10 +163,16 @@ func (e *Evaluator) Evaluate(now time.Time) Verdict {
 			l.Capacity = m.Capacity
 		}
 	}
+	gpuOf := func(pid uint32) string {
+		if pl, ok := placed[pid]; ok {
+			return pl.GPU
+		}
+		return e.cfg.Place(pid).GPU
+	}
 	for _, l := range lanes {
 		v.Lanes = append(v.Lanes, *l)
 		if l.HasMeasured && span > 0 {
-			f := win.laneFacts(l.GPU, l.Direction, func(pid uint32) string { return e.cfg.Place(pid).GPU }, span)
+			f := win.LaneFacts(l.GPU, l.Direction, gpuOf, span)
 			f.MeasuredBps, f.CapacityBps = l.Measured, l.Capacity
 			if fd := correlate.LinkUnderused(f); fd != nil {
 				v.Findings = append(v.Findings, *fd)
@@ -188,8 +194,8 @@ func (e *Evaluator) Evaluate(now time.Time) Verdict {
 
 // measure reads the GPU counters and turns them into per-lane rates since
 // the previous window.
-func (e *Evaluator) measure() map[struct{ gpu, dir string }]LaneRate {
-	out := map[struct{ gpu, dir string }]LaneRate{}
+func (e *Evaluator) measure() map[laneKey]LaneRate {
+	out := map[laneKey]LaneRate{}
 	if e.cfg.GPU == nil {
 		return out
 	}
@@ -208,126 +214,23 @@ func (e *Evaluator) measure() map[struct{ gpu, dir string }]LaneRate {
 		byKey[g.BusID] = g
 	}
 	for _, r := range rates {
-		g := byKey[r.BusID]
-		lane, capacity := gpuLane(g), linkBps(g)
-		out[struct{ gpu, dir string }{lane, laneIn}] = LaneRate{Measured: r.RxBps, Capacity: capacity}
-		out[struct{ gpu, dir string }{lane, laneOut}] = LaneRate{Measured: r.TxBps, Capacity: capacity}
+		capacity := linkBps(byKey[r.BusID])
+		out[laneKey{r.BusID, checks.Inbound}] = LaneRate{Measured: r.RxBps, Capacity: capacity}
+		out[laneKey{r.BusID, checks.Outbound}] = LaneRate{Measured: r.TxBps, Capacity: capacity}
 	}
 	return out
 }
 
-// laneFacts gathers what the probes saw on one lane of one GPU during the
-// window: how much of it a transfer was in flight (the union of the flows'
-// busy intervals), pageable and small copies.
-func (s *sample) laneFacts(gpu, dir string, gpuOf func(uint32) string, span time.Duration) correlate.LaneFacts {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	f := correlate.LaneFacts{GPU: gpu, Direction: dir}
-	var iv [][2]uint64
-	for pid, p := range s.procs {
-		if gpuOf(pid) != gpu {
-			continue
-		}
-		f.PageableCopies += p.pageable
-		f.SmallCopies += p.sizes.CountBelow(64 << 10)
-		f.All += p.sizes.Count()
-		for k, b := range p.flows {
-			if k.dir == dir && b.end > b.start {
-				iv = append(iv, [2]uint64{b.start, b.end})
-			}
-		}
-	}
-	sort.Slice(iv, func(i, j int) bool { return iv[i][0] < iv[j][0] })
-	var busy, curS, curE uint64
-	for i, x := range iv {
-		switch {
-		case i == 0:
-			curS, curE = x[0], x[1]
-		case x[0] > curE:
-			busy += curE - curS
-			curS, curE = x[0], x[1]
-		default:
-			curE = max(curE, x[1])
-		}
-	}
-	if len(iv) > 0 {
-		busy += curE - curS
-	}
-	f.BusyFraction = min(1, float64(busy)/float64(span.Nanoseconds()))
-	return f
-}
-
-// rotate hands back the window collected so far and starts a new one in s.
-func (s *sample) rotate() *sample {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	old := &sample{procs: s.procs, rdmas: s.rdmas, measured: s.measured}
-	s.procs, s.rdmas = map[uint32]*procSample{}, nil
-	return old
-}
-
-// laneBytes is what moved over one lane of the process's GPU link during
-// the window: its own copies and the RDMA requests placed on it.
-func (s *sample) laneBytes(pid uint32, dir string) uint64 {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	p := s.procs[pid]
-	if p == nil {
-		return 0
-	}
-	var n uint64
-	for k, b := range p.flows {
-		if k.dir == dir {
-			n += b.bytes
-		}
-	}
-	return n
-}
-
 // HostPlacement places processes on this host's GPUs the way diagnose does
-// (CUDA_VISIBLE_DEVICES, else GPU 0), with the link's trained capacity. On
-// a host without GPUs it places processes of the reference data path on
-// their reference GPU ("ref-" + LW_REF_GPU, or "ref-private" for a process's
-// own lanes) with the lane rates from their environment (refpath/README.md).
-func HostPlacement(procRoot, sysRoot string) (func(pid uint32) Placement, error) {
-	host, err := topology.Read(sysRoot)
+// (checks.Host.Place): CUDA_VISIBLE_DEVICES, else GPU 0, with the link's
+// trained capacity; on a host whose sysfs shows no GPU every GPU is
+// unknown, with the reason.
+func HostPlacement(procRoot, sysRoot string) (func(pid uint32) checks.Placement, error) {
+	h, err := checks.ReadHost(procRoot, sysRoot, "")
 	if err != nil {
-		return nil, fmt.Errorf("read topology: %w", err)
+		return nil, err
 	}
-	d := &diagnosis{cfg: DiagnoseConfig{ProcRoot: procRoot, SysRoot: sysRoot}, host: host, gpus: host.BDFs(topology.KindGPU)}
-	return func(pid uint32) Placement {
-		if len(d.gpus) > 0 {
-			bdf, _, _ := d.gpuOf(int(pid))
-			gbs := 0.0
-			if f := host.Functions[bdf]; f != nil {
-				gbs = f.Link.CurGBs()
-			}
-			return Placement{GPU: bdf, InboundGBs: gbs, OutboundGBs: gbs}
-		}
-		return refPlacement(procRoot, pid)
-	}, nil
-}
-
-// refPlacement reads a reference-path process's lanes from its environment.
-func refPlacement(procRoot string, pid uint32) Placement {
-	env, err := os.ReadFile(filepath.Join(procRoot, strconv.Itoa(int(pid)), "environ"))
-	if err != nil {
-		return Placement{}
-	}
-	pl := Placement{GPU: "ref-private", InboundGBs: 4, OutboundGBs: 4} // refpath/driver/init.c defaults
-	for _, kv := range strings.Split(string(env), "\x00") {
-		k, v, _ := strings.Cut(kv, "=")
-		f, ferr := strconv.ParseFloat(v, 64)
-		switch {
-		case k == "LW_REF_GPU" && v != "":
-			pl.GPU = "ref-" + v
-		case k == "LW_REF_H2D_GBPS" && ferr == nil && f > 0:
-			pl.InboundGBs = f
-		case k == "LW_REF_D2H_GBPS" && ferr == nil && f > 0:
-			pl.OutboundGBs = f
-		}
-	}
-	return pl
+	return h.Place, nil
 }
 
 // AttachedProbes counts the probe sites attached per file, by path.

@@ -68,20 +68,6 @@ func OpenGPU(cfg GPUConfig) (collectors.GPUCounters, error) {
 // IsNoGPU reports whether err only says that no GPU counter library is here.
 func IsNoGPU(err error) bool { return errors.Is(err, collectors.ErrNoGPUCounters) }
 
-// gpuLane names a GPU the way placements do: the sysfs PCI address
-// ("0000:17:00.0"; NVML and DCGM print an 8-digit domain), or the
-// reference path's "ref-<name>".
-func gpuLane(g collectors.GPUReading) string {
-	if strings.HasPrefix(g.Name, "ref-") {
-		return g.Name
-	}
-	bus := strings.ToLower(g.BusID)
-	if len(bus) == len("00000000:17:00.0") {
-		bus = bus[4:]
-	}
-	return bus
-}
-
 // linkBps is a reading's per-direction link capacity, bytes/s; 0 unknown.
 func linkBps(g collectors.GPUReading) float64 {
 	gts := map[int]float64{1: 2.5, 2: 5, 3: 8, 4: 16, 5: 32, 6: 64}[g.LinkGen]

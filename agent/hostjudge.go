@@ -2,14 +2,13 @@ package agent
 
 import (
 	"log/slog"
-	"os"
-	"sort"
+	"slices"
 	"sync"
 	"time"
 
+	"github.com/lanewatch/lanewatch/checks"
 	"github.com/lanewatch/lanewatch/collectors"
 	"github.com/lanewatch/lanewatch/correlate"
-	"github.com/lanewatch/lanewatch/topology"
 )
 
 // maxPoolsJudged bounds the pinned ranges located per process per round
@@ -33,16 +32,12 @@ func (a *Agent) HostJudge(procRoot, sysRoot string, every time.Duration, log *sl
 			return cached
 		}
 		last = time.Now()
-		host, err := topology.Read(sysRoot)
+		host, err := checks.ReadHost(procRoot, sysRoot, "")
 		if err != nil {
-			log.Warn("host checks: read topology", "err", err)
+			log.Warn("host checks", "err", err)
 			return cached
 		}
-		d := &diagnosis{cfg: DiagnoseConfig{ProcRoot: procRoot, SysRoot: sysRoot, PathEnv: os.Getenv("PATH")},
-			host: host, gpus: host.BDFs(topology.KindGPU)}
-		r := &Report{}
-		d.hostChecks(r)
-		pinned := map[uint32]uint64{}
+		all := host.HostChecks(nil)
 		a.engineMu.Lock()
 		pids := a.engine.PinnedPIDs()
 		ranges := map[uint32][]correlate.Range{}
@@ -50,31 +45,23 @@ func (a *Agent) HostJudge(procRoot, sysRoot string, every time.Duration, log *sl
 			ranges[pid] = a.engine.Pinned(pid)
 		}
 		a.engineMu.Unlock()
-		sort.Slice(pids, func(i, j int) bool { return pids[i] < pids[j] })
+		slices.Sort(pids)
+		pinned := map[uint32]uint64{}
 		for _, pid := range pids {
-			win := &window{pools: map[int][]placement{}}
+			var pools []checks.Pool
 			for i, rg := range ranges[pid] {
 				pinned[pid] += rg.End - rg.Start
 				if i >= maxPoolsJudged {
 					continue
 				}
 				pn, err := collectors.RangeNodes(int(pid), rg.Start, rg.End, 0)
-				win.pools[int(pid)] = append(win.pools[int(pid)], placement{start: rg.Start, size: rg.End - rg.Start,
-					pages: pn.ByNode, source: "move_pages", err: err})
+				pools = append(pools, checks.Pool{Start: rg.Start, Size: rg.End - rg.Start, PagesByNode: pn.ByNode, Source: "move_pages", Err: err})
 			}
-			d.processChecksStatic(r, int(pid), win)
+			all = append(all, host.ProcessChecks(int(pid), pools, nil)...)
 		}
-		if m, err := collectors.ReadMeminfo(procRoot); err == nil {
-			facts := correlate.PinnedFacts{MemTotal: m.MemTotalBytes, MemAvailable: m.MemAvailableBytes, ByProcess: pinned}
-			for _, b := range pinned {
-				facts.PinnedBytes += b
-			}
-			if f := correlate.PinnedPressure(facts); f != nil {
-				r.Checks = append(r.Checks, Check{Findings: []correlate.Finding{*f}})
-			}
-		}
+		all = append(all, host.PinnedPressure(pinned, "the processes the agent watches"))
 		cached = cached[:0]
-		for _, c := range r.Checks {
+		for _, c := range all {
 			cached = append(cached, c.Findings...)
 		}
 		return cached

@@ -1,4 +1,4 @@
-package agent
+package agent_test
 
 import (
 	"bufio"
@@ -7,10 +7,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/lanewatch/lanewatch/agent"
 	"github.com/lanewatch/lanewatch/internal/sysfstest"
 	"github.com/lanewatch/lanewatch/internal/testenv"
 )
@@ -29,7 +31,7 @@ func TestHostJudgeRemotePool(t *testing.T) {
 		},
 	})
 	sysfstest.Write(t, filepath.Join(sys, "devices", "system", "node", "online"), "0-1\n")
-	r := startAgent(t, Config{Libs: []string{filepath.Join(ref, "plain", "libcudart.so.12"), filepath.Join(ref, "lib", "libcuda.so.1")}})
+	r := startAgent(t, agent.Config{Libs: []string{filepath.Join(ref, "plain", "libcudart.so.12"), filepath.Join(ref, "lib", "libcuda.so.1")}})
 
 	cmd := exec.Command(filepath.Join(ref, "bin", "kvpath"), "--scenario", "hicache-load", "--hold",
 		"--truth", filepath.Join(t.TempDir(), "truth.jsonl"))
@@ -51,7 +53,7 @@ func TestHostJudgeRemotePool(t *testing.T) {
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline) && found == ""; time.Sleep(100 * time.Millisecond) {
 		judge := r.agent.HostJudge("/proc", sys, time.Minute, slog.New(slog.NewTextHandler(io.Discard, nil)))
 		for _, f := range judge() {
-			if f.Rule == "remote-numa-pool" && strings.Contains(f.Subject, "pid "+itoa(cmd.Process.Pid)) {
+			if f.Rule == "remote-numa-pool" && strings.Contains(f.Subject, "pid "+strconv.Itoa(cmd.Process.Pid)) {
 				found = f.Summary
 			}
 		}

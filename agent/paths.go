@@ -3,6 +3,7 @@ package agent
 import (
 	"sync"
 
+	"github.com/lanewatch/lanewatch/checks"
 	"github.com/lanewatch/lanewatch/correlate"
 	"github.com/lanewatch/lanewatch/exporters"
 	"github.com/lanewatch/lanewatch/topology"
@@ -12,36 +13,34 @@ import (
 // process uses, the PCIe segments from its host bridge down to that GPU and
 // the narrowest of them. The host memory's NUMA node is per page and not
 // known per transfer here, so the DRAM and socket segments are left out
-// rather than guessed (diagnose locates pools with move_pages).
+// rather than guessed (diagnose locates pools with move_pages). A process
+// whose GPU is unknown, or not in this host's sysfs, has no path.
 type Paths struct {
 	host  *topology.Host
-	place func(pid uint32) Placement
+	place func(pid uint32) checks.Placement
 
 	mu    sync.Mutex
-	cache map[uint32]Placement // bounded: reset when full
+	cache map[uint32]checks.Placement // bounded: reset when full
 }
 
-// NewPaths reads the topology under sysRoot.
-func NewPaths(procRoot, sysRoot string) (*Paths, error) {
-	place, err := HostPlacement(procRoot, sysRoot)
-	if err != nil {
-		return nil, err
-	}
+// NewPaths reads the topology under sysRoot and places processes with
+// place (HostPlacement, or the run configuration's).
+func NewPaths(sysRoot string, place func(pid uint32) checks.Placement) (*Paths, error) {
 	host, err := topology.Read(sysRoot)
 	if err != nil {
 		return nil, err
 	}
-	return &Paths{host: host, place: place, cache: map[uint32]Placement{}}, nil
+	return &Paths{host: host, place: place, cache: map[uint32]checks.Placement{}}, nil
 }
 
-func (p *Paths) placement(pid uint32) Placement {
+func (p *Paths) placement(pid uint32) checks.Placement {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if pl, ok := p.cache[pid]; ok {
 		return pl
 	}
 	if len(p.cache) >= 4096 {
-		p.cache = map[uint32]Placement{}
+		p.cache = map[uint32]checks.Placement{}
 	}
 	pl := p.place(pid)
 	p.cache[pid] = pl
@@ -55,19 +54,11 @@ func (p *Paths) Path(t *correlate.Transfer) (exporters.Path, bool) {
 		return exporters.Path{}, false
 	}
 	pl := p.placement(t.PID)
-	if pl.GPU == "" {
+	f := p.host.Functions[pl.GPU]
+	if pl.GPU == "" || f == nil {
 		return exporters.Path{}, false
 	}
 	out := exporters.Path{GPU: pl.GPU, NUMANode: -1}
-	f := p.host.Functions[pl.GPU]
-	if f == nil { // the reference data path: one lane per direction
-		lane, gbs := "lane:"+pl.GPU+"(inbound)", pl.InboundGBs
-		if !inbound {
-			lane, gbs = "lane:"+pl.GPU+"(outbound)", pl.OutboundGBs
-		}
-		out.Segments, out.Bottleneck, out.CapacityBps = []string{lane}, lane, gbs*1e9
-		return out, true
-	}
 	node := max(f.NUMANode, 0)
 	var path topology.Path
 	var err error
@@ -79,14 +70,13 @@ func (p *Paths) Path(t *correlate.Transfer) (exporters.Path, bool) {
 	if err != nil {
 		return exporters.Path{}, false
 	}
-	narrowest := -1
 	for _, s := range path.Segments {
 		if s.Kind == topology.SegDRAM || s.Kind == topology.SegSocket {
 			continue
 		}
 		out.Segments = append(out.Segments, s.Name+"("+s.Dir+")")
-		if s.CapacityGBs > 0 && (narrowest < 0 || s.CapacityGBs*1e9 < out.CapacityBps) {
-			narrowest, out.Bottleneck, out.CapacityBps = len(out.Segments)-1, s.Name+"("+s.Dir+")", s.CapacityGBs*1e9
+		if s.CapacityGBs > 0 && (out.Bottleneck == "" || s.CapacityGBs*1e9 < out.CapacityBps) {
+			out.Bottleneck, out.CapacityBps = s.Name+"("+s.Dir+")", s.CapacityGBs*1e9
 		}
 	}
 	return out, true

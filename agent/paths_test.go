@@ -1,10 +1,11 @@
-package agent
+package agent_test
 
 import (
 	"os"
 	"strings"
 	"testing"
 
+	"github.com/lanewatch/lanewatch/agent"
 	"github.com/lanewatch/lanewatch/correlate"
 	"github.com/lanewatch/lanewatch/internal/sysfstest"
 )
@@ -19,7 +20,11 @@ func TestPathsOnAGPUHost(t *testing.T) {
 				Cur: "16.0 GT/s PCIe", Max: "32.0 GT/s PCIe", CurW: "16", MaxW: "16"}, // trained at Gen4 under a Gen5 switch
 		},
 	})
-	p, err := NewPaths("/proc", sys)
+	place, err := agent.HostPlacement("/proc", sys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := agent.NewPaths(sys, place)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,13 +43,21 @@ func TestPathsOnAGPUHost(t *testing.T) {
 	}
 }
 
-func TestPathsOnTheReferencePath(t *testing.T) {
-	p, err := NewPaths("/proc", "/sys") // this machine: no GPU
+// This machine's sysfs shows no GPU: a transfer has no path, rather than
+// one on a GPU the host does not have.
+func TestPathsWithoutAGPU(t *testing.T) {
+	place, err := agent.HostPlacement("/proc", "/sys")
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, ok := p.Path(&correlate.Transfer{PID: uint32(os.Getpid()), Direction: correlate.DirD2H})
-	if !ok || got.GPU == "" || !strings.HasSuffix(got.Bottleneck, "(outbound)") || got.CapacityBps <= 0 {
-		t.Fatalf("reference path: %+v", got)
+	if pl := place(uint32(os.Getpid())); pl.GPU != "" || !strings.Contains(pl.Why, "no GPU in /sys") {
+		t.Fatalf("placement on a host without GPU: %+v", pl)
+	}
+	p, err := agent.NewPaths("/sys", place)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, ok := p.Path(&correlate.Transfer{PID: uint32(os.Getpid()), Direction: correlate.DirD2H}); ok {
+		t.Fatalf("a path on a host without GPU: %+v", got)
 	}
 }

@@ -25,6 +25,9 @@ type ProcStatus struct {
 	// line is missing (it always exists since Linux 2.6.x).
 	CapEff    uint64
 	HasCapEff bool
+	// PeakRSSBytes is VmHWM, the resident set's high-water mark (0 for a
+	// kernel thread, which has no VmHWM line).
+	PeakRSSBytes uint64
 	// Fields holds every "Key:\tvalue" line, value with surrounding white
 	// space trimmed.
 	Fields map[string]string
@@ -84,6 +87,8 @@ func (st *ProcStatus) set(key, val string) error {
 		st.CpusAllowed, err = ParseCPUList(val)
 	case "Mems_allowed_list":
 		st.MemsAllowed, err = ParseCPUList(val)
+	case "VmHWM":
+		_, st.PeakRSSBytes, err = parseMeminfoLine(key + ":" + val) // "N kB", as in meminfo
 	case "CapEff":
 		if len(val) == 0 || len(val) > 16 || !isHex(val) {
 			return fmt.Errorf("%q is not a 64-bit hex mask", val)

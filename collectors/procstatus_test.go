@@ -22,10 +22,11 @@ func TestParseStatusCaptures(t *testing.T) {
 		capEff     uint64
 		sysNice    bool
 		fields     int
+		peakRSS    uint64
 	}{
-		{"lanewatch-dev_cat_self.status", "cat", 495, 495, []int{0, 1}, []int{0}, 0x000001fffeffffff, true, 59},
-		{"public_2node_nacl_helper.status", "nacl_helper", 1823, 1823, seqInts(0, 11), []int{0, 1}, 0x200000, false, 53},
-		{"public_2node_mongod.status", "mongod", 10112, 10112, seqInts(0, 11), []int{0, 1}, 0, false, 53},
+		{"lanewatch-dev_cat_self.status", "cat", 495, 495, []int{0, 1}, []int{0}, 0x000001fffeffffff, true, 59, 1756 << 10},
+		{"public_2node_nacl_helper.status", "nacl_helper", 1823, 1823, seqInts(0, 11), []int{0, 1}, 0x200000, false, 53, 4000 << 10},
+		{"public_2node_mongod.status", "mongod", 10112, 10112, seqInts(0, 11), []int{0, 1}, 0, false, 53, 15545956 << 10},
 	}
 	for _, tt := range tests {
 		t.Run(tt.file, func(t *testing.T) {
@@ -47,6 +48,9 @@ func TestParseStatusCaptures(t *testing.T) {
 			}
 			if st.HasCap(CapSysNice) != tt.sysNice {
 				t.Errorf("HasCap(CAP_SYS_NICE) = %v", !tt.sysNice)
+			}
+			if st.PeakRSSBytes != tt.peakRSS {
+				t.Errorf("VmHWM %d bytes, want %d", st.PeakRSSBytes, tt.peakRSS)
 			}
 			if len(st.Fields) != tt.fields {
 				t.Errorf("%d fields, want %d (one per line)", len(st.Fields), tt.fields)

@@ -298,7 +298,7 @@ func (e *Engine) RDMALatency() []LatencySummary {
 		sorted := slices.Clone(s)
 		slices.Sort(sorted)
 		inflight := len(r.queues[queueKey{k.PID, k.QPNum, k.Opcode == "RECV"}])
-		out = append(out, LatencySummary{LatencyKey: k, Count: len(s), P50: percentile(sorted, 50), P99: percentile(sorted, 99), InFlight: inflight})
+		out = append(out, LatencySummary{LatencyKey: k, Count: len(s), P50: Percentile(sorted, 50), P99: Percentile(sorted, 99), InFlight: inflight})
 	}
 	slices.SortFunc(out, func(a, b LatencySummary) int {
 		if a.PID != b.PID {
@@ -329,8 +329,8 @@ func (e *Engine) RDMAStats() RDMAStats {
 	return s
 }
 
-// percentile is the nearest-rank percentile of sorted values.
-func percentile(sorted []uint64, p int) uint64 {
+// Percentile is the nearest-rank percentile of sorted values.
+func Percentile(sorted []uint64, p int) uint64 {
 	if len(sorted) == 0 {
 		return 0
 	}

@@ -88,7 +88,7 @@ func TestRDMAErrorsAndExit(t *testing.T) {
 
 func TestPercentile(t *testing.T) {
 	s := []uint64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}
-	if percentile(s, 50) != 5 || percentile(s, 99) != 10 || percentile(nil, 50) != 0 || percentile([]uint64{7}, 99) != 7 {
-		t.Error(percentile(s, 50), percentile(s, 99))
+	if Percentile(s, 50) != 5 || Percentile(s, 99) != 10 || Percentile(nil, 50) != 0 || Percentile([]uint64{7}, 99) != 7 {
+		t.Error(Percentile(s, 50), Percentile(s, 99))
 	}
 }

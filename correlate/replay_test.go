@@ -4,10 +4,10 @@ import (
 	"os"
 	"testing"
 
-	"github.com/lanewatch/lanewatch/agent"
 	"github.com/lanewatch/lanewatch/correlate"
 	"github.com/lanewatch/lanewatch/event"
 	"github.com/lanewatch/lanewatch/probes"
+	"github.com/lanewatch/lanewatch/selftest"
 )
 
 // testdata/hicache-load.events is a real recording (`agent run --record`) of
@@ -30,14 +30,14 @@ func recording(tb testing.TB) [][]byte {
 }
 
 // recordedCopies reads the recording's ground truth: every call, and the copies.
-func recordedCopies(t *testing.T) (truth, copies []agent.TruthCall) {
+func recordedCopies(t *testing.T) (truth, copies []selftest.TruthCall) {
 	t.Helper()
 	f, err := os.Open("testdata/hicache-load.truth.jsonl")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	truth, err = agent.ReadTruth(f, f.Name())
+	truth, err = selftest.ReadTruth(f, f.Name())
 	if err != nil {
 		t.Fatal(err)
 	}

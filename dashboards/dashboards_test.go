@@ -141,7 +141,7 @@ func exporterNames(t *testing.T) map[string]bool {
 		m.Transfer(&tr)
 	}
 	m.SetWindow(exporters.Window{At: time.Now(), Lanes: []exporters.Lane{{GPU: "ref-x", Direction: "inbound", Demand: 1, Capacity: 1, Measured: 1, HasMeasured: true}}})
-	mfs, err := exporters.NewRegistry(m).Gather()
+	mfs, err := exporters.NewRegistry(m, nil, nil).Gather()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,7 +9,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/lanewatch/lanewatch/agent"
+	"github.com/lanewatch/lanewatch/diagnose"
 )
 
 // Exit codes of diagnose: 0 nothing failed, 1 a check failed, 2 diagnose
@@ -41,7 +41,7 @@ diagnose itself could not run.`)
 	if log == nil {
 		return code
 	}
-	cfg := agent.DiagnoseConfig{ProcRoot: *procRoot, SysRoot: *sysRoot, PIDs: pids, Sample: *sample, Libs: libs, Logger: log}
+	cfg := diagnose.Config{ProcRoot: *procRoot, SysRoot: *sysRoot, PIDs: pids, Sample: *sample, Libs: libs, Logger: log}
 	if *ib != "" {
 		if err := json.Unmarshal([]byte(*ib), &cfg.IBDevices); err != nil {
 			fmt.Fprintf(stderr, "--ib-devices: %v\n", err)
@@ -53,7 +53,7 @@ diagnose itself could not run.`)
 	if *sample > 0 {
 		fmt.Fprintf(stderr, "sampling live transfers for %s…\n", sample.Round(time.Millisecond))
 	}
-	report, err := agent.Diagnose(ctx, cfg)
+	report, err := diagnose.Run(ctx, cfg)
 	if err != nil {
 		fmt.Fprintln(stderr, "diagnose:", err)
 		return exitCannotRun

@@ -4,9 +4,7 @@
 package main
 
 import (
-	"bufio"
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -17,10 +15,9 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
-	"time"
 
-	"github.com/lanewatch/lanewatch/agent"
-	"github.com/lanewatch/lanewatch/exporters"
+	"github.com/lanewatch/lanewatch/collectors"
+	"github.com/lanewatch/lanewatch/selftest"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -123,140 +120,28 @@ func parse(fs *flag.FlagSet, args []string, stderr io.Writer) (*slog.Logger, int
 	return slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: l})), 0
 }
 
-func cmdRun(args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("run", "info", stderr, "Attaches uprobes to every CUDA runtime/driver library mapped by a process\n(and to libraries loaded later), writes one JSON record per host↔device transfer,\nand detaches cleanly on SIGINT/SIGTERM.")
-	var pids pidList
-	var libs stringList
-	fs.Var(&pids, "pid", "trace only these processes (repeatable or comma-separated); default: every process that maps a CUDA library, now or later")
-	fs.Var(&libs, "lib", "also probe this ELF file at start (repeatable), before any process maps it")
-	output := fs.String("output", "-", "where to write JSONL transfer records (- for stdout)")
-	procRoot := fs.String("path.procfs", "/proc", "procfs mount point")
-	rescan := fs.Duration("rescan-interval", 10*time.Second, "how often every process's mappings are rescanned, besides the dynamic linker's notifications")
-	ring := fs.Uint("ring-bytes", 0, "BPF ring buffer size in bytes, a power of two (0: 4 MiB)")
-	record := fs.String("record", "", "also write every raw probe event to this file (120-byte records of bpf/lanewatch.h's struct lw_event), for offline replay")
-	mf := addMetricsFlags(fs)
-	of := addOTelFlags(fs)
-	log, code := parse(fs, args, stderr)
-	if log == nil {
-		return code
-	}
-	var rec io.Writer
-	if *record != "" {
-		f, err := os.Create(*record)
-		if err != nil {
-			log.Error("open record file", "err", err)
-			return 1
-		}
-		defer f.Close()
-		bw := bufio.NewWriterSize(f, 1<<20)
-		defer bw.Flush()
-		rec = bw
-	}
-	out := stdout
-	if *output != "-" {
-		f, err := os.Create(*output)
-		if err != nil {
-			log.Error("open output", "err", err)
-			return 1
-		}
-		defer f.Close()
-		out = f
-	}
-	sink := exporters.NewJSONL(out)
-	var paths exporters.PathResolver
-	if p, err := agent.NewPaths(*procRoot, *mf.sysRoot); err != nil {
-		log.Warn("transfer spans without topology", "err", err)
-	} else {
-		paths = p
-	}
-	ot, err := of.start(log, paths)
-	if err != nil {
-		log.Error("traces", "err", err)
-		return 1
-	}
-	defer ot.stop()
-	mx, err := mf.start(log, *procRoot)
-	if err != nil {
-		log.Error("metrics", "err", err)
-		return 1
-	}
-	mx.onVerdict = ot.verdict
-	ag, err := agent.New(agent.Config{
-		ProcRoot: *procRoot, PIDs: pids, Libs: libs, RescanInterval: *rescan,
-		RingBytes: uint32(*ring), Record: rec, Sink: ot.tee(mx.tee(sink)), Logger: log,
-		OnReady: func() { log.Info("lanewatch running: probes attached", "version", version, "output", *output) },
-	})
-	if err != nil {
-		log.Error("start", "err", err)
-		return 1
-	}
-	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer cancel()
-	defer mx.serve(ctx, ag)()
-	// Records reach the output within a second even when transfers are rare.
-	flushDone := make(chan struct{})
-	go func() {
-		defer close(flushDone)
-		t := time.NewTicker(time.Second)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				if err := sink.Flush(); err != nil {
-					log.Error("write output", "err", err)
-				}
-			}
-		}
-	}()
-	runErr := ag.Run(ctx)
-	otErr := ot.stop() // every transfer is out of the engine: export the held spans
-	cancel()
-	<-flushDone
-	flushErr := sink.Flush()
-	st := ag.Stats()
-	log.Info("summary", "events", st.Events, "transfers", st.Engine.Transfers, "drops", st.Drops.Total(),
-		"ring_full", st.Drops.RingFull, "lost_returns", st.Drops.NoEntry, "batch_truncated", st.Drops.BatchTrunc,
-		"read_faults", st.Drops.ReadFault)
-	if rs := ag.RDMAStats(); rs.WorkRequests > 0 {
-		log.Info("rdma", "work_requests", rs.WorkRequests, "completions", rs.Completions, "by_status", fmt.Sprint(rs.ByStatus),
-			"unmatched_completions", rs.Unmatched, "never_completed", rs.Evicted)
-		for _, l := range ag.RDMALatency() {
-			log.Info("rdma posted→completed", "pid", l.PID, "qp", l.QPNum, "opcode", l.Opcode, "count", l.Count,
-				"p50", time.Duration(l.P50), "p99", time.Duration(l.P99), "in_flight", l.InFlight)
-		}
-	}
-	if err := errors.Join(runErr, flushErr, otErr); err != nil {
-		log.Error("stopped", "err", err)
-		return 1
-	}
-	log.Info("stopped: every probe detached")
-	return 0
-}
-
 func cmdSelftest(args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("selftest", "warn", stderr, "Runs every scenario of the reference KV data path under the real probes and compares\nwhat the agent saw with the scenario's ground truth, record by record. Exits 1 on any\nmismatch or drop.")
 	refDir := fs.String("refpath", defaultRefDir(), "build directory of the reference data path (make -C refpath)")
 	live := fs.Bool("live", false, "print every transfer as the agent reports it")
-	scenarios := fs.String("scenarios", strings.Join(agent.Scenarios, ","), "comma-separated CUDA scenarios to run after late-attach")
-	rdma := fs.String("rdma", strings.Join(agent.RDMAScenarios, ","), "comma-separated RDMA scenarios (two processes each); empty for none")
+	scenarios := fs.String("scenarios", strings.Join(selftest.Scenarios, ","), "comma-separated CUDA scenarios to run after late-attach")
+	rdma := fs.String("rdma", strings.Join(selftest.RDMAScenarios, ","), "comma-separated RDMA scenarios (two processes each); empty for none")
 	kernelCopy := fs.Bool("kernel-copy", true, "run the copy-kernel stand-in and read its GPU counters through the reference NVML library")
 	log, code := parse(fs, args, stderr)
 	if log == nil {
 		return code
 	}
-	cfg := agent.SelftestConfig{RefDir: *refDir, Out: stdout, Logger: log, Scenarios: splitList(*scenarios), RDMA: splitList(*rdma), KernelCopy: *kernelCopy}
+	cfg := selftest.Config{RefDir: *refDir, Out: stdout, Logger: log, Scenarios: splitList(*scenarios), RDMA: splitList(*rdma), KernelCopy: *kernelCopy}
 	if *live {
 		cfg.Live = stdout
 	}
 	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer cancel()
-	results, stats, err := agent.Selftest(ctx, cfg)
-	ok := agent.PrintResults(stdout, results, stats)
+	results, stats, err := selftest.Run(ctx, cfg)
+	ok := selftest.PrintResults(stdout, results, stats)
 	fmt.Fprintln(stdout, stats.GPUCounters)
-	if rss, rerr := peakRSS(); rerr == nil {
-		fmt.Fprintf(stdout, "agent peak RSS %.1f MiB\n", float64(rss)/(1<<20))
+	if st, err := collectors.ReadStatus("/proc", os.Getpid()); err == nil {
+		fmt.Fprintf(stdout, "agent peak RSS %.1f MiB\n", float64(st.PeakRSSBytes)/(1<<20))
 	}
 	if err != nil {
 		fmt.Fprintln(stderr, "selftest:", err)
@@ -292,19 +177,4 @@ func defaultRefDir() string {
 		}
 	}
 	return filepath.Join("refpath", "build")
-}
-
-// peakRSS reads VmHWM from /proc/self/status, in bytes.
-func peakRSS() (uint64, error) {
-	b, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		return 0, err
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
-			kb, err := strconv.ParseUint(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-			return kb * 1024, err
-		}
-	}
-	return 0, errors.New("no VmHWM in /proc/self/status")
 }

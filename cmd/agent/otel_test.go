@@ -26,9 +26,9 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/lanewatch/lanewatch/agent"
 	"github.com/lanewatch/lanewatch/internal/testenv"
 	"github.com/lanewatch/lanewatch/otlpbridge"
+	"github.com/lanewatch/lanewatch/selftest"
 )
 
 // syncBuf is a goroutine-safe log sink.
@@ -49,7 +49,7 @@ func freePort(t *testing.T) string {
 	return ln.Addr().String()
 }
 
-func runScenario(t *testing.T, refDir, scenario, truth string) []agent.TruthCall {
+func runScenario(t *testing.T, refDir, scenario, truth string) []selftest.TruthCall {
 	cmd := exec.Command(filepath.Join(refDir, "bin", "kvpath"), "--scenario", scenario, "--truth", truth)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("%s: %v\n%s", scenario, err, out)
@@ -59,7 +59,7 @@ func runScenario(t *testing.T, refDir, scenario, truth string) []agent.TruthCall
 		t.Fatal(err)
 	}
 	defer f.Close()
-	calls, err := agent.ReadTruth(f, truth)
+	calls, err := selftest.ReadTruth(f, truth)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,8 +118,8 @@ func TestRunTraces(t *testing.T) {
 	sgTruth := runScenario(t, refDir, "hicache-load", filepath.Join(tmp, "sglang.jsonl"))
 	vlTruth := runScenario(t, refDir, "hicache-load", filepath.Join(tmp, "vllm.jsonl"))
 	offset := otlpbridge.NewClock().Offset()
-	sg, per := agent.SGLangSpans(sgTruth, offset)
-	vl, vreqs := agent.VLLMSpans(vlTruth, offset, 2)
+	sg, per := selftest.SGLangSpans(sgTruth, offset)
+	vl, vreqs := selftest.VLLMSpans(vlTruth, offset, 2)
 
 	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -166,8 +166,8 @@ func TestRunTraces(t *testing.T) {
 			t.Errorf("%s spans did not arrive upstream unchanged", name)
 		}
 	}
-	spans := agent.TransferSpans(reqs)
-	problems, matched := agent.CheckSGLangSpans(spans, sgTruth, per)
+	spans := selftest.TransferSpans(reqs)
+	problems, matched := selftest.CheckSGLangSpans(spans, sgTruth, per)
 	for _, p := range problems {
 		t.Error("SGLang:", p)
 	}

@@ -1,4 +1,4 @@
-package agent
+package diagnose
 
 import (
 	"bytes"
@@ -13,11 +13,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lanewatch/lanewatch/checks"
 	"github.com/lanewatch/lanewatch/internal/sysfstest"
 	"github.com/lanewatch/lanewatch/internal/testenv"
 )
 
-func findCheck(r *Report, scopePrefix, name string) *Check {
+func findCheck(r *checks.Report, scopePrefix, name string) *checks.Check {
 	for i, c := range r.Checks {
 		if strings.HasPrefix(c.Scope, scopePrefix) && c.Name == name {
 			return &r.Checks[i]
@@ -26,7 +27,7 @@ func findCheck(r *Report, scopePrefix, name string) *Check {
 	return nil
 }
 
-func reportText(r *Report) string {
+func reportText(r *checks.Report) string {
 	var b bytes.Buffer
 	r.WriteText(&b)
 	return b.String()
@@ -35,15 +36,15 @@ func reportText(r *Report) string {
 // On this machine (virtio devices, one NUMA node, no GPU, no RDMA) the
 // static checklist runs and says what is absent instead of failing.
 func TestDiagnoseThisMachine(t *testing.T) {
-	r, err := Diagnose(context.Background(), DiagnoseConfig{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	r, err := Run(context.Background(), Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
 	text := reportText(r)
-	if c := findCheck(r, "host", "PCI topology"); c == nil || c.Status != Skip || !strings.Contains(c.Detail, "no GPU on this host") {
+	if c := findCheck(r, "host", "PCI topology"); c == nil || c.Status != checks.Skip || !strings.Contains(c.Detail, "no GPU on this host") {
 		t.Errorf("PCI topology: %+v", c)
 	}
-	if c := findCheck(r, "host", "RDMA NIC per GPU"); c == nil || c.Status != Skip || !strings.Contains(c.Detail, "no RDMA device") {
+	if c := findCheck(r, "host", "RDMA NIC per GPU"); c == nil || c.Status != checks.Skip || !strings.Contains(c.Detail, "no RDMA device") {
 		t.Errorf("RDMA: %+v", c)
 	}
 	if r.Failed() {
@@ -53,12 +54,12 @@ func TestDiagnoseThisMachine(t *testing.T) {
 
 // diagnoseWhile runs diagnose with a live window during which the reference
 // data path runs one scenario, and returns the report and the scenario's pid.
-func diagnoseWhile(t *testing.T, sysRoot, scenario string, extra ...string) (*Report, int) {
+func diagnoseWhile(t *testing.T, sysRoot, scenario string, extra ...string) (*checks.Report, int) {
 	t.Helper()
 	ref := testenv.RefDir(t)
 	var cmd *exec.Cmd
 	started := make(chan error, 1)
-	cfg := DiagnoseConfig{
+	cfg := Config{
 		SysRoot: sysRoot,
 		Sample:  2 * time.Second,
 		Libs:    []string{filepath.Join(ref, "plain", "libcudart.so.12"), filepath.Join(ref, "lib", "libcuda.so.1")},
@@ -71,9 +72,9 @@ func diagnoseWhile(t *testing.T, sysRoot, scenario string, extra ...string) (*Re
 		},
 	}
 	done := make(chan struct{})
-	var r *Report
+	var r *checks.Report
 	var err error
-	go func() { r, err = Diagnose(context.Background(), cfg); close(done) }()
+	go func() { r, err = Run(context.Background(), cfg); close(done) }()
 	if err := <-started; err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +93,7 @@ func TestDiagnoseSamplePageableLoad(t *testing.T) {
 	testenv.RequireRoot(t)
 	r, pid := diagnoseWhile(t, "/sys", "pageable-load")
 	c := findCheck(r, "pid "+itoa(pid), "pageable copies")
-	if c == nil || c.Status != Fail || len(c.Findings) != 1 || c.Findings[0].Rule != "pageable-copy" ||
+	if c == nil || c.Status != checks.Fail || len(c.Findings) != 1 || c.Findings[0].Rule != "pageable-copy" ||
 		!strings.Contains(c.Findings[0].Summary, "32 copies (32 MiB)") {
 		t.Fatalf("pageable copies: %+v\n%s", c, reportText(r))
 	}
@@ -105,7 +106,7 @@ func TestDiagnoseSampleHicacheLoad(t *testing.T) {
 	testenv.RequireRoot(t)
 	r, pid := diagnoseWhile(t, "/sys", "hicache-load")
 	c := findCheck(r, "pid "+itoa(pid), "pageable copies")
-	if c == nil || c.Status != Pass || !strings.Contains(c.Detail, "32 transfers, none from pageable memory") {
+	if c == nil || c.Status != checks.Pass || !strings.Contains(c.Detail, "32 transfers, none from pageable memory") {
 		t.Fatalf("pageable copies: %+v\n%s", c, reportText(r))
 	}
 	if r.Failed() {
@@ -130,7 +131,7 @@ func TestDiagnoseRemoteNUMAPool(t *testing.T) {
 	// 256 layers keep the process alive long enough for its pool to be located.
 	r, pid := diagnoseWhile(t, sys, "hicache-load", "--layers", "256")
 	c := findCheck(r, "pid "+itoa(pid), "pinned pool placement")
-	if c == nil || c.Status != Fail || len(c.Findings) == 0 || c.Findings[0].Rule != "remote-numa-pool" ||
+	if c == nil || c.Status != checks.Fail || len(c.Findings) == 0 || c.Findings[0].Rule != "remote-numa-pool" ||
 		!strings.Contains(strings.Join(c.Findings[0].Evidence, " "), "N0=") {
 		t.Fatalf("pool placement: %+v\n%s", c, reportText(r))
 	}

@@ -1,4 +1,4 @@
-package agent
+package selftest
 
 import (
 	"context"
@@ -240,7 +240,7 @@ func CheckSGLangSpans(spans []*tracepb.Span, truth []TruthCall, per []SpanReques
 // span exporter, and checks the collector's view: the server's spans
 // unchanged, every transfer span in its request's trace under the thread
 // span, with the truth's request and layer.
-func spansCheck(ctx context.Context, kvpath, truthPath string, col *collector, cfg SelftestConfig) Result {
+func spansCheck(ctx context.Context, kvpath, truthPath string, col *Collector, cfg Config) Result {
 	res := Result{Scenario: "hicache-spans", Runtime: "plain", Overlap: "-"}
 	fail := func(err error) Result {
 		res.Problems = append(res.Problems, err.Error())
@@ -255,8 +255,8 @@ func spansCheck(ctx context.Context, kvpath, truthPath string, col *collector, c
 	if err := p.wait(col, cfg.Timeout); err != nil {
 		return fail(err)
 	}
-	got := col.take(p.pid)
-	truth, err := readTruthFile(truthPath)
+	got := col.Take(p.pid)
+	truth, err := ReadTruthFile(truthPath)
 	if err != nil {
 		return fail(err)
 	}

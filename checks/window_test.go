@@ -1,9 +1,10 @@
-package agent
+package checks
 
 import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/lanewatch/lanewatch/correlate"
 	"github.com/lanewatch/lanewatch/event"
@@ -13,13 +14,13 @@ import (
 // replay feeds a real recording (`agent run --record` of a reference
 // scenario) through the engine into a diagnose sample, and returns the pid
 // that made the transfers.
-func replay(t *testing.T, path string) (*sample, uint32) {
+func replay(t *testing.T, path string) (*Window, uint32) {
 	t.Helper()
 	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := newSample()
+	s := NewWindow()
 	e := correlate.NewEngine(correlate.Config{ExecObserved: true, Sink: s})
 	var c event.Call
 	for off := 0; off+probes.EventSize <= len(b); off += probes.EventSize {
@@ -29,7 +30,7 @@ func replay(t *testing.T, path string) (*sample, uint32) {
 		e.Handle(&c)
 	}
 	e.Flush()
-	pids := s.pids()
+	pids := s.PIDs()
 	if len(pids) != 1 {
 		t.Fatalf("%s: transfers from pids %v, want one scenario process", path, pids)
 	}
@@ -62,8 +63,8 @@ func TestSampleChecksOnRecordings(t *testing.T) {
 		t.Run(c.file, func(t *testing.T) {
 			s, pid := replay(t, c.file)
 			var r Report
-			for _, ch := range s.checks("pid", pid, "ref0", 4) {
-				r.add(ch)
+			for _, ch := range s.Checks("pid", pid, Placement{GPU: "0000:17:00.0", InboundGBs: 4, OutboundGBs: 4}) {
+				r.Add(ch)
 			}
 			for name, want := range map[string]Status{"pageable copies": c.pageable, "fragmentation": c.fragments, "same-direction overlap": c.overlap} {
 				if got := checkByName(t, r.Checks, name); got.Status != want {
@@ -76,5 +77,27 @@ func TestSampleChecksOnRecordings(t *testing.T) {
 				t.Errorf("report does not name the pageable copies:\n%s", text.String())
 			}
 		})
+	}
+}
+
+// A lane the counters saw nearly idle while a probed flow was in flight all
+// window is reported, with the staging copy as the likelier bottleneck.
+func TestLaneFactsUnderused(t *testing.T) {
+	s := NewWindow()
+	const sec = uint64(1e9)
+	for i := uint64(0); i < 10; i++ { // ten pageable 1 MiB H2D copies back to back over 1 s
+		s.Transfer(&correlate.Transfer{PID: 7, Direction: correlate.DirH2D, HostMem: event.MemPageable, Bytes: 1 << 20,
+			SubmitNs: i * sec / 10, CompleteNs: (i + 1) * sec / 10})
+	}
+	f := s.LaneFacts("0000:17:00.0", Inbound, func(uint32) string { return "0000:17:00.0" }, time.Second)
+	if f.BusyFraction < 0.99 || f.PageableCopies != 10 || f.All != 10 {
+		t.Fatalf("facts %+v", f)
+	}
+	f.MeasuredBps, f.CapacityBps = 10.5e6, 4e9
+	if fd := correlate.LinkUnderused(f); fd == nil || !strings.Contains(strings.Join(fd.Evidence, " "), "CPU staging copy") {
+		t.Errorf("finding %+v", fd)
+	}
+	if g := s.LaneFacts("0000:18:00.0", Inbound, func(uint32) string { return "0000:17:00.0" }, time.Second); g.BusyFraction != 0 || g.All != 0 {
+		t.Errorf("another GPU's lane: %+v", g)
 	}
 }

@@ -1,4 +1,4 @@
-package agent
+package selftest
 
 import (
 	"bufio"
@@ -13,12 +13,15 @@ import (
 	"strings"
 	"time"
 
+	"github.com/lanewatch/lanewatch/agent"
+	"github.com/lanewatch/lanewatch/checks"
 	"github.com/lanewatch/lanewatch/collectors"
+	"github.com/lanewatch/lanewatch/selftest/refenv"
 )
 
 // GPUCountersLine says, once, where this host's GPU counters come from.
 func GPUCountersLine() string {
-	c, err := OpenGPU(GPUConfig{})
+	c, err := agent.OpenGPU(agent.GPUConfig{})
 	if err != nil {
 		return "GPU counters: unavailable (" + err.Error() + ")"
 	}
@@ -31,7 +34,7 @@ func GPUCountersLine() string {
 // agent's real NVML code: the counters must match the lane model's bytes
 // within 2%, and the bytes no probe saw (the copy-kernel stand-in) must come
 // out as unattributed traffic in the right direction, within 2%.
-func kernelCopyRun(ctx context.Context, refDir, tmp string, col *collector, cfg SelftestConfig, drops func() uint64) Result {
+func kernelCopyRun(ctx context.Context, refDir, tmp string, col *Collector, cfg Config, drops func() uint64) Result {
 	res := Result{Scenario: "kernel-copy", Runtime: "nvml"}
 	fail := func(format string, args ...any) Result {
 		res.Problems = append(res.Problems, fmt.Sprintf(format, args...))
@@ -41,14 +44,14 @@ func kernelCopyRun(ctx context.Context, refDir, tmp string, col *collector, cfg 
 	gpu := fmt.Sprintf("selftest-%d", os.Getpid())
 	truth := filepath.Join(tmp, "kernel-copy.jsonl")
 	cmd := exec.CommandContext(ctx, filepath.Join(refDir, "bin", "kvpath"), "--scenario", "kernel-copy", "--truth", truth, "--hold")
-	cmd.Env = append(os.Environ(), "LW_REF_GPU="+gpu)
+	cmd.Env = append(os.Environ(), refenv.SharedGPU(gpu))
 	cmd.Stderr = os.Stderr
 	stdin, _ := cmd.StdinPipe()
 	stdout, _ := cmd.StdoutPipe()
 	if err := cmd.Start(); err != nil {
 		return fail("start kernel-copy: %v", err)
 	}
-	defer os.Remove("/dev/shm/lw-ref-" + gpu)
+	defer os.Remove(refenv.LaneFile(gpu))
 	if line, err := bufio.NewReader(stdout).ReadString('\n'); err != nil || !strings.HasPrefix(line, "ready") {
 		cmd.Process.Kill()
 		cmd.Wait()
@@ -57,20 +60,28 @@ func kernelCopyRun(ctx context.Context, refDir, tmp string, col *collector, cfg 
 	go io.Copy(io.Discard, stdout)
 	res.PID = uint32(cmd.Process.Pid)
 
-	counters, err := OpenGPU(GPUConfig{Source: "nvml", NVMLLibrary: filepath.Join(refDir, "nvml", "libnvidia-ml.so.1")})
+	counters, err := agent.OpenGPU(agent.GPUConfig{Source: "nvml", NVMLLibrary: filepath.Join(refDir, "nvml", "libnvidia-ml.so.1")})
 	if err != nil {
 		cmd.Process.Kill()
 		cmd.Wait()
 		return fail("reference NVML: %v", err)
 	}
 	defer counters.Close()
-	// Placed now, while the process (and its environment) still exists.
-	placed := refPlacement("/proc", res.PID)
-	place := func(uint32) Placement { return placed }
-	eval := NewEvaluator(EvaluatorConfig{Place: place, GPU: counters})
+	s0, err0 := counters.Sample()
+	name := refenv.NVMLName(gpu)
+	ref := findGPU(s0, name)
+	if err0 != nil || ref == nil {
+		cmd.Process.Kill()
+		cmd.Wait()
+		return fail("the reference NVML shows no GPU %s: %v", name, err0)
+	}
+	// The selftest knows where it put the process: the evaluator is told
+	// so through its placement, as production code is told by the host.
+	lane := refenv.LaneGBs()
+	placed := checks.Placement{GPU: ref.BusID, InboundGBs: lane, OutboundGBs: lane, Why: "reference GPU " + name}
+	eval := agent.NewEvaluator(agent.EvaluatorConfig{Place: func(uint32) checks.Placement { return placed }, GPU: counters})
 	start := time.Now()
 	eval.Evaluate(start) // opens the window and takes the first counter snapshot
-	s0, err0 := counters.Sample()
 
 	io.WriteString(stdin, "go\n")
 	stdin.Close()
@@ -80,7 +91,7 @@ func kernelCopyRun(ctx context.Context, refDir, tmp string, col *collector, cfg 
 	if err := (&proc{pid: res.PID}).waitExit(col, cfg.Timeout); err != nil {
 		res.Problems = append(res.Problems, err.Error())
 	}
-	got := col.take(res.PID)
+	got := col.Take(res.PID)
 	for i := range got {
 		eval.Transfer(&got[i])
 	}
@@ -96,13 +107,12 @@ func kernelCopyRun(ctx context.Context, refDir, tmp string, col *collector, cfg 
 		return fail("%v", err)
 	}
 	// The probed copies are checked like any scenario's.
-	calls, err := readTruthFile(truth)
+	calls, err := ReadTruthFile(truth)
 	if err != nil {
 		return fail("%v", err)
 	}
-	compare(&res, calls, got)
+	Compare(&res, calls, got)
 
-	name := "ref-" + gpu
 	rx, tx, ok := deltaOf(s0, s1, name)
 	if !ok {
 		return fail("the reference NVML shows no GPU %s", name)
@@ -116,14 +126,14 @@ func kernelCopyRun(ctx context.Context, refDir, tmp string, col *collector, cfg 
 	within("counter RX (host→device)", float64(rx), float64(end.Lane.H2D))
 	within("counter TX (device→host)", float64(tx), float64(end.Lane.D2H))
 	for _, l := range v.Lanes {
-		if l.GPU != name || !l.HasMeasured {
+		if l.GPU != placed.GPU || !l.HasMeasured {
 			continue
 		}
 		unattributed := l.Unattributed * v.Window.Seconds()
 		switch l.Direction {
-		case laneIn:
+		case checks.Inbound:
 			within("unattributed inbound", unattributed, float64(end.Kernel.H2D))
-		case laneOut:
+		case checks.Outbound:
 			within("unattributed outbound", unattributed, float64(end.Kernel.D2H))
 		}
 		res.Latency += fmt.Sprintf("%s unattributed %.0f MiB ", l.Direction, unattributed/(1<<20))
@@ -162,20 +172,20 @@ func readKernelCopyEnd(path string) (kernelCopyEnd, error) {
 	return e, nil
 }
 
+// findGPU is the reading of the named GPU in a snapshot, nil without one.
+func findGPU(s collectors.GPUSnapshot, name string) *collectors.GPUReading {
+	for i := range s.GPUs {
+		if s.GPUs[i].Name == name {
+			return &s.GPUs[i]
+		}
+	}
+	return nil
+}
+
 // deltaOf is how many bytes the named GPU's counters moved between two
 // snapshots, RX (host→device) and TX.
 func deltaOf(a, b collectors.GPUSnapshot, name string) (rx, tx uint64, ok bool) {
-	var ra, rb *collectors.GPUReading
-	for i := range a.GPUs {
-		if a.GPUs[i].Name == name {
-			ra = &a.GPUs[i]
-		}
-	}
-	for i := range b.GPUs {
-		if b.GPUs[i].Name == name {
-			rb = &b.GPUs[i]
-		}
-	}
+	ra, rb := findGPU(a, name), findGPU(b, name)
 	if ra == nil || rb == nil || !ra.HasPCIeBytes || !rb.HasPCIeBytes {
 		return 0, 0, false
 	}

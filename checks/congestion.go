@@ -1,7 +1,8 @@
-package agent
+package checks
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -10,30 +11,31 @@ import (
 	"github.com/lanewatch/lanewatch/correlate"
 )
 
-// congestionProbe samples the RDMA port and RoCE ethtool counters three
-// times over a diagnose window, so their rates over its two halves can be
-// set against the posted→completed latency of the same halves.
-type congestionProbe struct {
+// Congestion samples the RDMA port and RoCE ethtool counters three times
+// over a diagnose window, so their rates over its two halves can be set
+// against the posted→completed latency of the same halves.
+type Congestion struct {
 	ports    []collectors.IBPort
 	samplers []collectors.Sampler
 	snaps    [3][]collectors.Snapshot // start, middle, end; one per sampler
 	errs     []string
 }
 
-func newCongestionProbe(sysRoot string) (*congestionProbe, error) {
+// NewCongestion finds the RDMA ports under sysRoot; nil without any.
+func NewCongestion(sysRoot string) (*Congestion, error) {
 	ports, err := collectors.ReadInfiniBand(sysRoot)
 	if err != nil || len(ports) == 0 {
 		return nil, err
 	}
-	c := &congestionProbe{ports: ports, samplers: []collectors.Sampler{collectors.RDMACounters{SysRoot: sysRoot}}}
+	c := &Congestion{ports: ports, samplers: []collectors.Sampler{collectors.RDMACounters{SysRoot: sysRoot}}}
 	if devs, err := collectors.RoCENetDevs(sysRoot); err == nil && len(devs) > 0 {
 		c.samplers = append(c.samplers, collectors.EthtoolCounters{SysRoot: sysRoot, NetDevs: devs})
 	}
 	return c, nil
 }
 
-// sample takes snapshot i (0, 1 or 2) of every sampler.
-func (c *congestionProbe) sample(i int) {
+// Sample takes snapshot i (0, 1 or 2) of every sampler.
+func (c *Congestion) Sample(i int) {
 	for _, s := range c.samplers {
 		snap, err := s.Sample()
 		if err != nil {
@@ -45,7 +47,7 @@ func (c *congestionProbe) sample(i int) {
 
 // portOf names the port a counter key belongs to: "mlx5_0/1/hw_counters/x"
 // is port mlx5_0/1; "eth2/rx_prio3_pause" is the port whose netdev is eth2.
-func (c *congestionProbe) portOf(key string) string {
+func (c *Congestion) portOf(key string) string {
 	dev, rest, _ := strings.Cut(key, "/")
 	if port, _, ok := strings.Cut(rest, "/"); ok && strings.Contains(rest, "counters/") {
 		return dev + "/" + port
@@ -60,7 +62,7 @@ func (c *congestionProbe) portOf(key string) string {
 
 // facts pairs each port's congestion rates over the two halves with the
 // latency of the two halves.
-func (c *congestionProbe) facts(lat [2]uint64) []correlate.CongestionFacts {
+func (c *Congestion) facts(lat [2]uint64) []correlate.CongestionFacts {
 	byPort := map[string]map[string][2]float64{}
 	for i := range c.samplers {
 		if len(c.snaps[0]) <= i || len(c.snaps[1]) <= i || len(c.snaps[2]) <= i {
@@ -80,15 +82,15 @@ func (c *congestionProbe) facts(lat [2]uint64) []correlate.CongestionFacts {
 		}
 	}
 	var out []correlate.CongestionFacts
-	for _, port := range sortedKeys(byPort) {
+	for _, port := range slices.Sorted(maps.Keys(byPort)) {
 		out = append(out, correlate.CongestionFacts{Port: port, Signals: byPort[port], LatencyP99: lat})
 	}
 	return out
 }
 
-// check judges the window.
-func (c *congestionProbe) check(lat [2]uint64) Check {
-	ch := Check{Scope: hostScope, Name: "RDMA congestion", Status: Pass}
+// Check judges the window, given the posted→completed p99 of its halves.
+func (c *Congestion) Check(lat [2]uint64) Check {
+	ch := Check{Scope: HostScope, Name: "RDMA congestion", Status: Pass}
 	facts := c.facts(lat)
 	for _, f := range facts {
 		if fd := correlate.RDMACongestion(f); fd != nil {
@@ -106,9 +108,9 @@ func (c *congestionProbe) check(lat [2]uint64) Check {
 	return ch
 }
 
-// halfLatencies is the posted→completed p99 of the work requests completed
+// HalfLatencies is the posted→completed p99 of the work requests completed
 // in each half of the window.
-func halfLatencies(ts []correlate.Transfer, start uint64, window time.Duration) [2]uint64 {
+func HalfLatencies(ts []correlate.Transfer, start uint64, window time.Duration) [2]uint64 {
 	mid := start + uint64(window/2)
 	var halves [2][]uint64
 	for _, t := range ts {
@@ -124,7 +126,9 @@ func halfLatencies(ts []correlate.Transfer, start uint64, window time.Duration) 
 	var out [2]uint64
 	for i := range halves {
 		slices.Sort(halves[i])
-		out[i] = pct(halves[i], 99)
+		out[i] = correlate.Percentile(halves[i], 99)
 	}
 	return out
 }
+
+func us(ns uint64) string { return fmt.Sprintf("%.0fµs", float64(ns)/1e3) }

@@ -1,4 +1,11 @@
-package agent
+// Package selftest proves the agent against the reference KV data path
+// (refpath/): it runs every scenario under the real probes and compares what
+// the agent reported with the scenario's ground truth, record by record,
+// including RDMA work requests, the copy-kernel stand-in's GPU counters and
+// the span output. It is the only package besides refpath that knows the
+// reference path; production code learns its GPUs and lanes from it only
+// through the placement the run configuration takes.
+package selftest
 
 import (
 	"bufio"
@@ -15,6 +22,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/lanewatch/lanewatch/agent"
 	"github.com/lanewatch/lanewatch/correlate"
 )
 
@@ -26,8 +34,8 @@ var Scenarios = []string{"hicache-load", "pageable-load", "fragmented-load", "wr
 // CET prologue, so both probe-site choices are exercised.
 var Runtimes = []string{"plain", "cet"}
 
-// SelftestConfig locates the reference data path and says where to report.
-type SelftestConfig struct {
+// Config locates the reference data path and says where to report.
+type Config struct {
 	RefDir    string    // refpath/build
 	Out       io.Writer // the result table
 	Live      io.Writer // every transfer as it is emitted; nil for none
@@ -69,15 +77,24 @@ func (r Result) OK() bool {
 		r.MemoryErrs == 0 && r.OtherErrs == 0 && r.Drops == 0 && !r.OverlapErr && problems == 0
 }
 
-// collector keeps every transfer by pid and signals process exits.
-type collector struct {
+// Collector is a sink that keeps every transfer by pid and signals process
+// exits (give OnExit to the agent's Config), for the selftest and for the
+// tests that compare the agent's records with a scenario's truth.
+type Collector struct {
 	mu    sync.Mutex
 	byPID map[uint32][]correlate.Transfer
 	live  io.Writer
 	exits map[uint32]chan struct{}
 }
 
-func (c *collector) Transfer(t *correlate.Transfer) {
+// NewCollector returns an empty collector; live, when not nil, gets a line
+// per transfer as it arrives.
+func NewCollector(live io.Writer) *Collector {
+	return &Collector{byPID: map[uint32][]correlate.Transfer{}, live: live, exits: map[uint32]chan struct{}{}}
+}
+
+// Transfer implements correlate.Sink.
+func (c *Collector) Transfer(t *correlate.Transfer) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.byPID[t.PID] = append(c.byPID[t.PID], *t)
@@ -87,7 +104,9 @@ func (c *collector) Transfer(t *correlate.Transfer) {
 	}
 }
 
-func (c *collector) exitChan(pid uint32) chan struct{} {
+// ExitChan is closed once the agent reported pid's exit (and so handed
+// over all its transfers).
+func (c *Collector) ExitChan(pid uint32) chan struct{} {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	ch, ok := c.exits[pid]
@@ -98,9 +117,11 @@ func (c *collector) exitChan(pid uint32) chan struct{} {
 	return ch
 }
 
-func (c *collector) onExit(pid uint32) { close(c.exitChan(pid)) }
+// OnExit is agent.Config.OnExit.
+func (c *Collector) OnExit(pid uint32) { close(c.ExitChan(pid)) }
 
-func (c *collector) take(pid uint32) []correlate.Transfer {
+// Take hands over and forgets the transfers of pid.
+func (c *Collector) Take(pid uint32) []correlate.Transfer {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	ts := c.byPID[pid]
@@ -108,9 +129,9 @@ func (c *collector) take(pid uint32) []correlate.Transfer {
 	return ts
 }
 
-// Selftest runs every scenario of the reference data path under the real
+// Run runs every scenario of the reference data path under the real
 // probes and compares what the agent reported with the ground truth.
-func Selftest(ctx context.Context, cfg SelftestConfig) (results []Result, stats Stats, err error) {
+func Run(ctx context.Context, cfg Config) (results []Result, stats agent.Stats, err error) {
 	if cfg.Scenarios == nil {
 		cfg.Scenarios = Scenarios
 	}
@@ -139,7 +160,7 @@ func Selftest(ctx context.Context, cfg SelftestConfig) (results []Result, stats 
 	// Asked before the reference NVML is loaded: the NVML binding is per process.
 	gpuLine := GPUCountersLine()
 	defer func() { stats.GPUCounters = gpuLine }()
-	col := &collector{byPID: map[uint32][]correlate.Transfer{}, live: cfg.Live, exits: map[uint32]chan struct{}{}}
+	col := NewCollector(cfg.Live)
 
 	// late-attach starts before the agent: its pool is registered unseen.
 	late, err := startHeld(ctx, kvpath, "late-attach", filepath.Join(tmp, "late-attach.jsonl"), nil)
@@ -149,7 +170,7 @@ func Selftest(ctx context.Context, cfg SelftestConfig) (results []Result, stats 
 	defer late.cmd.Process.Kill()
 
 	ready := make(chan struct{})
-	ag, err := New(Config{
+	ag, err := agent.New(agent.Config{
 		Libs: []string{
 			filepath.Join(cfg.RefDir, "lib", "libcuda.so.1"),
 			filepath.Join(cfg.RefDir, "plain", "libcudart.so.12"),
@@ -158,7 +179,7 @@ func Selftest(ctx context.Context, cfg SelftestConfig) (results []Result, stats 
 		},
 		Sink:    col,
 		Logger:  cfg.Logger,
-		OnExit:  col.onExit,
+		OnExit:  col.OnExit,
 		OnReady: func() { close(ready) },
 	})
 	if err != nil {
@@ -188,12 +209,12 @@ func Selftest(ctx context.Context, cfg SelftestConfig) (results []Result, stats 
 			res.Problems = append(res.Problems, err.Error())
 		}
 		res.Drops = ag.Stats().Drops.Total() - before
-		truth, err := readTruthFile(p.truth)
+		truth, err := ReadTruthFile(p.truth)
 		if err != nil {
 			res.Problems = append(res.Problems, err.Error())
 		}
-		got := col.take(p.pid)
-		compare(&res, truth, got)
+		got := col.Take(p.pid)
+		Compare(&res, truth, got)
 		checkOverlap(&res, name, p.pid, got)
 		results = append(results, res)
 		return nil
@@ -281,7 +302,7 @@ func (p *proc) release() error {
 
 // wait waits for the process to exit and for the agent to have flushed its
 // transfers (the agent saw the exit event).
-func (p *proc) wait(col *collector, timeout time.Duration) error {
+func (p *proc) wait(col *Collector, timeout time.Duration) error {
 	if p.out != nil {
 		go io.Copy(io.Discard, p.out)
 	}
@@ -293,16 +314,17 @@ func (p *proc) wait(col *collector, timeout time.Duration) error {
 
 // waitExit waits until the agent reported the process's exit (and so
 // handed over all its transfers).
-func (p *proc) waitExit(col *collector, timeout time.Duration) error {
+func (p *proc) waitExit(col *Collector, timeout time.Duration) error {
 	select {
-	case <-col.exitChan(p.pid):
+	case <-col.ExitChan(p.pid):
 		return nil
 	case <-time.After(timeout):
 		return fmt.Errorf("agent did not report the exit of pid %d within %s", p.pid, timeout)
 	}
 }
 
-func readTruthFile(path string) ([]TruthCall, error) {
+// ReadTruthFile reads a scenario's truth file (ReadTruth).
+func ReadTruthFile(path string) ([]TruthCall, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
@@ -311,9 +333,9 @@ func readTruthFile(path string) ([]TruthCall, error) {
 	return ReadTruth(f, path)
 }
 
-// compare matches the agent's transfers with the truth's copies record by
-// record, in submission order.
-func compare(res *Result, truth []TruthCall, got []correlate.Transfer) {
+// Compare matches the agent's transfers with the truth's copies record by
+// record, in submission order, and counts what differs in res.
+func Compare(res *Result, truth []TruthCall, got []correlate.Transfer) {
 	var want []TruthCall
 	for _, t := range truth {
 		if t.IsCopy() {
@@ -359,7 +381,7 @@ func compare(res *Result, truth []TruthCall, got []correlate.Transfer) {
 }
 
 // PrintResults writes the selftest table and returns whether all passed.
-func PrintResults(w io.Writer, results []Result, stats Stats) bool {
+func PrintResults(w io.Writer, results []Result, stats agent.Stats) bool {
 	ok := true
 	fmt.Fprintf(w, "%-17s %-7s %-11s %-21s %-9s %-11s %-5s %-8s %-6s %s\n",
 		"SCENARIO", "BUILD", "RECORDS", "BYTES", "DIRECTION", "MEMORY KIND", "DROPS", "OVERLAP", "RESULT", "LATENCY agent/truth")

@@ -1,4 +1,4 @@
-package agent
+package selftest
 
 import (
 	"context"
@@ -7,11 +7,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 
+	"github.com/lanewatch/lanewatch/checks"
 	"github.com/lanewatch/lanewatch/correlate"
 	"github.com/lanewatch/lanewatch/event"
+	"github.com/lanewatch/lanewatch/selftest/refenv"
 )
 
 // RDMAScenarios run two processes (prefill and decode roles) on the
@@ -23,7 +24,7 @@ var RDMAScenarios = []string{"pd-transfer", "pd-overlap", "pd-send-duplex", "rdm
 var overlapExpected = map[string]bool{"h2d-overlap": true, "pd-overlap": true}
 
 // rdmaRun runs one RDMA scenario and returns a result per role.
-func rdmaRun(ctx context.Context, refDir, scenario, tmp string, col *collector, cfg SelftestConfig, drops func() uint64) []Result {
+func rdmaRun(ctx context.Context, refDir, scenario, tmp string, col *Collector, cfg Config, drops func() uint64) []Result {
 	dir := filepath.Join(tmp, scenario)
 	os.MkdirAll(dir, 0o755)
 	before := drops()
@@ -42,7 +43,7 @@ func rdmaRun(ctx context.Context, refDir, scenario, tmp string, col *collector, 
 		problems = append(problems, fmt.Sprintf("rdmapath: %v", runErr))
 	}
 	for _, role := range roles {
-		calls, err := readTruthFile(filepath.Join(dir, scenario+"-"+role+".jsonl"))
+		calls, err := ReadTruthFile(filepath.Join(dir, scenario+"-"+role+".jsonl"))
 		if err != nil || len(calls) == 0 {
 			problems = append(problems, fmt.Sprintf("%s truth: %v", role, err))
 			continue
@@ -56,7 +57,7 @@ func rdmaRun(ctx context.Context, refDir, scenario, tmp string, col *collector, 
 			if err := (&proc{pid: pid}).waitExit(col, cfg.Timeout); err != nil {
 				problems = append(problems, err.Error())
 			}
-			got[role] = col.take(pid)
+			got[role] = col.Take(pid)
 			all = append(all, got[role]...)
 		}
 	}
@@ -87,7 +88,7 @@ func compareRDMA(res *Result, truth []TruthCall, got []correlate.Transfer) {
 			copies = append(copies, g)
 		}
 	}
-	compare(res, truth, copies)
+	Compare(res, truth, copies)
 	completions := map[[3]uint64]TruthCall{}
 	for _, t := range truth {
 		if t.Op == "completion" {
@@ -151,9 +152,9 @@ func compareRDMA(res *Result, truth []TruthCall, got []correlate.Transfer) {
 	if len(truthLat) > 0 {
 		slices.Sort(truthLat)
 		slices.Sort(agentLat)
-		res.Latency = fmt.Sprintf("p50 %s/%s p99 %s/%s", us(pct(agentLat, 50)), us(pct(truthLat, 50)), us(pct(agentLat, 99)), us(pct(truthLat, 99)))
+		res.Latency = fmt.Sprintf("p50 %s/%s p99 %s/%s", us(correlate.Percentile(agentLat, 50)), us(correlate.Percentile(truthLat, 50)), us(correlate.Percentile(agentLat, 99)), us(correlate.Percentile(truthLat, 99)))
 		for _, p := range []int{50, 99} {
-			a, w := float64(pct(agentLat, p)), float64(pct(truthLat, p))
+			a, w := float64(correlate.Percentile(agentLat, p)), float64(correlate.Percentile(truthLat, p))
 			if w > 0 && (a < 0.95*w || a > 1.05*w) {
 				res.OtherErrs++
 				problem("posted→completed p%d %s, truth %s: more than 5%% apart", p, us(uint64(a)), us(uint64(w)))
@@ -165,18 +166,18 @@ func compareRDMA(res *Result, truth []TruthCall, got []correlate.Transfer) {
 // checkOverlap runs the same-direction-overlap rule over every flow of the
 // scenario on the decode process's GPU link and compares with expectations.
 func checkOverlap(res *Result, scenario string, pid uint32, transfers []correlate.Transfer) {
-	s := newSample()
+	w := checks.NewWindow()
 	for i := range transfers {
-		s.Transfer(&transfers[i])
+		w.Transfer(&transfers[i])
 	}
-	p := s.procs[pid]
+	// The scenario's processes share one reference GPU, whose lanes run at
+	// the reference rate: the selftest places them there itself.
+	lane := refenv.LaneGBs()
+	pl := checks.Placement{GPU: fmt.Sprintf("of pid %d", pid), InboundGBs: lane, OutboundGBs: lane}
 	fired := false
-	if p != nil {
-		c := p.overlapCheck(fmt.Sprintf("pid %d", pid), fmt.Sprintf("of pid %d", pid), refLaneGBs())
-		for _, f := range c.Findings {
-			fired = true
-			res.Problems = append(res.Problems[:len(res.Problems):len(res.Problems)], "finding: "+f.Summary+"; "+strings.Join(f.Evidence, "; "))
-		}
+	for _, f := range w.Overlap(fmt.Sprintf("pid %d", pid), pid, pl).Findings {
+		fired = true
+		res.Problems = append(res.Problems[:len(res.Problems):len(res.Problems)], "finding: "+f.Summary+"; "+strings.Join(f.Evidence, "; "))
 	}
 	res.Overlap = "none"
 	if fired {
@@ -189,16 +190,6 @@ func checkOverlap(res *Result, scenario string, pid uint32, transfers []correlat
 
 // isFindingNote tells a problem line that only reports a finding.
 func isFindingNote(p string) bool { return strings.HasPrefix(p, "finding: ") }
-
-// refLaneGBs is the reference GPU's per-direction lane rate, the capacity
-// its flows are judged against (refpath/driver/lane.c: LW_REF_H2D_GBPS,
-// default 4).
-func refLaneGBs() float64 {
-	if v, err := strconv.ParseFloat(os.Getenv("LW_REF_H2D_GBPS"), 64); err == nil && v > 0 {
-		return v
-	}
-	return 4
-}
 
 func wrKey(recv bool, qp uint32, id uint64) [3]uint64 {
 	r := uint64(0)
@@ -233,14 +224,6 @@ func wrMem(local string) event.MemKind {
 		return event.MemPinned
 	}
 	return event.MemUnknown
-}
-
-func pct(sorted []uint64, p int) uint64 {
-	if len(sorted) == 0 {
-		return 0
-	}
-	i := (p*len(sorted)+99)/100 - 1
-	return sorted[max(0, min(i, len(sorted)-1))]
 }
 
 func us(ns uint64) string { return fmt.Sprintf("%.0fµs", float64(ns)/1e3) }

@@ -1,4 +1,4 @@
-package agent
+package checks
 
 import (
 	"fmt"
@@ -34,24 +34,24 @@ func TestCongestionProbe(t *testing.T) {
 		{"hw_counters/np_cnp_sent": 1333, "hw_counters/local_ack_timeout_err": 2732, "counters/port_rcv_data": 3e6},
 	}
 	writePort(t, root, steps[0])
-	cp, err := newCongestionProbe(root)
+	cp, err := NewCongestion(root)
 	if err != nil || cp == nil {
 		t.Fatalf("probe: %v %v", cp, err)
 	}
 	for i, s := range steps {
 		writePort(t, root, s)
-		cp.sample(i)
+		cp.Sample(i)
 		time.Sleep(20 * time.Millisecond)
 	}
-	c := cp.check([2]uint64{40_000, 120_000})
+	c := cp.Check([2]uint64{40_000, 120_000})
 	if len(c.Findings) != 1 || c.Findings[0].Rule != "rdma-congestion" || c.Findings[0].Severity != correlate.SevFail ||
 		c.Findings[0].Subject != "RDMA port mlx5_0/1" {
 		t.Fatalf("rising CNPs and timeouts with latency: %+v", c)
 	}
-	if c := cp.check([2]uint64{40_000, 41_000}); len(c.Findings) != 0 {
+	if c := cp.Check([2]uint64{40_000, 41_000}); len(c.Findings) != 0 {
 		t.Errorf("flat latency fired: %+v", c.Findings)
 	}
-	if cp, err := newCongestionProbe(t.TempDir()); cp != nil || err != nil {
+	if cp, err := NewCongestion(t.TempDir()); cp != nil || err != nil {
 		t.Errorf("a host without RDMA ports: %v %v", cp, err)
 	}
 }
@@ -63,7 +63,7 @@ func TestHalfLatencies(t *testing.T) {
 		{QPNum: 0, SubmitNs: 0, CompleteNs: 1900},    // a CUDA copy: not RDMA
 		{QPNum: 2, SubmitNs: 10, CompleteNs: 0},      // never completed
 	}
-	if got := halfLatencies(ts, 0, 2000*time.Nanosecond); got != [2]uint64{100, 400} {
+	if got := HalfLatencies(ts, 0, 2000*time.Nanosecond); got != [2]uint64{100, 400} {
 		t.Errorf("%v", got)
 	}
 }

@@ -1,4 +1,12 @@
-package agent
+// Package checks holds the checklist of seed 000 ("排查清单") as plain
+// functions: the host checks (topology, paths, NICs, link training, IOMMU,
+// numactl, huge pages), the per-process checks (NUMA binding, where the
+// pinned pools live), the judgement of a window of transfers (pageable
+// copies, fragmentation, same-direction overlap) and of RDMA congestion
+// counters. `agent diagnose` runs them once; `agent run` runs the host and
+// process checks every --host-check-interval and the window checks every
+// --evaluate-interval. Each check is PASS, WARN, FAIL or SKIP with its reason.
+package checks
 
 import (
 	"encoding/json"
@@ -34,8 +42,8 @@ type Report struct {
 	Checks []Check `json:"checks"`
 }
 
-// add appends a check; with findings, its status is the worst of theirs.
-func (r *Report) add(c Check) {
+// Add appends a check; with findings, its status is the worst of theirs.
+func (r *Report) Add(c Check) {
 	for _, f := range c.Findings {
 		switch {
 		case f.Severity == correlate.SevFail:
@@ -92,8 +100,8 @@ func (r *Report) WriteJSON(w io.Writer) error {
 	return enc.Encode(r)
 }
 
-// skipf builds a SKIP with its reason.
-func skipf(scope, name, format string, args ...any) Check {
+// Skipped builds a SKIP with its reason.
+func Skipped(scope, name, format string, args ...any) Check {
 	return Check{Scope: scope, Name: name, Status: Skip, Detail: fmt.Sprintf(format, args...)}
 }
 

@@ -1,0 +1,443 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/lanewatch/lanewatch/checks"
+	"github.com/lanewatch/lanewatch/collectors"
+	"github.com/lanewatch/lanewatch/correlate"
+	"github.com/lanewatch/lanewatch/exporters"
+	"github.com/lanewatch/lanewatch/otlpbridge"
+)
+
+// RunConfig is everything `agent run` does around the tracer: where the
+// records go, the metrics server and its evaluator, the OTLP bridge and the
+// transfer spans.
+type RunConfig struct {
+	Trace   Config    // the tracer; its Sink and OnReady are set by Run
+	Output  io.Writer // JSONL transfer records
+	SysRoot string    // sysfs mount point: topology, GPU placement, RDMA ports
+	Version string
+	Logger  *slog.Logger
+	// OnReady runs once every probe is attached.
+	OnReady func()
+
+	// Place names the GPU of a process and its link's capacity. nil: this
+	// host's placement (HostPlacement). The selftest gives the reference
+	// data path's from outside; production code has no other.
+	Place func(pid uint32) checks.Placement
+
+	Metrics MetricsConfig
+	Traces  TracesConfig
+}
+
+// MetricsConfig is the Prometheus side of `agent run`.
+type MetricsConfig struct {
+	Listen            string // "" turns metrics and the evaluator off
+	Path              string
+	EvaluateInterval  time.Duration
+	HostCheckInterval time.Duration
+	GPU               GPUConfig
+}
+
+// TracesConfig is the OTLP side of `agent run`.
+type TracesConfig struct {
+	GRPCListen, HTTPListen string // the bridge's listeners; both "" turns it off
+	Upstream               otlpbridge.Upstream
+	Index                  otlpbridge.IndexConfig
+	Spans                  exporters.SpanMode
+	Hold                   time.Duration
+}
+
+// Run traces until ctx is done, then detaches every probe, flushes every
+// record and span, stops every server and logs a summary. Listeners are
+// bound before any probe is attached, so a busy port fails at once. The
+// errors of every part are joined.
+func Run(ctx context.Context, cfg RunConfig) (err error) {
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	cfg.Trace.Logger = log
+	place := cfg.Place
+	if place == nil {
+		if place, err = HostPlacement(cfg.Trace.ProcRoot, cfg.SysRoot); err != nil {
+			log.Warn("GPU placement unknown: lane metrics, the overlap check and span paths need it", "err", err)
+			place = nil
+		}
+	}
+	jsonl := exporters.NewJSONL(cfg.Output)
+	var closers []func() error // run in reverse at the end
+	defer func() {
+		for i := len(closers) - 1; i >= 0; i-- {
+			err = errors.Join(err, closers[i]())
+		}
+	}()
+
+	tr, err := startTraces(cfg, place, log)
+	if err != nil {
+		return err
+	}
+	closers = append(closers, tr.stop)
+	mx, err := listenMetrics(cfg, place, log)
+	if err != nil {
+		return err
+	}
+	mx.onVerdict = tr.verdict
+
+	cfg.Trace.Sink = tr.tee(mx.tee(jsonl))
+	cfg.Trace.OnReady = cfg.OnReady
+	ag, err := New(cfg.Trace)
+	if err != nil {
+		mx.close()
+		return fmt.Errorf("start: %w", err)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	stopMetrics := mx.serve(ctx, ag, &wg)
+	// Records reach the output within a second even when transfers are rare.
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		every(ctx, time.Second, func(time.Time) {
+			if err := jsonl.Flush(); err != nil {
+				log.Error("write output", "err", err)
+			}
+		})
+	}()
+	runErr := ag.Run(ctx)
+	spansErr := tr.stop() // every transfer is out of the engine: export the held spans
+	cancel()
+	stopMetrics()
+	wg.Wait()
+	logSummary(log, ag)
+	return errors.Join(runErr, jsonl.Flush(), spansErr)
+}
+
+// every calls f on a ticker until ctx is done.
+func every(ctx context.Context, d time.Duration, f func(time.Time)) {
+	t := time.NewTicker(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			f(now)
+		}
+	}
+}
+
+func logSummary(log *slog.Logger, ag *Agent) {
+	st := ag.Stats()
+	args := []any{"events", st.Events, "transfers", st.Engine.Transfers, "drops", st.Drops.Total()}
+	for _, r := range st.Drops.Reasons() {
+		args = append(args, r.Name, r.Count)
+	}
+	log.Info("summary", args...)
+	if rs := ag.RDMAStats(); rs.WorkRequests > 0 {
+		log.Info("rdma", "work_requests", rs.WorkRequests, "completions", rs.Completions, "by_status", fmt.Sprint(rs.ByStatus),
+			"unmatched_completions", rs.Unmatched, "never_completed", rs.Evicted)
+		for _, l := range ag.RDMALatency() {
+			log.Info("rdma posted→completed", "pid", l.PID, "qp", l.QPNum, "opcode", l.Opcode, "count", l.Count,
+				"p50", time.Duration(l.P50), "p99", time.Duration(l.P99), "in_flight", l.InFlight)
+		}
+	}
+}
+
+// metrics serves lanewatch's metrics and runs the evaluator that feeds
+// lanewatch_findings. The zero value (metrics off) does nothing.
+type metrics struct {
+	cfg       RunConfig
+	log       *slog.Logger
+	onVerdict func(Verdict) // also told every verdict (finding spans)
+	gpu       collectors.GPUCounters
+	exp       *exporters.Metrics
+	eval      *Evaluator
+	ln        net.Listener
+	srv       *http.Server
+	agent     *Agent
+	skipped   map[string]bool // window checks skipped, logged once per scope and reason
+}
+
+// listenMetrics builds the metrics and binds the listener.
+func listenMetrics(cfg RunConfig, place func(uint32) checks.Placement, log *slog.Logger) (*metrics, error) {
+	mc := cfg.Metrics
+	if mc.Listen == "" {
+		return &metrics{}, nil
+	}
+	if mc.EvaluateInterval <= 0 {
+		return nil, fmt.Errorf("--evaluate-interval %s: must be positive", mc.EvaluateInterval)
+	}
+	m := &metrics{cfg: cfg, log: log, skipped: map[string]bool{}}
+	m.exp = exporters.NewMetrics(m.health)
+	gpu, err := OpenGPU(mc.GPU)
+	switch {
+	case err == nil:
+		log.Info("GPU counters", "source", gpu.Source())
+		m.exp.SetGPUCounters(gpu.Source())
+	case IsNoGPU(err):
+		log.Info("GPU counters unavailable: lane rates come from the probes alone", "reason", err)
+		m.exp.SetGPUCounters("")
+	default:
+		return nil, err
+	}
+	m.gpu = gpu
+	m.eval = NewEvaluator(EvaluatorConfig{Interval: mc.EvaluateInterval, Place: place, Publish: m.publish, GPU: gpu})
+	scrapers := map[string]exporters.Collector{
+		"rdma_ports": collectors.NewInfiniBandMetrics(cfg.SysRoot),
+		"host":       collectors.NewHostMetrics(cfg.Trace.ProcRoot, cfg.SysRoot),
+	}
+	if gpu != nil {
+		scrapers["gpu"] = collectors.NewGPUMetrics(gpu)
+	}
+	reg := exporters.NewRegistry(m.exp, scrapers, log)
+	if m.ln, err = net.Listen("tcp", mc.Listen); err != nil {
+		m.close()
+		return nil, fmt.Errorf("--web.listen-address: %w", err)
+	}
+	if tcp, ok := m.ln.Addr().(*net.TCPAddr); ok && !tcp.IP.IsLoopback() {
+		log.Warn("metrics are served beyond loopback", "address", m.ln.Addr().String())
+	}
+	mux := http.NewServeMux()
+	mux.Handle(mc.Path, promhttp.InstrumentMetricHandler(reg, promhttp.HandlerFor(reg, promhttp.HandlerOpts{
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelError), Registry: reg})))
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/" {
+			http.NotFound(w, r)
+			return
+		}
+		fmt.Fprintf(w, "<html><head><title>lanewatch</title></head><body><h1>lanewatch</h1><p><a href=%q>Metrics</a></p></body></html>\n", mc.Path)
+	})
+	m.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	return m, nil
+}
+
+// tee adds the metrics and the evaluator to the transfer stream.
+func (m *metrics) tee(sink correlate.Sink) correlate.Sink {
+	if m.exp == nil {
+		return sink
+	}
+	return correlate.Tee(sink, m.exp, m.eval)
+}
+
+// serve starts serving and evaluating until ctx is done; the returned
+// function stops the server and waits for both.
+func (m *metrics) serve(ctx context.Context, ag *Agent, wg *sync.WaitGroup) (stop func()) {
+	if m.exp == nil {
+		return func() {}
+	}
+	m.agent = ag
+	m.eval.SetHostFindings(ag.HostJudge(m.cfg.Trace.ProcRoot, m.cfg.SysRoot, m.cfg.Metrics.HostCheckInterval, m.log))
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		if err := m.srv.Serve(m.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			m.log.Error("serve metrics", "err", err)
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		m.eval.Run(ctx)
+	}()
+	m.log.Info("serving metrics", "address", m.ln.Addr().String(), "path", m.cfg.Metrics.Path)
+	return func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		if err := m.srv.Shutdown(sctx); err != nil {
+			m.log.Warn("stop metrics server", "err", err)
+		}
+		m.close()
+	}
+}
+
+// close releases the GPU counters (the listener is closed by Shutdown, or
+// here when the server never started).
+func (m *metrics) close() {
+	if m.srv == nil && m.ln != nil {
+		m.ln.Close()
+	}
+	if m.gpu != nil {
+		if err := m.gpu.Close(); err != nil {
+			m.log.Warn("close GPU counters", "err", err)
+		}
+		m.gpu = nil
+	}
+}
+
+func (m *metrics) health() exporters.Health {
+	if m.agent == nil {
+		return exporters.Health{}
+	}
+	st := m.agent.Stats()
+	return exporters.Health{Events: st.Events, Drops: st.Drops, AttachedProbes: m.agent.AttachedProbes(),
+		AttachFailures: st.AttachFailures, Pending: m.agent.Pending()}
+}
+
+// publish hands a verdict to the metrics and logs what it holds: every
+// finding, and once each judgement a process could not get (its GPU
+// unknown, say).
+func (m *metrics) publish(v Verdict) {
+	w := exporters.Window{At: v.At, Duration: v.Took, Findings: v.Findings}
+	for _, l := range v.Lanes {
+		w.Lanes = append(w.Lanes, exporters.Lane{GPU: l.GPU, Direction: l.Direction, Demand: l.Demand, Capacity: l.Capacity,
+			Measured: l.Measured, Unattributed: l.Unattributed, HasMeasured: l.HasMeasured})
+	}
+	m.exp.SetWindow(w)
+	if m.onVerdict != nil {
+		m.onVerdict(v)
+	}
+	for _, f := range v.Findings {
+		m.log.Info("finding", "rule", f.Rule, "severity", f.Severity, "subject", f.Subject, "summary", f.Summary)
+	}
+	for _, c := range v.Checks {
+		key := c.Scope + "\x00" + c.Name + "\x00" + c.Detail
+		if c.Status != checks.Skip || m.skipped[key] {
+			continue
+		}
+		if len(m.skipped) >= 4096 {
+			clear(m.skipped)
+		}
+		m.skipped[key] = true
+		m.log.Info("judgement skipped", "scope", c.Scope, "check", c.Name, "reason", c.Detail)
+	}
+}
+
+// traces is the running OTLP bridge and span exporter.
+type traces struct {
+	log    *slog.Logger
+	bridge *otlpbridge.Bridge
+	spans  *exporters.Spans
+	stopTP func(context.Context) error
+	cancel context.CancelFunc
+	done   chan struct{}
+	once   sync.Once
+	err    error
+}
+
+// startTraces opens the bridge's listeners and the span exporter. Either
+// may be off.
+func startTraces(cfg RunConfig, place func(uint32) checks.Placement, log *slog.Logger) (*traces, error) {
+	tc := cfg.Traces
+	t := &traces{log: log, done: make(chan struct{})}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.cancel = cancel
+	if tc.GRPCListen != "" || tc.HTTPListen != "" {
+		br, err := otlpbridge.New(otlpbridge.Config{GRPCListen: tc.GRPCListen, HTTPListen: tc.HTTPListen, Upstream: tc.Upstream,
+			Logger: log, Index: tc.Index})
+		if err != nil {
+			cancel()
+			return nil, err
+		}
+		t.bridge = br
+		br.Serve()
+	}
+	if tc.Spans == exporters.SpansOff || tc.Upstream.Endpoint == "" {
+		if tc.Spans != exporters.SpansOff {
+			log.Info("transfer spans off: no OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT set")
+		}
+		close(t.done)
+		return t, nil
+	}
+	res, err := exporters.NewResource(ctx)
+	if err != nil {
+		log.Warn("OTel resource", "err", err) // partial resource still usable
+	}
+	exp, err := exporters.NewOTLPSpanExporter(ctx)
+	if err != nil {
+		close(t.done)
+		return nil, errors.Join(err, t.stop())
+	}
+	tp := exporters.NewTracerProvider(res, exp)
+	t.stopTP = tp.Shutdown
+	clock := otlpbridge.NewClock()
+	sc := exporters.SpansConfig{Tracer: tp.Tracer("github.com/lanewatch/lanewatch"), Mode: tc.Spans, Wall: clock.Wall, Hold: tc.Hold, Logger: log}
+	if place != nil {
+		if paths, err := NewPaths(cfg.SysRoot, place); err != nil {
+			log.Warn("transfer spans without topology", "err", err)
+		} else {
+			sc.Paths = paths
+		}
+	}
+	if t.bridge != nil {
+		sc.Attributor = t.bridge.Index()
+	}
+	t.spans = exporters.NewSpans(sc)
+	go func() {
+		defer close(t.done)
+		release := time.NewTicker(250 * time.Millisecond)
+		defer release.Stop()
+		refresh := time.NewTicker(10 * time.Second)
+		defer refresh.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return // stop releases the rest
+			case <-refresh.C:
+				clock.Refresh()
+			case now := <-release.C:
+				t.spans.Release(now)
+			}
+		}
+	}()
+	log.Info("transfer spans", "mode", tc.Spans, "upstream", tc.Upstream.Endpoint, "hold", tc.Hold)
+	return t, nil
+}
+
+// tee adds the span exporter to the transfer sinks.
+func (t *traces) tee(s correlate.Sink) correlate.Sink {
+	if t.spans == nil {
+		return s
+	}
+	return correlate.Tee(s, t.spans)
+}
+
+// stop releases every held transfer as spans, flushes them upstream, then
+// closes the bridge. Call it after the tracer flushed its transfers; it
+// runs once.
+func (t *traces) stop() error {
+	t.once.Do(func() { t.err = t.shutdown() })
+	return t.err
+}
+
+func (t *traces) shutdown() error {
+	t.cancel()
+	<-t.done
+	var errs []error
+	if t.spans != nil {
+		t.spans.Release(time.Time{})
+		st := t.spans.Stats()
+		t.log.Info("transfer spans", "transfers", st.Transfers, "spans", st.Spans, "attributed", st.Attributed, "batch", st.Batched,
+			"early_release", st.EarlyRelease)
+	}
+	if t.stopTP != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		errs = append(errs, t.stopTP(ctx))
+		cancel()
+	}
+	if t.bridge != nil {
+		errs = append(errs, t.bridge.Close())
+		st := t.bridge.Stats()
+		t.log.Info("OTLP bridge", "requests", st.Requests, "bad", st.BadRequests, "forwarded", st.Forwarded, "forward_errors", st.ForwardErrors,
+			"spans", st.Index.Spans, "indexed", st.Index.Indexed, "evicted", st.Index.Evicted, "cap_evicted", st.Index.CapEvicts)
+	}
+	return errors.Join(errs...)
+}
+
+// verdict turns the evaluator's findings into spans.
+func (t *traces) verdict(v Verdict) {
+	if t.spans != nil {
+		t.spans.Findings(v.Findings, v.At)
+	}
+}

@@ -1,0 +1,391 @@
+package checks
+
+import (
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/lanewatch/lanewatch/correlate"
+	"github.com/lanewatch/lanewatch/event"
+)
+
+// Placement is the GPU a process feeds and that GPU link's per-direction
+// capacity in GB/s (0: unknown). GPU "" means the GPU is unknown; Why says
+// how it was chosen, or why it is unknown, for the check's detail.
+type Placement struct {
+	GPU                     string // PCI address
+	InboundGBs, OutboundGBs float64
+	Why                     string
+}
+
+// Lanes of a GPU link: inbound is toward the GPU (H2D, RDMA into GPU
+// memory), outbound away from it.
+const (
+	Inbound  = "inbound"
+	Outbound = "outbound"
+)
+
+// Window collects the transfers of an interval and judges them per
+// process: pageable copies, fragmentation, same-direction overlap. It is a
+// correlate.Sink.
+type Window struct {
+	mu    sync.Mutex
+	procs map[uint32]*procWindow
+	rdmas []correlate.Transfer // completed work requests, for latency trends (bounded)
+	// measured is what GPU counters say crossed each lane ("gpu\x00dir" →
+	// bytes/s); the overlap rule prefers it to the probes' own sum.
+	measured map[string]float64
+}
+
+// maxRDMAKept bounds the work requests a window keeps for latency.
+const maxRDMAKept = 1 << 16
+
+type procWindow struct {
+	transfers     int
+	bytes         uint64
+	pageable      int
+	pageableBytes uint64
+	pageableAPIs  []string
+	unknown       int
+	sizes         correlate.SizeHistogram
+	first, last   uint64            // earliest submission, latest completion (ns)
+	flows         map[flowKey]*busy // flows on this process's GPU link, its own and its peers'
+}
+
+// flowKey is one flow on one lane of a GPU's link: a CUDA stream's copies
+// (one after another, so only different flows can overlap) or an RDMA queue
+// pair's requests.
+type flowKey struct {
+	pid    uint32
+	stream uint64 // CUDA stream handle, or the QP number for RDMA
+	rdma   bool
+	kind   string // H2D, D2H, RDMA_WRITE, …
+	dir    string // the GPU link's lane: Inbound or Outbound
+}
+
+// busy is the interval a flow was moving bytes.
+type busy struct {
+	start, end uint64
+	bytes      uint64
+}
+
+// NewWindow returns an empty window.
+func NewWindow() *Window { return &Window{procs: map[uint32]*procWindow{}} }
+
+func (w *Window) proc(pid uint32) *procWindow {
+	p := w.procs[pid]
+	if p == nil {
+		p = &procWindow{flows: map[flowKey]*busy{}}
+		w.procs[pid] = p
+	}
+	return p
+}
+
+// Transfer implements correlate.Sink.
+func (w *Window) Transfer(t *correlate.Transfer) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if t.QPNum != 0 || t.Op == "post_send" || t.Op == "post_recv" {
+		w.rdma(t)
+		return
+	}
+	p := w.proc(t.PID)
+	p.transfers++
+	p.bytes += t.Bytes
+	p.sizes.Add(t.Bytes)
+	switch t.HostMem {
+	case event.MemPageable:
+		p.pageable++
+		p.pageableBytes += t.Bytes
+		if len(p.pageableAPIs) < 16 {
+			p.pageableAPIs = append(p.pageableAPIs, t.API)
+		}
+	case event.MemUnknown:
+		p.unknown++
+	}
+	end := t.CompleteNs
+	if end == 0 {
+		end = t.SubmitNs
+	}
+	if p.first == 0 || t.SubmitNs < p.first {
+		p.first = t.SubmitNs
+	}
+	p.last = max(p.last, end)
+	switch t.Direction {
+	case correlate.DirH2D:
+		p.addFlow(flowKey{pid: t.PID, stream: t.Stream, kind: t.Direction, dir: Inbound}, t.SubmitNs, end, t.Bytes)
+	case correlate.DirD2H:
+		p.addFlow(flowKey{pid: t.PID, stream: t.Stream, kind: t.Direction, dir: Outbound}, t.SubmitNs, end, t.Bytes)
+	}
+}
+
+// rdma places an RDMA request on the GPU link it crosses: data written
+// into a peer's GPU memory is inbound there; read into or received by this
+// process's GPU memory is inbound here; written or sent from it, outbound.
+func (w *Window) rdma(t *correlate.Transfer) {
+	if t.CompleteNs == 0 || t.Status != "success" {
+		return
+	}
+	if len(w.rdmas) < maxRDMAKept {
+		w.rdmas = append(w.rdmas, *t)
+	}
+	k := flowKey{pid: t.PID, stream: uint64(t.QPNum), rdma: true, kind: t.Direction}
+	owner := uint32(0)
+	switch {
+	case t.Dst.Mem == event.MemDevice && (t.Direction == correlate.DirRDMAWrite || t.Direction == correlate.DirWriteImm):
+		owner, k.dir = t.PeerPID, Inbound
+	case t.Dst.Mem == event.MemDevice: // READ or RECV into this process's GPU
+		owner, k.dir = t.PID, Inbound
+	case t.Src.Mem == event.MemDevice:
+		owner, k.dir = t.PID, Outbound
+	}
+	if owner == 0 {
+		return
+	}
+	w.proc(owner).addFlow(k, t.SubmitNs, t.CompleteNs, t.Bytes)
+}
+
+func (p *procWindow) addFlow(k flowKey, start, end, bytes uint64) {
+	b := p.flows[k]
+	if b == nil {
+		p.flows[k] = &busy{start: start, end: end, bytes: bytes}
+		return
+	}
+	b.start, b.end, b.bytes = min(b.start, start), max(b.end, end), b.bytes+bytes
+}
+
+// PIDs lists the processes that transferred during the window.
+func (w *Window) PIDs() []uint32 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []uint32
+	for pid := range w.procs {
+		out = append(out, pid)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out
+}
+
+// RDMAs returns the completed work requests the window kept.
+func (w *Window) RDMAs() []correlate.Transfer {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]correlate.Transfer(nil), w.rdmas...)
+}
+
+// SetMeasured gives the window what GPU counters measured per lane, bytes
+// per second, keyed by GPU and lane (Inbound, Outbound).
+func (w *Window) SetMeasured(m map[[2]string]float64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.measured = map[string]float64{}
+	for k, v := range m {
+		w.measured[k[0]+"\x00"+k[1]] = v
+	}
+}
+
+// Rotate hands back the window collected so far and starts a new one in w.
+func (w *Window) Rotate() *Window {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	old := &Window{procs: w.procs, rdmas: w.rdmas, measured: w.measured}
+	w.procs, w.rdmas = map[uint32]*procWindow{}, nil
+	return old
+}
+
+// LaneBytes is what moved over one lane of the process's GPU link during
+// the window: its own copies and the RDMA requests placed on it.
+func (w *Window) LaneBytes(pid uint32, dir string) uint64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	p := w.procs[pid]
+	if p == nil {
+		return 0
+	}
+	var n uint64
+	for k, b := range p.flows {
+		if k.dir == dir {
+			n += b.bytes
+		}
+	}
+	return n
+}
+
+// LaneFacts gathers what the probes saw on one lane of one GPU during the
+// window: how much of it a transfer was in flight (the union of the flows'
+// busy intervals), pageable and small copies.
+func (w *Window) LaneFacts(gpu, dir string, gpuOf func(uint32) string, span time.Duration) correlate.LaneFacts {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	f := correlate.LaneFacts{GPU: gpu, Direction: dir}
+	var iv [][2]uint64
+	for pid, p := range w.procs {
+		if gpuOf(pid) != gpu {
+			continue
+		}
+		f.PageableCopies += p.pageable
+		f.SmallCopies += p.sizes.CountBelow(64 << 10)
+		f.All += p.sizes.Count()
+		for k, b := range p.flows {
+			if k.dir == dir && b.end > b.start {
+				iv = append(iv, [2]uint64{b.start, b.end})
+			}
+		}
+	}
+	sort.Slice(iv, func(i, j int) bool { return iv[i][0] < iv[j][0] })
+	var total, curS, curE uint64
+	for i, x := range iv {
+		switch {
+		case i == 0:
+			curS, curE = x[0], x[1]
+		case x[0] > curE:
+			total += curE - curS
+			curS, curE = x[0], x[1]
+		default:
+			curE = max(curE, x[1])
+		}
+	}
+	if len(iv) > 0 {
+		total += curE - curS
+	}
+	f.BusyFraction = min(1, float64(total)/float64(span.Nanoseconds()))
+	return f
+}
+
+// Check names of the window judgement.
+const (
+	CheckPageable      = "pageable copies"
+	CheckFragmentation = "fragmentation"
+	CheckOverlap       = "same-direction overlap"
+)
+
+// Checks judges one process's window. pl places it on its GPU; the overlap
+// check needs that GPU and its capacity, and is SKIPped with pl.Why when
+// the GPU is unknown.
+func (w *Window) Checks(scope string, pid uint32, pl Placement) []Check {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	p := w.procs[pid]
+	if p == nil {
+		return []Check{
+			Skipped(scope, CheckPageable, "no transfer seen in the sample window"),
+			Skipped(scope, CheckFragmentation, "no transfer seen in the sample window"),
+			Skipped(scope, CheckOverlap, "no transfer seen in the sample window"),
+		}
+	}
+	var out []Check
+	c := Check{Scope: scope, Name: CheckPageable, Status: Pass,
+		Detail: fmt.Sprintf("%d transfers, none from pageable memory", p.transfers)}
+	if f := correlate.PageableCopies(pid, p.pageable, p.pageableBytes, p.pageableAPIs); f != nil {
+		c.Detail = fmt.Sprintf("%d of %d transfers used pageable host memory", p.pageable, p.transfers)
+		c.Findings = []correlate.Finding{*f}
+	} else if p.unknown > 0 {
+		c.Detail += fmt.Sprintf(" (%d from memory registered before lanewatch attached: unknown)", p.unknown)
+	}
+	out = append(out, c)
+
+	rate := 0.0
+	if p.last > p.first {
+		rate = float64(p.bytes) / float64(p.last-p.first) // bytes per ns = GB/s
+	}
+	c = Check{Scope: scope, Name: CheckFragmentation, Status: Pass,
+		Detail: fmt.Sprintf("%d transfers, %.2f GB/s achieved; sizes %s", p.transfers, rate, p.sizes.String())}
+	if f := correlate.Fragmentation(pid, p.sizes, rate); f != nil {
+		c.Findings = []correlate.Finding{*f}
+	}
+	return append(out, c, w.overlapCheck(scope, p, pl))
+}
+
+// Overlap is the window's same-direction-overlap check of one process.
+func (w *Window) Overlap(scope string, pid uint32, pl Placement) Check {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	p := w.procs[pid]
+	if p == nil {
+		return Skipped(scope, CheckOverlap, "no transfer seen in the sample window")
+	}
+	return w.overlapCheck(scope, p, pl)
+}
+
+// overlapCheck looks for flows that shared one lane of the process's GPU
+// link at the same time (seed 000: contention only on the same segment in
+// the same direction). Without the GPU there is no link to judge.
+func (w *Window) overlapCheck(scope string, p *procWindow, pl Placement) Check {
+	if pl.GPU == "" {
+		return Skipped(scope, CheckOverlap, "%s", pl.Why)
+	}
+	c := Check{Scope: scope, Name: CheckOverlap, Status: Pass,
+		Detail: "no two flows moved bytes in the same direction of the GPU link at the same time"}
+	for _, dir := range []string{Inbound, Outbound} {
+		o := overlap(p.flows, dir)
+		if o.Transfers < 2 {
+			continue
+		}
+		o.Segment, o.Direction = "PCIe link of GPU "+pl.GPU, dir
+		o.CapacityGBs = pl.InboundGBs
+		if dir == Outbound {
+			o.CapacityGBs = pl.OutboundGBs
+		}
+		measured, ok := w.measured[pl.GPU+"\x00"+dir]
+		if ok { // counters saw what crossed the link, probed or not
+			o.DemandGBs = measured / 1e9
+		}
+		if f := correlate.SameDirectionOverlap(o); f != nil {
+			if ok {
+				f.Evidence = append(f.Evidence, "demand measured by the GPU's PCIe counters")
+			}
+			c.Findings = append(c.Findings, *f)
+			c.Detail = fmt.Sprintf("%d flows overlapped %s", o.Transfers, dir)
+		}
+	}
+	return c
+}
+
+// overlap finds the largest set of flows busy at once on one lane, their
+// combined achieved rate, and names them.
+func overlap(flows map[flowKey]*busy, dir string) correlate.Overlap {
+	type edge struct {
+		at    uint64
+		delta int
+		rate  float64
+		name  string
+	}
+	var edges []edge
+	for k, b := range flows {
+		if k.dir != dir || b.end <= b.start {
+			continue
+		}
+		r := float64(b.bytes) / float64(b.end-b.start)
+		name := fmt.Sprintf("pid %d stream %#x %s", k.pid, k.stream, k.kind)
+		if k.rdma {
+			name = fmt.Sprintf("pid %d QP %d %s", k.pid, k.stream, k.kind)
+		}
+		edges = append(edges, edge{b.start, 1, r, name}, edge{b.end, -1, -r, name})
+	}
+	sort.Slice(edges, func(i, j int) bool {
+		if edges[i].at != edges[j].at {
+			return edges[i].at < edges[j].at
+		}
+		return edges[i].delta < edges[j].delta // an end before a start at the same instant
+	})
+	var o correlate.Overlap
+	n, rate := 0, 0.0
+	live := map[string]bool{}
+	for _, e := range edges {
+		n += e.delta
+		rate += e.rate
+		live[e.name] = e.delta > 0
+		if n > o.Transfers {
+			o.Transfers, o.DemandGBs = n, rate
+			o.Flows = o.Flows[:0]
+			for name, on := range live {
+				if on {
+					o.Flows = append(o.Flows, name)
+				}
+			}
+			sort.Strings(o.Flows)
+		}
+	}
+	return o
+}

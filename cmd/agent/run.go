@@ -1,0 +1,105 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/lanewatch/lanewatch/agent"
+	"github.com/lanewatch/lanewatch/exporters"
+	"github.com/lanewatch/lanewatch/otlpbridge"
+)
+
+func cmdRun(args []string, stdout, stderr io.Writer) int {
+	fs := newFlagSet("run", "info", stderr, "Attaches uprobes to every CUDA runtime/driver library mapped by a process\n(and to libraries loaded later), writes one JSON record per host↔device transfer,\nand detaches cleanly on SIGINT/SIGTERM.")
+	var pids pidList
+	var libs, rules stringList
+	fs.Var(&pids, "pid", "trace only these processes (repeatable or comma-separated); default: every process that maps a CUDA library, now or later")
+	fs.Var(&libs, "lib", "also probe this ELF file at start (repeatable), before any process maps it")
+	output := fs.String("output", "-", "where to write JSONL transfer records (- for stdout)")
+	procRoot := fs.String("path.procfs", "/proc", "procfs mount point")
+	sysRoot := fs.String("path.sysfs", "/sys", "sysfs mount point (GPU placement, link capacity, RDMA ports)")
+	rescan := fs.Duration("rescan-interval", 10*time.Second, "how often every process's mappings are rescanned, besides the dynamic linker's notifications")
+	ring := fs.Uint("ring-bytes", 0, "BPF ring buffer size in bytes, a power of two (0: 4 MiB)")
+	record := fs.String("record", "", "also write every raw probe event to this file (120-byte records of bpf/lanewatch.h's struct lw_event), for offline replay")
+
+	var mc agent.MetricsConfig
+	fs.StringVar(&mc.Listen, "web.listen-address", "127.0.0.1:9464", "address to serve Prometheus metrics on (loopback only by default; \"\" disables metrics and the evaluator)")
+	fs.StringVar(&mc.Path, "web.telemetry-path", "/metrics", "path under which metrics are served")
+	fs.DurationVar(&mc.EvaluateInterval, "evaluate-interval", agent.DefaultEvaluateInterval,
+		"how often the last interval's transfers are judged (pageable copies, fragmentation, same-direction overlap) into lanewatch_findings")
+	fs.DurationVar(&mc.HostCheckInterval, "host-check-interval", time.Minute,
+		"how often the host and process checks of `agent diagnose` (links, IOMMU, NUMA binding, pool placement, pinned memory) refresh their findings")
+	fs.StringVar(&mc.GPU.Source, "gpu-counters", "auto", "GPU link counters: auto (DCGM, else NVML), dcgm, nvml or off; read once per evaluation")
+	fs.StringVar(&mc.GPU.NVMLLibrary, "nvml.library", "libnvidia-ml.so.1", "the NVML library to load at run time")
+	fs.StringVar(&mc.GPU.DCGMAddress, "dcgm.address", "", "a standalone nv-hostengine (host:port); empty starts an embedded host engine")
+
+	var tc agent.TracesConfig
+	fs.StringVar(&tc.GRPCListen, "otlp.grpc-listen", otlpbridge.DefaultGRPCListen, "receive the inference server's OTLP traces over gRPC here (\"\": off); forwarded unchanged to OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT")
+	fs.StringVar(&tc.HTTPListen, "otlp.http-listen", otlpbridge.DefaultHTTPListen, "receive OTLP/HTTP traces (POST /v1/traces, protobuf or JSON) here (\"\": off)")
+	spans := fs.String("spans", string(exporters.SpansBatched), "transfer spans: per-transfer, batched (one span per run of transfers with the same stream, direction, layer and request) or off")
+	fs.DurationVar(&tc.Hold, "spans.hold", 15*time.Second, "how long a transfer waits for the server's spans before it is attributed and exported")
+	fs.DurationVar(&tc.Index.Window, "otlp.index-window", 2*time.Minute, "how long received spans are kept for attribution")
+	fs.IntVar(&tc.Index.MaxSpans, "otlp.index-max-spans", 100_000, "received spans kept at most for attribution (the oldest are evicted and counted)")
+	fs.Var(&rules, "otlp.rule", "attribution rule replacing the built-in SGLang/vLLM ones (repeatable): name=N,span=REGEXP,scope=thread|process|trace,request=ATTR,thread=ATTR,process=ATTR")
+	log, code := parse(fs, args, stderr)
+	if log == nil {
+		return code
+	}
+	var err error
+	if tc.Spans, err = exporters.ParseSpanMode(*spans); err != nil {
+		fmt.Fprintf(stderr, "--spans: %v\n", err)
+		return 2
+	}
+	for _, s := range rules {
+		r, err := otlpbridge.ParseRule(s)
+		if err != nil {
+			fmt.Fprintf(stderr, "--otlp.rule: %v\n", err)
+			return 2
+		}
+		tc.Index.Rules = append(tc.Index.Rules, r)
+	}
+	if tc.Upstream, err = otlpbridge.UpstreamFromEnv(nil); err != nil {
+		log.Error("traces", "err", err)
+		return 1
+	}
+	cfg := agent.RunConfig{
+		Trace:   agent.Config{ProcRoot: *procRoot, PIDs: pids, Libs: libs, RescanInterval: *rescan, RingBytes: uint32(*ring)},
+		Output:  stdout,
+		SysRoot: *sysRoot, Version: version, Logger: log, Metrics: mc, Traces: tc,
+		OnReady: func() { log.Info("lanewatch running: probes attached", "version", version, "output", *output) },
+	}
+	if *record != "" {
+		f, err := os.Create(*record)
+		if err != nil {
+			log.Error("open record file", "err", err)
+			return 1
+		}
+		defer f.Close()
+		bw := bufio.NewWriterSize(f, 1<<20)
+		defer bw.Flush()
+		cfg.Trace.Record = bw
+	}
+	if *output != "-" {
+		f, err := os.Create(*output)
+		if err != nil {
+			log.Error("open output", "err", err)
+			return 1
+		}
+		defer f.Close()
+		cfg.Output = f
+	}
+	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer cancel()
+	if err := agent.Run(ctx, cfg); err != nil {
+		log.Error("stopped", "err", err)
+		return 1
+	}
+	log.Info("stopped: every probe detached")
+	return 0
+}

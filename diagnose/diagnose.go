@@ -1,0 +1,228 @@
+// Package diagnose runs `agent diagnose`: the checklist of seed 000
+// ("排查清单") once, in its order — the path (topology, links, IOMMU, NUMA),
+// then per process where its pools live and, with a live sample window,
+// what its transfers did. The checks themselves are package checks; this
+// package orders them and runs the probes for the window.
+package diagnose
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/lanewatch/lanewatch/agent"
+	"github.com/lanewatch/lanewatch/checks"
+	"github.com/lanewatch/lanewatch/collectors"
+	"github.com/lanewatch/lanewatch/event"
+	"github.com/lanewatch/lanewatch/probes"
+)
+
+// Config is what `agent diagnose` can be told.
+type Config struct {
+	ProcRoot, SysRoot string
+	PIDs              []int         // targets; empty: every process that maps a CUDA library
+	Sample            time.Duration // live probe window; 0: static checks only
+	Libs              []string      // also probe these files during the window
+	// IBDevices is the GPU index → RDMA device map the server was given
+	// (SGLang --disaggregation-ib-device); checked by far-nic when set.
+	IBDevices map[string]string
+	PathEnv   string // PATH searched for numactl; empty: this process's PATH
+	Logger    *slog.Logger
+	// OnSampleStart runs once the probes are attached, when the window opens.
+	OnSampleStart func()
+}
+
+// Run runs the checklist. An error means diagnose itself could not run.
+func Run(ctx context.Context, cfg Config) (*checks.Report, error) {
+	if cfg.ProcRoot == "" {
+		cfg.ProcRoot = "/proc"
+	}
+	if cfg.SysRoot == "" {
+		cfg.SysRoot = "/sys"
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	host, err := checks.ReadHost(cfg.ProcRoot, cfg.SysRoot, cfg.PathEnv)
+	if err != nil {
+		return nil, err
+	}
+	var win *window
+	if cfg.Sample > 0 {
+		win, err = sample(ctx, cfg)
+		if err != nil {
+			return nil, err
+		}
+	}
+	r := &checks.Report{}
+	for _, c := range host.HostChecks(cfg.IBDevices) {
+		r.Add(c)
+	}
+	if win != nil {
+		r.Add(host.PinnedPressure(win.pinnedBytes(), "the processes seen in the window"))
+		r.Add(win.congestionCheck(cfg))
+	} else {
+		r.Add(checks.Skipped(checks.HostScope, "pinned memory", "pinned pools are seen as they are registered: rerun with --sample"))
+		r.Add(checks.Skipped(checks.HostScope, "RDMA congestion", "needs a live window (--sample) to compare counter rates with latency"))
+	}
+	for _, pid := range targets(cfg, win) {
+		var pools []checks.Pool
+		var transfers *checks.Window
+		if win != nil {
+			pools, transfers = win.poolsOf(pid), win.transfers
+		}
+		for _, c := range host.ProcessChecks(pid, pools, transfers) {
+			r.Add(c)
+		}
+	}
+	return r, nil
+}
+
+// targets are the processes to check: the ones named, else every process
+// mapping a CUDA library now, plus every process that moved bytes during the
+// window.
+func targets(cfg Config, win *window) []int {
+	if len(cfg.PIDs) > 0 {
+		return cfg.PIDs
+	}
+	set := map[int]bool{}
+	for _, pid := range agent.CUDAProcesses(cfg.ProcRoot) {
+		set[pid] = true
+	}
+	if win != nil {
+		for _, pid := range win.transfers.PIDs() {
+			set[int(pid)] = true
+		}
+	}
+	return slices.Sorted(maps.Keys(set))
+}
+
+// window is what a live probe window saw.
+type window struct {
+	start      uint64 // CLOCK_MONOTONIC ns when it opened
+	length     time.Duration
+	congestion *checks.Congestion
+	transfers  *checks.Window
+	mu         sync.Mutex
+	pools      map[int][]checks.Pool
+	pinned     map[uint32]uint64
+}
+
+func (w *window) poolsOf(pid int) []checks.Pool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.pools[pid]
+}
+
+func (w *window) pinnedBytes() map[uint32]uint64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return maps.Clone(w.pinned)
+}
+
+func (w *window) congestionCheck(cfg Config) checks.Check {
+	if w.congestion == nil {
+		return checks.Skipped(checks.HostScope, "RDMA congestion", "no RDMA port in %s/class/infiniband", cfg.SysRoot)
+	}
+	return w.congestion.Check(checks.HalfLatencies(w.transfers.RDMAs(), w.start, w.length))
+}
+
+// poolQueue bounds the placements waiting for move_pages; past it, pools are
+// counted as not located rather than blocking the probe reader.
+const poolQueue = 1024
+
+// sample runs the probes for the window. Pools are located the moment they
+// are registered, while their process is alive, by a worker so the reader
+// never blocks.
+func sample(ctx context.Context, cfg Config) (*window, error) {
+	w := &window{length: cfg.Sample, transfers: checks.NewWindow(), pools: map[int][]checks.Pool{}, pinned: map[uint32]uint64{}}
+	type pool struct {
+		pid         int
+		start, size uint64
+	}
+	queue := make(chan pool, poolQueue)
+	var dropped int
+	var workers sync.WaitGroup
+	workers.Add(1)
+	go func() {
+		defer workers.Done()
+		for p := range queue {
+			pn, err := collectors.RangeNodes(p.pid, p.start, p.start+p.size, 0)
+			src := "move_pages"
+			if err == nil && pn.Sampled() {
+				src = fmt.Sprintf("move_pages, every %d pages", pn.Stride)
+			}
+			w.mu.Lock()
+			w.pools[p.pid] = append(w.pools[p.pid], checks.Pool{Start: p.start, Size: p.size, PagesByNode: pn.ByNode, Source: src, Err: err})
+			w.pinned[uint32(p.pid)] += p.size
+			w.mu.Unlock()
+		}
+	}()
+	queued := map[pool]bool{} // touched only by the reader goroutine
+	onCall := func(c *event.Call) {
+		if (c.Op != event.OpHostRegister && c.Op != event.OpHostAlloc) || c.Ret != 0 || c.Size == 0 {
+			return
+		}
+		// cudaHostRegister calls cuMemHostRegister_v2: locate the range once.
+		key := pool{int(c.PID), c.Ptr, c.Size}
+		if queued[key] {
+			return
+		}
+		queued[key] = true
+		select {
+		case queue <- key:
+		default:
+			dropped++
+		}
+	}
+	ready := make(chan struct{})
+	ag, err := agent.New(agent.Config{ProcRoot: cfg.ProcRoot, PIDs: cfg.PIDs, Libs: cfg.Libs, Sink: w.transfers, Logger: cfg.Logger,
+		OnCall: onCall, OnReady: func() { close(ready) }})
+	if err != nil {
+		close(queue)
+		return nil, fmt.Errorf("start probes: %w", err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- ag.Run(runCtx) }()
+	cong, err := checks.NewCongestion(cfg.SysRoot)
+	if err != nil {
+		cfg.Logger.Warn("RDMA counters unreadable", "err", err)
+	}
+	w.congestion = cong
+	select {
+	case <-ready:
+		w.start = probes.Now()
+		if cong != nil {
+			cong.Sample(0)
+		}
+		if cfg.OnSampleStart != nil {
+			cfg.OnSampleStart()
+		}
+		for half := 1; half <= 2; half++ {
+			select {
+			case <-time.After(cfg.Sample / 2):
+			case <-ctx.Done():
+			}
+			if cong != nil {
+				cong.Sample(half)
+			}
+		}
+	case err := <-done:
+		stop()
+		close(queue)
+		return nil, fmt.Errorf("probes: %w", err)
+	}
+	stop()
+	runErr := <-done
+	close(queue)
+	workers.Wait()
+	if dropped > 0 {
+		cfg.Logger.Warn("pools not located: queue full", "count", dropped)
+	}
+	return w, runErr
+}

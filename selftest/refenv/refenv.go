@@ -1,0 +1,47 @@
+// Package refenv names what the reference data path (refpath/) reads from
+// its environment and where it keeps its shared state, so that only the
+// selftest and the tests that drive the reference path know it; production
+// code never does.
+package refenv
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+)
+
+// DefaultLaneGBs is the reference GPU's per-direction lane rate when
+// LW_REF_H2D_GBPS/LW_REF_D2H_GBPS are unset (refpath/driver/init.c).
+const DefaultLaneGBs = 4.0
+
+// SharedGPU puts a process's GPU lanes in the shared file of the named
+// reference GPU, so several processes (and the NVML stand-in) see them.
+func SharedGPU(name string) string { return "LW_REF_GPU=" + name }
+
+// H2DGBps sets the inbound lane rate of the process's reference GPU.
+func H2DGBps(gbs float64) string { return "LW_REF_H2D_GBPS=" + strconv.FormatFloat(gbs, 'g', -1, 64) }
+
+// LaneGBs is the inbound lane rate the reference processes this process
+// starts get: LW_REF_H2D_GBPS from its own environment, else the default.
+func LaneGBs() float64 {
+	if v, err := strconv.ParseFloat(os.Getenv("LW_REF_H2D_GBPS"), 64); err == nil && v > 0 {
+		return v
+	}
+	return DefaultLaneGBs
+}
+
+// LaneFile is the shared-memory file of a named reference GPU's lanes.
+func LaneFile(name string) string { return "/dev/shm/lw-ref-" + name }
+
+// NVMLName is the name the NVML stand-in gives the named reference GPU.
+func NVMLName(name string) string { return "ref-" + name }
+
+// NVMLLink sets the current link generation and width the NVML stand-in
+// reports ("GENxWIDTH").
+func NVMLLink(gen, width int) (key, value string) {
+	return "LW_REF_NVML_LINK", fmt.Sprintf("%dx%d", gen, width)
+}
+
+// NVMLNoPCIeFields makes the NVML stand-in answer NOT_SUPPORTED for the
+// PCIe byte counter fields, as GPUs without them do.
+func NVMLNoPCIeFields() (key, value string) { return "LW_REF_NVML_NO_PCIE_FIELDS", "1" }

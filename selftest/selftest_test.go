@@ -1,0 +1,37 @@
+package selftest
+
+import (
+	"bytes"
+	"context"
+	"testing"
+
+	"github.com/lanewatch/lanewatch/internal/testenv"
+)
+
+// The whole selftest passes: every scenario, both runtime builds.
+func TestSelftest(t *testing.T) {
+	testenv.RequireRoot(t)
+	var out bytes.Buffer
+	results, stats, err := Run(context.Background(), Config{RefDir: testenv.RefDir(t), Out: &out, KernelCopy: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ok := PrintResults(&out, results, stats)
+	t.Log("\n" + out.String())
+	if !ok {
+		t.Fatal("selftest failed")
+	}
+	if want := 2 + len(Scenarios)*len(Runtimes) + 2*len(RDMAScenarios) + 1; len(results) != want { // + hicache-spans
+		t.Fatalf("%d results, want %d", len(results), want)
+	}
+	// The overlap verdicts by design: pd-overlap and h2d-overlap flagged, the
+	// duplex scenarios (opposite directions) not. OK() already failed on a
+	// wrong verdict; say which it was.
+	for _, r := range results {
+		want := overlapExpected[r.Scenario]
+		if r.Overlap != "" && (r.Overlap == "flagged") != want {
+			t.Errorf("%s %s: overlap %s", r.Scenario, r.Runtime, r.Overlap)
+		}
+	}
+}
+
