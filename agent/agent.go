@@ -302,9 +302,13 @@ func (a *Agent) checkDrops(last event.Drops) event.Drops {
 	if d.Total() == last.Total() {
 		return d
 	}
-	a.log.Warn("probe events dropped", "ring_full", d.RingFull-last.RingFull, "lost_returns", d.NoEntry-last.NoEntry,
-		"batch_truncated", d.BatchTrunc-last.BatchTrunc, "read_faults", d.ReadFault-last.ReadFault)
-	if d.RingFull != last.RingFull || d.NoEntry != last.NoEntry {
+	since := d.Sub(last)
+	var args []any
+	for _, r := range since.Reasons() {
+		args = append(args, r.Name, r.Count)
+	}
+	a.log.Warn("probe events dropped", args...)
+	if since.Lossy() {
 		a.engineMu.Lock()
 		a.engine.EventsLost()
 		a.engineMu.Unlock()
@@ -380,13 +384,6 @@ func (a *Agent) RDMAStats() correlate.RDMAStats {
 	a.engineMu.Lock()
 	defer a.engineMu.Unlock()
 	return a.engine.RDMAStats()
-}
-
-// Pinned returns the pinned host ranges the agent knows of a process.
-func (a *Agent) Pinned(pid uint32) []correlate.Range {
-	a.engineMu.Lock()
-	defer a.engineMu.Unlock()
-	return a.engine.Pinned(pid)
 }
 
 // Stats reads the agent's counters; after Run returned, their last values.

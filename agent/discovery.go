@@ -196,7 +196,7 @@ type providerReq struct {
 
 // attachProvider resolves post_send, post_recv and poll_cq from a context's
 // ops table and probes them at their file offsets. Providers hide these
-// functions (DESIGN.md), so this is the only way to see the data path.
+// functions (docs/design.md, "RDMA providers"), so this is the only way to see the data path.
 // Every context of a process shares its provider's table: one resolution
 // per (file) suffices, but resolving again is cheap and harmless.
 func (a *Agent) attachProvider(req providerReq) {

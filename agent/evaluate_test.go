@@ -22,7 +22,9 @@ func rules(v agent.Verdict) map[string]int {
 // A window with pageable copies fires pageable-copy; the next, clean
 // window fires nothing: findings are per window.
 func TestEvaluatorWindows(t *testing.T) {
-	place := func(uint32) checks.Placement { return checks.Placement{GPU: "0000:17:00.0", InboundGBs: 4, OutboundGBs: 4} }
+	place := func(uint32) checks.Placement {
+		return checks.Placement{GPU: "0000:17:00.0", InboundGBs: 4, OutboundGBs: 4}
+	}
 	e := agent.NewEvaluator(agent.EvaluatorConfig{Interval: time.Second, Place: place})
 	start := time.Now()
 	for i := range 3 {

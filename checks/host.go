@@ -106,10 +106,10 @@ func (h *Host) nicCheck(ibDevices map[string]string) Check {
 			c.Status, c.Detail = Warn, fmt.Sprintf("--ib-devices names GPU %q, this host has GPUs 0..%d", idx, len(h.GPUs)-1)
 			continue
 		}
-		rel := map[string]string{}
+		rel := map[string]topology.Relation{}
 		for dev, bdf := range t.RDMA {
 			if bdf != "" {
-				rel[dev] = string(t.Relation(h.GPUs[i], bdf))
+				rel[dev] = t.Relation(h.GPUs[i], bdf)
 			}
 		}
 		if f := correlate.FarNIC(correlate.NICChoice{GPU: h.GPUs[i], Used: used, Relations: rel}); f != nil {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/lanewatch/lanewatch/collectors"
 	"github.com/lanewatch/lanewatch/correlate"
+	"github.com/lanewatch/lanewatch/internal/ktext"
 )
 
 // Pool is where the pages of one pinned host range were found.
@@ -104,7 +105,7 @@ func (h *Host) bindCheck(scope string, pid, gpuNode int, why string) Check {
 		CapSysNice: facts.CapSysNice, Cpuset: facts.Cpuset,
 	})
 	c := Check{Scope: scope, Name: name, Status: Pass,
-		Detail: fmt.Sprintf("Mems_allowed %s, policies %s, GPU on node %d (%s)", collectors.FormatCPUList(facts.MemsAllowed), strings.Join(facts.Policies, ","), gpuNode, why)}
+		Detail: fmt.Sprintf("Mems_allowed %s, policies %s, GPU on node %d (%s)", ktext.FormatList(facts.MemsAllowed), strings.Join(facts.Policies, ","), gpuNode, why)}
 	if f != nil {
 		c.Findings = []correlate.Finding{*f}
 	}

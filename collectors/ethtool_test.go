@@ -38,37 +38,22 @@ func readEthtoolSample(t *testing.T, file string) map[string]uint64 {
 
 func TestParseEthtoolStatsSamples(t *testing.T) {
 	tests := []struct {
-		file  string
-		n     int
-		spot  map[string]uint64
-		pause map[string]uint64 // PFC(...).Pause, exactly
-		prio  map[int]map[string]uint64
+		file string
+		n    int
+		spot map[string]uint64
 	}{
 		// byteps#179 `ethtool -S enp178s0f0 | grep prio`: all traffic on prio 0
 		{"byteps-issue-179_mlx5_enp178s0f0_grep_prio_before_2to1.txt", 32,
 			map[string]uint64{"rx_prio0_bytes": 88178050405854, "rx_prio0_packets": 420006709813,
-				"tx_prio0_bytes": 14056302074308, "tx_prio0_packets": 40316741528, "rx_prio3_bytes": 0, "tx_prio7_packets": 0},
-			map[string]uint64{},
-			map[int]map[string]uint64{
-				0: {"rx_bytes": 88178050405854, "rx_packets": 420006709813, "tx_bytes": 14056302074308, "tx_packets": 40316741528},
-				3: {"rx_bytes": 0, "rx_packets": 0, "tx_bytes": 0, "tx_packets": 0},
-			}},
+				"tx_prio0_bytes": 14056302074308, "tx_prio0_packets": 40316741528, "rx_prio3_bytes": 0, "tx_prio7_packets": 0}},
 		// ethq mlx5 Ubuntu 16.04 driver: older names (pause_ctrl_rx), no prio counters
 		{"ethq_mlx5_core_CX4_ubuntu1604_early.txt", 309,
 			map[string]uint64{"rx_packets": 5487361, "rx_bytes": 1063043816, "tx_packets": 5116718, "tx_bytes": 5813725708,
-				"rx_multicast_packets": 966381, "tx_broadcast_bytes": 60},
-			map[string]uint64{"pause_ctrl_rx": 0, "pause_ctrl_tx": 0},
-			map[int]map[string]uint64{0: {}, 3: {}}},
+				"rx_multicast_packets": 966381, "tx_broadcast_bytes": 60}},
 		// ethq mlx5 Ubuntu 18.04, kernel 4.15, fw 14.23: the full layout
 		{"ethq_mlx5_core_CX4_ubuntu1804_k4.15_fw14.23_stripped.txt", 751,
 			map[string]uint64{"rx_packets": 845320277, "rx_bytes": 2195783498134, "tx_packets": 896117891,
-				"tx_bytes": 2655285206479, "rx_bytes_phy": 2202570777997, "rx_out_of_buffer": 0},
-			map[string]uint64{"rx_pause_ctrl_phy": 0, "tx_pause_ctrl_phy": 0, "rx_global_pause": 0,
-				"rx_global_pause_duration": 0, "tx_global_pause": 0, "tx_global_pause_duration": 0, "rx_global_pause_transition": 0},
-			map[int]map[string]uint64{
-				0: {"rx_bytes": 2202570777997, "rx_packets": 845715962, "tx_bytes": 2662454044895, "tx_packets": 896117891},
-				5: {"rx_bytes": 0, "rx_packets": 0, "tx_bytes": 0, "tx_packets": 0},
-			}},
+				"tx_bytes": 2655285206479, "rx_bytes_phy": 2202570777997, "rx_out_of_buffer": 0}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.file, func(t *testing.T) {
@@ -81,72 +66,7 @@ func TestParseEthtoolStatsSamples(t *testing.T) {
 					t.Errorf("%s = %d, %v; want %d", k, g, ok, v)
 				}
 			}
-			p := PFC(st)
-			if !reflect.DeepEqual(p.Pause, tt.pause) {
-				t.Errorf("pause %v, want %v", p.Pause, tt.pause)
-			}
-			for prio, want := range tt.prio {
-				if !reflect.DeepEqual(p.Prio[prio], want) {
-					t.Errorf("prio %d: %v, want %v", prio, p.Prio[prio], want)
-				}
-			}
-			// nothing lost: every statistic is in exactly one place
-			n := len(p.Pause) + len(p.Other)
-			for _, m := range p.Prio {
-				n += len(m)
-			}
-			if n != len(st) {
-				t.Errorf("PFC kept %d of %d statistics", n, len(st))
-			}
 		})
-	}
-}
-
-// TestPFCNames checks the per-driver patterns on names taken from the
-// drivers' sources (values made up): mlx5 en_stats.c pport_per_prio_pfc and
-// pfc_stall, ice ice_ethtool.c, bnxt bnxt_ethtool.c, i40e.
-func TestPFCNames(t *testing.T) {
-	st := map[string]uint64{
-		"rx_prio3_pause": 10, "rx_prio3_pause_duration": 2500, "tx_prio3_pause": 11,
-		"tx_prio3_pause_duration": 3000, "rx_prio3_pause_transition": 4, "tx_prio3_pause_transition": 5,
-		"rx_prio3_bytes": 1 << 40, "rx_prio3_packets": 1 << 30,
-		"rx_pause_ctrl_phy": 21, "tx_pause_ctrl_phy": 22,
-		"tx_pause_storm_warning_events": 1, "tx_pause_storm_error_events": 0,
-		"rx_priority_4_xoff.nic": 7, "tx_priority_4_xon.nic": 8, // ice
-		"rx_pfc_ena_frames_pri5": 9, "pfc_pri5_rx_duration_us": 100, // bnxt
-		"port.tx_priority_6_xon_tx":     12, // i40e
-		"rx_prio10_bytes":               1,  // not a priority
-		"rx_vport_rdma_unicast_packets": 5,
-	}
-	p := PFC(st)
-	want := map[int]map[string]uint64{
-		3: {"rx_pause": 10, "rx_pause_duration": 2500, "tx_pause": 11, "tx_pause_duration": 3000,
-			"rx_pause_transition": 4, "tx_pause_transition": 5, "rx_bytes": 1 << 40, "rx_packets": 1 << 30},
-		4: {"rx_xoff.nic": 7, "tx_xon.nic": 8},
-		5: {"rx_pfc_ena_frames": 9, "pfc_rx_duration_us": 100},
-		6: {"port.tx_xon_tx": 12},
-		0: {},
-	}
-	for prio, w := range want {
-		if !reflect.DeepEqual(p.Prio[prio], w) {
-			t.Errorf("prio %d: %v, want %v", prio, p.Prio[prio], w)
-		}
-	}
-	if w := map[string]uint64{"rx_pause_ctrl_phy": 21, "tx_pause_ctrl_phy": 22,
-		"tx_pause_storm_warning_events": 1, "tx_pause_storm_error_events": 0}; !reflect.DeepEqual(p.Pause, w) {
-		t.Errorf("pause %v, want %v", p.Pause, w)
-	}
-	if w := map[string]uint64{"rx_prio10_bytes": 1, "rx_vport_rdma_unicast_packets": 5}; !reflect.DeepEqual(p.Other, w) {
-		t.Errorf("other %v, want %v", p.Other, w)
-	}
-	if v, ok := p.Lookup(3, "tx_pause"); !ok || v != 11 {
-		t.Errorf("Lookup(3, tx_pause) = %d, %v", v, ok)
-	}
-	if _, ok := p.Lookup(2, "tx_pause"); ok {
-		t.Error("prio 2 has no tx_pause")
-	}
-	if _, ok := p.Lookup(8, "tx_pause"); ok {
-		t.Error("prio 8 does not exist")
 	}
 }
 
@@ -206,14 +126,6 @@ func FuzzParseEthtoolStats(f *testing.F) {
 		}
 		if len(st) != n {
 			t.Fatalf("%d statistics from %d lines", len(st), n)
-		}
-		p := PFC(st)
-		kept := len(p.Pause) + len(p.Other)
-		for _, m := range p.Prio {
-			kept += len(m)
-		}
-		if kept != len(st) {
-			t.Fatalf("PFC kept %d of %d", kept, len(st))
 		}
 	})
 }

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/lanewatch/lanewatch/internal/lines"
+	"github.com/lanewatch/lanewatch/internal/ktext"
 )
 
 // dmonRow is one entity's line of `dcgmi dmon -e <fields>` output.
@@ -34,7 +34,7 @@ type dmonRow struct {
 func parseDmonText(r io.Reader, name string) ([]dmonRow, error) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 4096), 1<<16)
-	sc.Split(lines.ScanLF)
+	sc.Split(ktext.ScanLF)
 	var cols []string
 	var rows []dmonRow
 	line := 0

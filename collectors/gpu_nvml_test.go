@@ -17,6 +17,7 @@ import (
 	"testing"
 
 	"github.com/lanewatch/lanewatch/internal/testenv"
+	"github.com/lanewatch/lanewatch/selftest/refenv"
 )
 
 func TestOpenNVMLMissingLibrary(t *testing.T) {
@@ -87,11 +88,11 @@ func TestNVMLStandInKernelCopy(t *testing.T) {
 		t.Fatalf("NVML stand-in not built (make -C refpath): %v", err)
 	}
 	gpu := fmt.Sprintf("gotest-nvml-%d", os.Getpid())
-	t.Cleanup(func() { os.Remove("/dev/shm/lw-ref-" + gpu) })
+	t.Cleanup(func() { os.Remove(refenv.LaneFile(gpu)) })
 	truth := filepath.Join(t.TempDir(), "kernel-copy.jsonl")
 
 	cmd := exec.Command(filepath.Join(ref, "bin", "kvpath"), "--scenario", "kernel-copy", "--hold", "--truth", truth)
-	cmd.Env = append(os.Environ(), "LW_REF_GPU="+gpu)
+	cmd.Env = append(os.Environ(), refenv.SharedGPU(gpu))
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -123,7 +124,7 @@ func TestNVMLStandInKernelCopy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g0 := findGPU(t, before, "ref-"+gpu)
+	g0 := findGPU(t, before, refenv.NVMLName(gpu))
 	if !g0.HasPCIeBytes || g0.HasPCIeRate {
 		t.Fatalf("stand-in GPU has no PCIe byte counters: %+v", g0)
 	}
@@ -148,7 +149,7 @@ func TestNVMLStandInKernelCopy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g1 := findGPU(t, after, "ref-"+gpu)
+	g1 := findGPU(t, after, refenv.NVMLName(gpu))
 	if g1.UUID != g0.UUID || g1.BusID != g0.BusID {
 		t.Errorf("identity changed: %s %s → %s %s", g0.UUID, g0.BusID, g1.UUID, g1.BusID)
 	}
@@ -182,8 +183,8 @@ func TestNVMLStandInKernelCopy(t *testing.T) {
 	// Without the PCIe byte fields (pre-Hopper), the collector falls back to
 	// nvmlDeviceGetPcieThroughput: a rate only. NVML is initialised afresh,
 	// so the stand-in reads the variable again.
-	t.Setenv("LW_REF_NVML_NO_PCIE_FIELDS", "1")
-	t.Setenv("LW_REF_NVML_LINK", "4x8")
+	t.Setenv(refenv.NVMLNoPCIeFields())
+	t.Setenv(refenv.NVMLLink(4, 8))
 	c2, err := OpenNVML(lib)
 	if err != nil {
 		t.Fatal(err)
@@ -193,7 +194,7 @@ func TestNVMLStandInKernelCopy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g2 := findGPU(t, s, "ref-"+gpu)
+	g2 := findGPU(t, s, refenv.NVMLName(gpu))
 	if g2.HasPCIeBytes || !g2.HasPCIeRate || g2.PCIeRxBps != 0 || g2.PCIeTxBps != 0 {
 		t.Errorf("fallback reading %+v: want an idle rate-only reading", g2)
 	}

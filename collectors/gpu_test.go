@@ -405,5 +405,5 @@ lanewatch_gpu_pcie_link_width{gpu="%[1]s",state="max"} 16
 // collectorFunc registers a bare Update as an unchecked collector.
 type collectorFunc func(chan<- prometheus.Metric) error
 
-func (collectorFunc) Describe(chan<- *prometheus.Desc)    {}
+func (collectorFunc) Describe(chan<- *prometheus.Desc)      {}
 func (f collectorFunc) Collect(ch chan<- prometheus.Metric) { f(ch) }

@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/lanewatch/lanewatch/internal/ktext"
 )
 
 // Fact is one yes/no observation and the text that shows it, ready to quote
@@ -70,7 +72,7 @@ func ReadHostFacts(cfg HostConfig) (HostFacts, error) {
 	switch {
 	case err == nil:
 		h.NodesOnline = nodes
-		h.NodesEvidence = fmt.Sprintf("NUMA nodes online %s (%s)", FormatCPUList(nodes), nodePath)
+		h.NodesEvidence = fmt.Sprintf("NUMA nodes online %s (%s)", ktext.FormatList(nodes), nodePath)
 	case errors.Is(err, fs.ErrNotExist) && !exists(nodeDir):
 		h.NodesOnline = []int{0}
 		h.NodesEvidence = fmt.Sprintf("no %s: kernel without NUMA, one node", nodeDir)
@@ -79,73 +81,6 @@ func ReadHostFacts(cfg HostConfig) (HostFacts, error) {
 	}
 	h.MultiNode = Fact{len(h.NodesOnline) > 1, h.NodesEvidence}
 	return h, nil
-}
-
-// ProcessFacts are the per-process facts that explain a skipped NUMA binding.
-type ProcessFacts struct {
-	PID  int
-	Name string
-	// CapSysNice: CAP_SYS_NICE in CapEff.
-	CapSysNice Fact
-	// Cpuset is the cpuset cgroup path from /proc/PID/cpuset ("/" when not
-	// confined by one; "" when the kernel has no cpusets).
-	Cpuset string
-	// CPUsConfined: Cpus_allowed_list is narrower than the online CPUs
-	// (a cpuset, taskset, or numactl --physcpubind/--cpunodebind).
-	CPUsConfined Fact
-	// MemsConfined: Mems_allowed_list is narrower than the online nodes.
-	// Only a cpuset narrows it; mbind/set_mempolicy show in numa_maps instead.
-	MemsConfined             Fact
-	CPUsAllowed, MemsAllowed []int
-}
-
-// ReadProcessFacts reads <procRoot>/<pid>/status and cpuset and compares
-// them with the host's online CPUs and nodes.
-func ReadProcessFacts(procRoot string, pid int, host HostFacts) (ProcessFacts, error) {
-	st, err := ReadStatus(procRoot, pid)
-	if err != nil {
-		return ProcessFacts{}, err
-	}
-	pf := ProcessFacts{PID: pid, Name: st.Name, CPUsAllowed: st.CpusAllowed, MemsAllowed: st.MemsAllowed}
-	capEff := "CapEff missing"
-	if st.HasCapEff {
-		capEff = "CapEff " + st.Fields["CapEff"]
-	}
-	if st.HasCap(CapSysNice) {
-		pf.CapSysNice = Fact{true, fmt.Sprintf("pid %d %s has CAP_SYS_NICE (bit %d)", pid, capEff, CapSysNice)}
-	} else {
-		pf.CapSysNice = Fact{false, fmt.Sprintf("pid %d %s lacks CAP_SYS_NICE (bit %d)", pid, capEff, CapSysNice)}
-	}
-
-	cpusetPath := filepath.Join(procRoot, strconv.Itoa(pid), "cpuset")
-	where := ""
-	if b, err := os.ReadFile(cpusetPath); err == nil {
-		pf.Cpuset = strings.TrimRight(string(b), "\n")
-		where = fmt.Sprintf(" (cpuset %s)", pf.Cpuset)
-	} else if !errors.Is(err, fs.ErrNotExist) {
-		return pf, fmt.Errorf("read cpuset: %w", err)
-	}
-
-	pf.CPUsConfined = confined(pid, "Cpus_allowed_list", st.CpusAllowed, "online CPUs", host.CPUsOnline, where)
-	pf.MemsConfined = confined(pid, "Mems_allowed_list", st.MemsAllowed, "online nodes", host.NodesOnline, where)
-	return pf, nil
-}
-
-// confined reports whether some online id is missing from allowed.
-func confined(pid int, field string, allowed []int, what string, online []int, where string) Fact {
-	if allowed == nil {
-		return Fact{false, fmt.Sprintf("pid %d: no %s in status", pid, field)}
-	}
-	in := make(map[int]bool, len(allowed))
-	for _, id := range allowed {
-		in[id] = true
-	}
-	for _, id := range online {
-		if !in[id] {
-			return Fact{true, fmt.Sprintf("pid %d %s %s of %s %s%s", pid, field, FormatCPUList(allowed), what, FormatCPUList(online), where)}
-		}
-	}
-	return Fact{false, fmt.Sprintf("pid %d %s %s covers %s %s%s", pid, field, FormatCPUList(allowed), what, FormatCPUList(online), where)}
 }
 
 // LookPathIn finds an executable named file in the directories of pathEnv
@@ -176,7 +111,7 @@ func readListFile(path string) ([]int, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", path, err)
 	}
-	ids, err := ParseCPUList(string(b))
+	ids, err := ktext.ParseList(string(b))
 	if err != nil {
 		return nil, fmt.Errorf("%s:1: %w", path, err)
 	}
@@ -192,8 +127,7 @@ func exists(path string) bool {
 func FindNumactl(pathEnv string) (string, error) { return LookPathIn("numactl", pathEnv, "") }
 
 // BindFacts gathers, for one process, what the numa-bind-skipped rule needs
-// (correlate.BindFacts), with the host and process facts behind it for
-// evidence.
+// (correlate.BindFacts).
 type BindFacts struct {
 	MemsAllowed []int
 	OnlineNodes []int
@@ -203,9 +137,9 @@ type BindFacts struct {
 	Policies    []string
 	NumactlPath string // "" when numactl is not on pathEnv
 	CapSysNice  bool
-	Cpuset      string
-	Host        HostFacts
-	Process     ProcessFacts
+	// Cpuset is the cpuset cgroup path from /proc/PID/cpuset ("/" when not
+	// confined by one; "" when the kernel has no cpusets).
+	Cpuset string
 }
 
 // ReadBindFacts reads the host's online nodes, PATH, and the process's
@@ -215,7 +149,11 @@ func ReadBindFacts(procRoot, sysRoot string, pid int, pathEnv string) (BindFacts
 	if err != nil {
 		return BindFacts{}, err
 	}
-	pf, err := ReadProcessFacts(procRoot, pid, h)
+	st, err := ReadStatus(procRoot, pid)
+	if err != nil {
+		return BindFacts{}, err
+	}
+	cpuset, err := readCpuset(procRoot, pid)
 	if err != nil {
 		return BindFacts{}, err
 	}
@@ -224,10 +162,22 @@ func ReadBindFacts(procRoot, sysRoot string, pid int, pathEnv string) (BindFacts
 		return BindFacts{}, err
 	}
 	return BindFacts{
-		MemsAllowed: pf.MemsAllowed, OnlineNodes: h.NodesOnline, Policies: anonPolicies(nm),
-		NumactlPath: h.NumactlPath, CapSysNice: pf.CapSysNice.Value, Cpuset: pf.Cpuset,
-		Host: h, Process: pf,
+		MemsAllowed: st.MemsAllowed, OnlineNodes: h.NodesOnline, Policies: anonPolicies(nm),
+		NumactlPath: h.NumactlPath, CapSysNice: st.HasCap(CapSysNice), Cpuset: cpuset,
 	}, nil
+}
+
+// readCpuset reads <procRoot>/<pid>/cpuset; a kernel without cpusets has no
+// such file, which gives "".
+func readCpuset(procRoot string, pid int) (string, error) {
+	b, err := os.ReadFile(filepath.Join(procRoot, strconv.Itoa(pid), "cpuset"))
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("read cpuset: %w", err)
+	}
+	return strings.TrimRight(string(b), "\n"), nil
 }
 
 func anonPolicies(nm []NumaMapping) []string {

@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -77,70 +78,94 @@ func TestReadHostFactsNoNUMA(t *testing.T) {
 	}
 }
 
-func TestReadProcessFactsFixture(t *testing.T) {
+// ReadBindFacts on the NPS4 fixture: the status and cpuset files are the
+// fixture's, numa_maps comes from the development machine's captures (the
+// fixture has none), all copied into a temporary proc tree.
+func TestReadBindFactsFixture(t *testing.T) {
 	root := filepath.Join("testdata", "hosts", "dgxa100-nps4")
-	h, err := ReadHostFacts(HostConfig{SysRoot: filepath.Join(root, "sys")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	proc := filepath.Join(root, "proc")
-	tests := []struct {
-		pid                    int
-		nice, cpus, mems       bool
-		niceEv, cpusEv, memsEv string
-	}{
-		{4242, false, true, true,
-			"pid 4242 CapEff 00000000a80425fb lacks CAP_SYS_NICE (bit 23)",
-			"pid 4242 Cpus_allowed_list 48-63,176-191 of online CPUs 0-255 (cpuset /kubepods/burstable/pod7/ctr1)",
-			"pid 4242 Mems_allowed_list 3 of online nodes 0-7 (cpuset /kubepods/burstable/pod7/ctr1)"},
-		{4243, true, false, false,
-			"pid 4243 CapEff 000001ffffffffff has CAP_SYS_NICE (bit 23)",
-			"pid 4243 Cpus_allowed_list 0-255 covers online CPUs 0-255 (cpuset /)",
-			"pid 4243 Mems_allowed_list 0-7 covers online nodes 0-7 (cpuset /)"},
-	}
-	for _, tt := range tests {
-		pf, err := ReadProcessFacts(proc, tt.pid, h)
+	proc := t.TempDir()
+	copyFile := func(src, dst string) {
+		t.Helper()
+		b, err := os.ReadFile(src)
 		if err != nil {
 			t.Fatal(err)
 		}
-		got := []any{pf.CapSysNice, pf.CPUsConfined, pf.MemsConfined}
-		want := []any{Fact{tt.nice, tt.niceEv}, Fact{tt.cpus, tt.cpusEv}, Fact{tt.mems, tt.memsEv}}
-		if !reflect.DeepEqual(got, want) {
-			t.Errorf("pid %d:\n got %+v\nwant %+v", tt.pid, got, want)
+		if err := os.WriteFile(dst, b, 0o644); err != nil {
+			t.Fatal(err)
 		}
 	}
-	if _, err := ReadProcessFacts(proc, 1, h); err == nil {
+	tests := []struct {
+		pid      int
+		numaMaps string
+		nice     bool
+		cpuset   string
+		mems     []int
+		policies []string
+	}{
+		{4242, "lanewatch-dev_python_default.numa_maps", false, "/kubepods/burstable/pod7/ctr1", []int{3}, []string{"default"}},
+		{4243, "lanewatch-dev_numactl_membind_0.numa_maps", true, "/", []int{0, 1, 2, 3, 4, 5, 6, 7}, []string{"bind:0"}},
+	}
+	for _, tt := range tests {
+		dir := filepath.Join(proc, strconv.Itoa(tt.pid))
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range []string{"status", "cpuset"} {
+			copyFile(filepath.Join(root, "proc", strconv.Itoa(tt.pid), f), filepath.Join(dir, f))
+		}
+		copyFile(filepath.Join("testdata", "numa_maps", tt.numaMaps), filepath.Join(dir, "numa_maps"))
+	}
+	sys, empty := filepath.Join(root, "sys"), t.TempDir()
+	for _, tt := range tests {
+		bf, err := ReadBindFacts(proc, sys, tt.pid, empty) // no numactl there
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := BindFacts{MemsAllowed: tt.mems, OnlineNodes: []int{0, 1, 2, 3, 4, 5, 6, 7}, Policies: tt.policies,
+			CapSysNice: tt.nice, Cpuset: tt.cpuset}
+		if !reflect.DeepEqual(bf, want) {
+			t.Errorf("pid %d:\n got %+v\nwant %+v", tt.pid, bf, want)
+		}
+	}
+
+	// A kernel without cpusets has no cpuset file: no error, Cpuset "".
+	if err := os.Remove(filepath.Join(proc, "4243", "cpuset")); err != nil {
+		t.Fatal(err)
+	}
+	if bf, err := ReadBindFacts(proc, sys, 4243, ""); err != nil || bf.Cpuset != "" || !bf.CapSysNice {
+		t.Errorf("no cpuset file: %+v, %v", bf, err)
+	}
+	// A cpuset that cannot be read is an error.
+	if err := os.Mkdir(filepath.Join(proc, "4243", "cpuset"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ReadBindFacts(proc, sys, 4243, ""); err == nil || !strings.Contains(err.Error(), "read cpuset") {
+		t.Errorf("unreadable cpuset: %v", err)
+	}
+	// A missing process or numa_maps is an error.
+	if _, err := ReadBindFacts(proc, sys, 1, ""); err == nil {
 		t.Error("missing pid: no error")
+	}
+	if err := os.Remove(filepath.Join(proc, "4242", "numa_maps")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ReadBindFacts(proc, sys, 4242, ""); err == nil || !strings.Contains(err.Error(), "numa_maps") {
+		t.Errorf("missing numa_maps: %v", err)
 	}
 }
 
-// On this machine, for the test process itself: whatever the answers, they
-// must come with evidence, and CAP_SYS_NICE must match the raw mask.
-func TestReadFactsLive(t *testing.T) {
+// On this machine, for the test process itself: the host facts come with
+// evidence, and CAP_SYS_NICE must match the raw mask.
+func TestReadBindFactsLive(t *testing.T) {
 	h, err := ReadHostFacts(HostConfig{SysRoot: "/sys", PATH: os.Getenv("PATH")})
 	if err != nil {
 		t.Fatal(err)
 	}
-	pf, err := ReadProcessFacts("/proc", os.Getpid(), h)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := ReadStatus("/proc", os.Getpid())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if pf.CapSysNice.Value != st.HasCap(CapSysNice) {
-		t.Errorf("CapSysNice %+v vs CapEff %#x", pf.CapSysNice, st.CapEff)
-	}
-	for _, f := range []Fact{h.Numactl, h.MultiNode, pf.CapSysNice, pf.CPUsConfined, pf.MemsConfined} {
+	for _, f := range []Fact{h.Numactl, h.MultiNode} {
 		if f.Evidence == "" {
 			t.Errorf("fact without evidence: %+v", f)
 		}
 	}
-	t.Logf("host: %s; %s; pid: %s; %s; %s", h.Numactl.Evidence, h.NodesEvidence, pf.CapSysNice.Evidence, pf.CPUsConfined.Evidence, pf.MemsConfined.Evidence)
-}
-
-func TestReadBindFactsLive(t *testing.T) {
 	bf, err := ReadBindFacts("/proc", "/sys", os.Getpid(), "/usr/bin:/bin")
 	if err != nil {
 		t.Fatal(err)
@@ -148,9 +173,17 @@ func TestReadBindFactsLive(t *testing.T) {
 	if len(bf.OnlineNodes) == 0 || len(bf.MemsAllowed) == 0 || !reflect.DeepEqual(bf.Policies, []string{"default"}) {
 		t.Errorf("%+v", bf)
 	}
+	st, err := ReadStatus("/proc", os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bf.CapSysNice != st.HasCap(CapSysNice) {
+		t.Errorf("CapSysNice %v vs CapEff %#x", bf.CapSysNice, st.CapEff)
+	}
 	if _, err := FindNumactl(""); err == nil {
 		t.Error("numactl found in an empty PATH")
 	}
+	t.Logf("host: %s; %s; pid: %+v", h.Numactl.Evidence, h.NodesEvidence, bf)
 }
 
 func TestAnonPolicies(t *testing.T) {

@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/lanewatch/lanewatch/internal/lines"
+	"github.com/lanewatch/lanewatch/internal/ktext"
 )
 
 // Meminfo is the part of /proc/meminfo the host checks read. Sizes are in
@@ -29,7 +29,7 @@ type Meminfo struct {
 // ("name:line: ..."). Every line must be "Key: N" or "Key: N kB".
 func ParseMeminfo(r io.Reader, name string) (Meminfo, error) {
 	mi := Meminfo{Fields: map[string]uint64{}}
-	err := lines.Each(r, name, 1<<16, func(_ int, text string) error {
+	err := ktext.Lines(r, name, 1<<16, func(_ int, text string) error {
 		key, val, err := parseMeminfoLine(text)
 		if err != nil {
 			return err

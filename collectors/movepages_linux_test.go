@@ -125,10 +125,7 @@ func TestRangeNodesSelf(t *testing.T) {
 	// numa_maps agrees: the same VMA, read through procfs, holds 128
 	// resident pages on the same nodes (if the kernel did not merge it with
 	// a neighbour, which would only make the answer approximate).
-	rp, err := ReadPagesByNode("/proc", os.Getpid(), start, start+256*ps)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rp := livePagesByNode(t, os.Getpid(), start, start+256*ps)
 	if !rp.Approximate && !reflect.DeepEqual(rp.Pages, p.ByNode) {
 		t.Errorf("numa_maps %+v, move_pages %v", rp, p.ByNode)
 	}

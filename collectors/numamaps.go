@@ -1,19 +1,15 @@
 package collectors
 
 import (
-	"bufio"
-	"bytes"
 	"fmt"
 	"io"
 	"math/bits"
 	"os"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 
-	"github.com/lanewatch/lanewatch/internal/lines"
-	"github.com/lanewatch/lanewatch/probes"
+	"github.com/lanewatch/lanewatch/internal/ktext"
 )
 
 // NumaMapping is one line of /proc/PID/numa_maps: one VMA, its memory policy
@@ -74,24 +70,17 @@ const maxNumaMapsLine = 1 << 20
 // not a numa_maps line is an error, while unknown tokens are kept in Other.
 // Lines need not be sorted: grep extracts from several processes are valid.
 func ParseNumaMaps(r io.Reader, name string) ([]NumaMapping, error) {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 4096), maxNumaMapsLine)
-	sc.Split(lines.ScanLF)
 	var out []NumaMapping
-	line := 0
-	for sc.Scan() {
-		line++
-		if len(bytes.TrimSpace(sc.Bytes())) == 0 {
-			continue
-		}
-		m, err := parseNumaMapsLine(sc.Text())
+	err := ktext.Lines(r, name, maxNumaMapsLine, func(_ int, text string) error {
+		m, err := parseNumaMapsLine(text)
 		if err != nil {
-			return nil, fmt.Errorf("%s:%d: %w", name, line, err)
+			return err
 		}
 		out = append(out, m)
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("%s:%d: %w", name, line+1, err)
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	return out, nil
 }
@@ -121,7 +110,7 @@ func parseNumaMapsLine(s string) (NumaMapping, error) {
 		return NumaMapping{}, fmt.Errorf("want \"ADDRESS POLICY ...\", got %q", s)
 	}
 	var m NumaMapping
-	if len(tok[0]) > 16 || !isHex(tok[0]) {
+	if len(tok[0]) > 16 || !ktext.IsHex(tok[0]) {
 		return m, fmt.Errorf("start address %q is not hex", tok[0])
 	}
 	m.Start, _ = strconv.ParseUint(tok[0], 16, 64)
@@ -269,13 +258,17 @@ func isNumaMapsField(t string) bool {
 	return true
 }
 
-// nodeKey recognises "N<node>".
+// nodeKey recognises "N<node>": decimal digits only, a node id as a list
+// would take it.
 func nodeKey(key string) (int, bool) {
-	if len(key) < 2 || key[0] != 'N' {
+	if len(key) < 2 || key[0] != 'N' || strings.TrimLeft(key[1:], "0123456789") != "" {
 		return 0, false
 	}
-	id, err := parseListID(key[1:])
-	return id, err == nil
+	ids, err := ktext.ParseList(key[1:])
+	if err != nil {
+		return 0, false
+	}
+	return ids[0], true
 }
 
 func parseCount(key, val string) (uint64, error) {
@@ -284,19 +277,6 @@ func parseCount(key, val string) (uint64, error) {
 		return 0, fmt.Errorf("%s=%q is not a count", key, val)
 	}
 	return v, nil
-}
-
-func isHex(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F') {
-			return false
-		}
-	}
-	return true
 }
 
 // unescapeOctal decodes the \ooo escapes of the kernel's seq_path/mangle_path.
@@ -349,7 +329,7 @@ func ParseMemPolicy(s string) (MemPolicy, error) {
 		}
 	}
 	if hasList {
-		nodes, err := ParseCPUList(list)
+		nodes, err := ktext.ParseList(list)
 		if err != nil {
 			return MemPolicy{}, fmt.Errorf("policy %q: %w", s, err)
 		}
@@ -459,38 +439,4 @@ func prorate(n, num, den uint64) uint64 {
 	}
 	q, _ := bits.Div64(hi, lo, den)
 	return q
-}
-
-// ReadPagesByNode reads <procRoot>/<pid>/numa_maps and maps and returns
-// PagesByNode for [start, end). The two files are read at different moments,
-// and a process that maps memory in between (any Go or Python runtime
-// growing its heap next to the range makes the kernel merge VMAs) leaves
-// entries without a partner; the reads are then retried a few times, and a
-// result that still has Stale entries is returned as is.
-func ReadPagesByNode(procRoot string, pid int, start, end uint64) (RangePlacement, error) {
-	var p RangePlacement
-	for range 4 {
-		nm, err := ReadNumaMaps(procRoot, pid)
-		if err != nil {
-			return RangePlacement{}, err
-		}
-		ms, err := probes.ReadMaps(procRoot, pid)
-		if err != nil {
-			return RangePlacement{}, err
-		}
-		if p, err = PagesByNode(nm, MapsRanges(ms), start, end); err != nil || p.Stale == 0 {
-			return p, err
-		}
-	}
-	return p, nil
-}
-
-// MapsRanges keeps the address ranges of parsed /proc/PID/maps entries.
-func MapsRanges(ms []probes.Mapping) []AddrRange {
-	out := make([]AddrRange, len(ms))
-	for i, m := range ms {
-		out[i] = AddrRange{m.Start, m.End}
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Start < out[j].Start })
-	return out
 }

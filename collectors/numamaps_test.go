@@ -341,7 +341,7 @@ func TestPagesByNodeCapture(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := PagesByNode(nm, MapsRanges(ms), 0x7fe392305000, 0x7fe396305000)
+	got, err := PagesByNode(nm, addrRanges(ms), 0x7fe392305000, 0x7fe396305000)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -350,13 +350,51 @@ func TestPagesByNodeCapture(t *testing.T) {
 		t.Errorf("got %+v, want %+v", got, want)
 	}
 	// Every numa_maps entry has its maps entry; [vsyscall] is in maps only.
-	all, err := PagesByNode(nm, MapsRanges(ms), 0, 1<<47)
+	all, err := PagesByNode(nm, addrRanges(ms), 0, 1<<47)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if all.Stale != 0 || all.Mappings != len(nm) || all.Approximate {
 		t.Errorf("whole address space: %+v", all)
 	}
+}
+
+// addrRanges keeps the address ranges of parsed /proc/PID/maps entries
+// (sorted and disjoint, as probes.ParseMaps returns them).
+func addrRanges(ms []probes.Mapping) []AddrRange {
+	out := make([]AddrRange, len(ms))
+	for i, m := range ms {
+		out[i] = AddrRange{m.Start, m.End}
+	}
+	return out
+}
+
+// livePagesByNode reads numa_maps and maps of pid and returns PagesByNode
+// for [start, end). The two files are read at different moments, and a
+// process that maps memory in between (the Go runtime growing its heap next
+// to the range makes the kernel merge VMAs) leaves entries without a
+// partner; the reads are then retried a few times, and a result that still
+// has Stale entries is returned as is.
+func livePagesByNode(t *testing.T, pid int, start, end uint64) RangePlacement {
+	t.Helper()
+	var p RangePlacement
+	for range 4 {
+		nm, err := ReadNumaMaps("/proc", pid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ms, err := probes.ReadMaps("/proc", pid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p, err = PagesByNode(nm, addrRanges(ms), start, end); err != nil {
+			t.Fatal(err)
+		}
+		if p.Stale == 0 {
+			break
+		}
+	}
+	return p
 }
 
 // numaMapsFormatAll writes every field, zeros included, so that a parse of

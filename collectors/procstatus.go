@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/lanewatch/lanewatch/internal/lines"
+	"github.com/lanewatch/lanewatch/internal/ktext"
 )
 
 // ProcStatus is the part of /proc/PID/status the NUMA rules read, plus every
@@ -48,7 +48,7 @@ func (s ProcStatus) HasCap(bit int) bool {
 // line, a key given twice, or a bad value of a field we interpret is an error.
 func ParseStatus(r io.Reader, name string) (ProcStatus, error) {
 	st := ProcStatus{Fields: map[string]string{}}
-	err := lines.Each(r, name, 1<<20, func(_ int, text string) error {
+	err := ktext.Lines(r, name, 1<<20, func(_ int, text string) error {
 		key, val, ok := strings.Cut(text, ":")
 		if !ok || key == "" || strings.ContainsAny(key, " \t") {
 			return fmt.Errorf("want \"Key:\\tvalue\", got %q", text)
@@ -84,13 +84,13 @@ func (st *ProcStatus) set(key, val string) error {
 	case "Pid":
 		st.Pid, err = parsePID(val)
 	case "Cpus_allowed_list":
-		st.CpusAllowed, err = ParseCPUList(val)
+		st.CpusAllowed, err = ktext.ParseList(val)
 	case "Mems_allowed_list":
-		st.MemsAllowed, err = ParseCPUList(val)
+		st.MemsAllowed, err = ktext.ParseList(val)
 	case "VmHWM":
 		_, st.PeakRSSBytes, err = parseMeminfoLine(key + ":" + val) // "N kB", as in meminfo
 	case "CapEff":
-		if len(val) == 0 || len(val) > 16 || !isHex(val) {
+		if len(val) == 0 || len(val) > 16 || !ktext.IsHex(val) {
 			return fmt.Errorf("%q is not a 64-bit hex mask", val)
 		}
 		st.CapEff, _ = strconv.ParseUint(val, 16, 64)

@@ -5,6 +5,8 @@ import (
 	"slices"
 	"sort"
 	"strings"
+
+	"github.com/lanewatch/lanewatch/topology"
 )
 
 // The rules turn facts about the host, a process and its transfers into
@@ -145,23 +147,21 @@ func NUMABindSkipped(f BindFacts) *Finding {
 // NICChoice is the NIC a GPU's RDMA traffic uses and the relations it could have had.
 type NICChoice struct {
 	GPU       string
-	Used      string            // RDMA device the GPU's traffic uses
-	Relations map[string]string // every RDMA device → relation to the GPU (PIX, PXB, PHB, NODE, SYS)
+	Used      string                       // RDMA device the GPU's traffic uses
+	Relations map[string]topology.Relation // every RDMA device → relation to the GPU (PIX, PXB, PHB, NODE, SYS)
 }
-
-var relRank = map[string]int{"PIX": 1, "PXB": 2, "PHB": 3, "NODE": 4, "SYS": 5}
 
 // FarNIC fires when a GPU's RDMA traffic uses a NIC at PHB/NODE/SYS while a
 // PIX/PXB NIC exists: GPUDirect RDMA then crosses the host bridge or socket.
+// Other relations (X, NV#, unknown) never fire it nor count as near.
 func FarNIC(c NICChoice) *Finding {
-	used, ok := relRank[c.Relations[c.Used]]
-	if !ok || used <= relRank["PXB"] {
-		return nil
+	if c.Relations[c.Used].Rank() <= topology.RelPXB.Rank() {
+		return nil // near, or X, NV#, unknown (rank ≤ 0), or not listed
 	}
 	var near []string
 	for nic, rel := range c.Relations {
-		if r, ok := relRank[rel]; ok && r <= relRank["PXB"] {
-			near = append(near, nic+" ("+rel+")")
+		if r := rel.Rank(); r >= topology.RelPIX.Rank() && r <= topology.RelPXB.Rank() {
+			near = append(near, nic+" ("+string(rel)+")")
 		}
 	}
 	if len(near) == 0 {

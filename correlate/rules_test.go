@@ -5,6 +5,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/lanewatch/lanewatch/topology"
 )
 
 func TestRemoteNUMAPool(t *testing.T) {
@@ -73,7 +75,7 @@ func TestNUMABindSkipped(t *testing.T) {
 
 func TestFarNIC(t *testing.T) {
 	// GPU0's row of the 8xH100 topo -m sample: mlx5_0 PIX, mlx5_1..3 NODE, mlx5_4..7 SYS.
-	rel := map[string]string{"mlx5_0": "PIX", "mlx5_1": "NODE", "mlx5_2": "NODE", "mlx5_3": "NODE",
+	rel := map[string]topology.Relation{"mlx5_0": "PIX", "mlx5_1": "NODE", "mlx5_2": "NODE", "mlx5_3": "NODE",
 		"mlx5_4": "SYS", "mlx5_5": "SYS", "mlx5_6": "SYS", "mlx5_7": "SYS"}
 	for used, fire := range map[string]bool{"mlx5_0": false, "mlx5_1": true, "mlx5_5": true, "mlx5_9": false} {
 		f := FarNIC(NICChoice{GPU: "0000:18:00.0", Used: used, Relations: rel})
@@ -85,8 +87,24 @@ func TestFarNIC(t *testing.T) {
 		}
 	}
 	// Old-format Della sample: each GPU is NODE to one NIC, SYS to the other; no PIX/PXB NIC exists.
-	if f := FarNIC(NICChoice{GPU: "GPU0", Used: "mlx5_1", Relations: map[string]string{"mlx5_0": "NODE", "mlx5_1": "SYS"}}); f != nil {
+	if f := FarNIC(NICChoice{GPU: "GPU0", Used: "mlx5_1", Relations: map[string]topology.Relation{"mlx5_0": "NODE", "mlx5_1": "SYS"}}); f != nil {
 		t.Errorf("fired with no PIX/PXB NIC available: %+v", f)
+	}
+	// Only PIX and PXB count as near; the device itself (X), NVLink (NV#)
+	// and unknown strings rank neither near nor far.
+	odd := map[string]topology.Relation{"mlx5_0": topology.RelSelf, "mlx5_1": "NV12", "mlx5_2": "??", "mlx5_3": topology.RelSYS, "mlx5_4": topology.RelPXB}
+	for used, fire := range map[string]bool{"mlx5_0": false, "mlx5_1": false, "mlx5_2": false, "mlx5_3": true, "mlx5_4": false} {
+		f := FarNIC(NICChoice{GPU: "GPU0", Used: used, Relations: odd})
+		if (f != nil) != fire {
+			t.Errorf("used %s (%s): fired %v, want %v", used, odd[used], f != nil, fire)
+		}
+		if f != nil && (!strings.HasSuffix(f.Summary, "while mlx5_4 (PXB) is closer") || !strings.Contains(f.Summary, "mlx5_3 (SYS)")) {
+			t.Errorf("summary %q", f.Summary)
+		}
+	}
+	delete(odd, "mlx5_4")
+	if f := FarNIC(NICChoice{GPU: "GPU0", Used: "mlx5_3", Relations: odd}); f != nil {
+		t.Errorf("X, NV# or unknown taken as a closer NIC: %+v", f)
 	}
 }
 

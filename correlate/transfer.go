@@ -82,7 +82,7 @@ type Transfer struct {
 	// stream after the copy; -1 otherwise (no per-layer pattern).
 	Layer int `json:"layer"`
 
-	// Behavioural evidence (DESIGN.md, late attach). Entry-only copy probes
+	// Behavioural evidence (docs/design.md, "Late attach"). Entry-only copy probes
 	// give no call duration, so both stay empty until a return probe does.
 	Inferred event.MemKind `json:"inferred,omitempty"`
 	CallNs   uint64        `json:"call_ns,omitempty"`

@@ -140,7 +140,7 @@ func exporterNames(t *testing.T) map[string]bool {
 	} {
 		m.Transfer(&tr)
 	}
-	m.SetWindow(exporters.Window{At: time.Now(), Lanes: []exporters.Lane{{GPU: "ref-x", Direction: "inbound", Demand: 1, Capacity: 1, Measured: 1, HasMeasured: true}}})
+	m.SetWindow(exporters.Window{At: time.Now(), Lanes: []exporters.Lane{{GPU: "0000:17:00.0", Direction: "inbound", Demand: 1, Capacity: 1, Measured: 1, HasMeasured: true}}})
 	mfs, err := exporters.NewRegistry(m, nil, nil).Gather()
 	if err != nil {
 		t.Fatal(err)

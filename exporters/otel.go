@@ -121,7 +121,8 @@ type SpansStats struct {
 
 // Spans is a correlate.Sink that turns transfers into OTel spans, backdated
 // to the transfers' kernel timestamps and placed in the request's trace.
-// Transfer only queues; Release (called by Run on a timer) makes the spans.
+// Transfer only queues; Release (called by the agent on its own ticker)
+// makes the spans.
 // Transfer may be called from any goroutine; Release from one at a time.
 type Spans struct {
 	activeFindings map[string]bool // rule+subject of the findings active at the last evaluation
@@ -171,22 +172,6 @@ func (s *Spans) Stats() SpansStats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.stats
-}
-
-// Run releases held transfers every interval until ctx is done, then
-// releases everything.
-func (s *Spans) Run(ctx context.Context, interval time.Duration) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			s.Release(time.Time{})
-			return
-		case now := <-t.C:
-			s.Release(now)
-		}
-	}
 }
 
 // Release makes the spans of the transfers submitted before now-Hold (or

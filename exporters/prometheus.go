@@ -24,7 +24,7 @@ import (
 // holds a pid, an address, a request id or a wr_id: every label value comes
 // from a small fixed set (directions, memory kinds, ops, opcodes, statuses,
 // rules, severities, library file names) or names hardware (GPU PCI
-// addresses, "ref-<name>" for the reference path's GPUs). A label set past
+// addresses). A label set past
 // maxSeries is counted under the value "other" rather than growing forever.
 type Metrics struct {
 	gpuSource string // GPU counter source, "" none
@@ -59,7 +59,7 @@ type Window struct {
 
 // Lane is one direction of one GPU's link during the window.
 type Lane struct {
-	GPU       string  // PCI address, or "ref-<name>" on the reference path
+	GPU       string  // PCI address (sysfs form)
 	Direction string  // "inbound" (toward the GPU) or "outbound"
 	Demand    float64 // bytes per second moved over the window; <0 unknown
 	Capacity  float64 // bytes per second the lane carries at its trained speed; 0 unknown

@@ -36,12 +36,12 @@ func feed(m *Metrics) {
 		Findings: []correlate.Finding{
 			{Rule: "pageable-copy", Severity: correlate.SevFail, Subject: "pid 1"},
 			{Rule: "pageable-copy", Severity: correlate.SevFail, Subject: "pid 2"},
-			{Rule: "same-direction-overlap", Severity: correlate.SevWarn, Subject: "PCIe link of GPU ref-gpu-decode"},
+			{Rule: "same-direction-overlap", Severity: correlate.SevWarn, Subject: "PCIe link of GPU 0000:3b:00.0"},
 		},
 		Lanes: []Lane{
 			{GPU: "0000:17:00.0", Direction: "inbound", Demand: 40e9, Capacity: 63.015e9},
 			{GPU: "0000:17:00.0", Direction: "outbound", Demand: 0, Capacity: 63.015e9},
-			{GPU: "ref-gpu-decode", Direction: "inbound", Demand: 3.9e9},
+			{GPU: "0000:3b:00.0", Direction: "inbound", Demand: 3.9e9},
 		},
 	})
 }
@@ -86,7 +86,7 @@ lanewatch_lane_capacity_bytes_per_second{direction="outbound",gpu="0000:17:00.0"
 # HELP lanewatch_lane_demand_bytes_per_second Bytes per second moved over one direction of a GPU's link during the last evaluation window.
 # TYPE lanewatch_lane_demand_bytes_per_second gauge
 lanewatch_lane_demand_bytes_per_second{direction="inbound",gpu="0000:17:00.0"} 4e+10
-lanewatch_lane_demand_bytes_per_second{direction="inbound",gpu="ref-gpu-decode"} 3.9e+09
+lanewatch_lane_demand_bytes_per_second{direction="inbound",gpu="0000:3b:00.0"} 3.9e+09
 lanewatch_lane_demand_bytes_per_second{direction="outbound",gpu="0000:17:00.0"} 0
 # HELP lanewatch_rdma_work_requests_total RDMA work requests posted, by opcode (RDMA_WRITE, WRITE_IMM, RDMA_READ, SEND, RECV) and completion status (none: emitted without a polled completion).
 # TYPE lanewatch_rdma_work_requests_total counter

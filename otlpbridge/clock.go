@@ -42,14 +42,8 @@ func (c *Clock) Offset() int64 { return c.offset.Load() }
 // Wall converts a CLOCK_MONOTONIC ns timestamp to Unix ns.
 func (c *Clock) Wall(mono uint64) int64 { return int64(mono) + c.offset.Load() }
 
-// Monotonic converts Unix ns to CLOCK_MONOTONIC ns.
-func (c *Clock) Monotonic(wall int64) uint64 { return uint64(wall - c.offset.Load()) }
-
 func monotonic() int64 {
 	var ts unix.Timespec
 	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts) // cannot fail for this clock
 	return ts.Nano()
 }
-
-// MonotonicNow is CLOCK_MONOTONIC now, ns.
-func MonotonicNow() uint64 { return uint64(monotonic()) }

@@ -1,16 +1,14 @@
 package probes
 
 import (
-	"bufio"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 
-	"github.com/lanewatch/lanewatch/internal/lines"
+	"github.com/lanewatch/lanewatch/internal/ktext"
 )
 
 // Mapping is one line of /proc/PID/maps.
@@ -40,27 +38,25 @@ const maxMapsLine = 1 << 20
 
 // ParseMaps parses the text of a /proc/PID/maps file. name is used in errors
 // ("name:line: ..."). Mappings must come sorted and disjoint, as the kernel
-// writes them, so that Contains can search them; a file read while the
-// process remaps may break that and gives an error the caller can retry.
+// writes them; a file read while the process remaps may break that and
+// gives an error the caller can retry. Blank lines, which the kernel never
+// writes, are skipped (but counted in line numbers), as in every other
+// parser of kernel text.
 func ParseMaps(r io.Reader, name string) ([]Mapping, error) {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 4096), maxMapsLine)
-	sc.Split(lines.ScanLF)
 	var ms []Mapping
-	line := 0
-	for sc.Scan() {
-		line++
-		m, err := parseMapsLine(sc.Text())
+	err := ktext.Lines(r, name, maxMapsLine, func(_ int, text string) error {
+		m, err := parseMapsLine(text)
 		if err != nil {
-			return nil, fmt.Errorf("%s:%d: %w", name, line, err)
+			return err
 		}
 		if n := len(ms); n > 0 && m.Start < ms[n-1].End {
-			return nil, fmt.Errorf("%s:%d: mapping %x-%x overlaps or precedes %x-%x", name, line, m.Start, m.End, ms[n-1].Start, ms[n-1].End)
+			return fmt.Errorf("mapping %x-%x overlaps or precedes %x-%x", m.Start, m.End, ms[n-1].Start, ms[n-1].End)
 		}
 		ms = append(ms, m)
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("%s:%d: %w", name, line+1, err)
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	return ms, nil
 }
@@ -115,7 +111,7 @@ func parseMapsLine(s string) (Mapping, error) {
 		return m, err
 	}
 	major, minor, ok := strings.Cut(m.Dev, ":")
-	if !ok || !isHex(major) || !isHex(minor) {
+	if !ok || !ktext.IsHex(major) || !ktext.IsHex(minor) {
 		return m, fmt.Errorf("device %q, want major:minor in hex", m.Dev)
 	}
 	ino, err := field("inode")
@@ -139,19 +135,6 @@ func validPerms(p string) bool {
 		(p[3] == 'p' || p[3] == 's')
 }
 
-func isHex(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F') {
-			return false
-		}
-	}
-	return true
-}
-
 // ReadMaps reads and parses <procRoot>/<pid>/maps. Errors wrap the os error,
 // so errors.Is(err, fs.ErrNotExist) tells a process that is gone and
 // fs.ErrPermission one the agent may not inspect.
@@ -163,13 +146,6 @@ func ReadMaps(procRoot string, pid int) ([]Mapping, error) {
 	}
 	defer f.Close()
 	return ParseMaps(f, path)
-}
-
-// Contains reports whether addr lies in one of ms, which must be sorted by
-// Start and disjoint (as ParseMaps returns them).
-func Contains(ms []Mapping, addr uint64) bool {
-	i := sort.Search(len(ms), func(i int) bool { return ms[i].End > addr })
-	return i < len(ms) && ms[i].Start <= addr
 }
 
 // FileID identifies the mapped file by device and inode ("fd:01", 1234), the

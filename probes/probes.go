@@ -118,14 +118,6 @@ func (p *Probes) AttachProcessEvents() error {
 	return nil
 }
 
-// Attached reports whether the file was already attached.
-func (p *Probes) Attached(id FileID) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	_, ok := p.files[id]
-	return ok
-}
-
 // AttachFile attaches every table row whose symbol syms names, at the
 // cheapest safe site of each. Symbol offsets are file offsets; provider rows
 // ("provider:post_send") come with offsets read from a process's ops table.
@@ -247,12 +239,6 @@ type sites struct {
 func (s *sites) add(addr, cookie uint64) {
 	s.addrs = append(s.addrs, addr)
 	s.cookies = append(s.cookies, cookie)
-}
-
-func (af *AttachedFile) close() error {
-	err := closeLinks(af.links)
-	af.links = nil
-	return err
 }
 
 // closeLinks detaches links, keeping every error.

@@ -8,7 +8,7 @@ import (
 )
 
 // SiteCost is what one hit of a uprobe costs, decided by the instruction the
-// kernel finds at the probe site (measured on Linux 6.18: see DESIGN.md).
+// kernel finds at the probe site (measured on Linux 6.18: see docs/design.md, "Probe sites").
 type SiteCost uint8
 
 const (

@@ -34,4 +34,3 @@ func TestSelftest(t *testing.T) {
 		}
 	}
 }
-

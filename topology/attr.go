@@ -4,13 +4,16 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/lanewatch/lanewatch/internal/ktext"
 )
 
 // Parsers for single sysfs attribute values (already trimmed of the final
 // newline). Callers wrap their errors with the file name and line.
 
 // maxCPU bounds cpulist numbers so a corrupt file cannot make callers
-// allocate per-CPU tables of absurd size.
+// allocate per-CPU tables of absurd size. (ktext.ParseList, which parses
+// the lists, stops at 65535 already.)
 const maxCPU = 1 << 20
 
 // ParseLinkSpeed parses current_link_speed / max_link_speed. Kernels since
@@ -114,46 +117,39 @@ func ParseDistances(s string) ([]int, error) {
 // original text, which is what nvidia-smi prints as CPU Affinity.
 type CPUList struct {
 	Text   string   `json:"text"`
-	Ranges [][2]int `json:"ranges"` // inclusive [first, last], in file order
+	Ranges [][2]int `json:"ranges"` // inclusive [first, last], ascending, disjoint, not adjacent
 }
 
 // ParseCPUList parses a cpulist; "" is a node without CPUs (memory-only,
-// CXL).
+// CXL). The ids are parsed by ktext.ParseList and grouped back into runs of
+// consecutive CPUs, so ranges out of order or overlapping (the kernel writes
+// neither) come back sorted and merged; Text keeps what the file said.
 func ParseCPUList(s string) (CPUList, error) {
 	l := CPUList{Text: s}
 	if s == "" {
 		return l, nil
 	}
-	for _, part := range strings.Split(s, ",") {
-		lo, hi, isRange := strings.Cut(part, "-")
-		a, err := parseCPU(lo)
-		if err != nil {
-			return CPUList{}, fmt.Errorf("cpulist %q: %w", s, err)
+	// ParseList ignores surrounding white space; a cpulist value comes
+	// trimmed, so any left is not the kernel's.
+	if strings.TrimSpace(s) != s {
+		return CPUList{}, fmt.Errorf("cpulist %q: white space around the list", s)
+	}
+	ids, err := ktext.ParseList(s)
+	if err != nil {
+		return CPUList{}, fmt.Errorf("cpulist: %w", err)
+	}
+	for i := 0; i < len(ids); {
+		j := i
+		for j+1 < len(ids) && ids[j+1] == ids[j]+1 {
+			j++
 		}
-		b := a
-		if isRange {
-			if b, err = parseCPU(hi); err != nil {
-				return CPUList{}, fmt.Errorf("cpulist %q: %w", s, err)
-			}
-			if b < a {
-				return CPUList{}, fmt.Errorf("cpulist %q: range %s runs backwards", s, part)
-			}
+		if ids[j] >= maxCPU {
+			return CPUList{}, fmt.Errorf("cpulist %q: CPU %d is not below %d", s, ids[j], maxCPU)
 		}
-		l.Ranges = append(l.Ranges, [2]int{a, b})
+		l.Ranges = append(l.Ranges, [2]int{ids[i], ids[j]})
+		i = j + 1
 	}
 	return l, nil
-}
-
-func parseCPU(s string) (int, error) {
-	// Atoi accepts "+1"; the kernel never writes a sign.
-	if s == "" || s[0] < '0' || s[0] > '9' {
-		return 0, fmt.Errorf("%q is not a CPU number", s)
-	}
-	n, err := strconv.Atoi(s)
-	if err != nil || n >= maxCPU {
-		return 0, fmt.Errorf("%q is not a CPU number below %d", s, maxCPU)
-	}
-	return n, nil
 }
 
 // Count is the number of CPUs in the list.

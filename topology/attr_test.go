@@ -156,6 +156,15 @@ func TestParseCPUList(t *testing.T) {
 		{"+1", nil, 0, true},
 		{"0-99999999", nil, 0, true},
 		{"a-b", nil, 0, true},
+		// one parser (ktext.ParseList): out-of-order, overlapping and
+		// adjacent ranges, which the kernel never writes, are normalised
+		{"5,1-3,2", [][2]int{{1, 3}, {5, 5}}, 4, false},
+		{"4-7,0-3", [][2]int{{0, 7}}, 8, false},
+		{"65535", [][2]int{{65535, 65535}}, 1, false},
+		{"65536", nil, 0, true}, // above ktext.ParseList's bound, below maxCPU
+		{" 0-1", nil, 0, true},
+		{"0-1\n", nil, 0, true},
+		{"0 1", nil, 0, true},
 	}
 	for _, tt := range tests {
 		got, err := ParseCPUList(tt.in)
@@ -319,12 +328,14 @@ func TestReadThisMachine(t *testing.T) {
 
 func TestAddressForms(t *testing.T) {
 	for s, want := range map[string]bool{"0000:17:00.0": true, "10000:e1:1f.7": true, "0000:17:00.8": false,
-		"0000:17:00": false, "0000:1G:00.0": false, "000:17:00.0": false, "0000:17:00.0 ": false} {
+		"0000:17:00": false, "0000:1G:00.0": false, "000:17:00.0": false, "0000:17:00.0 ": false,
+		"0000:1a:00.0": true, "0000:1A:00.0": false, "0000:17:0a.0": true, "0000:17:0A.0": false, "000a:17:00.0": true, "000A:17:00.0": false} {
 		if isBDF(s) != want {
 			t.Errorf("isBDF(%q) = %v", s, !want)
 		}
 	}
-	for s, want := range map[string]bool{"pci0000:17": true, "pci10000:00": true, "pci0000:1": false, "pcix0000:17": false, "pci0000:17:00.0": false, "0000:17:00.0": false} {
+	for s, want := range map[string]bool{"pci0000:17": true, "pci10000:00": true, "pci0000:1": false, "pcix0000:17": false, "pci0000:17:00.0": false, "0000:17:00.0": false,
+		"pci0000:1a": true, "pci0000:1A": false, "pci000A:17": false} {
 		if isHostBridge(s) != want {
 			t.Errorf("isHostBridge(%q) = %v", s, !want)
 		}

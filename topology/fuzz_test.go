@@ -80,9 +80,12 @@ func FuzzParseCPUList(f *testing.F) {
 		if l.Text != s {
 			t.Fatalf("%q: text %q not kept", s, l.Text)
 		}
-		for _, r := range l.Ranges {
+		for i, r := range l.Ranges {
 			if r[0] < 0 || r[1] < r[0] || r[1] >= maxCPU {
 				t.Fatalf("%q: bad range %v", s, r)
+			}
+			if i > 0 && r[0] <= l.Ranges[i-1][1]+1 {
+				t.Fatalf("%q: ranges %v not sorted, disjoint and apart", s, l.Ranges)
 			}
 		}
 	})

@@ -9,6 +9,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/lanewatch/lanewatch/internal/ktext"
 )
 
 // Host is the PCI tree and NUMA layout of one machine, as read from sysfs.
@@ -140,26 +142,23 @@ func (h *Host) BDFs(kind string) []string {
 // sysfs writes it).
 func isBDF(s string) bool {
 	dom, rest, ok := strings.Cut(s, ":")
-	if !ok || len(dom) < 4 || !isHex(dom) || len(rest) != 7 || rest[2] != ':' || rest[5] != '.' {
+	if !ok || len(dom) < 4 || !isLowerHex(dom) || len(rest) != 7 || rest[2] != ':' || rest[5] != '.' {
 		return false
 	}
-	return isHex(rest[:2]) && isHex(rest[3:5]) && rest[6] >= '0' && rest[6] <= '7'
+	return isLowerHex(rest[:2]) && isLowerHex(rest[3:5]) && rest[6] >= '0' && rest[6] <= '7'
 }
 
 // isHostBridge matches sysfs host bridge nodes, "pci0000:17".
 func isHostBridge(s string) bool {
 	rest, ok := strings.CutPrefix(s, "pci")
 	dom, bus, ok2 := strings.Cut(rest, ":")
-	return ok && ok2 && len(dom) >= 4 && isHex(dom) && len(bus) == 2 && isHex(bus)
+	return ok && ok2 && len(dom) >= 4 && isLowerHex(dom) && len(bus) == 2 && isLowerHex(bus)
 }
 
-func isHex(s string) bool {
-	for _, c := range s {
-		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
-			return false
-		}
-	}
-	return s != ""
+// isLowerHex is ktext.IsHex without the capitals: sysfs writes PCI
+// addresses in lowercase, and "0000:1A:00.0" names no device there.
+func isLowerHex(s string) bool {
+	return ktext.IsHex(s) && !strings.ContainsAny(s, "ABCDEF")
 }
 
 // Read reads the PCI tree, NUMA nodes and RDMA devices under sysRoot

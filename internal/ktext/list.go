@@ -1,4 +1,4 @@
-package collectors
+package ktext
 
 import (
 	"fmt"
@@ -12,13 +12,14 @@ import (
 // parseable while a hostile "0-4294967295" cannot make us allocate gigabytes.
 const maxListID = 1<<16 - 1
 
-// ParseCPUList parses the kernel's list format ("0-3,8-11", "0", ""), as in
+// ParseList parses the kernel's list format ("0-3,8-11", "0", ""), as in
 // Cpus_allowed_list, Mems_allowed_list, the nodelist of a numa_maps policy
 // and sysfs files such as devices/system/cpu/online. It returns the ids
 // sorted and without duplicates; the empty list (an offline mask is often
 // empty) gives an empty, non-nil slice. Surrounding white space, including
-// the trailing newline of a sysfs file, is ignored.
-func ParseCPUList(s string) ([]int, error) {
+// the trailing newline of a sysfs file, is ignored. Ids above 65535 are an
+// error.
+func ParseList(s string) ([]int, error) {
 	s = strings.TrimSpace(s)
 	ids := []int{}
 	if s == "" {
@@ -71,9 +72,9 @@ func parseListID(s string) (int, error) {
 	return v, nil
 }
 
-// FormatCPUList writes ids (sorted, unique) back in the kernel's list format;
+// FormatList writes ids (sorted, unique) back in the kernel's list format;
 // evidence strings quote lists this way so they read like the files.
-func FormatCPUList(ids []int) string {
+func FormatList(ids []int) string {
 	var b strings.Builder
 	for i := 0; i < len(ids); {
 		j := i

@@ -1,4 +1,4 @@
-package collectors
+package ktext
 
 import (
 	"reflect"
@@ -7,7 +7,7 @@ import (
 	"testing"
 )
 
-func TestParseCPUList(t *testing.T) {
+func TestParseList(t *testing.T) {
 	seq := func(a, b int) []int {
 		var s []int
 		for i := a; i <= b; i++ {
@@ -33,42 +33,42 @@ func TestParseCPUList(t *testing.T) {
 		{"65535", []int{65535}},
 	}
 	for _, tt := range tests {
-		got, err := ParseCPUList(tt.in)
+		got, err := ParseList(tt.in)
 		if err != nil {
-			t.Errorf("ParseCPUList(%q): %v", tt.in, err)
+			t.Errorf("ParseList(%q): %v", tt.in, err)
 			continue
 		}
 		if !reflect.DeepEqual(got, tt.want) {
-			t.Errorf("ParseCPUList(%q) = %v, want %v", tt.in, got, tt.want)
+			t.Errorf("ParseList(%q) = %v, want %v", tt.in, got, tt.want)
 		}
 	}
 	for _, bad := range []string{",", "0,", ",0", "1-", "-1", "3-1", "a", "0x1", "+1", "1--2", "65536", "0-4294967296", "1 2", "0-3:2/4"} {
-		if got, err := ParseCPUList(bad); err == nil {
-			t.Errorf("ParseCPUList(%q) = %v, want an error", bad, got)
+		if got, err := ParseList(bad); err == nil {
+			t.Errorf("ParseList(%q) = %v, want an error", bad, got)
 		} else if !strings.Contains(err.Error(), "list ") {
-			t.Errorf("ParseCPUList(%q): error %q does not quote the list", bad, err)
+			t.Errorf("ParseList(%q): error %q does not quote the list", bad, err)
 		}
 	}
 }
 
-func TestFormatCPUList(t *testing.T) {
+func TestFormatList(t *testing.T) {
 	for in, want := range map[string]string{"0-3,8-11": "0-3,8-11", "0,2,4": "0,2,4", "1,2": "1-2", "": "", "7": "7"} {
-		ids, err := ParseCPUList(in)
+		ids, err := ParseList(in)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := FormatCPUList(ids); got != want {
-			t.Errorf("FormatCPUList(%v) = %q, want %q", ids, got, want)
+		if got := FormatList(ids); got != want {
+			t.Errorf("FormatList(%v) = %q, want %q", ids, got, want)
 		}
 	}
 }
 
-func FuzzParseCPUList(f *testing.F) {
+func FuzzParseList(f *testing.F) {
 	for _, s := range []string{"0", "0-1\n", "", "0-3,8-11", "48-63,176-191", "5,1-3,2", "3-1", "0-65535"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		ids, err := ParseCPUList(s)
+		ids, err := ParseList(s)
 		if err != nil {
 			return
 		}
@@ -78,7 +78,7 @@ func FuzzParseCPUList(f *testing.F) {
 		if len(ids) > 0 && (ids[0] < 0 || ids[len(ids)-1] > maxListID) {
 			t.Fatalf("%q: id out of range: %v", s, ids)
 		}
-		again, err := ParseCPUList(FormatCPUList(ids))
+		again, err := ParseList(FormatList(ids))
 		if err != nil || !reflect.DeepEqual(again, ids) {
 			t.Fatalf("%q: format/parse round trip: %v %v", s, again, err)
 		}

@@ -1,6 +1,6 @@
-// Package lines splits kernel text files (/proc, /sys) into lines the way
-// the kernel writes them.
-package lines
+// Package ktext reads kernel text (/proc, /sys): the line loop, list and hex
+// tokens its parsers share.
+package ktext
 
 import (
 	"bufio"
@@ -23,11 +23,12 @@ func ScanLF(data []byte, atEOF bool) (int, []byte, error) {
 	return 0, nil, nil
 }
 
-// Each calls fn with every non-blank line of r and its 1-based number,
+// Lines calls fn with every non-blank line of r and its 1-based number,
 // splitting as ScanLF does; a line longer than maxLine, a read error or an
 // error from fn stops it and comes back as "name:line: err", so every
 // parser of kernel text names the file and line of what it could not read.
-func Each(r io.Reader, name string, maxLine int, fn func(line int, text string) error) error {
+// Blank lines (empty or white space only) are skipped but counted.
+func Lines(r io.Reader, name string, maxLine int, fn func(line int, text string) error) error {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 4096), maxLine)
 	sc.Split(ScanLF)
@@ -46,4 +47,19 @@ func Each(r io.Reader, name string, maxLine int, fn func(line int, text string) 
 		return fmt.Errorf("%s:%d: %w", name, line+1, err)
 	}
 	return nil
+}
+
+// IsHex reports whether s is a non-empty run of hex digits, either case
+// ([0-9a-fA-F]), with no prefix or sign.
+func IsHex(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F') {
+			return false
+		}
+	}
+	return true
 }
