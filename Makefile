@@ -30,6 +30,7 @@ test: build ## vet, check generated files, promtool on the alert rules, the GPU 
 	bash dashboards/check.sh
 	$(PYTHON) -m unittest discover -s scripts/gpucheck -p 'test_*.py' # the GPU check script's non-GPU parts (and, as root, the script under the agent on the reference data path)
 	$(SUDO) $(GO) test -count=1 -p 1 ./... # one package at a time: the BPF and e2e tests judge rates, and each package traces every process using the reference libraries
+	$(GO) test -run '^$$' -bench . -benchtime 1x ./correlate ./exporters # every pure-Go benchmark once, so `make bench` cannot rot
 
 run: build ## run the selftest on the reference data path with a live view of every transfer
 	$(SUDO) ./bin/agent selftest --live

@@ -31,7 +31,7 @@ func (c *countingExporter) Shutdown(context.Context) error { return nil }
 func BenchmarkCorrelateExport(b *testing.B) {
 	for _, rec := range []struct{ name, path string }{
 		{"hicache-load", "../correlate/testdata/hicache-load.events"},
-		{"fragmented-load", "../agent/testdata/events/fragmented-load.events"},
+		{"fragmented-load", "../checks/testdata/events/fragmented-load.events"},
 	} {
 		b.Run(rec.name, func(b *testing.B) {
 			raw, err := os.ReadFile(rec.path)
