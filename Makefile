@@ -6,7 +6,7 @@ REFPATH := refpath/build
 # go-nvml's cgo prologue calls functions NVML marks deprecated: keep the build quiet.
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 
-.PHONY: help generate generate-check refpath build test run bench fuzz clean
+.PHONY: help generate generate-check refpath nvidia-libs build test run bench fuzz clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -21,10 +21,13 @@ generate-check: generate ## regenerate and fail if the committed bindings differ
 refpath: ## build the reference KV data path (C libraries and scenario drivers)
 	$(MAKE) -C refpath
 
+nvidia-libs: ## fetch NVIDIA's real user-space libraries (Debian contrib/non-free, unpacked, never installed) into .cache/nvidia
+	$(SUDO) bash scripts/nvidia/fetch.sh >/dev/null
+
 build: refpath ## build bin/agent and the reference data path
 	$(GO) build -o bin/agent ./cmd/agent
 
-test: build ## vet, check generated files, promtool on the alert rules, the GPU check script's unit tests, run every test (BPF tests need root)
+test: build nvidia-libs ## vet, check generated files, promtool on the alert rules, the GPU check script's unit tests, run every test (BPF tests need root)
 	$(GO) vet ./...
 	$(MAKE) generate-check
 	bash dashboards/check.sh

@@ -3,9 +3,13 @@
 package testenv
 
 import (
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
+	"sync"
 	"testing"
 )
 
@@ -34,3 +38,39 @@ func RefDir(tb testing.TB) string {
 	}
 	return filepath.Clean(d)
 }
+
+// NVIDIA returns the folder holding the .so files of one of NVIDIA's real
+// libraries that scripts/nvidia/fetch.sh unpacked, by its versions.env key
+// ("TRIXIE_CUDA", "BOOKWORM_CUDART", …). `make test` fetches them first
+// (`make nvidia-libs`): a test that needs them fails, never skips, when
+// they are missing.
+func NVIDIA(tb testing.TB, key string) string {
+	tb.Helper()
+	nvidiaOnce.Do(func() {
+		_, file, _, _ := runtime.Caller(0)
+		script := filepath.Join(filepath.Dir(file), "..", "..", "scripts", "nvidia", "fetch.sh")
+		out, err := exec.Command("bash", script, "--env").Output()
+		if err != nil {
+			nvidiaErr = fmt.Errorf("%s --env: %v", script, err)
+			return
+		}
+		nvidiaDirs = map[string]string{}
+		for _, line := range strings.Split(string(out), "\n") {
+			k, v, ok := strings.Cut(line, "=")
+			if ok && v != "" {
+				nvidiaDirs[strings.TrimSuffix(strings.TrimPrefix(k, "NVIDIA_"), "_DIR")] = v
+			}
+		}
+	})
+	dir := nvidiaDirs[key]
+	if nvidiaErr != nil || dir == "" {
+		tb.Fatalf("NVIDIA library %s not fetched (make nvidia-libs): %v", key, nvidiaErr)
+	}
+	return dir
+}
+
+var (
+	nvidiaOnce sync.Once
+	nvidiaDirs map[string]string
+	nvidiaErr  error
+)
