@@ -31,11 +31,21 @@ type Call struct {
 
 	// What the probed symbol is (from the probe table, filled by the decoder).
 	Probe     uint16 // the table row, for recordings and diagnostics
-	Symbol    string // the probed symbol, "cudaMemcpyAsync_ptsz"
+	Symbol    string // the probed symbol, "cuMemcpyHtoDAsync_v2_ptsz"
 	Op        Op
 	Layer     Layer
 	PerThread bool // a _ptsz/_ptds form: stream 0 is the calling thread's own
 	Returns   bool // reported at return, with the result (Ret, ReturnTime)
+	// RuntimeAPI is the runtime call that reaches a driver symbol
+	// ("cudaMemcpyAsync_ptsz"); a copy is reported under it when the
+	// caller is a CUDA runtime (ViaRuntime).
+	RuntimeAPI string
+
+	// Caller is the return address at entry (driver rows): who called.
+	// ViaRuntime says it lies in a CUDA runtime library; the agent decides
+	// it from the process's mappings before the engine sees the call.
+	Caller     uint64
+	ViaRuntime bool
 
 	Dst, Src uint64
 	Bytes    uint64
@@ -88,6 +98,7 @@ const (
 	OpEventRecord                   // marks a stream position
 	OpEventSync                     // host waits for an event
 	OpStreamWaitEvent               // a stream waits for an event (GPU side)
+	OpInit                          // the driver initialises (cuInit), or the runtime reports it (cudaGetDeviceCount)
 	OpLinkerUpdate                  // ld.so finished a dlopen/dlclose: rescan the process
 	OpMRRegister                    // an RDMA memory region: addr, length, access → lkey, rkey
 	OpMRDeregister                  // an RDMA memory region goes away (Ptr: the struct ibv_mr *)
@@ -102,7 +113,7 @@ var opNames = [...]string{
 	OpHostAlloc: "host_alloc", OpHostRegister: "host_register", OpHostUnregister: "host_unregister",
 	OpHostFree: "host_free", OpDeviceAlloc: "device_alloc", OpDeviceFree: "device_free",
 	OpStreamSync: "stream_sync", OpEventRecord: "event_record", OpEventSync: "event_sync",
-	OpStreamWaitEvent: "stream_wait_event", OpLinkerUpdate: "linker_update",
+	OpStreamWaitEvent: "stream_wait_event", OpInit: "init", OpLinkerUpdate: "linker_update",
 	OpMRRegister: "mr_register", OpMRDeregister: "mr_deregister", OpVerbsContext: "verbs_context",
 	OpPostSend: "post_send", OpPostRecv: "post_recv", OpPollCQ: "poll_cq",
 }
@@ -115,12 +126,17 @@ func (o Op) String() string {
 	return "unknown"
 }
 
+// Failed reports whether a call that returns its result failed: CUDA
+// results (cudaError_t, CUresult) are 32-bit enums, 0 for success; the upper
+// half of rax is not part of them.
+func (c *Call) Failed() bool { return c.Returns && uint32(c.Ret) != 0 }
+
 // IsCopy reports whether the op moves bytes.
 func (o Op) IsCopy() bool { return o >= OpCopy && o <= OpCopyBatch }
 
 // IsCUDA reports whether the op is a CUDA runtime or driver call the engine
-// correlates (copies, memory, ordering).
-func (o Op) IsCUDA() bool { return o >= OpCopy && o <= OpStreamWaitEvent }
+// correlates (copies, memory, ordering, initialisation).
+func (o Op) IsCUDA() bool { return o >= OpCopy && o <= OpInit }
 
 // Layer says which API layer a symbol belongs to.
 type Layer uint8
