@@ -13,6 +13,10 @@
  * on it fires for every call. */
 #define RC_API __attribute__((noinline, visibility("default")))
 
+/* flags of the copy helpers */
+#define REFCUDA_ASYNC 0x1u      /* return once enqueued (unless the host side is pageable) */
+#define REFCUDA_PER_THREAD 0x2u /* stream 0 means the calling thread's default stream */
+
 /* Directions, numbered like cudaMemcpyKind. */
 enum rc_dir { RC_H2H = 0, RC_H2D = 1, RC_D2H = 2, RC_D2D = 3 };
 
@@ -26,7 +30,23 @@ static inline uint64_t rc_now_ns(void)
 }
 
 /* init.c */
-void rc_init(void);
+void rc_init(void); /* the driver's own state (arena, lanes, streams); cuInit and the helpers run it */
+
+/*
+ * Every exported cu* entry point but cuInit starts with RC_GATE() (copies call
+ * rc_enter() themselves): it counts the call and, like the real driver, refuses it
+ * with CUDA_ERROR_NOT_INITIALIZED until a cuInit has succeeded. rc_enter is a real
+ * call (init.c), never inlined, so nothing of it is scheduled ahead of an entry
+ * point's push %rbp: that first instruction is what the agent probes (the kernel
+ * emulates a push; it would single-step a load).
+ */
+CUresult rc_enter(void);
+#define RC_GATE()                                     \
+	do {                                          \
+		CUresult gate_rc_ = rc_enter();       \
+		if (gate_rc_ != CUDA_SUCCESS)         \
+			return gate_rc_;              \
+	} while (0)
 
 /* mem.c: device arena and the table of pinned (registered or allocated) host ranges */
 int rc_is_device(const void *p, size_t n);
@@ -52,6 +72,7 @@ void rc_xfer_run(const struct rc_xfer *x, uint64_t *cursor);
 /* stream.c */
 struct CUstream_st *rc_stream_resolve(CUstream s, int per_thread);
 int rc_submit_copy(struct rc_xfer *x, CUstream s, unsigned int flags);
+void rc_copy_records_skip(size_t n); /* a failed copy call uses up its n engine-time records */
 void rc_streams_init(void);
 
 #endif

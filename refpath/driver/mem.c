@@ -134,6 +134,7 @@ static size_t hreg_del(void *p, int owned)
 
 RC_API CUresult cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int Flags)
 {
+	RC_GATE();
 	(void)Flags;
 	rc_init();
 	if (!p || !bytesize)
@@ -143,6 +144,7 @@ RC_API CUresult cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int Flag
 
 RC_API CUresult cuMemHostUnregister(void *p)
 {
+	RC_GATE();
 	rc_init();
 	if (!p)
 		return CUDA_ERROR_INVALID_VALUE;
@@ -169,17 +171,20 @@ static CUresult host_alloc(void **pp, size_t bytesize)
 
 RC_API CUresult cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags)
 {
+	RC_GATE();
 	(void)Flags;
 	return host_alloc(pp, bytesize);
 }
 
 RC_API CUresult cuMemAllocHost_v2(void **pp, size_t bytesize)
 {
+	RC_GATE();
 	return host_alloc(pp, bytesize);
 }
 
 RC_API CUresult cuMemFreeHost(void *p)
 {
+	RC_GATE();
 	rc_init();
 	if (!p)
 		return CUDA_SUCCESS;
@@ -194,6 +199,7 @@ RC_API CUresult cuMemFreeHost(void *p)
 
 RC_API CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
 {
+	RC_GATE();
 	rc_init();
 	if (!dptr || !bytesize)
 		return CUDA_ERROR_INVALID_VALUE;
@@ -246,6 +252,7 @@ out:
 
 RC_API CUresult cuMemFree_v2(CUdeviceptr dptr)
 {
+	RC_GATE();
 	rc_init();
 	if (!dptr)
 		return CUDA_SUCCESS;

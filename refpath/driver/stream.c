@@ -260,16 +260,24 @@ RC_API void refcudaSetCopyRecords(struct refcudaCopyTimes *recs, size_t n)
 		recs[i] = (struct refcudaCopyTimes){0, 0};
 }
 
+void rc_copy_records_skip(size_t n)
+{
+	if (n > times_left)
+		n = times_left;
+	times_next += n;
+	times_left -= n;
+}
+
 int rc_submit_copy(struct rc_xfer *x, CUstream stream, unsigned int flags)
 {
-	struct CUstream_st *s = rc_stream_resolve(stream, (flags & REFCUDA_PER_THREAD) != 0);
-	if (!s)
-		return CUDA_ERROR_INVALID_HANDLE;
 	x->times = NULL;
 	if (times_left) {
 		x->times = times_next++;
 		times_left--;
 	}
+	struct CUstream_st *s = rc_stream_resolve(stream, (flags & REFCUDA_PER_THREAD) != 0);
+	if (!s)
+		return CUDA_ERROR_INVALID_HANDLE;
 	if (!x->width || !x->height)
 		return CUDA_SUCCESS;
 	if (x->staged) {
@@ -291,6 +299,7 @@ int rc_submit_copy(struct rc_xfer *x, CUstream stream, unsigned int flags)
 
 RC_API CUresult cuStreamCreate(CUstream *phStream, unsigned int Flags)
 {
+	RC_GATE();
 	(void)Flags;
 	rc_init();
 	if (!phStream)
@@ -304,6 +313,7 @@ RC_API CUresult cuStreamCreate(CUstream *phStream, unsigned int Flags)
 
 RC_API CUresult cuStreamDestroy_v2(CUstream hStream)
 {
+	RC_GATE();
 	rc_init();
 	if (!hStream || hStream == CU_STREAM_LEGACY || hStream == CU_STREAM_PER_THREAD ||
 	    hStream->magic != STREAM_MAGIC)
@@ -323,16 +333,19 @@ static CUresult stream_sync(CUstream h, int per_thread)
 
 RC_API CUresult cuStreamSynchronize(CUstream hStream)
 {
+	RC_GATE();
 	return stream_sync(hStream, 0);
 }
 
 RC_API CUresult cuStreamSynchronize_ptsz(CUstream hStream)
 {
+	RC_GATE();
 	return stream_sync(hStream, 1);
 }
 
 RC_API CUresult cuEventCreate(CUevent *phEvent, unsigned int Flags)
 {
+	RC_GATE();
 	(void)Flags;
 	rc_init();
 	if (!phEvent)
@@ -352,6 +365,7 @@ RC_API CUresult cuEventCreate(CUevent *phEvent, unsigned int Flags)
  * memory goes when the last queued op that names it has run. */
 RC_API CUresult cuEventDestroy_v2(CUevent hEvent)
 {
+	RC_GATE();
 	struct CUevent_st *e = event_check(hEvent);
 	if (!e)
 		return CUDA_ERROR_INVALID_HANDLE;
@@ -377,16 +391,36 @@ static CUresult event_record(CUevent hEvent, CUstream hStream, int per_thread)
 
 RC_API CUresult cuEventRecord(CUevent hEvent, CUstream hStream)
 {
+	RC_GATE();
 	return event_record(hEvent, hStream, 0);
 }
 
 RC_API CUresult cuEventRecord_ptsz(CUevent hEvent, CUstream hStream)
 {
+	RC_GATE();
+	return event_record(hEvent, hStream, 1);
+}
+
+/* flags: CU_EVENT_RECORD_DEFAULT or CU_EVENT_RECORD_EXTERNAL (graphs only: no effect here) */
+RC_API CUresult cuEventRecordWithFlags(CUevent hEvent, CUstream hStream, unsigned int flags)
+{
+	RC_GATE();
+	if (flags & ~CU_EVENT_RECORD_EXTERNAL)
+		return CUDA_ERROR_INVALID_VALUE;
+	return event_record(hEvent, hStream, 0);
+}
+
+RC_API CUresult cuEventRecordWithFlags_ptsz(CUevent hEvent, CUstream hStream, unsigned int flags)
+{
+	RC_GATE();
+	if (flags & ~CU_EVENT_RECORD_EXTERNAL)
+		return CUDA_ERROR_INVALID_VALUE;
 	return event_record(hEvent, hStream, 1);
 }
 
 RC_API CUresult cuEventSynchronize(CUevent hEvent)
 {
+	RC_GATE();
 	struct CUevent_st *e = event_check(hEvent);
 	if (!e)
 		return CUDA_ERROR_INVALID_HANDLE;
@@ -415,12 +449,14 @@ static CUresult stream_wait_event(CUstream hStream, CUevent hEvent, int per_thre
 
 RC_API CUresult cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int Flags)
 {
+	RC_GATE();
 	(void)Flags;
 	return stream_wait_event(hStream, hEvent, 0);
 }
 
 RC_API CUresult cuStreamWaitEvent_ptsz(CUstream hStream, CUevent hEvent, unsigned int Flags)
 {
+	RC_GATE();
 	(void)Flags;
 	return stream_wait_event(hStream, hEvent, 1);
 }
@@ -429,6 +465,7 @@ RC_API CUresult cuStreamWaitEvent_ptsz(CUstream hStream, CUevent hEvent, unsigne
  * it is reached. all_mu keeps the streams alive meanwhile; engines never take it. */
 RC_API CUresult cuCtxSynchronize(void)
 {
+	RC_GATE();
 	rc_init();
 	pthread_mutex_lock(&all_mu);
 	for (struct CUstream_st *s = all_head.next; s != &all_head; s = s->next)

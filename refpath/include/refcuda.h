@@ -26,6 +26,11 @@ typedef struct CUevent_st *CUevent;
 typedef struct CUstream_st *cudaStream_t;
 typedef struct CUevent_st *cudaEvent_t;
 typedef unsigned long long CUdeviceptr;
+/* Contexts and arrays are opaque here: one device (0) per process, no CUDA arrays. */
+struct CUctx_st;
+struct CUarray_st;
+typedef struct CUctx_st *CUcontext;
+typedef struct CUarray_st *CUarray;
 
 /* Special stream handles accepted by every stream argument. */
 #define CU_STREAM_LEGACY ((CUstream)0x1)
@@ -40,6 +45,7 @@ typedef enum cudaError {
 	cudaErrorMemoryAllocation = 2,
 	cudaErrorInitializationError = 3,
 	cudaErrorInvalidMemcpyDirection = 21,
+	cudaErrorNoDevice = 100,
 	cudaErrorInvalidDevice = 101,
 	cudaErrorInvalidResourceHandle = 400,
 	cudaErrorNotReady = 600,
@@ -53,6 +59,7 @@ typedef enum cudaError_enum {
 	CUDA_ERROR_INVALID_VALUE = 1,
 	CUDA_ERROR_OUT_OF_MEMORY = 2,
 	CUDA_ERROR_NOT_INITIALIZED = 3,
+	CUDA_ERROR_NO_DEVICE = 100,
 	CUDA_ERROR_INVALID_DEVICE = 101,
 	CUDA_ERROR_INVALID_HANDLE = 400,
 	CUDA_ERROR_NOT_READY = 600,
@@ -68,6 +75,56 @@ enum cudaMemcpyKind {
 	cudaMemcpyDeviceToDevice = 3,
 	cudaMemcpyDefault = 4,
 };
+
+/* Memory types of a CUDA_MEMCPY2D side (cuda.h values). */
+typedef enum CUmemorytype_enum {
+	CU_MEMORYTYPE_HOST = 0x01,
+	CU_MEMORYTYPE_DEVICE = 0x02,
+	CU_MEMORYTYPE_ARRAY = 0x03,   /* unsupported here: CUDA_ERROR_INVALID_VALUE */
+	CU_MEMORYTYPE_UNIFIED = 0x04, /* resolved from the address in srcDevice/dstDevice */
+} CUmemorytype;
+
+/* The 2D copy descriptor of cuMemcpy2D*, laid out exactly as cuda.h's CUDA_MEMCPY2D_v2. */
+typedef struct CUDA_MEMCPY2D_st {
+	size_t srcXInBytes; /* source start: base + srcY * srcPitch + srcXInBytes */
+	size_t srcY;
+	CUmemorytype srcMemoryType;
+	const void *srcHost; /* HOST */
+	CUdeviceptr srcDevice; /* DEVICE, UNIFIED */
+	CUarray srcArray;    /* ARRAY */
+	size_t srcPitch;
+	size_t dstXInBytes;
+	size_t dstY;
+	CUmemorytype dstMemoryType;
+	void *dstHost;
+	CUdeviceptr dstDevice;
+	CUarray dstArray;
+	size_t dstPitch;
+	size_t WidthInBytes; /* bytes per row */
+	size_t Height;       /* rows */
+} CUDA_MEMCPY2D;
+
+#ifndef __cplusplus
+_Static_assert(sizeof(CUmemorytype) == 4, "CUmemorytype is an int-sized enum");
+_Static_assert(sizeof(CUDA_MEMCPY2D) == 128, "CUDA_MEMCPY2D is 128 bytes");
+_Static_assert(offsetof(CUDA_MEMCPY2D, srcMemoryType) == 16, "CUDA_MEMCPY2D.srcMemoryType");
+_Static_assert(offsetof(CUDA_MEMCPY2D, srcHost) == 24, "CUDA_MEMCPY2D.srcHost");
+_Static_assert(offsetof(CUDA_MEMCPY2D, srcDevice) == 32, "CUDA_MEMCPY2D.srcDevice");
+_Static_assert(offsetof(CUDA_MEMCPY2D, srcArray) == 40, "CUDA_MEMCPY2D.srcArray");
+_Static_assert(offsetof(CUDA_MEMCPY2D, srcPitch) == 48, "CUDA_MEMCPY2D.srcPitch");
+_Static_assert(offsetof(CUDA_MEMCPY2D, dstMemoryType) == 72, "CUDA_MEMCPY2D.dstMemoryType");
+_Static_assert(offsetof(CUDA_MEMCPY2D, dstHost) == 80, "CUDA_MEMCPY2D.dstHost");
+_Static_assert(offsetof(CUDA_MEMCPY2D, dstDevice) == 88, "CUDA_MEMCPY2D.dstDevice");
+_Static_assert(offsetof(CUDA_MEMCPY2D, dstPitch) == 104, "CUDA_MEMCPY2D.dstPitch");
+_Static_assert(offsetof(CUDA_MEMCPY2D, WidthInBytes) == 112, "CUDA_MEMCPY2D.WidthInBytes");
+_Static_assert(offsetof(CUDA_MEMCPY2D, Height) == 120, "CUDA_MEMCPY2D.Height");
+#endif
+
+/* cuEventRecordWithFlags flags */
+#define CU_EVENT_RECORD_DEFAULT 0x0u
+#define CU_EVENT_RECORD_EXTERNAL 0x1u
+#define cudaEventRecordDefault 0x00u
+#define cudaEventRecordExternal 0x01u
 
 /* Flags (accepted, mostly ignored: everything is host memory). */
 #define cudaHostAllocDefault 0x00u
@@ -127,6 +184,8 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t *event, unsigned int flags);
 cudaError_t cudaEventDestroy(cudaEvent_t event);
 cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream);
 cudaError_t cudaEventRecord_ptsz(cudaEvent_t event, cudaStream_t stream);
+cudaError_t cudaEventRecordWithFlags(cudaEvent_t event, cudaStream_t stream, unsigned int flags);
+cudaError_t cudaEventRecordWithFlags_ptsz(cudaEvent_t event, cudaStream_t stream, unsigned int flags);
 cudaError_t cudaEventSynchronize(cudaEvent_t event);
 cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int flags);
 cudaError_t cudaStreamWaitEvent_ptsz(cudaStream_t stream, cudaEvent_t event, unsigned int flags);
@@ -153,6 +212,29 @@ CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount);
 CUresult cuMemcpy_ptds(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount);
 CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream);
 CUresult cuMemcpyAsync_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream);
+/* 2D: cuMemcpy2D_v2 and cuMemcpy2DUnaligned_v2 behave alike here (no pitch alignment rules). */
+CUresult cuMemcpy2D_v2(const CUDA_MEMCPY2D *pCopy);
+CUresult cuMemcpy2D_v2_ptds(const CUDA_MEMCPY2D *pCopy);
+CUresult cuMemcpy2DUnaligned_v2(const CUDA_MEMCPY2D *pCopy);
+CUresult cuMemcpy2DUnaligned_v2_ptds(const CUDA_MEMCPY2D *pCopy);
+CUresult cuMemcpy2DAsync_v2(const CUDA_MEMCPY2D *pCopy, CUstream hStream);
+CUresult cuMemcpy2DAsync_v2_ptsz(const CUDA_MEMCPY2D *pCopy, CUstream hStream);
+/* Peer: one device per process, so both sides must be this process's device memory;
+ * the contexts are not looked at. */
+CUresult cuMemcpyPeer(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext,
+		      size_t ByteCount);
+CUresult cuMemcpyPeerAsync(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice,
+			   CUcontext srcContext, size_t ByteCount, CUstream hStream);
+CUresult cuMemcpyPeerAsync_ptsz(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice,
+				CUcontext srcContext, size_t ByteCount, CUstream hStream);
+/* Batch (CUDA 12.8 layout: hStream is the 9th argument, on the stack). Every entry's
+ * direction is resolved from its pointers; attrs are hints and not read. All entries
+ * are checked before any is submitted: on an error *failIdx is the bad entry (or
+ * SIZE_MAX when the error is not an entry's) and nothing was copied. */
+CUresult cuMemcpyBatchAsync(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, size_t count, void *attrs,
+			    size_t *attrsIdxs, size_t numAttrs, size_t *failIdx, CUstream hStream);
+CUresult cuMemcpyBatchAsync_ptsz(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, size_t count, void *attrs,
+				 size_t *attrsIdxs, size_t numAttrs, size_t *failIdx, CUstream hStream);
 CUresult cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int Flags);
 CUresult cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags);
 CUresult cuMemAllocHost_v2(void **pp, size_t bytesize);
@@ -168,6 +250,8 @@ CUresult cuEventCreate(CUevent *phEvent, unsigned int Flags);
 CUresult cuEventDestroy_v2(CUevent hEvent);
 CUresult cuEventRecord(CUevent hEvent, CUstream hStream);
 CUresult cuEventRecord_ptsz(CUevent hEvent, CUstream hStream);
+CUresult cuEventRecordWithFlags(CUevent hEvent, CUstream hStream, unsigned int flags);
+CUresult cuEventRecordWithFlags_ptsz(CUevent hEvent, CUstream hStream, unsigned int flags);
 CUresult cuEventSynchronize(CUevent hEvent);
 CUresult cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int Flags);
 CUresult cuStreamWaitEvent_ptsz(CUstream hStream, CUevent hEvent, unsigned int Flags);
@@ -175,25 +259,21 @@ CUresult cuCtxSynchronize(void);
 
 /* ---- reference-only helpers exported by libcuda.so.1 (never probed) ---- */
 
-/* flags of the helpers below */
-#define REFCUDA_ASYNC 0x1u      /* return once enqueued (unless the host side is pageable) */
-#define REFCUDA_PER_THREAD 0x2u /* stream 0 means the calling thread's default stream */
-
-/* 2D copy; kind as cudaMemcpyKind (Default resolved from the pointers). */
-CUresult refcudaMemcpy2D(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height,
-			 int kind, CUstream stream, unsigned int flags);
-/* Peer copy: one device (0) in the reference path, so it is a D2D copy. */
-CUresult refcudaMemcpyPeer(void *dst, int dstDevice, const void *src, int srcDevice, size_t count, CUstream stream,
-			   unsigned int flags);
-/* Batch of 1D copies, each direction resolved from its pointers. */
-CUresult refcudaMemcpyBatch(void **dsts, void **srcs, const size_t *sizes, size_t count, size_t *failIdx,
-			    CUstream stream, unsigned int flags);
+/*
+ * Driver calls made so far by the calling thread: every call into an exported cu*
+ * entry point counts (cuInit included, also when it fails), the refcuda* helpers do
+ * not. Lets a scenario check that a runtime call did (or did not) reach the driver.
+ */
+unsigned long long refcudaDriverCalls(void);
 
 /*
- * Ground-truth timing: the next n copies submitted by the calling thread (one per
- * 1D/2D/peer copy, one per batch entry) write when their engine started and
- * finished into recs[0..n-1] (CLOCK_MONOTONIC ns). Values are valid once the
- * copy's stream has been synchronised. Zero means the copy never ran.
+ * Ground-truth timing: the next n copy calls made by the calling thread into the
+ * driver (one record per 1D/2D/peer copy, one per batch entry) write when their
+ * engine started and finished into recs[0..n-1] (CLOCK_MONOTONIC ns). Values are
+ * valid once the copy's stream has been synchronised. Zero means the copy never
+ * ran: a copy call that fails still uses up its record(s); a call that never
+ * reaches the driver (the runtime refused it) does not. refcudaSetCopyRecords(NULL,
+ * 0) disarms.
  */
 struct refcudaCopyTimes {
 	uint64_t start_ns, end_ns;

@@ -505,6 +505,9 @@ static int sc_api_coverage(const struct opts *o, struct result *res)
 	(void)res;
 	const size_t BUF = 64 * SLOT; /* 8 MiB: room for 64 calls */
 	struct cov c = {0};
+	/* it calls the driver API directly: initialise the driver first, as a driver-API
+	 * program must (not in the truth; every later call is) */
+	CHECK(cuInit(0));
 	c.pin = alloc_rec("cudaMallocHost", BUF, 0);
 	char *hostalloc = alloc_rec("cudaHostAlloc", 1 * MiB, 1);
 	c.cupin = alloc_rec("cuMemHostAlloc", BUF, 2);
@@ -825,6 +828,184 @@ static int sc_kernel_copy(const struct opts *o, struct result *res)
 	return bad;
 }
 
+/* ---------------- errors ---------------- */
+
+/* Driver calls since `before` must be `want`: checks whether a call reached the driver. */
+static int driver_calls_since(unsigned long long before, unsigned long long want, const char *what)
+{
+	unsigned long long got = refcudaDriverCalls() - before;
+	if (got != want) {
+		fprintf(stderr, "kvpath: %s made %llu driver calls, expected %llu\n", what, got, want);
+		return 1;
+	}
+	return 0;
+}
+
+#define BAD_DEVPTR ((void *)0x10) /* far outside the device arena */
+
+/*
+ * Copies that fail in the driver with CUDA_ERROR_INVALID_VALUE (1), interleaved with
+ * good ones: round i makes a good H2D cudaMemcpyAsync from the pinned pool and syncs
+ * its stream, then failing copy i: cudaMemcpyAsync H2D to a device pointer outside
+ * the arena, cudaMemcpy D2H into a NULL host pointer, cuMemcpyHtoD_v2 to a bad device
+ * pointer (the driver API directly), cudaMemcpy2DAsync H2D to a bad device pointer.
+ * Each copy call reaches the driver exactly once; a failed one moves no lane bytes
+ * and gets no engine times. Truth: result 0 for the good calls, 1 for the failed
+ * copies (recorded with the direction and host memory they asked for).
+ */
+static int sc_failing_copies(const struct opts *o, struct result *res)
+{
+	size_t n = o->layer_bytes, total = 4 * n;
+	char *pool = pool_mmap(total + 1 * MiB, 0x5c);
+	host_register(pool, total + 1 * MiB, 0);
+	char *dev = dev_alloc(total);
+	cudaStream_t s = new_stream();
+	hold_point(o);
+
+	int bad = 0;
+	for (int i = 0; i < 4; i++) {
+		unsigned long long c = refcudaDriverCalls();
+		copy_async(dev + (size_t)i * n, pool + (size_t)i * n, n, cudaMemcpyHostToDevice, s, -1, NULL);
+		bad |= driver_calls_since(c, 1, "a good cudaMemcpyAsync");
+		stream_sync(s, NULL);
+
+		/* distinct sizes, all from the pool's spare MiB: each record is unambiguous */
+		size_t m = (size_t)(i + 1) * 16 * KiB;
+		char *host = pool + total;
+		uint64_t in0 = refcudaLaneBytes(1), out0 = refcudaLaneBytes(0);
+		c = refcudaDriverCalls();
+		struct truth_rec *r;
+		switch (i) {
+		case 0:
+			r = truth_copy("cudaMemcpyAsync", "copy", BAD_DEVPTR, host, m, cudaMemcpyHostToDevice, s, -1);
+			TCALL_EXPECT(r, cudaMemcpyAsync(BAD_DEVPTR, host, m, cudaMemcpyHostToDevice, s),
+				     cudaErrorInvalidValue);
+			break;
+		case 1:
+			r = truth_copy("cudaMemcpy", "copy", NULL, dev, m, cudaMemcpyDeviceToHost, NULL, -1);
+			TCALL_EXPECT(r, cudaMemcpy(NULL, dev, m, cudaMemcpyDeviceToHost), cudaErrorInvalidValue);
+			break;
+		case 2: /* kind: the one the driver function implies (HtoD 1) */
+			r = truth_copy("cuMemcpyHtoD_v2", "copy", BAD_DEVPTR, host, m, cudaMemcpyHostToDevice, NULL, -1);
+			TCALL_EXPECT(r, cuMemcpyHtoD_v2((CUdeviceptr)(uintptr_t)BAD_DEVPTR, host, m),
+				     CUDA_ERROR_INVALID_VALUE);
+			break;
+		default: {
+			size_t h = 4, w = m / h, pitch = w + 256;
+			r = truth_copy("cudaMemcpy2DAsync", "copy2d", BAD_DEVPTR, host, w * h, cudaMemcpyHostToDevice, s,
+				       -1);
+			r->is2d = 1;
+			r->dpitch = r->spitch = pitch;
+			r->width = w;
+			r->height = h;
+			TCALL_EXPECT(r, cudaMemcpy2DAsync(BAD_DEVPTR, pitch, host, pitch, w, h, cudaMemcpyHostToDevice, s),
+				     cudaErrorInvalidValue);
+			break;
+		}
+		}
+		bad |= driver_calls_since(c, 1, r->api);
+		if (refcudaLaneBytes(1) != in0 || refcudaLaneBytes(0) != out0) {
+			fprintf(stderr, "kvpath: the failed %s moved bytes on the lanes\n", r->api);
+			bad = 1;
+		}
+		/* a runtime error is not sticky: cudaGetLastError reports and clears it */
+		if (i != 2 && cudaGetLastError() != cudaErrorInvalidValue) {
+			fprintf(stderr, "kvpath: cudaGetLastError after the failed %s is not cudaErrorInvalidValue\n",
+				r->api);
+			bad = 1;
+		}
+	}
+	stream_sync(s, NULL);
+	bad |= verify(dev, pool, total, "the good copies");
+	snprintf(res->extra, sizeof res->extra, "\"expected_errors\":4");
+
+	CHECK(cudaStreamDestroy(s));
+	dev_free(dev);
+	host_unregister(pool);
+	munmap(pool, total + 1 * MiB);
+	return bad;
+}
+
+/*
+ * A machine without a GPU: LW_REF_NO_DEVICE=1 is set here, before the first CUDA
+ * call, so the runtime's cuInit(0) fails with CUDA_ERROR_NO_DEVICE. The first call,
+ * cudaGetDeviceCount, returns cudaErrorNoDevice (100); after the hold point 8 more
+ * runtime calls return the same sticky error without reaching the driver (checked
+ * with the driver's call counter: the runtime's one cuInit is the only driver call).
+ * Copies are recorded as requested. Their host memory is pageable: the registration
+ * failed, and an observer that saw the process from its start (the agent's driver
+ * probes did) and its failed registration (the runtime layer did) knows nothing was
+ * pinned.
+ */
+static int sc_no_device(const struct opts *o, struct result *res)
+{
+	int bad = 0;
+	if (refcudaDriverCalls() != 0) {
+		fprintf(stderr, "kvpath: no-device: the driver was called before the scenario started\n");
+		return 1;
+	}
+	setenv("LW_REF_NO_DEVICE", "1", 1);
+	int count = -1;
+	struct truth_rec *r = truth_new("cudaGetDeviceCount", "init");
+	TCALL_EXPECT(r, cudaGetDeviceCount(&count), cudaErrorNoDevice);
+	if (count != 0) {
+		fprintf(stderr, "kvpath: no-device: cudaGetDeviceCount says %d devices\n", count);
+		bad = 1;
+	}
+	bad |= driver_calls_since(0, 1, "cudaGetDeviceCount (the runtime's cuInit)");
+	unsigned long long c0 = refcudaDriverCalls();
+	size_t n = o->layer_bytes;
+	char *host = pool_mmap(4 * n, 0x6e);
+	hold_point(o);
+
+	void *pinned = NULL, *dev = NULL;
+	r = truth_new("cudaMallocHost", "host_alloc");
+	r->size = n;
+	TCALL_EXPECT(r, cudaMallocHost(&pinned, n), cudaErrorNoDevice);
+	r->ptr = (uintptr_t)pinned;
+
+	r = truth_new("cudaHostRegister", "host_register");
+	r->ptr = (uintptr_t)host;
+	r->size = 4 * n;
+	r->has_flags = 1;
+	TCALL_EXPECT(r, cudaHostRegister(host, 4 * n, cudaHostRegisterDefault), cudaErrorNoDevice);
+	/* not pinned: not noted */
+
+	r = truth_new("cudaMalloc", "device_alloc");
+	r->size = n;
+	TCALL_EXPECT(r, cudaMalloc(&dev, n), cudaErrorNoDevice);
+	r->ptr = (uintptr_t)dev; /* untouched: NULL, and the copies below use it as the app would */
+
+	size_t m = n + 4 * KiB;
+	r = truth_copy("cudaMemcpy", "copy", dev, host, m, cudaMemcpyHostToDevice, NULL, -1);
+	TCALL_EXPECT(r, cudaMemcpy(dev, host, m, cudaMemcpyHostToDevice), cudaErrorNoDevice);
+	m += 4 * KiB;
+	r = truth_copy("cudaMemcpyAsync", "copy", dev, host + n, m, cudaMemcpyHostToDevice, NULL, -1);
+	TCALL_EXPECT(r, cudaMemcpyAsync(dev, host + n, m, cudaMemcpyHostToDevice, NULL), cudaErrorNoDevice);
+	m += 4 * KiB;
+	r = truth_copy("cudaMemcpyAsync", "copy", host + 2 * n, dev, m, cudaMemcpyDeviceToHost, NULL, -1);
+	TCALL_EXPECT(r, cudaMemcpyAsync(host + 2 * n, dev, m, cudaMemcpyDeviceToHost, NULL), cudaErrorNoDevice);
+	{
+		size_t h = 4, w = (m + 4 * KiB) / h, pitch = w + 256;
+		r = truth_copy("cudaMemcpy2D", "copy2d", dev, host, w * h, cudaMemcpyHostToDevice, NULL, -1);
+			r->is2d = 1;
+		r->dpitch = r->spitch = pitch;
+		r->width = w;
+		r->height = h;
+		TCALL_EXPECT(r, cudaMemcpy2D(dev, pitch, host, pitch, w, h, cudaMemcpyHostToDevice), cudaErrorNoDevice);
+	}
+	r = truth_new("cudaStreamSynchronize", "stream_sync");
+	r->stream = 0;
+	r->has_stream = 1;
+	TCALL_EXPECT(r, cudaStreamSynchronize(NULL), cudaErrorNoDevice);
+
+	bad |= driver_calls_since(c0, 0, "the runtime calls after a failed initialisation");
+	snprintf(res->extra, sizeof res->extra, "\"init_error\":%d,\"driver_calls\":%llu,\"expected_errors\":%zu",
+		 (int)cudaErrorNoDevice, refcudaDriverCalls(), truth_count());
+	munmap(host, 4 * n);
+	return bad;
+}
+
 const struct scenario scenarios[] = {
 	{"hicache-load", sc_hicache_load, 32, 1 * MiB, 1},
 	{"pageable-load", sc_pageable_load, 32, 1 * MiB, 1},
@@ -835,6 +1016,8 @@ const struct scenario scenarios[] = {
 	{"late-attach", sc_late_attach, 32, 1 * MiB, 1},
 	{"api-coverage", sc_api_coverage, 1, 0, 1},
 	{"kernel-copy", sc_kernel_copy, 8, 8 * MiB, 1}, /* 64 MiB in, 32 MiB out by kernels */
+	{"failing-copies", sc_failing_copies, 4, 1 * MiB, 1},
+	{"no-device", sc_no_device, 1, 1 * MiB, 1},
 	{"callbench", sc_callbench, 1, 64, 0},
 	{NULL, NULL, 0, 0, 0},
 };

@@ -133,6 +133,11 @@ struct truth_rec *truth_copy_unarmed(const char *api, const char *op, const void
 	r->layer = layer;
 	const struct mrange *d = find(dst), *s = find(src);
 	int dd = d && d->c == MEM_DEVICE, sd = s && s->c == MEM_DEVICE;
+	if (kind >= cudaMemcpyHostToDevice && kind <= cudaMemcpyDeviceToDevice) {
+		/* the requested direction, even where a pointer is not what it claims */
+		dd = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
+		sd = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
+	}
 	const struct mrange *host = NULL;
 	if (dd && sd) {
 		r->direction = "D2D";
@@ -156,6 +161,12 @@ struct truth_rec *truth_copy_unarmed(const char *api, const char *op, const void
 		r->host_mem = r->expect_host_mem = "pageable";
 	}
 	return r;
+}
+
+void truth_disarm(void)
+{
+	if (T.set_records)
+		T.set_records(NULL, 0);
 }
 
 void truth_arm_times(struct truth_rec **recs, size_t n)
@@ -213,6 +224,7 @@ int truth_write(const char *path, const char *extra)
 		json_i(f, "tid", r->tid);
 		json_str(f, "api", r->api);
 		json_str(f, "op", r->op);
+		json_i(f, "result", r->ret);
 		if (is_copy(r->op)) {
 			json_u(f, "dst", r->dst);
 			json_u(f, "src", r->src);

@@ -12,7 +12,7 @@
 struct truth_rec {
 	uint64_t seq;
 	const char *api, *op;
-	int tid, ret;
+	int tid, ret; /* ret: the call's return code, written as "result" */
 	/* copies */
 	uint64_t dst, src, bytes;
 	int kind; /* cudaMemcpyKind; the driver's implied kind for cuMemcpy* */
@@ -50,7 +50,10 @@ struct truth_rec *truth_new(const char *api, const char *op);
 /*
  * A copy record: direction and host memory from the scenario's own knowledge,
  * and the copy-engine time slot armed for the calling thread's next copy
- * (ntimes consecutive records for a batch).
+ * (ntimes consecutive records for a batch). The direction is the one requested:
+ * the kind's for an explicit kind (1 H2D, 2 D2H, 3 D2D, also when a pointer is
+ * bad), else resolved from the scenario's memory table; host_mem/expect_host_mem
+ * describe the host side that direction names.
  */
 struct truth_rec *truth_copy(const char *api, const char *op, const void *dst, const void *src, uint64_t bytes,
 			     int kind, void *stream, int layer);
@@ -58,24 +61,35 @@ struct truth_rec *truth_copy(const char *api, const char *op, const void *dst, c
 struct truth_rec *truth_copy_unarmed(const char *api, const char *op, const void *dst, const void *src,
 				     uint64_t bytes, int kind, void *stream, int layer);
 void truth_arm_times(struct truth_rec **recs, size_t n);
+/* Drops whatever is still armed for the calling thread (a call that failed before
+ * its copy reached an engine). */
+void truth_disarm(void);
 
 /* Writes all records and the end line; extra is raw JSON members for the end line ("" for none). */
 int truth_write(const char *path, const char *extra);
 size_t truth_count(void);
 struct truth_rec *truth_at(size_t i);
 
-/* Runs expr around t_call/t_return; exits with a message if it fails. */
-#define TCALL(rec, expr)                                                                                   \
-	do {                                                                                               \
-		struct truth_rec *r_ = (rec);                                                              \
-		r_->t_call_ns = truth_now_ns();                                                            \
-		r_->ret = (int)(expr);                                                                     \
-		r_->t_return_ns = truth_now_ns();                                                          \
-		if (r_->ret != 0) {                                                                        \
-			fprintf(stderr, "%s:%d: %s failed: %d\n", __FILE__, __LINE__, r_->api, r_->ret); \
-			exit(1);                                                                           \
-		}                                                                                          \
+/* Runs expr around t_call/t_return and records its return code; exits with a
+ * message if it is not `expected` (TCALL: 0). A failed call's record keeps what was
+ * requested (bytes, direction, expect_host_mem...) and gets no engine times. */
+#define TCALL_EXPECT(rec, expr, expected)                                                                   \
+	do {                                                                                                \
+		struct truth_rec *r_ = (rec);                                                               \
+		int want_ = (int)(expected);                                                                \
+		r_->t_call_ns = truth_now_ns();                                                             \
+		r_->ret = (int)(expr);                                                                      \
+		r_->t_return_ns = truth_now_ns();                                                           \
+		if (r_->ret != 0)                                                                           \
+			truth_disarm();                                                                     \
+		if (r_->ret != want_) {                                                                     \
+			fprintf(stderr, "%s:%d: %s returned %d, expected %d\n", __FILE__, __LINE__, r_->api, \
+				r_->ret, want_);                                                            \
+			exit(1);                                                                            \
+		}                                                                                           \
 	} while (0)
+
+#define TCALL(rec, expr) TCALL_EXPECT(rec, expr, 0)
 
 /* For calls that are not part of the truth (stream/event create and destroy). */
 #define CHECK(expr)                                                                                    \

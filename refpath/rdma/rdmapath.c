@@ -232,6 +232,7 @@ static void post_send(struct ibv_send_wr *chain, int phase)
 	}
 	if (rc)
 		die("ibv_post_send: %s", strerror(rc));
+	uint64_t t_end = truth_now_ns(); /* the agent's post time lies in [t, t_end] */
 	int i = 0;
 	for (struct ibv_send_wr *w = chain; w; w = w->next, i++) {
 		uint64_t bytes = 0;
@@ -255,14 +256,14 @@ static void post_send(struct ibv_send_wr *chain, int phase)
 		     "\"opcode\":\"%s\",\"opcode_num\":%d,\"wr_id\":%llu,\"bytes\":%llu,\"num_sge\":%d,\"addr\":%llu,"
 		     "\"lkey\":%u,\"local_mem\":\"%s\",\"remote_addr\":%llu,\"rkey\":%u,\"remote_mem\":\"%s\","
 		     "\"data_flow\":\"%s\",\"signaled\":%s,\"qp_num\":%u,\"dest_qp_num\":%u,\"imm\":%u,\"imm_host\":%u,"
-		     "\"chain_index\":%d,\"sges\":[%s],\"t_post_ns\":%llu",
+		     "\"chain_index\":%d,\"sges\":[%s],\"t_post_ns\":%llu,\"t_post_end_ns\":%llu",
 		     wr_opcode_name(w->opcode), (int)w->opcode, (unsigned long long)w->wr_id, (unsigned long long)bytes,
 		     w->num_sge, (unsigned long long)(w->num_sge ? w->sg_list[0].addr : 0),
 		     w->num_sge ? w->sg_list[0].lkey : 0, memkind(ldev),
 		     (unsigned long long)(remote ? w->wr.rdma.remote_addr : 0), remote ? w->wr.rdma.rkey : 0,
 		     rmem, w->opcode == IBV_WR_RDMA_READ ? "remote_to_local" : "local_to_remote",
 		     sig ? "true" : "false", QP->qp_num, R->qpn[other], has_imm ? w->imm_data : 0,
-		     has_imm ? ntohl(w->imm_data) : 0, i, sges, (unsigned long long)t);
+		     has_imm ? ntohl(w->imm_data) : 0, i, sges, (unsigned long long)t, (unsigned long long)t_end);
 		S.posted_send++;
 		S.signaled += (unsigned)sig;
 	}
@@ -276,13 +277,15 @@ static void post_recvs(int n, uint64_t wr_id0, struct ibv_mr *mr, uint32_t len)
 		struct ibv_recv_wr *bad;
 		uint64_t t = truth_now_ns();
 		int rc = ibv_post_recv(QP, &wr, &bad);
+		uint64_t t_end = truth_now_ns();
 		if (rc)
 			die("ibv_post_recv: %s", strerror(rc));
 		vrec("ibv_post_recv", "post_recv",
 		     "\"wr_id\":%llu,\"bytes\":%u,\"num_sge\":%d,\"addr\":%llu,\"lkey\":%u,\"local_mem\":\"%s\","
-		     "\"qp_num\":%u,\"t_post_ns\":%llu",
+		     "\"qp_num\":%u,\"t_post_ns\":%llu,\"t_post_end_ns\":%llu",
 		     (unsigned long long)wr.wr_id, mr ? len : 0, wr.num_sge, (unsigned long long)sge.addr, sge.lkey,
-		     mr ? memkind(mr_by_lkey(mr->lkey)->is_device) : "none", QP->qp_num, (unsigned long long)t);
+		     mr ? memkind(mr_by_lkey(mr->lkey)->is_device) : "none", QP->qp_num, (unsigned long long)t,
+		     (unsigned long long)t_end);
 		S.posted_recv++;
 	}
 }
@@ -298,6 +301,7 @@ static uint64_t poll_n(struct ibv_cq *cq, int want, struct ibv_wc *wcs, const ch
 	uint64_t last = 0, deadline = truth_now_ns() + (uint64_t)O.timeout_s * 1000000000ull;
 	struct ibv_wc wc[16];
 	while (got < want) {
+		uint64_t t_start = truth_now_ns(); /* the agent's completion time lies in [t_start, t] */
 		int n = ibv_poll_cq(cq, want - got < 16 ? want - got : 16, wc);
 		uint64_t t = truth_now_ns();
 		if (n < 0)
@@ -308,11 +312,11 @@ static uint64_t poll_n(struct ibv_cq *cq, int want, struct ibv_wc *wcs, const ch
 			vrec("ibv_poll_cq", "completion",
 			     "\"wr_id\":%llu,\"status\":%d,\"status_name\":\"%s\",\"wc_opcode\":\"%s\",\"wc_opcode_num\":%d,"
 			     "\"byte_len\":%u,\"imm\":%u,\"imm_host\":%u,\"with_imm\":%s,\"qp_num\":%u,\"src_qp\":%u,"
-			     "\"cq\":\"%s\",\"t_poll_ns\":%llu",
+			     "\"cq\":\"%s\",\"t_poll_start_ns\":%llu,\"t_poll_ns\":%llu",
 			     (unsigned long long)c->wr_id, (int)c->status, ibv_wc_status_str(c->status),
 			     wc_opcode_name(c->opcode), (int)c->opcode, c->byte_len, imm ? c->imm_data : 0,
 			     imm ? ntohl(c->imm_data) : 0, imm ? "true" : "false", c->qp_num, c->src_qp,
-			     cq == SCQ ? "send" : "recv", (unsigned long long)t);
+			     cq == SCQ ? "send" : "recv", (unsigned long long)t_start, (unsigned long long)t);
 			S.completions++;
 			if (c->status != IBV_WC_SUCCESS)
 				S.errors++;
@@ -996,8 +1000,8 @@ int main(int argc, char **argv)
 			O.page_bytes = num(a, v), i++;
 		else if (!strcmp(a, "--timeout-s"))
 			O.timeout_s = (unsigned)num(a, v), i++;
-		else if (!strcmp(a, "--settle-ms"))
-			O.settle_ms = (unsigned)num(a, v), i++;
+		else if (!strcmp(a, "--settle-ms")) /* 0 (no pause) is what the parent passes by default */
+			O.settle_ms = v && !strcmp(v, "0") ? 0 : (unsigned)num(a, v), i++;
 		else if (!strcmp(a, "--role") && v) {
 			O.role = !strcmp(v, "prefill") ? PREFILL : !strcmp(v, "decode") ? DECODE : -2;
 			i++;

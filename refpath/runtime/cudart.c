@@ -3,6 +3,20 @@
  * the exported driver function through the PLT, as the real runtime does, so a
  * uprobe on the driver symbol fires too (the agent must fold the pair into one
  * transfer). Built twice from this file: with and without CET (endbr64) prologues.
+ *
+ * Routing, as measured on NVIDIA's 11.8 and 12.4 runtimes:
+ *   cudaMemcpy[_ptds]              kind 1/2/3: cuMemcpy{HtoD,DtoH,DtoD}_v2[_ptds]; 0, 4: cuMemcpy[_ptds]
+ *   cudaMemcpyAsync[_ptsz]         kind 1/2/3: cuMemcpy{HtoD,DtoH,DtoD}Async_v2[_ptsz]; 0, 4: cuMemcpyAsync[_ptsz]
+ *   cudaMemcpy2D[_ptds]            cuMemcpy2DUnaligned_v2[_ptds]
+ *   cudaMemcpy2DAsync[_ptsz]       cuMemcpy2DAsync_v2[_ptsz]
+ *   cudaMemcpyPeer[Async]          cuMemcpyPeer[Async]
+ *   cudaMemcpyBatchAsync[_ptsz]    cuMemcpyBatchAsync[_ptsz]
+ *   cudaMallocHost, cudaHostAlloc  cuMemHostAlloc (the real runtimes never call cuMemAllocHost)
+ *   other memory, stream, event    the matching cu* call (cudaEventRecordWithFlags: cuEventRecordWithFlags)
+ *
+ * Initialisation is sticky, like the real runtime's: the first runtime call runs
+ * cuInit(0); if that fails, its error (CUDA_ERROR_NO_DEVICE -> cudaErrorNoDevice) is
+ * kept and every later runtime call returns it without calling the driver again.
  */
 #include "refcuda.h"
 #include <pthread.h>
@@ -12,23 +26,39 @@
 #define DP(p) ((CUdeviceptr)(uintptr_t)(p))
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;
+static cudaError_t init_error; /* written once, under `once` */
 static __thread cudaError_t last_error;
+
+/* Driver status to runtime status: the codes we use share their numeric values
+ * (CUDA_ERROR_NO_DEVICE 100 = cudaErrorNoDevice, CUDA_ERROR_NOT_INITIALIZED 3 =
+ * cudaErrorInitializationError, CUDA_ERROR_INVALID_HANDLE 400 =
+ * cudaErrorInvalidResourceHandle, ...). */
+static cudaError_t rt_error(CUresult r)
+{
+	return (cudaError_t)r;
+}
 
 static void do_init(void)
 {
-	cuInit(0);
+	init_error = rt_error(cuInit(0));
 }
 
-/* The driver and runtime codes we use share their numeric values. */
 static cudaError_t ret(CUresult r)
 {
-	cudaError_t e = (cudaError_t)r;
+	cudaError_t e = rt_error(r);
 	if (e != cudaSuccess)
 		last_error = e;
 	return e;
 }
 
-#define INIT() pthread_once(&once, do_init)
+/* Every runtime call starts here: after a failed initialisation it returns the
+ * sticky error and the driver is never reached. */
+#define INIT()                                                       \
+	do {                                                         \
+		pthread_once(&once, do_init);                        \
+		if (__builtin_expect(init_error != cudaSuccess, 0))  \
+			return ret((CUresult)init_error);            \
+	} while (0)
 
 /* ---- 1D copies: the kind picks the driver function ---- */
 static cudaError_t memcpy_sync(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind, int pt)
@@ -90,72 +120,146 @@ RT_API cudaError_t cudaMemcpyAsync_ptsz(void *dst, const void *src, size_t count
 }
 
 /* ---- 2D: the 7th (kind) and 8th (stream) arguments are passed on the stack ---- */
+
+/* The driver's descriptor of a 2D copy: memory types follow the kind (Default:
+ * both unified, resolved by the driver from the addresses). 0 if the kind is bad. */
+static int desc2d(CUDA_MEMCPY2D *m, void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+		  size_t height, enum cudaMemcpyKind kind)
+{
+	CUmemorytype st, dt;
+	switch (kind) {
+	case cudaMemcpyHostToHost:
+		st = dt = CU_MEMORYTYPE_HOST;
+		break;
+	case cudaMemcpyHostToDevice:
+		st = CU_MEMORYTYPE_HOST;
+		dt = CU_MEMORYTYPE_DEVICE;
+		break;
+	case cudaMemcpyDeviceToHost:
+		st = CU_MEMORYTYPE_DEVICE;
+		dt = CU_MEMORYTYPE_HOST;
+		break;
+	case cudaMemcpyDeviceToDevice:
+		st = dt = CU_MEMORYTYPE_DEVICE;
+		break;
+	case cudaMemcpyDefault:
+		st = dt = CU_MEMORYTYPE_UNIFIED;
+		break;
+	default:
+		return 0;
+	}
+	*m = (CUDA_MEMCPY2D){
+		.srcMemoryType = st, .srcPitch = spitch,
+		.dstMemoryType = dt, .dstPitch = dpitch,
+		.WidthInBytes = width, .Height = height,
+	};
+	if (st == CU_MEMORYTYPE_HOST)
+		m->srcHost = src;
+	else
+		m->srcDevice = DP(src);
+	if (dt == CU_MEMORYTYPE_HOST)
+		m->dstHost = dst;
+	else
+		m->dstDevice = DP(dst);
+	return 1;
+}
+
 RT_API cudaError_t cudaMemcpy2D(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
 				size_t height, enum cudaMemcpyKind kind)
 {
 	INIT();
-	return ret(refcudaMemcpy2D(dst, dpitch, src, spitch, width, height, kind, 0, 0));
+	CUDA_MEMCPY2D m;
+	if (!desc2d(&m, dst, dpitch, src, spitch, width, height, kind))
+		return ret((CUresult)cudaErrorInvalidMemcpyDirection);
+	return ret(cuMemcpy2DUnaligned_v2(&m));
 }
 
 RT_API cudaError_t cudaMemcpy2D_ptds(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
 				     size_t height, enum cudaMemcpyKind kind)
 {
 	INIT();
-	return ret(refcudaMemcpy2D(dst, dpitch, src, spitch, width, height, kind, 0, REFCUDA_PER_THREAD));
+	CUDA_MEMCPY2D m;
+	if (!desc2d(&m, dst, dpitch, src, spitch, width, height, kind))
+		return ret((CUresult)cudaErrorInvalidMemcpyDirection);
+	return ret(cuMemcpy2DUnaligned_v2_ptds(&m));
 }
 
 RT_API cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
 				     size_t height, enum cudaMemcpyKind kind, cudaStream_t stream)
 {
 	INIT();
-	return ret(refcudaMemcpy2D(dst, dpitch, src, spitch, width, height, kind, stream, REFCUDA_ASYNC));
+	CUDA_MEMCPY2D m;
+	if (!desc2d(&m, dst, dpitch, src, spitch, width, height, kind))
+		return ret((CUresult)cudaErrorInvalidMemcpyDirection);
+	return ret(cuMemcpy2DAsync_v2(&m, stream));
 }
 
 RT_API cudaError_t cudaMemcpy2DAsync_ptsz(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
 					  size_t height, enum cudaMemcpyKind kind, cudaStream_t stream)
 {
 	INIT();
-	return ret(refcudaMemcpy2D(dst, dpitch, src, spitch, width, height, kind, stream,
-				   REFCUDA_ASYNC | REFCUDA_PER_THREAD));
+	CUDA_MEMCPY2D m;
+	if (!desc2d(&m, dst, dpitch, src, spitch, width, height, kind))
+		return ret((CUresult)cudaErrorInvalidMemcpyDirection);
+	return ret(cuMemcpy2DAsync_v2_ptsz(&m, stream));
 }
 
 /* ---- peer and batch ---- */
+
+/* One device (0) per process: its context as the driver sees it. The driver has one
+ * device and does not look at peer contexts, so the runtime passes none (NULL). */
+static CUcontext device_context(int device)
+{
+	(void)device;
+	return NULL;
+}
+
 RT_API cudaError_t cudaMemcpyPeer(void *dst, int dstDevice, const void *src, int srcDevice, size_t count)
 {
 	INIT();
-	return ret(refcudaMemcpyPeer(dst, dstDevice, src, srcDevice, count, 0, 0));
+	if (dstDevice != 0 || srcDevice != 0)
+		return ret((CUresult)cudaErrorInvalidDevice);
+	return ret(cuMemcpyPeer(DP(dst), device_context(dstDevice), DP(src), device_context(srcDevice), count));
 }
 
 RT_API cudaError_t cudaMemcpyPeerAsync(void *dst, int dstDevice, const void *src, int srcDevice, size_t count,
 				       cudaStream_t stream)
 {
 	INIT();
-	return ret(refcudaMemcpyPeer(dst, dstDevice, src, srcDevice, count, stream, REFCUDA_ASYNC));
+	if (dstDevice != 0 || srcDevice != 0)
+		return ret((CUresult)cudaErrorInvalidDevice);
+	return ret(cuMemcpyPeerAsync(DP(dst), device_context(dstDevice), DP(src), device_context(srcDevice), count,
+				     stream));
 }
 
-static cudaError_t batch(void **dsts, void **srcs, size_t *sizes, size_t count, struct cudaMemcpyAttributes *attrs,
-			 size_t *attrsIdxs, size_t numAttrs, size_t *failIdx, cudaStream_t stream, unsigned flags)
+/* The runtime's own argument check, then the driver (void * and CUdeviceptr arrays
+ * have the same layout). */
+static int batch_args_ok(struct cudaMemcpyAttributes *attrs, size_t *attrsIdxs, size_t numAttrs)
 {
-	INIT();
 	/* attributes are hints here; only their presence is checked */
-	if (numAttrs && (!attrs || !attrsIdxs))
-		return ret(CUDA_ERROR_INVALID_VALUE);
-	return ret(refcudaMemcpyBatch(dsts, srcs, sizes, count, failIdx, stream, flags));
+	return !numAttrs || (attrs && attrsIdxs);
 }
 
 RT_API cudaError_t cudaMemcpyBatchAsync(void **dsts, void **srcs, size_t *sizes, size_t count,
 					struct cudaMemcpyAttributes *attrs, size_t *attrsIdxs, size_t numAttrs,
 					size_t *failIdx, cudaStream_t stream)
 {
-	return batch(dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, failIdx, stream, REFCUDA_ASYNC);
+	INIT();
+	if (!batch_args_ok(attrs, attrsIdxs, numAttrs))
+		return ret(CUDA_ERROR_INVALID_VALUE);
+	return ret(cuMemcpyBatchAsync((CUdeviceptr *)dsts, (CUdeviceptr *)srcs, sizes, count, attrs, attrsIdxs,
+				      numAttrs, failIdx, stream));
 }
 
 RT_API cudaError_t cudaMemcpyBatchAsync_ptsz(void **dsts, void **srcs, size_t *sizes, size_t count,
 					     struct cudaMemcpyAttributes *attrs, size_t *attrsIdxs, size_t numAttrs,
 					     size_t *failIdx, cudaStream_t stream)
 {
-	return batch(dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, failIdx, stream,
-		     REFCUDA_ASYNC | REFCUDA_PER_THREAD);
+	INIT();
+	if (!batch_args_ok(attrs, attrsIdxs, numAttrs))
+		return ret(CUDA_ERROR_INVALID_VALUE);
+	return ret(cuMemcpyBatchAsync_ptsz((CUdeviceptr *)dsts, (CUdeviceptr *)srcs, sizes, count, attrs,
+					   attrsIdxs, numAttrs, failIdx, stream));
 }
 
 /* ---- memory ---- */
@@ -165,10 +269,11 @@ RT_API cudaError_t cudaHostAlloc(void **pHost, size_t size, unsigned int flags)
 	return ret(cuMemHostAlloc(pHost, size, flags));
 }
 
+/* Like the real runtimes, which never resolve cuMemAllocHost: cuMemHostAlloc, flags 0. */
 RT_API cudaError_t cudaMallocHost(void **ptr, size_t size)
 {
 	INIT();
-	return ret(cuMemAllocHost_v2(ptr, size));
+	return ret(cuMemHostAlloc(ptr, size, cudaHostAllocDefault));
 }
 
 RT_API cudaError_t cudaHostRegister(void *ptr, size_t size, unsigned int flags)
@@ -267,6 +372,18 @@ RT_API cudaError_t cudaEventRecord_ptsz(cudaEvent_t event, cudaStream_t stream)
 	return ret(cuEventRecord_ptsz(event, stream));
 }
 
+RT_API cudaError_t cudaEventRecordWithFlags(cudaEvent_t event, cudaStream_t stream, unsigned int flags)
+{
+	INIT();
+	return ret(cuEventRecordWithFlags(event, stream, flags));
+}
+
+RT_API cudaError_t cudaEventRecordWithFlags_ptsz(cudaEvent_t event, cudaStream_t stream, unsigned int flags)
+{
+	INIT();
+	return ret(cuEventRecordWithFlags_ptsz(event, stream, flags));
+}
+
 RT_API cudaError_t cudaEventSynchronize(cudaEvent_t event)
 {
 	INIT();
@@ -304,9 +421,16 @@ RT_API cudaError_t cudaSetDevice(int device)
 	return device == 0 ? cudaSuccess : ret((CUresult)cudaErrorInvalidDevice);
 }
 
+/* Initialises like every call; with no usable driver the count is 0 and the
+ * initialisation error is returned (cudaErrorNoDevice with LW_REF_NO_DEVICE=1). */
 RT_API cudaError_t cudaGetDeviceCount(int *count)
 {
-	INIT();
+	pthread_once(&once, do_init);
+	if (init_error != cudaSuccess) {
+		if (count)
+			*count = 0;
+		return ret((CUresult)init_error);
+	}
 	if (!count)
 		return ret(CUDA_ERROR_INVALID_VALUE);
 	*count = 1;

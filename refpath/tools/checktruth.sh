@@ -1,16 +1,61 @@
 #!/bin/sh
 # Validates truth files: every line is JSON, the last is the end line and its
-# call count matches. Usage: checktruth.sh FILE...
+# call count matches; every CUDA call line carries its integer "result". Calls
+# fail only where the scenario means them to: failing-copies (4 copies with
+# CUDA_ERROR_INVALID_VALUE 1, no engine times, the good copies timed) and
+# no-device (every call cudaErrorNoDevice 100, the driver called once: the
+# runtime's cuInit); elsewhere every result is 0. Usage: checktruth.sh FILE...
 exec python3 - "$@" <<'PY'
 import json, sys
+
+COPY_OPS = ("copy", "copy2d", "copy_peer", "copy_batch")
+
+
+def problems(calls, end):
+    out = []
+    sc = end.get("scenario")
+    cuda = [c for c in calls if c["api"].startswith(("cu", "refcuda"))]
+    for c in cuda:
+        if not isinstance(c.get("result"), int):
+            out.append("seq %s has no integer result" % c.get("seq"))
+    failed = [c for c in cuda if c.get("result")]
+    if sc == "failing-copies":
+        if len(failed) != 4 or end.get("expected_errors") != 4:
+            out.append("%d failed calls, expected 4" % len(failed))
+        for c in failed:
+            if c["op"] not in COPY_OPS or c["result"] != 1 or "engine_end_ns" in c or "direction" not in c:
+                out.append("seq %s: a failed copy must be a copy with result 1, a direction and no engine times" % c["seq"])
+        for c in cuda:
+            if c["op"] in COPY_OPS and not c["result"] and "engine_end_ns" not in c:
+                out.append("seq %s: a good copy without engine times" % c["seq"])
+    elif sc == "no-device":
+        if len(failed) != len(cuda) or any(c["result"] != 100 for c in cuda) or len(cuda) != 9:
+            out.append("every one of the 9 calls must return 100")
+        if not cuda or cuda[0]["api"] != "cudaGetDeviceCount":
+            out.append("the first call must be cudaGetDeviceCount")
+        if end.get("driver_calls") != 1 or end.get("init_error") != 100:
+            out.append("the driver must be called once (cuInit -> 100), got %s" % end.get("driver_calls"))
+        for c in cuda:
+            # nothing could be registered, and the observer saw the process from its start
+            if c["op"] in COPY_OPS and (c.get("expect_host_mem") not in ("pageable", "device") or "engine_end_ns" in c):
+                out.append("seq %s: a refused copy must expect its unregistered host memory pageable, without engine times" % c["seq"])
+    elif failed:
+        out.append("%d calls failed (seq %s...)" % (len(failed), failed[0].get("seq")))
+    return out
+
+
 ok = True
 for path in sys.argv[1:]:
     lines = [json.loads(l) for l in open(path) if l.strip()]
     end = lines[-1] if lines else {}
     calls = lines[:-1]
-    copies = sum(1 for c in calls if c.get("op") in ("copy", "copy2d", "copy_peer", "copy_batch"))
+    copies = sum(1 for c in calls if c.get("op") in COPY_OPS)
     good = end.get("end") is True and end.get("calls") == len(calls) and all("api" in c and "op" in c for c in calls)
+    probs = problems(calls, end) if good else []
+    good &= not probs
     ok &= good
     print("%-48s %5d calls %5d copies %s" % (path, len(calls), copies, "ok" if good else "BAD"))
+    for p in probs[:8]:
+        print("    " + p)
 sys.exit(0 if ok else 1)
 PY

@@ -1,0 +1,220 @@
+/*
+ * drvcheck: direct checks of the reference driver's entry points that no scenario
+ * reaches in every form (linked to libcuda.so.1 only, no runtime). Exit 0 when all
+ * pass; every failed check prints one line.
+ *
+ *  - the cuInit gate: CUDA_ERROR_NOT_INITIALIZED (3) before a successful cuInit,
+ *    CUDA_ERROR_NO_DEVICE (100) from cuInit with LW_REF_NO_DEVICE=1, and the call
+ *    counter (refcudaDriverCalls);
+ *  - cuMemcpy2D_v2/_ptds, cuMemcpy2DUnaligned_v2, cuMemcpy2DAsync_v2_ptsz: offsets
+ *    (srcXInBytes/srcY, dstXInBytes/dstY), HOST/DEVICE/UNIFIED sides, ARRAY and bad
+ *    pointers refused;
+ *  - cuMemcpyPeer, cuMemcpyPeerAsync(_ptsz), cuMemcpyBatchAsync(_ptsz) (a bad entry:
+ *    failIdx, nothing copied), cuEventRecordWithFlags(_ptsz);
+ *  - a failed copy moves no lane bytes and uses up its engine-time record.
+ */
+#include "refcuda.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int failures;
+
+#define EXPECT(expr, want)                                                                                  \
+	do {                                                                                                \
+		long long got_ = (long long)(expr), want_ = (long long)(want);                              \
+		if (got_ != want_) {                                                                        \
+			fprintf(stderr, "drvcheck:%d: %s = %lld, expected %lld\n", __LINE__, #expr, got_, want_); \
+			failures++;                                                                         \
+		}                                                                                           \
+	} while (0)
+
+#define D(p) ((CUdeviceptr)(uintptr_t)(p))
+
+static uint64_t lanes(void)
+{
+	return refcudaLaneBytes(1) + refcudaLaneBytes(0);
+}
+
+static void fill(char *p, size_t n, unsigned seed)
+{
+	for (size_t i = 0; i < n; i++)
+		p[i] = (char)(seed + i * 7);
+}
+
+int main(void)
+{
+	/* ---- the gate ---- */
+	EXPECT(refcudaDriverCalls(), 0);
+	CUdeviceptr d = 0;
+	EXPECT(cuMemAlloc_v2(&d, 4096), CUDA_ERROR_NOT_INITIALIZED);
+	CUDA_MEMCPY2D m = {0};
+	EXPECT(cuMemcpy2D_v2(&m), CUDA_ERROR_NOT_INITIALIZED);
+	EXPECT(cuStreamSynchronize(NULL), CUDA_ERROR_NOT_INITIALIZED);
+	setenv("LW_REF_NO_DEVICE", "1", 1);
+	EXPECT(cuInit(0), CUDA_ERROR_NO_DEVICE);
+	EXPECT(cuInit(0), CUDA_ERROR_NO_DEVICE); /* retried, same answer */
+	EXPECT(cuMemcpyHtoD_v2(0, "", 1), CUDA_ERROR_NOT_INITIALIZED);
+	EXPECT(cuMemHostAlloc(&(void *){NULL}, 4096, 0), CUDA_ERROR_NOT_INITIALIZED);
+	EXPECT(refcudaDriverCalls(), 7);
+	unsetenv("LW_REF_NO_DEVICE");
+	EXPECT(cuInit(1), CUDA_ERROR_INVALID_VALUE);
+	EXPECT(cuInit(0), CUDA_SUCCESS);
+	EXPECT(refcudaDriverCalls(), 9);
+
+	/* ---- buffers: one device allocation, pinned and pageable host memory ---- */
+	const size_t N = 1 << 20;
+	char *dev, *pin, *pin2;
+	EXPECT(cuMemAlloc_v2(&d, 4 * N), CUDA_SUCCESS);
+	dev = (char *)(uintptr_t)d;
+	EXPECT(cuMemHostAlloc((void **)&pin, N, 0), CUDA_SUCCESS);
+	EXPECT(cuMemHostAlloc((void **)&pin2, N, 0), CUDA_SUCCESS);
+	char *pageable = malloc(N);
+	if (!dev || !pin || !pin2 || !pageable)
+		return 1;
+	CUstream s;
+	EXPECT(cuStreamCreate(&s, 0), CUDA_SUCCESS);
+
+	/* ---- 2D: H2D with offsets on both sides ---- */
+	fill(pin, N, 1);
+	memset(dev, 0, 4 * N);
+	const size_t W = 1000, H = 8, SP = 1024, DP = 2048;
+	m = (CUDA_MEMCPY2D){
+		.srcXInBytes = 24, .srcY = 2, .srcMemoryType = CU_MEMORYTYPE_HOST, .srcHost = pin, .srcPitch = SP,
+		.dstXInBytes = 8, .dstY = 1, .dstMemoryType = CU_MEMORYTYPE_DEVICE, .dstDevice = D(dev), .dstPitch = DP,
+		.WidthInBytes = W, .Height = H,
+	};
+	uint64_t l0 = lanes();
+	EXPECT(cuMemcpy2D_v2(&m), CUDA_SUCCESS);
+	EXPECT(lanes() - l0, W * H);
+	for (size_t y = 0; y < H; y++)
+		EXPECT(memcmp(dev + (y + 1) * DP + 8, pin + (y + 2) * SP + 24, W), 0);
+	EXPECT(dev[DP + 7] | dev[DP + 8 + W], 0);
+
+	/* D2H, device to pageable, through the _ptds form */
+	memset(pageable, 0, N);
+	m = (CUDA_MEMCPY2D){
+		.srcMemoryType = CU_MEMORYTYPE_DEVICE, .srcDevice = D(dev + DP + 8), .srcPitch = DP,
+		.dstMemoryType = CU_MEMORYTYPE_HOST, .dstHost = pageable, .dstPitch = W,
+		.WidthInBytes = W, .Height = H,
+	};
+	EXPECT(cuMemcpy2D_v2_ptds(&m), CUDA_SUCCESS);
+	for (size_t y = 0; y < H; y++)
+		EXPECT(memcmp(pageable + y * W, pin + (y + 2) * SP + 24, W), 0);
+
+	/* UNIFIED both sides (D2D here) and mixed (UNIFIED host source, DEVICE destination) */
+	m = (CUDA_MEMCPY2D){
+		.srcMemoryType = CU_MEMORYTYPE_UNIFIED, .srcDevice = D(dev), .srcPitch = DP,
+		.dstMemoryType = CU_MEMORYTYPE_UNIFIED, .dstDevice = D(dev + 2 * N), .dstPitch = DP,
+		.WidthInBytes = DP, .Height = H + 1,
+	};
+	l0 = lanes();
+	EXPECT(cuMemcpy2DUnaligned_v2(&m), CUDA_SUCCESS);
+	EXPECT(lanes() - l0, 0); /* D2D takes no PCIe lane */
+	EXPECT(memcmp(dev + 2 * N, dev, DP * (H + 1)), 0);
+	fill(pin2, N, 9);
+	m = (CUDA_MEMCPY2D){
+		.srcMemoryType = CU_MEMORYTYPE_UNIFIED, .srcDevice = D(pin2), .srcPitch = 512,
+		.dstMemoryType = CU_MEMORYTYPE_DEVICE, .dstDevice = D(dev + 3 * N), .dstPitch = 512,
+		.WidthInBytes = 512, .Height = 16,
+	};
+	l0 = lanes();
+	EXPECT(cuMemcpy2DAsync_v2_ptsz(&m, NULL), CUDA_SUCCESS);
+	EXPECT(cuStreamSynchronize_ptsz(NULL), CUDA_SUCCESS);
+	EXPECT(lanes() - l0, 512 * 16);
+	EXPECT(memcmp(dev + 3 * N, pin2, 512 * 16), 0);
+
+	/* refused: ARRAY, NULL host side, device side outside the arena, pitch < width, NULL descriptor */
+	struct refcudaCopyTimes rec[2];
+	refcudaSetCopyRecords(rec, 2);
+	l0 = lanes();
+	m = (CUDA_MEMCPY2D){
+		.srcMemoryType = CU_MEMORYTYPE_ARRAY, .srcPitch = 64,
+		.dstMemoryType = CU_MEMORYTYPE_HOST, .dstHost = pin, .dstPitch = 64, .WidthInBytes = 64, .Height = 2,
+	};
+	EXPECT(cuMemcpy2D_v2(&m), CUDA_ERROR_INVALID_VALUE); /* uses up rec[0] */
+	m.srcMemoryType = CU_MEMORYTYPE_DEVICE;
+	m.srcDevice = D(dev);
+	m.dstHost = NULL;
+	refcudaSetCopyRecords(NULL, 0);
+	EXPECT(cuMemcpy2D_v2(&m), CUDA_ERROR_INVALID_VALUE);
+	m.dstHost = pin;
+	m.srcDevice = 0x10;
+	EXPECT(cuMemcpy2DAsync_v2(&m, s), CUDA_ERROR_INVALID_VALUE);
+	m.srcDevice = D(dev);
+	m.srcPitch = 1ull << 40; /* the second row lies far past the arena */
+	EXPECT(cuMemcpy2D_v2(&m), CUDA_ERROR_INVALID_VALUE);
+	m.srcDevice = D(dev);
+	m.srcPitch = 32;
+	EXPECT(cuMemcpy2D_v2(&m), CUDA_ERROR_INVALID_VALUE);
+	EXPECT(cuMemcpy2D_v2(NULL), CUDA_ERROR_INVALID_VALUE);
+	EXPECT(lanes() - l0, 0);
+
+	/* records: a failed copy uses up its record, the next copy gets the next one */
+	refcudaSetCopyRecords(rec, 2);
+	EXPECT(cuMemcpyHtoD_v2(0x10, pin, 4096), CUDA_ERROR_INVALID_VALUE);
+	EXPECT(cuMemcpyDtoH_v2(NULL, D(dev), 4096), CUDA_ERROR_INVALID_VALUE);
+	EXPECT(cuMemcpyHtoD_v2(D(dev), pin, 4096), CUDA_SUCCESS);
+	EXPECT(lanes() - l0, 4096);
+	EXPECT(rec[0].end_ns | rec[1].end_ns, 0);
+	refcudaSetCopyRecords(rec, 1);
+	EXPECT(cuMemcpyHtoD_v2(D(dev), pin, 4096), CUDA_SUCCESS);
+	EXPECT(rec[0].end_ns != 0 && rec[0].end_ns >= rec[0].start_ns, 1);
+
+	/* ---- peer ---- */
+	memset(dev + N, 0, N);
+	EXPECT(cuMemcpyPeer(D(dev + N), NULL, D(dev), NULL, 4096), CUDA_SUCCESS);
+	EXPECT(cuMemcpyPeerAsync(D(dev + N + 4096), NULL, D(dev + 4096), NULL, 4096, s), CUDA_SUCCESS);
+	EXPECT(cuMemcpyPeerAsync_ptsz(D(dev + N + 8192), NULL, D(dev + 8192), NULL, 4096, NULL), CUDA_SUCCESS);
+	EXPECT(cuStreamSynchronize(s), CUDA_SUCCESS);
+	EXPECT(cuStreamSynchronize_ptsz(NULL), CUDA_SUCCESS);
+	EXPECT(memcmp(dev + N, dev, 3 * 4096), 0);
+	EXPECT(cuMemcpyPeer(D(pin), NULL, D(dev), NULL, 4096), CUDA_ERROR_INVALID_VALUE); /* host is no peer */
+
+	/* ---- batch ---- */
+	CUdeviceptr dsts[3] = {D(dev + 2 * N), D(pin2), D(dev + 2 * N + 8192)};
+	CUdeviceptr srcs[3] = {D(pin), D(dev), D(dev)};
+	size_t sizes[3] = {4096, 4096, 4096}, fail = 0;
+	fill(pin, 4096, 3);
+	memset(pin2, 0, 4096);
+	EXPECT(cuMemcpyBatchAsync(dsts, srcs, sizes, 3, NULL, NULL, 0, &fail, s), CUDA_SUCCESS);
+	EXPECT(fail, SIZE_MAX);
+	EXPECT(cuStreamSynchronize(s), CUDA_SUCCESS);
+	EXPECT(memcmp(dev + 2 * N, pin, 4096), 0);
+	EXPECT(memcmp(pin2, dev, 4096), 0);
+	l0 = lanes();
+	srcs[1] = 0; /* entry 1: NULL source */
+	refcudaSetCopyRecords(rec, 2);
+	EXPECT(cuMemcpyBatchAsync_ptsz(dsts, srcs, sizes, 3, NULL, NULL, 0, &fail, NULL), CUDA_ERROR_INVALID_VALUE);
+	EXPECT(fail, 1);
+	EXPECT(cuStreamSynchronize_ptsz(NULL), CUDA_SUCCESS);
+	EXPECT(lanes() - l0, 0); /* entry 0 was good but nothing was submitted */
+	EXPECT(cuMemcpyHtoD_v2(D(dev), pin, 4096), CUDA_SUCCESS);
+	EXPECT(rec[1].end_ns, 0); /* the failed batch used up both records */
+	EXPECT(cuMemcpyBatchAsync(dsts, srcs, sizes, 3, NULL, NULL, 2, &fail, s), CUDA_ERROR_INVALID_VALUE);
+	EXPECT(fail, SIZE_MAX);
+
+	/* ---- cuEventRecordWithFlags ---- */
+	CUevent e;
+	EXPECT(cuEventCreate(&e, 0), CUDA_SUCCESS);
+	EXPECT(cuMemcpyHtoDAsync_v2(D(dev), pin, N, s), CUDA_SUCCESS);
+	EXPECT(cuEventRecordWithFlags(e, s, CU_EVENT_RECORD_DEFAULT), CUDA_SUCCESS);
+	EXPECT(cuEventSynchronize(e), CUDA_SUCCESS);
+	EXPECT(cuEventRecordWithFlags_ptsz(e, NULL, CU_EVENT_RECORD_EXTERNAL), CUDA_SUCCESS);
+	EXPECT(cuEventSynchronize(e), CUDA_SUCCESS);
+	EXPECT(cuEventRecordWithFlags(e, s, 0x80), CUDA_ERROR_INVALID_VALUE);
+	EXPECT(cuEventRecordWithFlags(NULL, s, 0), CUDA_ERROR_INVALID_HANDLE);
+	EXPECT(cuEventDestroy_v2(e), CUDA_SUCCESS);
+
+	EXPECT(cuStreamDestroy_v2(s), CUDA_SUCCESS);
+	EXPECT(cuMemFreeHost(pin), CUDA_SUCCESS);
+	EXPECT(cuMemFreeHost(pin2), CUDA_SUCCESS);
+	EXPECT(cuMemFree_v2(d), CUDA_SUCCESS);
+	free(pageable);
+	if (failures) {
+		fprintf(stderr, "drvcheck: %d failed\n", failures);
+		return 1;
+	}
+	printf("drvcheck: ok (%llu driver calls)\n", refcudaDriverCalls());
+	return 0;
+}
