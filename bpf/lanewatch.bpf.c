@@ -1,14 +1,17 @@
 // SPDX-License-Identifier: GPL-2.0
-/* lanewatch probes: one generic entry program for every probed call, an
- * entry/return pair for calls whose result matters (allocations, registrations,
- * synchronisations), a batch walker, and process exec/exit tracepoints.
- * What a call means is decided in Go from the probe table; BPF only captures.
+/* lanewatch probes: an entry/return pair for every CUDA call (the entry keeps
+ * the arguments in the thread's slot, the return emits one event with the
+ * result), one entry-only program for the rest, a batch walker, a 2D-copy
+ * reader, the RDMA work-request and completion walkers, and process exec/exit
+ * tracepoints. What a call means is decided in Go from the probe table; BPF
+ * only captures.
  * Programs attach as uprobe_multi links, one link per file and program: the
  * kernel then detaches a whole file in one RCU grace period instead of one
  * per probe (~100 ms each here). */
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
 #include "x86_types.h"
 #include "lanewatch.h"
 
@@ -21,6 +24,8 @@ const enum lw_drop_reason *unused_drop_reason __attribute__((unused));
 const enum lw_cookie_shift *unused_cookie_shift __attribute__((unused));
 const enum lw_wr_arg *unused_wr_arg __attribute__((unused));
 const enum lw_wc_arg *unused_wc_arg __attribute__((unused));
+const enum lw_copy2d_arg *unused_copy2d_arg __attribute__((unused));
+const enum lw_event_flag *unused_event_flag __attribute__((unused));
 
 /* The reader drains on its own timer and is woken only when the ring holds
  * wakeup_bytes unread. A wakeup costs microseconds on a VM, and asking the
@@ -49,29 +54,13 @@ struct {
 	__type(value, __u64);
 } drops SEC(".maps");
 
-struct saved_key {
-	__u32 tid;
-	__u16 probe;
-	__u16 pad;
-};
-
-/* Arguments of calls in flight, keyed by thread and probe (a runtime call
- * nests its driver call on the same thread). LRU: a thread that dies inside a
- * call cannot leak an entry. */
+/* The calls in flight of each thread (struct lw_slots, lanewatch.h). */
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 8192);
-	__type(key, struct saved_key);
-	__type(value, struct lw_event);
-} saved SEC(".maps");
-
-/* Scratch for building an entry event off the 512-byte BPF stack. */
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct lw_event);
-} scratch SEC(".maps");
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct lw_slots);
+} inflight SEC(".maps");
 
 static __always_inline void count_drop(__u32 reason, __u64 n)
 {
@@ -96,9 +85,10 @@ static __always_inline void capture(struct lw_event *e, struct pt_regs *ctx, __u
 {
 	__u64 id = bpf_get_current_pid_tgid();
 	__u8 n = LW_COOKIE_NARGS(cookie);
+	__u64 sp = ctx->sp + LW_COOKIE_SPDELTA(cookie);
 
 	e->kind = kind;
-	e->nargs = n;
+	e->flags = 0;
 	e->probe = LW_COOKIE_PROBE(cookie);
 	e->pid = id >> 32;
 	e->tid = (__u32)id;
@@ -107,6 +97,11 @@ static __always_inline void capture(struct lw_event *e, struct pt_regs *ctx, __u
 	e->ret_ts_ns = 0;
 	e->ret = 0;
 	e->out = 0;
+	e->caller = 0;
+	/* The return address tells who called: the runtime, or the application
+	 * (or a static runtime) calling the driver directly. */
+	if (LW_COOKIE_CALLER(cookie) && bpf_probe_read_user(&e->caller, sizeof(e->caller), (void *)sp))
+		count_drop(LW_DROP_READ_FAULT, 1);
 	e->args[0] = ctx->di;
 	e->args[1] = ctx->si;
 	e->args[2] = ctx->dx;
@@ -118,12 +113,111 @@ static __always_inline void capture(struct lw_event *e, struct pt_regs *ctx, __u
 	e->args[8] = 0;
 	if (n > 6) {
 		__u32 size = (n - 6) * 8;
-		__u64 sp = ctx->sp + LW_COOKIE_SPDELTA(cookie) + 8;
 		if (size > 24)
 			size = 24;
-		if (bpf_probe_read_user(&e->args[6], size, (void *)sp))
+		if (bpf_probe_read_user(&e->args[6], size, (void *)(sp + 8)))
 			count_drop(LW_DROP_READ_FAULT, 1);
 	}
+}
+
+/* The kernel types the caller lookup reads, relocated by CO-RE (only the
+ * fields named here are read; their offsets come from the kernel's BTF). */
+struct qstr {
+	const unsigned char *name;
+} __attribute__((preserve_access_index));
+struct dentry {
+	struct qstr d_name;
+} __attribute__((preserve_access_index));
+struct path {
+	struct dentry *dentry;
+} __attribute__((preserve_access_index));
+struct file {
+	struct path f_path;
+} __attribute__((preserve_access_index));
+struct vm_area_struct {
+	unsigned long vm_start;
+	unsigned long vm_end;
+	struct file *vm_file;
+} __attribute__((preserve_access_index));
+
+/* find_code fills a range from the mapping that holds the caller: the
+ * mapping's bounds, and whether its file is a CUDA runtime (libcudart*). */
+static long find_code(struct task_struct *task, struct vm_area_struct *vma, void *data)
+{
+	struct lw_code_range *r = data;
+	r->start = vma->vm_start;
+	r->end = vma->vm_end;
+	char name[16] = {};
+	const unsigned char *p = BPF_CORE_READ(vma, vm_file, f_path.dentry, d_name.name);
+	if (p && bpf_probe_read_kernel_str(name, sizeof(name), p) > 0) {
+		const char want[] = "libcudart";
+		r->runtime = 1;
+		for (int i = 0; i < sizeof(want) - 1; i++)
+			if (name[i] != want[i])
+				r->runtime = 0;
+	}
+	return 0;
+}
+
+/* via_runtime says whether the caller lies in a CUDA runtime library: a
+ * driver call the runtime made is reported under the runtime call
+ * (docs/design.md, "One pair per call"). Decided here, while the process
+ * lives, from the thread's cache of ranges, or once per range from the
+ * process's mappings. */
+static __always_inline __u32 via_runtime(struct lw_slots *s, __u64 caller)
+{
+	for (int i = 0; i < LW_NRANGES; i++)
+		if (caller >= s->code[i].start && caller < s->code[i].end)
+			return s->code[i].runtime;
+	struct lw_code_range r = {};
+	if (bpf_find_vma(bpf_get_current_task_btf(), caller, find_code, &r, 0) || r.end <= r.start)
+		return 0;
+	__u32 i = s->next_code++ & (LW_NRANGES - 1);
+	s->code[i] = r;
+	return r.runtime;
+}
+
+/* slots_of is the thread's in-flight calls, created on a thread's first
+ * probed call when create is set. */
+static __always_inline struct lw_slots *slots_of(__u64 create)
+{
+	return bpf_task_storage_get(&inflight, bpf_get_current_task_btf(), 0, create ? BPF_LOCAL_STORAGE_GET_F_CREATE : 0);
+}
+
+/* slot_of is the thread's in-flight slot for the row's layer. */
+static __always_inline struct lw_event *slot_of(__u64 cookie, __u64 create)
+{
+	struct lw_slots *s = slots_of(create);
+	if (!s)
+		return NULL;
+	return &s->slot[LW_COOKIE_SLOT(cookie)];
+}
+
+/* enter keeps a call's arguments in the thread's slot for its return. */
+static __always_inline struct lw_event *enter(struct pt_regs *ctx, __u64 cookie)
+{
+	struct lw_slots *s = slots_of(1);
+	if (!s)
+		return NULL;
+	struct lw_event *e = &s->slot[LW_COOKIE_SLOT(cookie)];
+	capture(e, ctx, cookie, LW_EV_CALL);
+	if (e->caller && via_runtime(s, e->caller))
+		e->flags |= LW_F_VIA_RUNTIME;
+	return e;
+}
+
+/* saved_entry is the call lw_call_enter (or lw_batch, lw_copy2d_enter) kept
+ * for this thread and probe; a return without it (entered before the
+ * attach, a nested call of the same layer, no slot memory) is counted,
+ * never silent. */
+static __always_inline struct lw_event *saved_entry(__u64 cookie)
+{
+	struct lw_event *in = slot_of(cookie, 0);
+	if (!in || in->kind == 0 || in->probe != LW_COOKIE_PROBE(cookie)) {
+		count_drop(LW_DROP_NO_ENTRY, 1);
+		return NULL;
+	}
+	return in;
 }
 
 SEC("uprobe.multi")
@@ -136,53 +230,35 @@ int lw_call(struct pt_regs *ctx)
 		return 0;
 	}
 	capture(e, ctx, cookie, LW_EV_CALL);
-	bpf_ringbuf_submit(e, submit_flags());
+	/* A library was just loaded: wake the reader, so the agent probes it
+	 * before the process's first calls into it where it can. */
+	bpf_ringbuf_submit(e, LW_COOKIE_WAKE(cookie) ? BPF_RB_FORCE_WAKEUP : submit_flags());
 	return 0;
 }
 
 SEC("uprobe.multi")
 int lw_call_enter(struct pt_regs *ctx)
 {
-	__u64 cookie = bpf_get_attach_cookie(ctx);
-	__u32 zero = 0;
-	struct lw_event *e = bpf_map_lookup_elem(&scratch, &zero);
-	if (!e)
-		return 0;
-	capture(e, ctx, cookie, LW_EV_CALL);
-	struct saved_key key = { .tid = e->tid, .probe = e->probe };
-	bpf_map_update_elem(&saved, &key, e, BPF_ANY);
+	enter(ctx, bpf_get_attach_cookie(ctx));
 	return 0;
-}
-
-/* saved_entry finds the arguments lw_call_enter saved for this thread and
- * probe; a return without them (evicted, or entered before the attach) is
- * counted, never silent. */
-static __always_inline struct lw_event *saved_entry(__u64 cookie, struct saved_key *key)
-{
-	key->tid = (__u32)bpf_get_current_pid_tgid();
-	key->probe = LW_COOKIE_PROBE(cookie);
-	key->pad = 0;
-	struct lw_event *in = bpf_map_lookup_elem(&saved, key);
-	if (!in)
-		count_drop(LW_DROP_NO_ENTRY, 1);
-	return in;
 }
 
 SEC("uretprobe.multi")
 int lw_call_return(struct pt_regs *ctx)
 {
 	__u64 cookie = bpf_get_attach_cookie(ctx);
-	struct saved_key key;
-	struct lw_event *in = saved_entry(cookie, &key);
+	struct lw_event *in = saved_entry(cookie);
 	if (!in)
 		return 0;
 	struct lw_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
 	if (!e) {
 		count_drop(LW_DROP_RING_FULL, 1);
-		bpf_map_delete_elem(&saved, &key);
+		in->kind = 0;
 		return 0;
 	}
 	__builtin_memcpy(e, in, sizeof(*e));
+	in->kind = 0;
+	e->kind = LW_EV_CALL;
 	e->ret_ts_ns = bpf_ktime_get_ns();
 	e->ret = ctx->ax;
 	__u32 out = LW_COOKIE_OUTARG(cookie);
@@ -196,22 +272,43 @@ int lw_call_return(struct pt_regs *ctx)
 		ptr = e->ret + LW_COOKIE_OUTOFF(cookie);
 	if (ptr && bpf_probe_read_user(&e->out, sizeof(e->out), (void *)ptr))
 		count_drop(LW_DROP_READ_FAULT, 1);
-	bpf_map_delete_elem(&saved, &key);
 	bpf_ringbuf_submit(e, submit_flags());
 	return 0;
 }
 
-/* cudaMemcpyBatchAsync(dsts, srcs, sizes, count, ...): one event per entry,
- * args[0..2] replaced by that entry's dst, src and size. */
+/* cuMemcpy2D*(const CUDA_MEMCPY2D *p[, stream]): the copy is described by a
+ * struct, read whole at entry; its addresses, row bytes, rows and memory
+ * types go to the argument slots of enum lw_copy2d_arg. */
+SEC("uprobe.multi")
+int lw_copy2d_enter(struct pt_regs *ctx)
+{
+	struct lw_event *e = enter(ctx, bpf_get_attach_cookie(ctx));
+	if (!e)
+		return 0;
+	__u64 m[LW_M2D_WORDS] = {};
+	if (bpf_probe_read_user(m, sizeof(m), (void *)e->args[0])) {
+		count_drop(LW_DROP_READ_FAULT, 1);
+		return 0;
+	}
+	__u64 src = (__u32)m[LW_M2D_SRC_TYPE] == LW_CU_MEMORYTYPE_HOST ? m[LW_M2D_SRC_HOST] : m[LW_M2D_SRC_DEVICE];
+	__u64 dst = (__u32)m[LW_M2D_DST_TYPE] == LW_CU_MEMORYTYPE_HOST ? m[LW_M2D_DST_HOST] : m[LW_M2D_DST_DEVICE];
+	e->args[LW_C2D_SRC] = src + m[LW_M2D_SRC_Y] * m[LW_M2D_SRC_PITCH] + m[LW_M2D_SRC_X];
+	e->args[LW_C2D_DST] = dst + m[LW_M2D_DST_Y] * m[LW_M2D_DST_PITCH] + m[LW_M2D_DST_X];
+	e->args[LW_C2D_WIDTH] = m[LW_M2D_WIDTH];
+	e->args[LW_C2D_HEIGHT] = m[LW_M2D_HEIGHT];
+	e->args[LW_C2D_TYPES] = (__u32)m[LW_M2D_SRC_TYPE] | (__u64)(__u32)m[LW_M2D_DST_TYPE] << 32;
+	return 0;
+}
+
+/* cu/cudaMemcpyBatchAsync(dsts, srcs, sizes, count, ...): one event per
+ * entry, args[0..2] replaced by that entry's dst, src and size; the call
+ * itself stays in the slot for lw_call_return to report its result. */
 SEC("uprobe.multi")
 int lw_batch(struct pt_regs *ctx)
 {
-	__u64 cookie = bpf_get_attach_cookie(ctx);
-	__u32 zero = 0;
-	struct lw_event *call = bpf_map_lookup_elem(&scratch, &zero);
+	struct lw_event *call = enter(ctx, bpf_get_attach_cookie(ctx));
 	if (!call)
 		return 0;
-	capture(call, ctx, cookie, LW_EV_BATCH_ENTRY);
 	__u64 dsts = call->args[0], srcs = call->args[1], sizes = call->args[2];
 	__u64 count = call->args[3];
 
@@ -224,6 +321,7 @@ int lw_batch(struct pt_regs *ctx)
 			continue;
 		}
 		__builtin_memcpy(e, call, sizeof(*e));
+		e->kind = LW_EV_BATCH_ENTRY;
 		e->batch_index = i;
 		if (bpf_probe_read_user(&e->args[0], 8, (void *)(dsts + i * 8)) ||
 		    bpf_probe_read_user(&e->args[1], 8, (void *)(srcs + i * 8)) ||
@@ -310,7 +408,6 @@ static __always_inline int walk_wrs(struct pt_regs *ctx, int send)
 		}
 		__builtin_memset(e, 0, sizeof(*e));
 		e->kind = LW_EV_WR;
-		e->nargs = LW_MAX_ARGS;
 		e->probe = LW_COOKIE_PROBE(cookie);
 		e->pid = id >> 32;
 		e->tid = (__u32)id;
@@ -374,8 +471,7 @@ SEC("uretprobe.multi")
 int lw_poll_cq_return(struct pt_regs *ctx)
 {
 	__u64 cookie = bpf_get_attach_cookie(ctx);
-	struct saved_key key;
-	struct lw_event *in = saved_entry(cookie, &key);
+	struct lw_event *in = saved_entry(cookie);
 	if (!in)
 		return 0;
 	__s64 n = (__s64)ctx->ax;
@@ -409,6 +505,6 @@ int lw_poll_cq_return(struct pt_regs *ctx)
 	}
 	if (n > LW_MAX_WC)
 		count_drop(LW_DROP_WR_TRUNC, n - LW_MAX_WC);
-	bpf_map_delete_elem(&saved, &key);
+	in->kind = 0;
 	return 0;
 }

@@ -8,7 +8,7 @@
 #define LW_MAX_BATCH 64     /* batch entries decoded per call; the rest are counted */
 
 enum lw_event_kind {
-	LW_EV_CALL = 1,        /* a probed call, entry (and return, for ProgEntryReturn) */
+	LW_EV_CALL = 1,        /* a probed call: at return with its result, or at entry for entry-only rows */
 	LW_EV_BATCH_ENTRY = 2, /* one dst/src/size triple of a batch copy */
 	LW_EV_EXEC = 3,        /* a process image was replaced (sched_process_exec) */
 	LW_EV_EXIT = 4,        /* a process's leader thread exited (sched_process_exit) */
@@ -23,16 +23,21 @@ enum lw_event_kind {
 /* Indexes into the per-CPU drop counters. */
 enum lw_drop_reason {
 	LW_DROP_RING_FULL = 0,    /* bpf_ringbuf_reserve failed */
-	LW_DROP_NO_ENTRY = 1,     /* a return fired without its saved entry (map full/evicted) */
+	LW_DROP_NO_ENTRY = 1,     /* a return fired without its saved entry (entered before the attach, or no slot memory) */
 	LW_DROP_BATCH_TRUNC = 2,  /* batch entries beyond LW_MAX_BATCH */
 	LW_DROP_READ_FAULT = 3,   /* a user-memory read failed (stack arg, out pointer, array) */
 	LW_DROP_WR_TRUNC = 4,     /* work requests or completions beyond LW_MAX_WR / LW_MAX_WC */
 	LW_DROP_NREASONS = 5,
 };
 
+/* Bits of lw_event.flags. */
+enum lw_event_flag {
+	LW_F_VIA_RUNTIME = 1, /* the caller is code of a CUDA runtime library (libcudart*) */
+};
+
 struct lw_event {
 	__u8 kind;      /* enum lw_event_kind */
-	__u8 nargs;     /* valid entries in args */
+	__u8 flags;     /* enum lw_event_flag */
 	__u16 probe;    /* row of probes.Table */
 	__u32 pid;      /* tgid */
 	__u32 tid;
@@ -41,7 +46,31 @@ struct lw_event {
 	__u64 ret_ts_ns; /* at return, 0 for entry-only probes */
 	__u64 ret;       /* return value (rax) */
 	__u64 out;       /* value read through the out-pointer argument at return */
+	__u64 caller;    /* return address at entry (rows with LW_COOKIE_CALLER), 0 otherwise */
 	__u64 args[LW_MAX_ARGS];
+};
+
+/* Calls in flight on one thread, one slot per API layer (a runtime call
+ * nests its driver call): the entry writes the slot, the return reads it
+ * and emits one event. Kept in task storage: no other thread can collide
+ * with it, and the kernel frees it when the thread exits. */
+#define LW_NSLOTS 4
+
+/* Code ranges a thread's driver calls came from, and whether each lies in
+ * a CUDA runtime library: looked up once per range (bpf_find_vma), then
+ * answered from here. */
+#define LW_NRANGES 4
+struct lw_code_range {
+	__u64 start, end;
+	__u32 runtime;
+	__u32 pad;
+};
+
+struct lw_slots {
+	struct lw_event slot[LW_NSLOTS];
+	struct lw_code_range code[LW_NRANGES];
+	__u32 next_code; /* the range replaced next */
+	__u32 pad;
 };
 
 /* BPF cookie layout, set per attach point by the Go attacher: the field of
@@ -52,6 +81,9 @@ enum lw_cookie_shift {
 	LW_COOKIE_OUTARG_SHIFT = 24,  /* 8 bits: index+1 of the out pointer, 0 = none */
 	LW_COOKIE_SPDELTA_SHIFT = 32, /* 8 bits: bytes pushed between symbol and probe site */
 	LW_COOKIE_OUTRET_SHIFT = 40,  /* 1 bit: out is read at the return value + OUTOFF */
+	LW_COOKIE_SLOT_SHIFT = 41,    /* 2 bits: the thread's in-flight slot (the row's API layer) */
+	LW_COOKIE_CALLER_SHIFT = 43,  /* 1 bit: read the return address into caller */
+	LW_COOKIE_WAKE_SHIFT = 44,    /* 1 bit: wake the reader at once (ld.so loaded a library) */
 	LW_COOKIE_OUTOFF_SHIFT = 48,  /* 16 bits */
 };
 #define LW_COOKIE_PROBE(c)    ((__u16)(((c) >> LW_COOKIE_PROBE_SHIFT) & 0xffff))
@@ -60,6 +92,28 @@ enum lw_cookie_shift {
 #define LW_COOKIE_SPDELTA(c)  ((__u8)(((c) >> LW_COOKIE_SPDELTA_SHIFT) & 0xff))
 #define LW_COOKIE_OUTRET(c)   (((c) >> LW_COOKIE_OUTRET_SHIFT) & 1)
 #define LW_COOKIE_OUTOFF(c)   ((__u16)(((c) >> LW_COOKIE_OUTOFF_SHIFT) & 0xffff))
+#define LW_COOKIE_SLOT(c)     ((__u32)(((c) >> LW_COOKIE_SLOT_SHIFT) & (LW_NSLOTS - 1)))
+#define LW_COOKIE_CALLER(c)   (((c) >> LW_COOKIE_CALLER_SHIFT) & 1)
+#define LW_COOKIE_WAKE(c)     (((c) >> LW_COOKIE_WAKE_SHIFT) & 1)
+
+/* struct CUDA_MEMCPY2D (cuda.h, 128 bytes), read whole by the 2D copy
+ * programs; offsets in 8-byte words. */
+enum lw_memcpy2d_word {
+	LW_M2D_SRC_X = 0, LW_M2D_SRC_Y = 1, LW_M2D_SRC_TYPE = 2, LW_M2D_SRC_HOST = 3, LW_M2D_SRC_DEVICE = 4,
+	LW_M2D_SRC_PITCH = 6, LW_M2D_DST_X = 7, LW_M2D_DST_Y = 8, LW_M2D_DST_TYPE = 9, LW_M2D_DST_HOST = 10,
+	LW_M2D_DST_DEVICE = 11, LW_M2D_DST_PITCH = 13, LW_M2D_WIDTH = 14, LW_M2D_HEIGHT = 15, LW_M2D_WORDS = 16,
+};
+
+/* Argument slots the 2D copy programs fill from the struct: arg 0 stays the
+ * struct's address and arg 1 the stream (async forms). */
+enum lw_copy2d_arg {
+	LW_C2D_DST = 2,    /* destination address: base + y*pitch + x */
+	LW_C2D_SRC = 3,
+	LW_C2D_WIDTH = 4,  /* bytes per row */
+	LW_C2D_HEIGHT = 5, /* rows */
+	LW_C2D_TYPES = 6,  /* srcMemoryType | dstMemoryType << 32 (CUmemorytype) */
+};
+#define LW_CU_MEMORYTYPE_HOST 1 /* CUmemorytype: the address is srcHost/dstHost, else srcDevice/dstDevice */
 
 /* Argument slots of LW_EV_WR events (struct ibv_send_wr / ibv_recv_wr). */
 enum lw_wr_arg {

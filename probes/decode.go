@@ -34,7 +34,7 @@ var facts = func() []rowFacts {
 	for i, p := range Table {
 		out[i] = rowFacts{
 			perThread: strings.HasSuffix(p.Symbol, "_ptsz") || strings.HasSuffix(p.Symbol, "_ptds"),
-			returns:   p.Program == ProgEntryReturn,
+			returns:   p.Program == ProgEntryReturn || p.Program == ProgBatch || p.Program == ProgCopy2D,
 		}
 	}
 	return out
@@ -44,10 +44,10 @@ var facts = func() []rowFacts {
 // direction it fixes (a row whose direction is an argument gets it later).
 func describe(c *event.Call, id uint16) {
 	p := &Table[id]
-	c.Probe, c.Symbol, c.Op, c.Layer = id, p.Symbol, p.Op, p.Layer
+	c.Probe, c.Symbol, c.Op, c.Layer, c.RuntimeAPI = id, p.Symbol, p.Op, p.Layer, p.Runtime
 	c.PerThread, c.Returns = facts[id].perThread, facts[id].returns
 	c.CopyKind = p.Kind
-	if p.Kind == kindFromArg {
+	if p.Kind == kindFromArg || p.Kind == kindFromTypes {
 		c.CopyKind = 0
 	}
 }
@@ -110,9 +110,15 @@ func Decode(raw []byte, c *event.Call) error {
 	if p.Args.Height >= 0 {
 		c.Bytes *= arg(p.Args.Height)
 	}
-	if p.Kind == kindFromArg {
+	switch p.Kind {
+	case kindFromArg:
 		c.CopyKind = event.CopyKind(arg(p.Args.Kind))
+	case kindFromTypes:
+		types := arg(p.Args.Kind)
+		c.CopyKind = kindOfTypes(uint32(types), uint32(types>>32))
 	}
+	c.Caller = ev.Caller
+	c.ViaRuntime = ev.Flags&uint8(lanewatchLwEventFlagLW_F_VIA_RUNTIME) != 0
 	c.Stream, c.Event, c.Flags = arg(p.Args.Stream), arg(p.Args.Event), arg(p.Args.Flags)
 	c.Ptr, c.Size = arg(p.Args.Ptr), arg(p.Args.Size)
 	if p.Out {
@@ -135,6 +141,30 @@ func Decode(raw []byte, c *event.Call) error {
 		c.BatchCount = arg(p.Args.Count)
 	}
 	return nil
+}
+
+// CUmemorytype values (cuda.h).
+const (
+	memTypeHost    = 1
+	memTypeDevice  = 2
+	memTypeArray   = 3
+	memTypeUnified = 4
+)
+
+// kindOfTypes is the direction of a 2D copy from the memory type of each
+// side; an array or unified side is resolved from the pointers (Default).
+func kindOfTypes(src, dst uint32) event.CopyKind {
+	switch {
+	case src == memTypeHost && dst == memTypeDevice:
+		return event.CopyHostToDevice
+	case src == memTypeDevice && dst == memTypeHost:
+		return event.CopyDeviceToHost
+	case src == memTypeDevice && dst == memTypeDevice:
+		return event.CopyDeviceToDevice
+	case src == memTypeHost && dst == memTypeHost:
+		return event.CopyHostToHost
+	}
+	return event.CopyDefault
 }
 
 // decodeWR reads the slots lw_post_send/lw_post_recv fill (enum lw_wr_arg).
@@ -199,5 +229,28 @@ func Cookie(id int, spDelta int) uint64 {
 	if p.OutRet {
 		c |= 1<<lanewatchLwCookieShiftLW_COOKIE_OUTRET_SHIFT | uint64(p.OutOff)<<lanewatchLwCookieShiftLW_COOKIE_OUTOFF_SHIFT
 	}
+	// The in-flight slot is the row's layer: a runtime call and the driver
+	// call it makes are in flight together on one thread.
+	c |= uint64(slotOf(p.Layer)) << lanewatchLwCookieShiftLW_COOKIE_SLOT_SHIFT
+	if p.Layer == event.LayerDriver {
+		c |= 1 << lanewatchLwCookieShiftLW_COOKIE_CALLER_SHIFT
+	}
+	if p.Op == event.OpLinkerUpdate {
+		c |= 1 << lanewatchLwCookieShiftLW_COOKIE_WAKE_SHIFT
+	}
 	return c
+}
+
+// slotOf is the in-flight slot of a layer (LW_NSLOTS of them): calls of
+// different layers may nest, calls of one layer do not.
+func slotOf(l event.Layer) uint8 {
+	switch l {
+	case event.LayerRuntime:
+		return 0
+	case event.LayerDriver:
+		return 1
+	case event.LayerVerbs:
+		return 2
+	}
+	return 3 // the RDMA provider (and ld.so, entry only)
 }

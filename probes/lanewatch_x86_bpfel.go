@@ -27,7 +27,20 @@ const (
 	lanewatchLwCookieShiftLW_COOKIE_OUTARG_SHIFT  lanewatchLwCookieShift = 24
 	lanewatchLwCookieShiftLW_COOKIE_SPDELTA_SHIFT lanewatchLwCookieShift = 32
 	lanewatchLwCookieShiftLW_COOKIE_OUTRET_SHIFT  lanewatchLwCookieShift = 40
+	lanewatchLwCookieShiftLW_COOKIE_SLOT_SHIFT    lanewatchLwCookieShift = 41
+	lanewatchLwCookieShiftLW_COOKIE_CALLER_SHIFT  lanewatchLwCookieShift = 43
+	lanewatchLwCookieShiftLW_COOKIE_WAKE_SHIFT    lanewatchLwCookieShift = 44
 	lanewatchLwCookieShiftLW_COOKIE_OUTOFF_SHIFT  lanewatchLwCookieShift = 48
+)
+
+type lanewatchLwCopy2dArg uint32
+
+const (
+	lanewatchLwCopy2dArgLW_C2D_DST    lanewatchLwCopy2dArg = 2
+	lanewatchLwCopy2dArgLW_C2D_SRC    lanewatchLwCopy2dArg = 3
+	lanewatchLwCopy2dArgLW_C2D_WIDTH  lanewatchLwCopy2dArg = 4
+	lanewatchLwCopy2dArgLW_C2D_HEIGHT lanewatchLwCopy2dArg = 5
+	lanewatchLwCopy2dArgLW_C2D_TYPES  lanewatchLwCopy2dArg = 6
 )
 
 type lanewatchLwDropReason uint32
@@ -44,7 +57,7 @@ const (
 type lanewatchLwEvent struct {
 	_          structs.HostLayout
 	Kind       uint8
-	Nargs      uint8
+	Flags      uint8
 	Probe      uint16
 	Pid        uint32
 	Tid        uint32
@@ -53,8 +66,15 @@ type lanewatchLwEvent struct {
 	RetTsNs    uint64
 	Ret        uint64
 	Out        uint64
+	Caller     uint64
 	Args       [9]uint64
 }
+
+type lanewatchLwEventFlag uint32
+
+const (
+	lanewatchLwEventFlagLW_F_VIA_RUNTIME lanewatchLwEventFlag = 1
+)
 
 type lanewatchLwEventKind uint32
 
@@ -66,6 +86,20 @@ const (
 	lanewatchLwEventKindLW_EV_WR          lanewatchLwEventKind = 5
 	lanewatchLwEventKindLW_EV_WC          lanewatchLwEventKind = 6
 )
+
+type lanewatchLwSlots struct {
+	_    structs.HostLayout
+	Slot [4]lanewatchLwEvent
+	Code [4]struct {
+		_       structs.HostLayout
+		Start   uint64
+		End     uint64
+		Runtime uint32
+		Pad     uint32
+	}
+	NextCode uint32
+	Pad      uint32
+}
 
 type lanewatchLwWcArg uint32
 
@@ -91,25 +125,18 @@ const (
 	lanewatchLwWrArgLW_WR_QPNUM     lanewatchLwWrArg = 8
 )
 
-type lanewatchSavedKey struct {
-	_     structs.HostLayout
-	Tid   uint32
-	Probe uint16
-	Pad   uint16
-}
-
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	lanewatchMapDrops             = "drops"
 	lanewatchMapEvents            = "events"
-	lanewatchMapSaved             = "saved"
-	lanewatchMapScratch           = "scratch"
+	lanewatchMapInflight          = "inflight"
 	lanewatchProgLwBatch          = "lw_batch"
 	lanewatchProgLwCall           = "lw_call"
 	lanewatchProgLwCallEnter      = "lw_call_enter"
 	lanewatchProgLwCallReturn     = "lw_call_return"
+	lanewatchProgLwCopy2dEnter    = "lw_copy2d_enter"
 	lanewatchProgLwExec           = "lw_exec"
 	lanewatchProgLwExit           = "lw_exit"
 	lanewatchProgLwPollCqReturn   = "lw_poll_cq_return"
@@ -117,7 +144,9 @@ const (
 	lanewatchProgLwPostSend       = "lw_post_send"
 	lanewatchVarCpuCounts         = "cpu_counts"
 	lanewatchVarUnusedCookieShift = "unused_cookie_shift"
+	lanewatchVarUnusedCopy2dArg   = "unused_copy2d_arg"
 	lanewatchVarUnusedDropReason  = "unused_drop_reason"
+	lanewatchVarUnusedEventFlag   = "unused_event_flag"
 	lanewatchVarUnusedEventKind   = "unused_event_kind"
 	lanewatchVarUnusedWcArg       = "unused_wc_arg"
 	lanewatchVarUnusedWrArg       = "unused_wr_arg"
@@ -170,6 +199,7 @@ type lanewatchProgramSpecs struct {
 	LwCall         *ebpf.ProgramSpec `ebpf:"lw_call"`
 	LwCallEnter    *ebpf.ProgramSpec `ebpf:"lw_call_enter"`
 	LwCallReturn   *ebpf.ProgramSpec `ebpf:"lw_call_return"`
+	LwCopy2dEnter  *ebpf.ProgramSpec `ebpf:"lw_copy2d_enter"`
 	LwExec         *ebpf.ProgramSpec `ebpf:"lw_exec"`
 	LwExit         *ebpf.ProgramSpec `ebpf:"lw_exit"`
 	LwPollCqReturn *ebpf.ProgramSpec `ebpf:"lw_poll_cq_return"`
@@ -181,10 +211,9 @@ type lanewatchProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type lanewatchMapSpecs struct {
-	Drops   *ebpf.MapSpec `ebpf:"drops"`
-	Events  *ebpf.MapSpec `ebpf:"events"`
-	Saved   *ebpf.MapSpec `ebpf:"saved"`
-	Scratch *ebpf.MapSpec `ebpf:"scratch"`
+	Drops    *ebpf.MapSpec `ebpf:"drops"`
+	Events   *ebpf.MapSpec `ebpf:"events"`
+	Inflight *ebpf.MapSpec `ebpf:"inflight"`
 }
 
 // lanewatchVariableSpecs contains global variables before they are loaded into the kernel.
@@ -193,7 +222,9 @@ type lanewatchMapSpecs struct {
 type lanewatchVariableSpecs struct {
 	CpuCounts         *ebpf.VariableSpec `ebpf:"cpu_counts"`
 	UnusedCookieShift *ebpf.VariableSpec `ebpf:"unused_cookie_shift"`
+	UnusedCopy2dArg   *ebpf.VariableSpec `ebpf:"unused_copy2d_arg"`
 	UnusedDropReason  *ebpf.VariableSpec `ebpf:"unused_drop_reason"`
+	UnusedEventFlag   *ebpf.VariableSpec `ebpf:"unused_event_flag"`
 	UnusedEventKind   *ebpf.VariableSpec `ebpf:"unused_event_kind"`
 	UnusedWcArg       *ebpf.VariableSpec `ebpf:"unused_wc_arg"`
 	UnusedWrArg       *ebpf.VariableSpec `ebpf:"unused_wr_arg"`
@@ -220,18 +251,16 @@ func (o *lanewatchObjects) Close() error {
 //
 // It can be passed to loadLanewatchObjects or ebpf.CollectionSpec.LoadAndAssign.
 type lanewatchMaps struct {
-	Drops   *ebpf.Map `ebpf:"drops"`
-	Events  *ebpf.Map `ebpf:"events"`
-	Saved   *ebpf.Map `ebpf:"saved"`
-	Scratch *ebpf.Map `ebpf:"scratch"`
+	Drops    *ebpf.Map `ebpf:"drops"`
+	Events   *ebpf.Map `ebpf:"events"`
+	Inflight *ebpf.Map `ebpf:"inflight"`
 }
 
 func (m *lanewatchMaps) Close() error {
 	return _LanewatchClose(
 		m.Drops,
 		m.Events,
-		m.Saved,
-		m.Scratch,
+		m.Inflight,
 	)
 }
 
@@ -241,7 +270,9 @@ func (m *lanewatchMaps) Close() error {
 type lanewatchVariables struct {
 	CpuCounts         *ebpf.Variable `ebpf:"cpu_counts"`
 	UnusedCookieShift *ebpf.Variable `ebpf:"unused_cookie_shift"`
+	UnusedCopy2dArg   *ebpf.Variable `ebpf:"unused_copy2d_arg"`
 	UnusedDropReason  *ebpf.Variable `ebpf:"unused_drop_reason"`
+	UnusedEventFlag   *ebpf.Variable `ebpf:"unused_event_flag"`
 	UnusedEventKind   *ebpf.Variable `ebpf:"unused_event_kind"`
 	UnusedWcArg       *ebpf.Variable `ebpf:"unused_wc_arg"`
 	UnusedWrArg       *ebpf.Variable `ebpf:"unused_wr_arg"`
@@ -256,6 +287,7 @@ type lanewatchPrograms struct {
 	LwCall         *ebpf.Program `ebpf:"lw_call"`
 	LwCallEnter    *ebpf.Program `ebpf:"lw_call_enter"`
 	LwCallReturn   *ebpf.Program `ebpf:"lw_call_return"`
+	LwCopy2dEnter  *ebpf.Program `ebpf:"lw_copy2d_enter"`
 	LwExec         *ebpf.Program `ebpf:"lw_exec"`
 	LwExit         *ebpf.Program `ebpf:"lw_exit"`
 	LwPollCqReturn *ebpf.Program `ebpf:"lw_poll_cq_return"`
@@ -269,6 +301,7 @@ func (p *lanewatchPrograms) Close() error {
 		p.LwCall,
 		p.LwCallEnter,
 		p.LwCallReturn,
+		p.LwCopy2dEnter,
 		p.LwExec,
 		p.LwExit,
 		p.LwPollCqReturn,

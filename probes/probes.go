@@ -43,9 +43,10 @@ type Probes struct {
 	opts   Options
 	log    *slog.Logger
 
-	mu       sync.Mutex
-	files    map[FileID]*AttachedFile
-	procLink []link.Link // exec/exit tracepoints
+	mu        sync.Mutex
+	files     map[FileID]*AttachedFile
+	pidProbes map[*PIDProbes]bool // probes for one process each
+	procLink  []link.Link         // exec/exit tracepoints
 }
 
 // FileID identifies a file by device and inode: a library is attached once
@@ -88,7 +89,7 @@ func Load(opts Options) (*Probes, error) {
 	if err := spec.Variables["wakeup_bytes"].Set(opts.WakeupBytes); err != nil {
 		return nil, fmt.Errorf("set wakeup_bytes: %w", err)
 	}
-	p := &Probes{opts: opts, log: opts.Logger, files: map[FileID]*AttachedFile{}}
+	p := &Probes{opts: opts, log: opts.Logger, files: map[FileID]*AttachedFile{}, pidProbes: map[*PIDProbes]bool{}}
 	if err := spec.LoadAndAssign(&p.objs, nil); err != nil {
 		var verr *ebpf.VerifierError
 		if errors.As(err, &verr) {
@@ -131,27 +132,9 @@ func (p *Probes) AttachFile(id FileID, path string, syms map[string]Symbol, pid 
 	if af == nil {
 		af = &AttachedFile{Path: path, Sites: map[string]Site{}}
 	}
-	plan := map[Program]*sites{}
-	chosen := map[string]Site{}
-	for i := range Table {
-		row := &Table[i]
-		sym, ok := syms[row.Symbol]
-		if _, done := af.Sites[row.Symbol]; !ok || done {
-			continue
-		}
-		code, err := ReadCode(path, sym.Offset, 16)
-		if err != nil {
-			return nil, fmt.Errorf("%s: read %s: %w", path, row.Symbol, err)
-		}
-		site, err := ChooseSite(code)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %s: %w", path, row.Symbol, err)
-		}
-		if plan[row.Program] == nil {
-			plan[row.Program] = &sites{}
-		}
-		plan[row.Program].add(sym.Offset+site.Offset, Cookie(i, site.SPDelta))
-		chosen[row.Symbol] = site
+	plan, chosen, err := planSites(path, syms, func(sym string) bool { _, done := af.Sites[sym]; return done })
+	if err != nil {
+		return nil, err
 	}
 	if len(chosen) == 0 {
 		if p.files[id] == nil {
@@ -160,12 +143,154 @@ func (p *Probes) AttachFile(id FileID, path string, syms map[string]Symbol, pid 
 		}
 		return af, nil
 	}
+	made, err := p.attachPlan(path, plan, pid)
+	if err != nil {
+		return nil, err
+	}
+	af.links = append(af.links, made...)
+	for sym, site := range chosen {
+		af.Sites[sym] = site
+	}
+	af.Missing = missingRows(syms)
+	p.files[id] = af
+	return af, nil
+}
+
+// PIDProbes are probes attached for one process only (AttachPID).
+type PIDProbes struct {
+	Path  string
+	Sites map[string]Site
+	p     *Probes
+	links []link.Link
+}
+
+// AttachPID attaches the rows syms names in the file at path, for process
+// pid only: the kernel then places no breakpoint in any other process.
+// They are kept apart from the file's own attachments (AttachFile) and
+// detached by Close (or by Probes.Close).
+func (p *Probes) AttachPID(path string, syms map[string]Symbol, pid int) (*PIDProbes, error) {
+	if pid <= 0 {
+		return nil, fmt.Errorf("attach %s for pid %d: not a process", path, pid)
+	}
+	plan, chosen, err := planSites(path, syms, func(string) bool { return false })
+	if err != nil {
+		return nil, err
+	}
+	pp := &PIDProbes{Path: path, Sites: chosen, p: p}
+	if len(chosen) == 0 {
+		return pp, nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if pp.links, err = p.attachPlan(path, plan, pid); err != nil {
+		return nil, err
+	}
+	p.pidProbes[pp] = true
+	return pp, nil
+}
+
+// Close detaches the process's probes.
+func (pp *PIDProbes) Close() error {
+	pp.p.mu.Lock()
+	delete(pp.p.pidProbes, pp)
+	links := pp.links
+	pp.links = nil
+	pp.p.mu.Unlock()
+	return closeLinks(links)
+}
+
+// planSites chooses the site of every table row syms names (skipping those
+// done says are attached already) and groups them by program.
+func planSites(path string, syms map[string]Symbol, done func(sym string) bool) (map[Program]*sites, map[string]Site, error) {
+	plan := map[Program]*sites{}
+	chosen := map[string]Site{}
+	var thunks *ThunkResolver // opened at the first symbol, for all of them
+	defer func() {
+		if thunks != nil {
+			thunks.Close()
+		}
+	}()
+	impls := map[uint64]string{} // implementation → the row that probes it
+	for i := range Table {
+		row := &Table[i]
+		sym, ok := syms[row.Symbol]
+		if !ok || done(row.Symbol) {
+			continue
+		}
+		provider := strings.HasPrefix(row.Symbol, ProviderPrefix) // found by offset, no symbol to decode
+		if thunks == nil && !provider {
+			var err error
+			if thunks, err = NewThunkResolver(path); err != nil {
+				return nil, nil, err
+			}
+		}
+		resolver := thunks
+		if provider {
+			resolver = nil
+		}
+		at, site, err := chooseSite(path, row.Symbol, sym, resolver, impls)
+		if err != nil {
+			return nil, nil, err
+		}
+		if plan[row.Program] == nil {
+			plan[row.Program] = &sites{}
+		}
+		plan[row.Program].add(at, Cookie(i, site.SPDelta))
+		chosen[row.Symbol] = site
+	}
+	return plan, chosen, nil
+}
+
+// chooseSite picks where to probe one symbol and returns that file offset.
+// A dispatch thunk (docs/design.md, "NVIDIA's real libraries") is probed at
+// its implementation, whose first instruction the kernel emulates, when the
+// thunk is proven to hand its arguments over untouched and the
+// implementation to be a function start no other row probes; otherwise the
+// thunk itself, saying why in Site.NotResolved.
+func chooseSite(path, name string, sym Symbol, thunks *ThunkResolver, impls map[uint64]string) (uint64, Site, error) {
+	var note string
+	if thunks != nil {
+		t, err := thunks.Resolve(sym)
+		switch {
+		case err == nil && impls[t.Impl] != "":
+			note = fmt.Sprintf("implementation %#x is also %s's: probed at the thunk so each row keeps its own site", t.Impl, impls[t.Impl])
+		case err == nil:
+			code, err := ReadCode(path, t.ImplOffset, 16)
+			if err != nil {
+				return 0, Site{}, fmt.Errorf("%s: read %s's implementation: %w", path, name, err)
+			}
+			site, err := ChooseSite(code)
+			if err != nil {
+				return 0, Site{}, fmt.Errorf("%s: %s's implementation %#x: %w", path, name, t.Impl, err)
+			}
+			impls[t.Impl] = name
+			site.Thunk = &t
+			return t.ImplOffset + site.Offset, site, nil
+		case !errors.Is(err, ErrNotThunk):
+			note = err.Error()
+		}
+	}
+	code, err := ReadCode(path, sym.Offset, 16)
+	if err != nil {
+		return 0, Site{}, fmt.Errorf("%s: read %s: %w", path, name, err)
+	}
+	site, err := ChooseSite(code)
+	if err != nil {
+		return 0, Site{}, fmt.Errorf("%s: %s: %w", path, name, err)
+	}
+	site.NotResolved = note
+	return sym.Offset + site.Offset, site, nil
+}
+
+// attachPlan makes the links of a plan: per program, one uprobe_multi link
+// with every site. On a failure the links made so far are closed again.
+func (p *Probes) attachPlan(path string, plan map[Program]*sites, pid int) ([]link.Link, error) {
 	ex, err := link.OpenExecutable(path)
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
 	var made []link.Link
-	for _, prog := range []Program{ProgEntry, ProgBatch, ProgEntryReturn, ProgPostSend, ProgPostRecv, ProgPollCQ} {
+	for _, prog := range []Program{ProgEntry, ProgBatch, ProgCopy2D, ProgEntryReturn, ProgPostSend, ProgPostRecv, ProgPollCQ} {
 		s := plan[prog]
 		if s == nil {
 			continue
@@ -185,13 +310,7 @@ func (p *Probes) AttachFile(id FileID, path string, syms map[string]Symbol, pid 
 			made = append(made, l)
 		}
 	}
-	af.links = append(af.links, made...)
-	for sym, site := range chosen {
-		af.Sites[sym] = site
-	}
-	af.Missing = missingRows(syms)
-	p.files[id] = af
-	return af, nil
+	return made, nil
 }
 
 type attachProg struct {
@@ -205,7 +324,9 @@ func (p *Probes) programsFor(prog Program) []attachProg {
 	case ProgEntry:
 		return []attachProg{{p.objs.LwCall, false}}
 	case ProgBatch:
-		return []attachProg{{p.objs.LwBatch, false}}
+		return []attachProg{{p.objs.LwBatch, false}, {p.objs.LwCallReturn, true}}
+	case ProgCopy2D:
+		return []attachProg{{p.objs.LwCopy2dEnter, false}, {p.objs.LwCallReturn, true}}
 	case ProgEntryReturn:
 		return []attachProg{{p.objs.LwCallEnter, false}, {p.objs.LwCallReturn, true}}
 	case ProgPostSend:
@@ -268,6 +389,9 @@ func (p *Probes) Links() int {
 	n := len(p.procLink)
 	for _, af := range p.files {
 		n += len(af.links)
+	}
+	for pp := range p.pidProbes {
+		n += len(pp.links)
 	}
 	return n
 }
@@ -364,6 +488,11 @@ func (p *Probes) Close() error {
 		all = append(all, af.links...)
 		af.links = nil
 	}
+	for pp := range p.pidProbes {
+		all = append(all, pp.links...)
+		pp.links = nil
+	}
+	p.pidProbes = map[*PIDProbes]bool{}
 	errs := []error{closeLinks(all)}
 	p.files = map[FileID]*AttachedFile{}
 	p.procLink = nil

@@ -31,15 +31,24 @@ func (c SiteCost) String() string {
 
 // Site is where to attach a uprobe within a function.
 type Site struct {
-	Offset  uint64 // bytes past the symbol
+	Offset  uint64 // bytes past the symbol (or past Thunk.Impl when Thunk is set)
 	SPDelta int    // bytes pushed between the symbol and the site; 0 while only ENDBR64 is skipped
 	Insn    string // the instruction at the site, e.g. "PUSH RBP"
 	Cost    SiteCost
 	Skipped string // what was skipped to get there ("ENDBR64"), or ""
+	// Thunk is set when the symbol is a dispatch thunk probed at its
+	// implementation instead (NVIDIA's driver entry points).
+	Thunk *Thunk
+	// NotResolved says why a symbol that looks like a dispatch thunk is
+	// probed at the thunk itself ("" when it is not one, or was resolved).
+	NotResolved string
 }
 
 func (s Site) String() string {
 	str := fmt.Sprintf("+%d %s (%s", s.Offset, s.Insn, s.Cost)
+	if s.Thunk != nil {
+		str = fmt.Sprintf("implementation %#x +%d %s (%s, through the thunk's slot %#x", s.Thunk.Impl, s.Offset, s.Insn, s.Cost, s.Thunk.Slot)
+	}
 	if s.Skipped != "" {
 		str += ", after " + s.Skipped
 	}

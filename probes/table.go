@@ -6,20 +6,33 @@ import "github.com/lanewatch/lanewatch/event"
 // there and how the raw argument registers decode into a Call. One row per
 // exported symbol; the _ptds/_ptsz rows are the per-thread-default-stream
 // forms of the same call (same arguments, different default stream).
+//
+// CUDA is traced at the driver (docs/design.md, "One pair per call"): every
+// copy, whoever makes it — the runtime, a static runtime inside another
+// library, an application on the driver API — reaches an exported driver
+// entry point, so one entry+return pair there gives its arguments and its
+// result. A driver row names the runtime call that reaches it (Runtime);
+// the runtime's own rows are attached only to a process whose driver failed
+// to initialise, where runtime calls fail before reaching the driver.
 
-// kindFromArg marks a row whose direction is its cudaMemcpyKind argument.
-const kindFromArg event.CopyKind = 255
+// kindFromArg marks a row whose direction is its cudaMemcpyKind argument,
+// kindFromTypes one whose direction follows the CUmemorytype of each side.
+const (
+	kindFromArg   event.CopyKind = 255
+	kindFromTypes event.CopyKind = 254
+)
 
 // Program selects the BPF program attached at a row's symbol.
 type Program uint8
 
 const (
-	ProgEntry       Program = iota + 1 // arguments at entry only: the cheap, common case
-	ProgEntryReturn                    // arguments saved at entry, emitted at return with the result
-	ProgBatch                          // entry; walks the dst/src/size arrays
+	ProgEntry       Program = iota + 1 // arguments at entry only, no result
+	ProgEntryReturn                    // arguments kept at entry, emitted at return with the result
+	ProgBatch                          // entry walks the dst/src/size arrays; the result at return
+	ProgCopy2D                         // entry reads struct CUDA_MEMCPY2D; the result at return
 	ProgPostSend                       // entry; walks the ibv_send_wr chain
 	ProgPostRecv                       // entry; walks the ibv_recv_wr chain
-	ProgPollCQ                         // entry saved, one event per completion at return
+	ProgPollCQ                         // entry kept, one event per completion at return
 )
 
 // noArg marks an argument a call does not have.
@@ -53,6 +66,9 @@ type Probe struct {
 	// (the lkey and rkey of a new struct ibv_mr, the context of a new QP).
 	OutRet bool
 	OutOff uint16
+	// Runtime is the runtime call that reaches this driver row, the API a
+	// copy made through the runtime is reported under ("cudaMemcpyAsync").
+	Runtime string
 }
 
 // ProviderPrefix names rows attached by file offset: the provider functions
@@ -88,77 +104,113 @@ var Table = buildTable()
 func buildTable() []Probe {
 	var t []Probe
 	add := func(ps ...Probe) { t = append(t, ps...) }
+
+	// --- CUDA driver: every call that moves bytes, pins or allocates memory,
+	// or orders work, with its result. Runtime (11.8, 12.4) dispatch, read in
+	// their code: cudaMemcpy[Async] with an explicit kind calls the
+	// matching HtoD/DtoH/DtoD entry point, cudaMemcpyDefault the unified
+	// cuMemcpy[Async]; cudaMemcpy2D calls cuMemcpy2DUnaligned_v2;
+	// cudaMallocHost and cudaHostAlloc both call cuMemHostAlloc. ---
+	driver := func(sym, runtime string, op event.Op, kind event.CopyKind, a Args, n int) Probe {
+		return Probe{Symbol: sym, Layer: event.LayerDriver, Op: op, Program: ProgEntryReturn, Kind: kind, Args: a, NArgs: n, Runtime: runtime}
+	}
+	twins := func(p Probe, suffix, runtimeSuffix string) []Probe {
+		ps := withForms(p, suffix)
+		if p.Runtime != "" {
+			ps[1].Runtime = p.Runtime + runtimeSuffix
+		}
+		return ps
+	}
+	add(driver("cuInit", "", event.OpInit, 0, syncArgs(noArg, noArg, 0), 1))
+	// cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t bytes[, CUstream])
+	for _, c := range []struct {
+		sym  string
+		kind event.CopyKind
+	}{{"cuMemcpyHtoD", event.CopyHostToDevice}, {"cuMemcpyDtoH", event.CopyDeviceToHost}, {"cuMemcpyDtoD", event.CopyDeviceToDevice}} {
+		add(twins(driver(c.sym+"_v2", "cudaMemcpy", event.OpCopy, c.kind, copyArgs(0, 1, 2, noArg, noArg), 3), "_ptds", "_ptds")...)
+		add(twins(driver(c.sym+"Async_v2", "cudaMemcpyAsync", event.OpCopy, c.kind, copyArgs(0, 1, 2, noArg, 3), 4), "_ptsz", "_ptsz")...)
+	}
+	add(twins(driver("cuMemcpy", "cudaMemcpy", event.OpCopy, event.CopyDefault, copyArgs(0, 1, 2, noArg, noArg), 3), "_ptds", "_ptds")...)
+	add(twins(driver("cuMemcpyAsync", "cudaMemcpyAsync", event.OpCopy, event.CopyDefault, copyArgs(0, 1, 2, noArg, 3), 4), "_ptsz", "_ptsz")...)
+	// cuMemcpy2D*(const CUDA_MEMCPY2D *[, CUstream]): lw_copy2d_enter puts the
+	// struct's fields in the argument slots of enum lw_copy2d_arg.
+	c2d := func(sym, runtime string, stream int) Probe {
+		a := copyArgs(int(lanewatchLwCopy2dArgLW_C2D_DST), int(lanewatchLwCopy2dArgLW_C2D_SRC), int(lanewatchLwCopy2dArgLW_C2D_WIDTH),
+			int(lanewatchLwCopy2dArgLW_C2D_TYPES), stream)
+		a.Height = int(lanewatchLwCopy2dArgLW_C2D_HEIGHT)
+		p := driver(sym, runtime, event.OpCopy2D, kindFromTypes, a, 2)
+		p.Program = ProgCopy2D
+		return p
+	}
+	add(twins(c2d("cuMemcpy2D_v2", "", noArg), "_ptds", "")...)
+	add(twins(c2d("cuMemcpy2DUnaligned_v2", "cudaMemcpy2D", noArg), "_ptds", "_ptds")...)
+	add(twins(c2d("cuMemcpy2DAsync_v2", "cudaMemcpy2DAsync", 1), "_ptsz", "_ptsz")...)
+	// cuMemcpyPeer(dst, dstCtx, src, srcCtx, bytes[, stream])
+	add(driver("cuMemcpyPeer", "cudaMemcpyPeer", event.OpCopyPeer, event.CopyDeviceToDevice, copyArgs(0, 2, 4, noArg, noArg), 5))
+	add(twins(driver("cuMemcpyPeerAsync", "cudaMemcpyPeerAsync", event.OpCopyPeer, event.CopyDeviceToDevice, copyArgs(0, 2, 4, noArg, 5), 6), "_ptsz", "")...)
+	// cuMemcpyBatchAsync(dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, failIdx, stream): CUDA 12.8
+	dbatch := copyArgs(0, 1, 2, noArg, 8)
+	dbatch.Count = 3
+	b := driver("cuMemcpyBatchAsync", "cudaMemcpyBatchAsync", event.OpCopyBatch, event.CopyDefault, dbatch, 9)
+	b.Program = ProgBatch
+	add(twins(b, "_ptsz", "_ptsz")...)
+
+	out := func(p Probe) Probe { p.Out = true; return p }
+	add(driver("cuMemHostRegister_v2", "cudaHostRegister", event.OpHostRegister, 0, memArgs(0, 1, 2), 3))
+	add(out(driver("cuMemHostAlloc", "cudaHostAlloc", event.OpHostAlloc, 0, memArgs(0, 1, 2), 3)))
+	add(out(driver("cuMemAllocHost_v2", "", event.OpHostAlloc, 0, memArgs(0, 1, noArg), 2))) // driver API programs only
+	add(driver("cuMemHostUnregister", "cudaHostUnregister", event.OpHostUnregister, 0, memArgs(0, noArg, noArg), 1))
+	add(driver("cuMemFreeHost", "cudaFreeHost", event.OpHostFree, 0, memArgs(0, noArg, noArg), 1))
+	add(out(driver("cuMemAlloc_v2", "cudaMalloc", event.OpDeviceAlloc, 0, memArgs(0, 1, noArg), 2)))
+	add(driver("cuMemFree_v2", "cudaFree", event.OpDeviceFree, 0, memArgs(0, noArg, noArg), 1))
+
+	add(twins(driver("cuStreamSynchronize", "cudaStreamSynchronize", event.OpStreamSync, 0, syncArgs(0, noArg, noArg), 1), "_ptsz", "_ptsz")...)
+	add(twins(driver("cuEventRecord", "cudaEventRecord", event.OpEventRecord, 0, syncArgs(1, 0, noArg), 2), "_ptsz", "_ptsz")...)
+	add(twins(driver("cuEventRecordWithFlags", "cudaEventRecordWithFlags", event.OpEventRecord, 0, syncArgs(1, 0, 2), 3), "_ptsz", "_ptsz")...)
+	add(driver("cuEventSynchronize", "cudaEventSynchronize", event.OpEventSync, 0, syncArgs(noArg, 0, noArg), 1))
+	add(twins(driver("cuStreamWaitEvent", "cudaStreamWaitEvent", event.OpStreamWaitEvent, 0, syncArgs(0, 1, 2), 3), "_ptsz", "_ptsz")...)
+
+	// --- CUDA runtime: attached to a process only when its driver failed to
+	// initialise (then every runtime call fails before reaching the driver,
+	// and only here is its error seen). ---
 	rt := func(sym string, op event.Op, prog Program, kind event.CopyKind, a Args, n int) Probe {
 		return Probe{Symbol: sym, Layer: event.LayerRuntime, Op: op, Program: prog, Kind: kind, Args: a, NArgs: n}
 	}
-	drv := func(sym string, op event.Op, prog Program, kind event.CopyKind, a Args, n int) Probe {
-		return Probe{Symbol: sym, Layer: event.LayerDriver, Op: op, Program: prog, Kind: kind, Args: a, NArgs: n}
-	}
-	out := func(p Probe) Probe { p.Out = true; return p }
-
-	// --- CUDA runtime: copies ---
 	// cudaMemcpy(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind)
-	add(withForms(rt("cudaMemcpy", event.OpCopy, ProgEntry, kindFromArg, copyArgs(0, 1, 2, 3, noArg), 4), "_ptds")...)
+	add(withForms(rt("cudaMemcpy", event.OpCopy, ProgEntryReturn, kindFromArg, copyArgs(0, 1, 2, 3, noArg), 4), "_ptds")...)
 	// cudaMemcpyAsync(dst, src, count, kind, cudaStream_t stream)
-	add(withForms(rt("cudaMemcpyAsync", event.OpCopy, ProgEntry, kindFromArg, copyArgs(0, 1, 2, 3, 4), 5), "_ptsz")...)
+	add(withForms(rt("cudaMemcpyAsync", event.OpCopy, ProgEntryReturn, kindFromArg, copyArgs(0, 1, 2, 3, 4), 5), "_ptsz")...)
 	// cudaMemcpy2D(dst, dpitch, src, spitch, width, height, kind): kind is the 7th, on the stack
-	c2d := copyArgs(0, 2, 4, 6, noArg)
-	c2d.Height = 5
-	add(withForms(rt("cudaMemcpy2D", event.OpCopy2D, ProgEntry, kindFromArg, c2d, 7), "_ptds")...)
+	rc2d := copyArgs(0, 2, 4, 6, noArg)
+	rc2d.Height = 5
+	add(withForms(rt("cudaMemcpy2D", event.OpCopy2D, ProgEntryReturn, kindFromArg, rc2d, 7), "_ptds")...)
 	// cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, height, kind, stream): 7th and 8th on the stack
-	c2da := copyArgs(0, 2, 4, 6, 7)
-	c2da.Height = 5
-	add(withForms(rt("cudaMemcpy2DAsync", event.OpCopy2D, ProgEntry, kindFromArg, c2da, 8), "_ptsz")...)
+	rc2da := copyArgs(0, 2, 4, 6, 7)
+	rc2da.Height = 5
+	add(withForms(rt("cudaMemcpy2DAsync", event.OpCopy2D, ProgEntryReturn, kindFromArg, rc2da, 8), "_ptsz")...)
 	// cudaMemcpyPeer(dst, int dstDevice, src, int srcDevice, count): no per-thread form exists
-	add(rt("cudaMemcpyPeer", event.OpCopyPeer, ProgEntry, event.CopyDeviceToDevice, copyArgs(0, 2, 4, noArg, noArg), 5))
+	add(rt("cudaMemcpyPeer", event.OpCopyPeer, ProgEntryReturn, event.CopyDeviceToDevice, copyArgs(0, 2, 4, noArg, noArg), 5))
 	// cudaMemcpyPeerAsync(dst, dstDevice, src, srcDevice, count, stream)
-	add(rt("cudaMemcpyPeerAsync", event.OpCopyPeer, ProgEntry, event.CopyDeviceToDevice, copyArgs(0, 2, 4, noArg, 5), 6))
+	add(rt("cudaMemcpyPeerAsync", event.OpCopyPeer, ProgEntryReturn, event.CopyDeviceToDevice, copyArgs(0, 2, 4, noArg, 5), 6))
 	// cudaMemcpyBatchAsync(void **dsts, void **srcs, size_t *sizes, size_t count,
 	//   cudaMemcpyAttributes *attrs, size_t *attrsIdxs, size_t numAttrs, size_t *failIdx, cudaStream_t stream)
 	// (CUDA 12.8 layout: the stream is the 9th argument, on the stack.)
 	batch := copyArgs(0, 1, 2, noArg, 8)
 	batch.Count = 3
 	add(withForms(rt("cudaMemcpyBatchAsync", event.OpCopyBatch, ProgBatch, event.CopyDefault, batch, 9), "_ptsz")...)
-
-	// --- CUDA runtime: memory ---
-	add(out(rt("cudaHostAlloc", event.OpHostAlloc, ProgEntryReturn, 0, memArgs(0, 1, 2), 3)))      // (void **pHost, size_t size, unsigned flags)
-	add(out(rt("cudaMallocHost", event.OpHostAlloc, ProgEntryReturn, 0, memArgs(0, 1, noArg), 2))) // (void **ptr, size_t size)
-	add(rt("cudaHostRegister", event.OpHostRegister, ProgEntryReturn, 0, memArgs(0, 1, 2), 3))     // (void *ptr, size_t size, unsigned flags)
-	add(rt("cudaHostUnregister", event.OpHostUnregister, ProgEntry, 0, memArgs(0, noArg, noArg), 1))
-	add(rt("cudaFreeHost", event.OpHostFree, ProgEntry, 0, memArgs(0, noArg, noArg), 1))
-	add(out(rt("cudaMalloc", event.OpDeviceAlloc, ProgEntryReturn, 0, memArgs(0, 1, noArg), 2))) // (void **devPtr, size_t size)
-	add(rt("cudaFree", event.OpDeviceFree, ProgEntry, 0, memArgs(0, noArg, noArg), 1))
-
-	// --- CUDA runtime: ordering ---
+	rtOut := func(p Probe) Probe { p.Out = true; return p }
+	add(rtOut(rt("cudaHostAlloc", event.OpHostAlloc, ProgEntryReturn, 0, memArgs(0, 1, 2), 3)))      // (void **pHost, size_t size, unsigned flags)
+	add(rtOut(rt("cudaMallocHost", event.OpHostAlloc, ProgEntryReturn, 0, memArgs(0, 1, noArg), 2))) // (void **ptr, size_t size)
+	add(rt("cudaHostRegister", event.OpHostRegister, ProgEntryReturn, 0, memArgs(0, 1, 2), 3))       // (void *ptr, size_t size, unsigned flags)
+	add(rt("cudaHostUnregister", event.OpHostUnregister, ProgEntryReturn, 0, memArgs(0, noArg, noArg), 1))
+	add(rt("cudaFreeHost", event.OpHostFree, ProgEntryReturn, 0, memArgs(0, noArg, noArg), 1))
+	add(rtOut(rt("cudaMalloc", event.OpDeviceAlloc, ProgEntryReturn, 0, memArgs(0, 1, noArg), 2))) // (void **devPtr, size_t size)
+	add(rt("cudaFree", event.OpDeviceFree, ProgEntryReturn, 0, memArgs(0, noArg, noArg), 1))
 	add(withForms(rt("cudaStreamSynchronize", event.OpStreamSync, ProgEntryReturn, 0, syncArgs(0, noArg, noArg), 1), "_ptsz")...)
-	add(withForms(rt("cudaEventRecord", event.OpEventRecord, ProgEntry, 0, syncArgs(1, 0, noArg), 2), "_ptsz")...) // (event, stream)
+	add(withForms(rt("cudaEventRecord", event.OpEventRecord, ProgEntryReturn, 0, syncArgs(1, 0, noArg), 2), "_ptsz")...) // (event, stream)
 	add(rt("cudaEventSynchronize", event.OpEventSync, ProgEntryReturn, 0, syncArgs(noArg, 0, noArg), 1))
-	add(withForms(rt("cudaStreamWaitEvent", event.OpStreamWaitEvent, ProgEntry, 0, syncArgs(0, 1, 2), 3), "_ptsz")...) // (stream, event, flags)
-
-	// --- CUDA driver: copies (CUdeviceptr is an unsigned 64-bit address) ---
-	add(withForms(drv("cuMemcpyHtoD_v2", event.OpCopy, ProgEntry, event.CopyHostToDevice, copyArgs(0, 1, 2, noArg, noArg), 3), "_ptds")...)
-	add(withForms(drv("cuMemcpyHtoDAsync_v2", event.OpCopy, ProgEntry, event.CopyHostToDevice, copyArgs(0, 1, 2, noArg, 3), 4), "_ptsz")...)
-	add(withForms(drv("cuMemcpyDtoH_v2", event.OpCopy, ProgEntry, event.CopyDeviceToHost, copyArgs(0, 1, 2, noArg, noArg), 3), "_ptds")...)
-	add(withForms(drv("cuMemcpyDtoHAsync_v2", event.OpCopy, ProgEntry, event.CopyDeviceToHost, copyArgs(0, 1, 2, noArg, 3), 4), "_ptsz")...)
-	add(withForms(drv("cuMemcpyDtoD_v2", event.OpCopy, ProgEntry, event.CopyDeviceToDevice, copyArgs(0, 1, 2, noArg, noArg), 3), "_ptds")...)
-	add(withForms(drv("cuMemcpyDtoDAsync_v2", event.OpCopy, ProgEntry, event.CopyDeviceToDevice, copyArgs(0, 1, 2, noArg, 3), 4), "_ptsz")...)
-	add(withForms(drv("cuMemcpy", event.OpCopy, ProgEntry, event.CopyDefault, copyArgs(0, 1, 2, noArg, noArg), 3), "_ptds")...)
-	add(withForms(drv("cuMemcpyAsync", event.OpCopy, ProgEntry, event.CopyDefault, copyArgs(0, 1, 2, noArg, 3), 4), "_ptsz")...)
-
-	// --- CUDA driver: memory ---
-	add(drv("cuMemHostRegister_v2", event.OpHostRegister, ProgEntryReturn, 0, memArgs(0, 1, 2), 3))
-	add(out(drv("cuMemHostAlloc", event.OpHostAlloc, ProgEntryReturn, 0, memArgs(0, 1, 2), 3)))
-	add(out(drv("cuMemAllocHost_v2", event.OpHostAlloc, ProgEntryReturn, 0, memArgs(0, 1, noArg), 2)))
-	add(drv("cuMemHostUnregister", event.OpHostUnregister, ProgEntry, 0, memArgs(0, noArg, noArg), 1))
-	add(drv("cuMemFreeHost", event.OpHostFree, ProgEntry, 0, memArgs(0, noArg, noArg), 1))
-	add(out(drv("cuMemAlloc_v2", event.OpDeviceAlloc, ProgEntryReturn, 0, memArgs(0, 1, noArg), 2)))
-	add(drv("cuMemFree_v2", event.OpDeviceFree, ProgEntry, 0, memArgs(0, noArg, noArg), 1))
-
-	// --- CUDA driver: ordering (applications that skip the runtime) ---
-	add(withForms(drv("cuStreamSynchronize", event.OpStreamSync, ProgEntryReturn, 0, syncArgs(0, noArg, noArg), 1), "_ptsz")...)
-	add(withForms(drv("cuEventRecord", event.OpEventRecord, ProgEntry, 0, syncArgs(1, 0, noArg), 2), "_ptsz")...)
-	add(drv("cuEventSynchronize", event.OpEventSync, ProgEntryReturn, 0, syncArgs(noArg, 0, noArg), 1))
-	add(withForms(drv("cuStreamWaitEvent", event.OpStreamWaitEvent, ProgEntry, 0, syncArgs(0, 1, 2), 3), "_ptsz")...)
+	add(withForms(rt("cudaStreamWaitEvent", event.OpStreamWaitEvent, ProgEntryReturn, 0, syncArgs(0, 1, 2), 3), "_ptsz")...) // (stream, event, flags)
+	add(rt("cudaGetDeviceCount", event.OpInit, ProgEntryReturn, 0, syncArgs(noArg, noArg, noArg), 1))
 
 	// --- dynamic linker: fires after every dlopen/dlclose, so new libraries get probed ---
 	add(Probe{Symbol: "_dl_debug_state", Layer: event.LayerLinker, Op: event.OpLinkerUpdate, Program: ProgEntry,
