@@ -84,6 +84,9 @@ func (w *Window) proc(pid uint32) *procWindow {
 
 // Transfer implements correlate.Sink.
 func (w *Window) Transfer(t *correlate.Transfer) {
+	if t.Failed() {
+		return // a failed call moved nothing: no rule, no lane judges it
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if t.QPNum != 0 || t.Op == "post_send" || t.Op == "post_recv" {

@@ -57,7 +57,7 @@ type Stats struct {
 	Merged         uint64 // driver calls folded into their runtime call
 	TimedOut       uint64 // emitted without completion after PendingTimeout
 	PendingEvicted uint64 // emitted without completion because MaxPending was hit
-	FailedCalls    uint64 // calls that returned an error (no effect)
+	FailedCalls    uint64 // calls that returned an error: reported, with no effect
 	UnknownProbe   uint64 // events of an unknown kind or probe row
 	HandleCapHits  uint64 // stream/event tables of a process reset at their cap
 	RangeCapHits   uint64 // registrations not kept (process marked lossy)
@@ -83,6 +83,7 @@ type slot struct {
 	ev, key    uint64
 	hasTx      bool
 	tx         ref
+	batch      []ref // the entries of the batch copy in flight
 }
 
 // proc is the engine's state of one process.
@@ -214,9 +215,10 @@ func (e *Engine) Handle(c *event.Call) {
 		e.stats.UnknownProbe++
 		return
 	}
+	batchResult := c.Kind == event.KindCall && c.Op == event.OpCopyBatch
 	p := e.proc(c.PID)
 	if p == nil {
-		if c.Op.IsCopy() {
+		if c.Failed() || c.Op.IsCopy() && !batchResult {
 			e.emitUntracked(c)
 		}
 		return
@@ -226,20 +228,90 @@ func (e *Engine) Handle(c *event.Call) {
 	if th == nil {
 		th = &slot{}
 		p.threads[c.TID] = th
-	} else if th.valid {
+	}
+	if batchResult {
+		// A batch copy's entries came at entry; this is the call's result.
+		e.batchDone(th, c)
+		return
+	}
+	if th.valid {
 		if twin(th, c, key) {
 			e.merge(th, c)
 			return
 		}
 		e.close(th)
 	}
-	*th = slot{valid: true, op: c.Op, layer: c.Layer, kind: c.CopyKind, start: c.Time, end: c.ReturnTime,
-		dst: c.Dst, src: c.Src, bytes: c.Bytes, ptr: c.Ptr, size: c.Size, ev: c.Event, key: key}
-	if c.Op.IsCopy() {
-		th.tx, th.hasTx = e.copy(p, c, key), true
-		return
+	batch := th.batch[:0]
+	if c.Kind == event.KindBatchEntry {
+		batch = th.batch // the entries of one call gather until its result
 	}
-	e.apply(p, c, key)
+	*th = slot{valid: true, op: c.Op, layer: c.Layer, kind: c.CopyKind, start: c.Time, end: c.ReturnTime,
+		dst: c.Dst, src: c.Src, bytes: c.Bytes, ptr: c.Ptr, size: c.Size, ev: c.Event, key: key, batch: batch}
+	switch {
+	case c.Failed():
+		th.tx, th.hasTx = e.failed(p, c), true
+	case c.Op.IsCopy():
+		th.tx, th.hasTx = e.copy(p, c, key), true
+		if c.Kind == event.KindBatchEntry {
+			th.batch = append(th.batch, th.tx)
+		}
+	default:
+		e.apply(p, c, key)
+	}
+}
+
+// batchDone applies a batch copy's result to the entries it reported at
+// entry: when the call failed, none of them moved.
+func (e *Engine) batchDone(th *slot, c *event.Call) {
+	if c.Failed() {
+		e.stats.FailedCalls++
+		err := callError(c)
+		for _, r := range th.batch {
+			if e.live(r) {
+				e.fail(r.idx, err)
+			}
+		}
+	}
+	th.batch = th.batch[:0]
+}
+
+// failed makes the record of a call that returned an error: reported with
+// its error, kept on the thread (a runtime call may still fold into it),
+// never a transfer nor an effect on memory or streams.
+func (e *Engine) failed(p *proc, c *event.Call) ref {
+	e.stats.FailedCalls++
+	if p.live >= e.cfg.MaxPending {
+		e.evictOldest(p)
+	}
+	idx := e.alloc()
+	e.seq++
+	t := &e.txs[idx]
+	*t = pending{seq: e.seq, p: p, open: true, done: true}
+	newTransfer(&t.Transfer, c)
+	if c.Op.IsCopy() {
+		classify(p.mem, c.CopyKind, &t.Transfer)
+	} else {
+		t.Bytes = c.Size
+	}
+	t.Error = callError(c)
+	r := ref{idx: idx, seq: e.seq}
+	e.push(&p.fifo, p.live, r)
+	p.live++
+	return r
+}
+
+// fail turns a pending copy into a failed call: it will not complete.
+func (e *Engine) fail(idx int32, err *CallError) {
+	t := &e.txs[idx]
+	t.Error, t.CompleteNs, t.done = err, 0, true
+	if t.st != nil {
+		t.st.live--
+		t.st = nil
+	}
+	t.lst = nil
+	if !t.open {
+		e.emit(idx)
+	}
 }
 
 // streamKey names the stream a call uses within its process: handle 0 is
@@ -305,7 +377,13 @@ func (e *Engine) merge(s *slot, c *event.Call) {
 			classify(t.p.mem, c.CopyKind, &t.Transfer) // the driver states the direction
 		}
 	} else { // driver first: c is the runtime call around it
-		t.DriverAPI, t.API = t.API, c.Symbol
+		if t.DriverAPI == "" {
+			t.DriverAPI = t.API
+		}
+		t.API = c.Symbol
+		if t.Error != nil && c.Failed() {
+			t.Error = callError(c) // what the application saw: the runtime's result
+		}
 		t.SubmitNs = min(t.SubmitNs, c.Time)
 		t.Stream = c.Stream
 		if c.CopyKind < event.CopyDefault && s.kind == event.CopyDefault {
@@ -414,6 +492,11 @@ func classify(m *procMem, kind event.CopyKind, t *Transfer) {
 func newTransfer(t *Transfer, c *event.Call) {
 	*t = Transfer{PID: c.PID, TID: c.TID, Stream: c.Stream, API: c.Symbol, Op: c.Op.String(), Bytes: c.Bytes,
 		Src: Side{Addr: c.Src}, Dst: Side{Addr: c.Dst}, SubmitNs: c.Time, BatchIndex: -1, Layer: -1}
+	if c.ViaRuntime && c.RuntimeAPI != "" {
+		// The runtime called this driver entry point: report the call the
+		// application made (docs/design.md, "One pair per call").
+		t.API, t.DriverAPI = c.RuntimeAPI, c.Symbol
+	}
 	if c.Kind == event.KindBatchEntry {
 		t.BatchIndex = int(c.BatchIndex)
 	}
@@ -500,6 +583,10 @@ func (e *Engine) emit(idx int32) {
 func (e *Engine) emitUntracked(c *event.Call) {
 	newTransfer(&e.scratch, c)
 	classify(nil, c.CopyKind, &e.scratch)
+	if c.Failed() {
+		e.stats.FailedCalls++
+		e.scratch.Error = callError(c)
+	}
 	e.stats.Transfers++
 	e.sink.Transfer(&e.scratch)
 }
@@ -536,10 +623,6 @@ func (e *Engine) completeUpTo(st *stream, upTo, cutoff, at uint64) {
 
 // apply gives a memory or ordering call its effect.
 func (e *Engine) apply(p *proc, c *event.Call, key uint64) {
-	if c.ReturnTime != 0 && c.Ret != 0 {
-		e.stats.FailedCalls++
-		return
-	}
 	m := p.mem
 	switch c.Op {
 	case event.OpHostAlloc, event.OpHostRegister:

@@ -71,10 +71,27 @@ func TestClassify(t *testing.T) {
 			tc.setup(t, e)
 			e.Handle(cp(t, tc.sym, 1, 1000, tc.dst, tc.src, 4096, tc.kind, 0))
 			e.Flush()
-			if len(s.got) != 1 {
-				t.Fatalf("got %d transfers, want 1", len(s.got))
+			var copies, failed []Transfer
+			for _, g := range s.got {
+				if g.Failed() {
+					failed = append(failed, g)
+				} else {
+					copies = append(copies, g)
+				}
 			}
-			g := s.got[0]
+			if len(copies) != 1 {
+				t.Fatalf("got %d transfers, want 1", len(copies))
+			}
+			if tc.name == "failed registration stays pageable" {
+				// The registration is reported with its error, and had no effect.
+				if len(failed) != 1 || failed[0].API != "cudaHostRegister" || *failed[0].Error != (CallError{1, "cudaErrorInvalidValue"}) ||
+					failed[0].Bytes != poolLen {
+					t.Errorf("failed registration reported as %+v", failed)
+				}
+			} else if len(failed) != 0 {
+				t.Errorf("failed calls %+v", failed)
+			}
+			g := copies[0]
 			if g.Direction != tc.dir || g.Src.Mem != tc.srcMem || g.Dst.Mem != tc.dstMem || g.HostMem != tc.hostMem {
 				t.Errorf("got %s src=%s dst=%s host=%q, want %s src=%s dst=%s host=%q",
 					g.Direction, g.Src.Mem, g.Dst.Mem, g.HostMem, tc.dir, tc.srcMem, tc.dstMem, tc.hostMem)

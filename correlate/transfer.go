@@ -57,6 +57,9 @@ type Side struct {
 //	inferred          behavioural guess of the host memory (pinned|pageable),
 //	                  never overwriting host_mem; absent until measured
 //	call_ns           duration of the submitting call, the evidence for inferred
+//	error             {"code": N, "name": "cudaErrorNoDevice"} when the call
+//	                  failed: the record then moved nothing (its bytes are what
+//	                  was asked), and no metric, rule, span or lane counts it
 type Transfer struct {
 	PID        uint32        `json:"pid"`
 	TID        uint32        `json:"tid"`
@@ -94,4 +97,31 @@ type Transfer struct {
 	WRID    uint64 `json:"wr_id,omitempty"`
 	Status  string `json:"status,omitempty"`
 	PeerPID uint32 `json:"peer_pid,omitempty"`
+
+	// Error is the result of a CUDA call that failed, nil otherwise. A
+	// failed call is reported (copies, memory and ordering calls alike) but
+	// is never a transfer: nothing moved.
+	Error *CallError `json:"error,omitempty"`
+}
+
+// CallError is a failed call's result: the code the probed function
+// returned and its name in that layer's enum (cudaError_t for the runtime,
+// CUresult for the driver; "" when the headers the agent was built from do
+// not know it).
+type CallError struct {
+	Code uint32 `json:"code"`
+	Name string `json:"name"`
+}
+
+// Failed reports whether the record is a failed call rather than a transfer.
+func (t *Transfer) Failed() bool { return t.Error != nil }
+
+// callError names a failed call's result by its layer.
+func callError(c *event.Call) *CallError {
+	code := uint32(c.Ret)
+	name, _ := event.DriverErrorName(uint64(code))
+	if c.Layer == event.LayerRuntime {
+		name, _ = event.RuntimeErrorName(uint64(code))
+	}
+	return &CallError{Code: code, Name: name}
 }

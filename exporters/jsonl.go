@@ -115,6 +115,13 @@ func AppendTransfer(b []byte, t *correlate.Transfer) []byte {
 		b = append(b, `,"peer_pid":`...)
 		b = strconv.AppendUint(b, uint64(t.PeerPID), 10)
 	}
+	if t.Error != nil {
+		b = append(b, `,"error":{"code":`...)
+		b = strconv.AppendUint(b, uint64(t.Error.Code), 10)
+		b = append(b, `,"name":`...)
+		b = appendString(b, t.Error.Name)
+		b = append(b, '}')
+	}
 	return append(b, '}')
 }
 

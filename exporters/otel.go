@@ -158,8 +158,8 @@ func NewSpans(cfg SpansConfig) *Spans {
 
 // Transfer queues a copy of t. It never blocks on export.
 func (s *Spans) Transfer(t *correlate.Transfer) {
-	if s.cfg.Mode == SpansOff {
-		return
+	if s.cfg.Mode == SpansOff || t.Failed() {
+		return // a failed call moved nothing: no transfer span
 	}
 	s.mu.Lock()
 	s.stats.Transfers++

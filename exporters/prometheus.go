@@ -33,6 +33,7 @@ type Metrics struct {
 
 	mu        sync.Mutex
 	transfers map[transferKey]*transferCount
+	failed    map[failedKey]uint64
 	sizes     map[string]*histogram // by direction
 	wrs       map[wrKey]uint64
 	latency   map[string]*histogram // by RDMA opcode
@@ -70,6 +71,8 @@ type Lane struct {
 }
 
 type transferKey struct{ direction, hostMem, op string }
+
+type failedKey struct{ api, err string }
 
 type transferCount struct{ n, bytes uint64 }
 
@@ -125,6 +128,9 @@ var (
 	descTransferSize = prometheus.NewDesc("lanewatch_transfer_size_bytes",
 		"Size of each transfer in bytes, by direction; many under 64 KiB means a fragmented, latency-bound transfer.",
 		[]string{"direction"}, nil)
+	descFailed = prometheus.NewDesc("lanewatch_failed_calls_total",
+		"CUDA calls that returned an error, by API and the error's name in that layer's enum (cudaError_t, CUresult; \"other\" for a code the agent's headers do not name). A failed call moved nothing and counts in no transfer metric.",
+		[]string{"api", "error"}, nil)
 	descWRs = prometheus.NewDesc("lanewatch_rdma_work_requests_total",
 		"RDMA work requests posted, by opcode (RDMA_WRITE, WRITE_IMM, RDMA_READ, SEND, RECV) and completion status (none: emitted without a polled completion).",
 		[]string{"opcode", "status"}, nil)
@@ -172,6 +178,7 @@ func NewMetrics(health func() Health) *Metrics {
 	m := &Metrics{
 		health:    health,
 		transfers: map[transferKey]*transferCount{},
+		failed:    map[failedKey]uint64{},
 		sizes:     map[string]*histogram{},
 		wrs:       map[wrKey]uint64{},
 		latency:   map[string]*histogram{},
@@ -207,6 +214,18 @@ func NewRegistry(m *Metrics, scrapers map[string]Collector, log *slog.Logger) *p
 func (m *Metrics) Transfer(t *correlate.Transfer) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if t.Failed() {
+		// Nothing moved: counted as a failed call, never as a transfer.
+		fk := failedKey{t.API, t.Error.Name}
+		if fk.err == "" {
+			fk.err = overflow // a code the headers do not name
+		}
+		if _, ok := m.failed[fk]; !ok && len(m.failed) >= maxSeries {
+			fk = failedKey{overflow, overflow}
+		}
+		m.failed[fk]++
+		return
+	}
 	k := transferKey{t.Direction, string(t.HostMem), t.Op}
 	c := m.transfers[k]
 	if c == nil {
@@ -265,7 +284,7 @@ func (m *Metrics) SetWindow(w Window) {
 
 // Describe implements prometheus.Collector.
 func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descTransfers, descTransferBytes, descTransferSize, descWRs, descWRLatency,
+	for _, d := range []*prometheus.Desc{descTransfers, descTransferBytes, descTransferSize, descFailed, descWRs, descWRLatency,
 		descFindings, descLaneDemand, descLaneCapacity, descLaneMeasured, descLaneUnattributed, descGPUCounters,
 		descEvalDuration, descEvalTime,
 		descEvents, descDrops, descAttached, descAttachFailures, descPending} {
@@ -291,6 +310,9 @@ func (m *Metrics) collectCounts(ch chan<- prometheus.Metric) {
 	}
 	for dir, h := range m.sizes {
 		ch <- h.metric(descTransferSize, sizeBuckets, dir)
+	}
+	for k, n := range m.failed {
+		ch <- prometheus.MustNewConstMetric(descFailed, prometheus.CounterValue, float64(n), k.api, k.err)
 	}
 	for k, n := range m.wrs {
 		ch <- prometheus.MustNewConstMetric(descWRs, prometheus.CounterValue, float64(n), k.opcode, k.status)
