@@ -8,7 +8,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -33,6 +35,10 @@ type Config struct {
 	OnExit func(pid uint32)
 	// OnReady runs once every probe is attached and the first scan is done.
 	OnReady func()
+	// OnRuntimeLayer runs on the discovery goroutine once the runtime layer
+	// was tried for a process whose driver failed to initialise, with the
+	// number of runtime probes attached for it (0 when none could be).
+	OnRuntimeLayer func(pid uint32, probes int)
 	// OnCall sees every decoded call before the engine does, on the reading
 	// goroutine: it must not block (diagnose uses it to locate pools while
 	// their process is alive).
@@ -74,6 +80,12 @@ type Agent struct {
 	rescan    chan int             // pids whose mappings changed (ld.so said so)
 	providers chan providerReq     // verbs contexts whose provider functions may need probes
 	contexts  map[providerReq]bool // resolved already; touched by the discovery goroutine only
+	// The runtime layer of processes whose driver failed to initialise
+	// (attachRuntime); pidProbes is touched by the discovery goroutine only.
+	runtimeLayer chan runtimeLayerReq
+	exited       chan int
+	pidProbes    map[int][]*probes.PIDProbes
+
 	events    atomic.Uint64
 	rescans   atomic.Uint64
 	attachErr atomic.Uint64 // files whose probes could not be attached
@@ -119,6 +131,10 @@ func New(cfg Config) (*Agent, error) {
 		rescan:    make(chan int, 1024),
 		providers: make(chan providerReq, 256),
 		contexts:  map[providerReq]bool{},
+
+		runtimeLayer: make(chan runtimeLayerReq, 256),
+		exited:       make(chan int, 1024),
+		pidProbes:    map[int][]*probes.PIDProbes{},
 	}
 	if len(cfg.PIDs) > 0 {
 		a.targets = map[int]bool{}
@@ -183,7 +199,14 @@ func (a *Agent) attachLib(path string) error {
 	if err != nil {
 		return err
 	}
-	if !a.inspectFile(id, abs, abs).probed {
+	v := a.inspectFile(id, abs, abs)
+	switch {
+	case v.probed:
+	case len(v.runtime) > 0:
+		// docs/design.md, "One pair per call"
+		a.log.Info("CUDA runtime: its calls are traced in the driver it loads; runtime probes are attached to a process only when its driver fails to initialise",
+			"path", abs, "runtime entry points", len(v.runtime))
+	default:
 		return fmt.Errorf("%s: exports none of the probed symbols", abs)
 	}
 	return nil
@@ -249,7 +272,16 @@ func (a *Agent) discover(stop <-chan struct{}) {
 			a.rescanProcess(pid)
 		case req := <-a.providers:
 			a.attachProvider(req)
+		case req := <-a.runtimeLayer:
+			a.attachRuntime(req)
+		case pid := <-a.exited:
+			a.detachRuntime(pid)
 		case <-tick.C:
+			for pid := range a.pidProbes { // exits the channel could not carry
+				if _, err := os.Stat(filepath.Join(a.cfg.ProcRoot, strconv.Itoa(pid))); err != nil {
+					a.detachRuntime(pid)
+				}
+			}
 			pids := a.cfg.PIDs
 			if len(pids) == 0 {
 				pids, _ = listPIDs(a.cfg.ProcRoot)
@@ -342,6 +374,10 @@ func (a *Agent) handle(c *event.Call) {
 		a.procMu.Lock()
 		delete(a.procs, int(c.PID))
 		a.procMu.Unlock()
+		select {
+		case a.exited <- int(c.PID):
+		default: // the periodic rescan notices it
+		}
 		a.engineMu.Lock()
 		a.engine.ProcessExit(c.PID)
 		a.engineMu.Unlock()
@@ -363,6 +399,15 @@ func (a *Agent) handle(c *event.Call) {
 		default: // discovery is behind; the periodic rescan will catch up
 		}
 		return
+	}
+	if c.Layer == event.LayerDriver {
+		if c.Op == event.OpInit && c.Failed() {
+			select {
+			case a.runtimeLayer <- runtimeLayerReq{int(c.PID), uint32(c.Ret)}:
+			default:
+				a.log.Warn("runtime-layer queue full: this process's failing runtime calls are not traced", "pid", c.PID)
+			}
+		}
 	}
 	if a.cfg.OnCall != nil {
 		a.cfg.OnCall(c)

@@ -4,14 +4,17 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/lanewatch/lanewatch/correlate"
+	"github.com/lanewatch/lanewatch/event"
 	"github.com/lanewatch/lanewatch/probes"
 )
 
@@ -20,6 +23,10 @@ import (
 type fileVerdict struct {
 	probed     bool   // exports at least one table symbol and is attached
 	attachedAt uint64 // CLOCK_MONOTONIC ns when the probes went in
+	// runtime holds the CUDA runtime's entry points the file exports: it is
+	// a runtime library, probed for a process only when that process's
+	// driver failed to initialise (runtimeLayer).
+	runtime map[string]probes.Symbol
 }
 
 // symbolNames are the table's symbols, looked up in every mapped ELF file.
@@ -67,6 +74,10 @@ func (a *Agent) inspectFile(id probes.FileID, pathInNS, openPath string) fileVer
 	case len(syms) == 0 && looksLikeCUDA(pathInNS):
 		a.log.Warn("CUDA library exports none of the probed symbols (stripped?)", "path", pathInNS)
 	case len(syms) > 0:
+		v.runtime = runtimeRows(syms)
+		if len(syms) == 0 {
+			break // only runtime entry points: nothing to attach for every process
+		}
 		af, err := a.probes.AttachFile(id, openPath, syms, a.attachPID())
 		if err != nil {
 			a.attachErr.Add(1)
@@ -74,7 +85,12 @@ func (a *Agent) inspectFile(id probes.FileID, pathInNS, openPath string) fileVer
 			break
 		}
 		v.probed, v.attachedAt = true, probes.Now()
-		a.log.Info("attached", "path", pathInNS, "probes", len(af.Sites), "sites", siteSummary(af))
+		a.log.Info("attached", "path", pathInNS, "probes", len(af.Sites), "sites", siteSummary(af.Sites))
+		for sym, site := range af.Sites {
+			if site.NotResolved != "" {
+				a.log.Warn("dispatch thunk probed at the thunk itself (single-stepped: slower)", "path", pathInNS, "symbol", sym, "why", site.NotResolved)
+			}
+		}
 	}
 	a.filesMu.Lock()
 	a.files[id] = v
@@ -82,15 +98,35 @@ func (a *Agent) inspectFile(id probes.FileID, pathInNS, openPath string) fileVer
 	return v
 }
 
-// siteSummary counts probe sites by cost, e.g. "emulated=40 single-step=1".
-func siteSummary(af *probes.AttachedFile) string {
+// runtimeRows moves the CUDA runtime's rows out of syms: the driver rows
+// see every copy with its result (docs/design.md, "One pair per call").
+func runtimeRows(syms map[string]probes.Symbol) map[string]probes.Symbol {
+	var rt map[string]probes.Symbol
+	for _, row := range probes.Table {
+		if sym, ok := syms[row.Symbol]; ok && row.Layer == event.LayerRuntime {
+			if rt == nil {
+				rt = map[string]probes.Symbol{}
+			}
+			rt[row.Symbol] = sym
+			delete(syms, row.Symbol)
+		}
+	}
+	return rt
+}
+
+// siteSummary counts probe sites by cost, e.g. "emulated=40 single-step=1
+// through-thunk=38".
+func siteSummary(sites map[string]probes.Site) string {
 	counts := map[string]int{}
-	for _, s := range af.Sites {
+	for _, s := range sites {
 		counts[s.Cost.String()]++
+		if s.Thunk != nil {
+			counts["through-thunk"]++
+		}
 	}
 	var parts []string
-	for k, n := range counts {
-		parts = append(parts, fmt.Sprintf("%s=%d", k, n))
+	for _, k := range slices.Sorted(maps.Keys(counts)) {
+		parts = append(parts, fmt.Sprintf("%s=%d", k, counts[k]))
 	}
 	return strings.Join(parts, " ")
 }
@@ -238,6 +274,78 @@ func (a *Agent) attachProvider(req providerReq) {
 			}
 			a.log.Info("attached RDMA provider function", "pid", req.pid, "path", f.Path, "function", row,
 				"offset", fmt.Sprintf("%#x", syms[row].Offset), "site", af.Sites[row].String())
+		}
+	}
+}
+
+// runtimeLayerReq asks for a process's runtime calls to be probed: its
+// driver failed to initialise with code.
+type runtimeLayerReq struct {
+	pid  int
+	code uint32
+}
+
+// attachRuntime probes the CUDA runtime libraries a process maps, for that
+// process only. Its driver failed to initialise, so every runtime call it
+// makes fails in the runtime, before reaching the driver, and only a
+// runtime probe can report it (with its cudaError_t).
+func (a *Agent) attachRuntime(req runtimeLayerReq) {
+	if _, done := a.pidProbes[req.pid]; done {
+		return
+	}
+	a.pidProbes[req.pid] = nil // tried, whatever happens
+	if a.cfg.OnRuntimeLayer != nil {
+		defer func() {
+			n := 0
+			for _, pp := range a.pidProbes[req.pid] {
+				n += len(pp.Sites)
+			}
+			a.cfg.OnRuntimeLayer(uint32(req.pid), n)
+		}()
+	}
+	maps, err := probes.ReadMaps(a.cfg.ProcRoot, req.pid)
+	if err != nil {
+		a.log.Debug(describeScanError(req.pid, err))
+		return
+	}
+	seen := map[probes.FileID]bool{}
+	for _, m := range maps {
+		if !m.Executable() || !m.FileBacked() {
+			continue
+		}
+		id, err := m.FileID()
+		if err != nil || seen[id] {
+			continue
+		}
+		seen[id] = true
+		open := filepath.Join(a.cfg.ProcRoot, strconv.Itoa(req.pid), "root", m.Path)
+		v := a.inspectFile(id, m.Path, open)
+		if len(v.runtime) == 0 {
+			continue
+		}
+		pp, err := a.probes.AttachPID(open, v.runtime, req.pid)
+		if err != nil {
+			a.attachErr.Add(1)
+			a.log.Error("attach the CUDA runtime for one process", "pid", req.pid, "path", m.Path, "err", err)
+			continue
+		}
+		a.pidProbes[req.pid] = append(a.pidProbes[req.pid], pp)
+		name, _ := event.DriverErrorName(uint64(req.code))
+		a.log.Info("CUDA driver failed to initialise: the process's runtime calls are traced at the runtime layer, to report their errors",
+			"pid", req.pid, "cuInit", name, "code", req.code, "path", m.Path, "probes", len(pp.Sites))
+	}
+}
+
+// detachRuntime removes the runtime probes of a process that exited.
+func (a *Agent) detachRuntime(pid int) {
+	pps, ok := a.pidProbes[pid]
+	if !ok {
+		return
+	}
+	delete(a.pidProbes, pid)
+	for _, pp := range pps {
+		if err := pp.Close(); err != nil {
+			a.log.Warn("detach the runtime probes of an exited process", "pid", pid, "err", err)
 		}
 	}
 }

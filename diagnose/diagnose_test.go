@@ -109,8 +109,12 @@ func TestDiagnoseSampleHicacheLoad(t *testing.T) {
 	if c == nil || c.Status != checks.Pass || !strings.Contains(c.Detail, "32 transfers, none from pageable memory") {
 		t.Fatalf("pageable copies: %+v\n%s", c, reportText(r))
 	}
-	if r.Failed() {
-		t.Errorf("hicache-load failed a check:\n%s", reportText(r))
+	// Other tests' processes using the same reference libraries may share
+	// the window: only the host and this scenario's process are judged.
+	for _, c := range r.Checks {
+		if c.Status == checks.Fail && (c.Scope == "host" || strings.HasPrefix(c.Scope+" ", "pid "+itoa(pid)+" ")) {
+			t.Errorf("hicache-load failed %s/%s:\n%s", c.Scope, c.Name, reportText(r))
+		}
 	}
 }
 

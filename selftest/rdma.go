@@ -146,6 +146,13 @@ func compareRDMA(res *Result, truth []TruthCall, got []correlate.Transfer) {
 				correlate.WCStatusName(done.Status))
 			continue
 		}
+		// The agent stamps inside the calls the truth brackets: any load
+		// on the machine widens the brackets, never moves a stamp out.
+		if g.SubmitNs < t.TPostNs || g.SubmitNs > t.TPostEnd || g.CompleteNs < done.TPollBeg || g.CompleteNs > done.TPollNs {
+			res.OtherErrs++
+			problem("%s QP %d wr %d: posted %d completed %d, truth posted in [%d,%d] completed in [%d,%d]", t.Op, t.QPNum, t.WRID,
+				g.SubmitNs, g.CompleteNs, t.TPostNs, t.TPostEnd, done.TPollBeg, done.TPollNs)
+		}
 		truthLat = append(truthLat, done.TPollNs-t.TPostNs)
 		agentLat = append(agentLat, g.CompleteNs-g.SubmitNs)
 	}
@@ -153,13 +160,6 @@ func compareRDMA(res *Result, truth []TruthCall, got []correlate.Transfer) {
 		slices.Sort(truthLat)
 		slices.Sort(agentLat)
 		res.Latency = fmt.Sprintf("p50 %s/%s p99 %s/%s", us(correlate.Percentile(agentLat, 50)), us(correlate.Percentile(truthLat, 50)), us(correlate.Percentile(agentLat, 99)), us(correlate.Percentile(truthLat, 99)))
-		for _, p := range []int{50, 99} {
-			a, w := float64(correlate.Percentile(agentLat, p)), float64(correlate.Percentile(truthLat, p))
-			if w > 0 && (a < 0.95*w || a > 1.05*w) {
-				res.OtherErrs++
-				problem("posted→completed p%d %s, truth %s: more than 5%% apart", p, us(uint64(a)), us(uint64(w)))
-			}
-		}
 	}
 }
 

@@ -24,11 +24,12 @@ import (
 
 	"github.com/lanewatch/lanewatch/agent"
 	"github.com/lanewatch/lanewatch/correlate"
+	"github.com/lanewatch/lanewatch/selftest/refenv"
 )
 
 // Scenarios the selftest runs on each runtime build, after late-attach.
 var Scenarios = []string{"hicache-load", "pageable-load", "fragmented-load", "writeback-duplex",
-	"h2d-overlap", "default-kind", "api-coverage"}
+	"h2d-overlap", "default-kind", "api-coverage", "failing-copies"}
 
 // Runtimes are the two builds of the reference runtime: with and without a
 // CET prologue, so both probe-site choices are exercised.
@@ -43,6 +44,10 @@ type Config struct {
 	Scenarios []string // default Scenarios
 	Runtimes  []string // default Runtimes
 	RDMA      []string // default RDMAScenarios
+	// NoDevice runs the no-device scenario on each runtime build: a driver
+	// whose cuInit fails, so every runtime call fails in the runtime and only
+	// the runtime layer the agent then attaches can report it.
+	NoDevice bool
 	// KernelCopy runs the copy-kernel stand-in on a shared reference GPU
 	// and reads its counters through the reference NVML library.
 	KernelCopy bool
@@ -55,14 +60,19 @@ type Result struct {
 	PID                 uint32
 	WantRecords, Got    int
 	WantBytes, GotBytes uint64
-	DirectionErrs       int
-	MemoryErrs          int
-	OtherErrs           int
-	Drops               uint64
-	Latency             string // RDMA: posted→completed p50/p99, agent/truth
-	Overlap             string // "flagged" or "none"
-	OverlapErr          bool   // the overlap verdict differs from the scenario's design
-	Problems            []string
+	// WantFailed and GotFailed count the failed calls the scenario made and
+	// the agent reported (copies or not), ErrorErrs the ones whose code or
+	// call differs.
+	WantFailed, GotFailed int
+	ErrorErrs             int
+	DirectionErrs         int
+	MemoryErrs            int
+	OtherErrs             int
+	Drops                 uint64
+	Latency               string // RDMA: posted→completed p50/p99, agent/truth
+	Overlap               string // "flagged" or "none"
+	OverlapErr            bool   // the overlap verdict differs from the scenario's design
+	Problems              []string
 }
 
 // OK reports whether the agent saw exactly what the scenario did.
@@ -73,8 +83,8 @@ func (r Result) OK() bool {
 			problems++
 		}
 	}
-	return r.WantRecords == r.Got && r.WantBytes == r.GotBytes && r.DirectionErrs == 0 &&
-		r.MemoryErrs == 0 && r.OtherErrs == 0 && r.Drops == 0 && !r.OverlapErr && problems == 0
+	return r.WantRecords == r.Got && r.WantBytes == r.GotBytes && r.WantFailed == r.GotFailed && r.ErrorErrs == 0 &&
+		r.DirectionErrs == 0 && r.MemoryErrs == 0 && r.OtherErrs == 0 && r.Drops == 0 && !r.OverlapErr && problems == 0
 }
 
 // Collector is a sink that keeps every transfer by pid and signals process
@@ -85,12 +95,16 @@ type Collector struct {
 	byPID map[uint32][]correlate.Transfer
 	live  io.Writer
 	exits map[uint32]chan struct{}
+	// runtimeLayer gets the runtime probe count of each process whose
+	// driver failed to initialise, once the agent tried its runtime layer.
+	runtimeLayer map[uint32]chan int
 }
 
 // NewCollector returns an empty collector; live, when not nil, gets a line
 // per transfer as it arrives.
 func NewCollector(live io.Writer) *Collector {
-	return &Collector{byPID: map[uint32][]correlate.Transfer{}, live: live, exits: map[uint32]chan struct{}{}}
+	return &Collector{byPID: map[uint32][]correlate.Transfer{}, live: live, exits: map[uint32]chan struct{}{},
+		runtimeLayer: map[uint32]chan int{}}
 }
 
 // Transfer implements correlate.Sink.
@@ -119,6 +133,22 @@ func (c *Collector) ExitChan(pid uint32) chan struct{} {
 
 // OnExit is agent.Config.OnExit.
 func (c *Collector) OnExit(pid uint32) { close(c.ExitChan(pid)) }
+
+// RuntimeLayerChan gets, once, how many runtime probes the agent attached
+// for pid after its driver failed to initialise.
+func (c *Collector) RuntimeLayerChan(pid uint32) chan int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ch, ok := c.runtimeLayer[pid]
+	if !ok {
+		ch = make(chan int, 1)
+		c.runtimeLayer[pid] = ch
+	}
+	return ch
+}
+
+// OnRuntimeLayer is agent.Config.OnRuntimeLayer.
+func (c *Collector) OnRuntimeLayer(pid uint32, probes int) { c.RuntimeLayerChan(pid) <- probes }
 
 // Take hands over and forgets the transfers of pid.
 func (c *Collector) Take(pid uint32) []correlate.Transfer {
@@ -177,10 +207,11 @@ func Run(ctx context.Context, cfg Config) (results []Result, stats agent.Stats, 
 			filepath.Join(cfg.RefDir, "cet", "libcudart.so.12"),
 			filepath.Join(cfg.RefDir, "rdma", "libibverbs.so.1"),
 		},
-		Sink:    col,
-		Logger:  cfg.Logger,
-		OnExit:  col.OnExit,
-		OnReady: func() { close(ready) },
+		Sink:           col,
+		Logger:         cfg.Logger,
+		OnExit:         col.OnExit,
+		OnRuntimeLayer: col.OnRuntimeLayer,
+		OnReady:        func() { close(ready) },
 	})
 	if err != nil {
 		return nil, stats, err
@@ -231,6 +262,12 @@ func Run(ctx context.Context, cfg Config) (results []Result, stats agent.Stats, 
 		for _, sc := range cfg.Scenarios {
 			truth := filepath.Join(tmp, rt+"-"+sc+".jsonl")
 			if err := run(sc, rt, func() (*proc, error) { return start(ctx, kvpath, sc, truth, env) }); err != nil {
+				return results, stats, err
+			}
+		}
+		if cfg.NoDevice {
+			truth := filepath.Join(tmp, rt+"-no-device.jsonl")
+			if err := run("no-device", rt, func() (*proc, error) { return startNoDevice(ctx, kvpath, truth, env, col, cfg.Timeout) }); err != nil {
 				return results, stats, err
 			}
 		}
@@ -291,6 +328,27 @@ func startHeld(ctx context.Context, kvpath, scenario, truth string, env []string
 	return p, nil
 }
 
+// startNoDevice starts no-device against a driver that finds no GPU; the
+// scenario holds after its first runtime call (the runtime's cuInit failed)
+// and is released once the agent attached the runtime layer for it.
+func startNoDevice(ctx context.Context, kvpath, truth string, env []string, col *Collector, timeout time.Duration) (*proc, error) {
+	p, err := startHeld(ctx, kvpath, "no-device", truth, append(env, refenv.NoDeviceEnv))
+	if err != nil {
+		return nil, err
+	}
+	select {
+	case n := <-col.RuntimeLayerChan(p.pid):
+		if n == 0 {
+			p.cmd.Process.Kill()
+			return nil, fmt.Errorf("no-device: the agent attached no runtime probe for pid %d after cuInit failed", p.pid)
+		}
+	case <-time.After(timeout):
+		p.cmd.Process.Kill()
+		return nil, fmt.Errorf("no-device: the agent did not attach the runtime layer for pid %d within %s", p.pid, timeout)
+	}
+	return p, p.release()
+}
+
 // release lets a held scenario go on with its copies.
 func (p *proc) release() error {
 	_, err := io.WriteString(p.stdin, "go\n")
@@ -333,14 +391,24 @@ func ReadTruthFile(path string) ([]TruthCall, error) {
 	return ReadTruth(f, path)
 }
 
-// Compare matches the agent's transfers with the truth's copies record by
-// record, in submission order, and counts what differs in res.
+// Compare matches the agent's records with the truth record by record, in
+// submission order: every copy (failed ones with their error, and no bytes
+// counted for them), and every other call that failed. It counts what
+// differs in res.
 func Compare(res *Result, truth []TruthCall, got []correlate.Transfer) {
 	var want []TruthCall
 	for _, t := range truth {
-		if t.IsCopy() {
+		switch {
+		case t.IsCopy():
 			want = append(want, t)
-			res.WantBytes += t.Bytes
+			if t.Result == 0 {
+				res.WantBytes += t.Bytes
+			}
+		case t.Result != 0:
+			want = append(want, t) // a failed call is reported even when it moves nothing
+		}
+		if t.Result != 0 {
+			res.WantFailed++
 		}
 	}
 	sort.SliceStable(got, func(i, j int) bool {
@@ -351,7 +419,11 @@ func Compare(res *Result, truth []TruthCall, got []correlate.Transfer) {
 	})
 	res.WantRecords, res.Got = len(want), len(got)
 	for _, g := range got {
-		res.GotBytes += g.Bytes
+		if g.Failed() {
+			res.GotFailed++
+		} else {
+			res.GotBytes += g.Bytes
+		}
 	}
 	problem := func(format string, args ...any) {
 		if len(res.Problems) < 5 {
@@ -360,6 +432,23 @@ func Compare(res *Result, truth []TruthCall, got []correlate.Transfer) {
 	}
 	for i := 0; i < len(want) && i < len(got); i++ {
 		w, g := want[i], got[i]
+		if w.Result != 0 || g.Failed() {
+			api := w.API
+			if w.Op == "init" {
+				// The runtime initialises the driver inside whichever runtime
+				// call comes first; before the runtime layer is attached the
+				// agent sees only that cuInit.
+				api = "cuInit"
+			}
+			if !g.Failed() || g.Error.Code != uint32(w.Result) || g.API != api || g.TID != w.TID {
+				res.ErrorErrs++
+				problem("record %d: want %s tid %d result %d, got %s tid %d error %+v", i, w.API, w.TID, w.Result, g.API, g.TID, g.Error)
+				continue
+			}
+			if !w.IsCopy() {
+				continue
+			}
+		}
 		if w.API != g.API || w.Bytes != g.Bytes || w.Dst != g.Dst.Addr || w.Src != g.Src.Addr || w.TID != g.TID || w.Stream != g.Stream {
 			res.OtherErrs++
 			problem("record %d: want %s %d B %#x→%#x tid %d stream %#x, got %s %d B %#x→%#x tid %d stream %#x", i,
@@ -383,8 +472,8 @@ func Compare(res *Result, truth []TruthCall, got []correlate.Transfer) {
 // PrintResults writes the selftest table and returns whether all passed.
 func PrintResults(w io.Writer, results []Result, stats agent.Stats) bool {
 	ok := true
-	fmt.Fprintf(w, "%-17s %-7s %-11s %-21s %-9s %-11s %-5s %-8s %-6s %s\n",
-		"SCENARIO", "BUILD", "RECORDS", "BYTES", "DIRECTION", "MEMORY KIND", "DROPS", "OVERLAP", "RESULT", "LATENCY agent/truth")
+	fmt.Fprintf(w, "%-17s %-7s %-11s %-21s %-7s %-9s %-11s %-5s %-8s %-6s %s\n",
+		"SCENARIO", "BUILD", "RECORDS", "BYTES", "FAILED", "DIRECTION", "MEMORY KIND", "DROPS", "OVERLAP", "RESULT", "LATENCY agent/truth")
 	for _, r := range results {
 		verdict := "ok"
 		if !r.OK() {
@@ -394,8 +483,12 @@ func PrintResults(w io.Writer, results []Result, stats agent.Stats) bool {
 		if r.OverlapErr {
 			overlap += "!"
 		}
-		fmt.Fprintf(w, "%-17s %-7s %-11s %-21s %-9s %-11s %-5d %-8s %-6s %s\n", r.Scenario, r.Runtime,
-			fmt.Sprintf("%d/%d", r.Got, r.WantRecords), fmt.Sprintf("%d/%d", r.GotBytes, r.WantBytes),
+		failed := fmt.Sprintf("%d/%d", r.GotFailed, r.WantFailed)
+		if r.ErrorErrs > 0 {
+			failed += "!"
+		}
+		fmt.Fprintf(w, "%-17s %-7s %-11s %-21s %-7s %-9s %-11s %-5d %-8s %-6s %s\n", r.Scenario, r.Runtime,
+			fmt.Sprintf("%d/%d", r.Got, r.WantRecords), fmt.Sprintf("%d/%d", r.GotBytes, r.WantBytes), failed,
 			errCell(r.DirectionErrs), errCell(r.MemoryErrs), r.Drops, overlap, verdict, r.Latency)
 		for _, p := range r.Problems {
 			fmt.Fprintf(w, "    %s\n", p)

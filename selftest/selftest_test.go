@@ -12,7 +12,7 @@ import (
 func TestSelftest(t *testing.T) {
 	testenv.RequireRoot(t)
 	var out bytes.Buffer
-	results, stats, err := Run(context.Background(), Config{RefDir: testenv.RefDir(t), Out: &out, KernelCopy: true})
+	results, stats, err := Run(context.Background(), Config{RefDir: testenv.RefDir(t), Out: &out, KernelCopy: true, NoDevice: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -21,7 +21,9 @@ func TestSelftest(t *testing.T) {
 	if !ok {
 		t.Fatal("selftest failed")
 	}
-	if want := 2 + len(Scenarios)*len(Runtimes) + 2*len(RDMAScenarios) + 1; len(results) != want { // + hicache-spans
+	// late-attach, kernel-copy, no-device per runtime, two roles per RDMA
+	// scenario, hicache-spans
+	if want := 2 + (len(Scenarios)+1)*len(Runtimes) + 2*len(RDMAScenarios) + 1; len(results) != want {
 		t.Fatalf("%d results, want %d", len(results), want)
 	}
 	// The overlap verdicts by design: pd-overlap and h2d-overlap flagged, the

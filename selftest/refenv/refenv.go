@@ -45,3 +45,7 @@ func NVMLLink(gen, width int) (key, value string) {
 // NVMLNoPCIeFields makes the NVML stand-in answer NOT_SUPPORTED for the
 // PCIe byte counter fields, as GPUs without them do.
 func NVMLNoPCIeFields() (key, value string) { return "LW_REF_NVML_NO_PCIE_FIELDS", "1" }
+
+// NoDeviceEnv makes the reference driver's cuInit fail with
+// CUDA_ERROR_NO_DEVICE (100), as a real driver does on a host without a GPU.
+const NoDeviceEnv = "LW_REF_NO_DEVICE=1"
