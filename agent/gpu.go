@@ -62,7 +62,11 @@ func OpenGPU(cfg GPUConfig) (collectors.GPUCounters, error) {
 	default:
 		return nil, fmt.Errorf("--gpu-counters %q: want auto, dcgm, nvml or off", cfg.Source)
 	}
-	return nil, fmt.Errorf("%w (%s)", collectors.ErrNoGPUCounters, strings.Join(why, "; "))
+	tried := "neither DCGM nor NVML is available"
+	if len(why) == 1 {
+		tried = strings.ToUpper(cfg.Source) + " is not available (--gpu-counters " + cfg.Source + ")"
+	}
+	return nil, fmt.Errorf("%w: %s (%s)", collectors.ErrNoGPUCounters, tried, strings.Join(why, "; "))
 }
 
 // IsNoGPU reports whether err only says that no GPU counter library is here.

@@ -70,7 +70,7 @@ func PCIAddress(s string) string {
 
 // ErrNoGPUCounters is wrapped by every error that means "this host has no
 // GPU counter library": the agent reports it once and carries on.
-var ErrNoGPUCounters = errors.New("no GPU counters: neither DCGM nor NVML is available")
+var ErrNoGPUCounters = errors.New("no GPU counters")
 
 // GPURate is one GPU's per-direction rates over an interval, in bytes/s
 // (RxBps is host→device). Resets names the counters of this GPU that went

@@ -5,6 +5,8 @@ package collectors
 import (
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -25,18 +27,78 @@ var nvmlPinned = struct {
 	libs map[string]*dl.DynamicLibrary
 }{libs: map[string]*dl.DynamicLibrary{}}
 
+// nvmlSymbols is every C symbol this collector makes go-nvml call, one
+// entry per NVML function with the names go-nvml may call for it, newest
+// first: after loading the library go-nvml dlsym-probes the versioned names
+// (nvmlInit_v2, nvmlDeviceGetPciInfo_v2 then _v3, …) and calls the newest
+// the library has, else the plain name. go-nvml binds its C calls lazily, so
+// calling a function the library lacks kills the process ("symbol lookup
+// error"): pinNVML checks that the library has one name of each entry before
+// it becomes visible to those calls. NVML has no ELF symbol versions; its
+// versions are the _vN names. TestNVMLSymbols derives the names the
+// collector really binds (testdata/nvml/symbols.txt) and keeps this list
+// equal to them.
+var nvmlSymbols = [][]string{
+	{"nvmlInit_v2", "nvmlInit"},
+	{"nvmlErrorString"},
+	{"nvmlShutdown"},
+	{"nvmlDeviceGetCount_v2", "nvmlDeviceGetCount"},
+	{"nvmlDeviceGetHandleByIndex_v2", "nvmlDeviceGetHandleByIndex"},
+	{"nvmlDeviceGetUUID"},
+	{"nvmlDeviceGetPciInfo_v3", "nvmlDeviceGetPciInfo_v2", "nvmlDeviceGetPciInfo"},
+	{"nvmlDeviceGetName"},
+	{"nvmlDeviceGetFieldValues"},
+	{"nvmlDeviceGetPcieThroughput"},
+	{"nvmlDeviceGetPcieReplayCounter"},
+	{"nvmlDeviceGetCurrPcieLinkGeneration"},
+	{"nvmlDeviceGetMaxPcieLinkGeneration"},
+	{"nvmlDeviceGetCurrPcieLinkWidth"},
+	{"nvmlDeviceGetMaxPcieLinkWidth"},
+}
+
+// pinNVML loads the library at path for good, once it has shown that it has
+// every function in nvmlSymbols. It is first loaded RTLD_LOCAL, so a library
+// that fails the check is unloaded again without ever serving the process's
+// lazy bindings.
 func pinNVML(path string) error {
 	nvmlPinned.Lock()
 	defer nvmlPinned.Unlock()
 	if _, ok := nvmlPinned.libs[path]; ok {
 		return nil
 	}
+	probe := dl.New(path, dl.RTLD_LAZY|dl.RTLD_LOCAL)
+	if err := probe.Open(); err != nil {
+		// dlerror starts with the name it was given; the caller says it.
+		return errNVMLUnavailable(fmt.Sprintf("library %s cannot be loaded: %s",
+			path, strings.TrimPrefix(err.Error(), path+": ")))
+	}
+	defer probe.Close()
+	var missing []string
+	for _, names := range nvmlSymbols {
+		if !slices.ContainsFunc(names, func(n string) bool { return probe.Lookup(n) == nil }) {
+			missing = append(missing, names[0])
+		}
+	}
+	if len(missing) > 0 {
+		what := strings.Join(missing, ", ")
+		if len(missing) > 3 {
+			what = fmt.Sprintf("%s and %d more of the NVML functions the collector calls", strings.Join(missing[:3], ", "), len(missing)-3)
+		}
+		return errNVMLUnavailable(fmt.Sprintf("library %s is not a usable NVML: it lacks %s", path, what))
+	}
 	lib := dl.New(path, dl.RTLD_LAZY|dl.RTLD_GLOBAL|dl.RTLD_NODELETE)
 	if err := lib.Open(); err != nil {
-		return err
+		return errNVMLUnavailable(fmt.Sprintf("library %s cannot be loaded: %s",
+			path, strings.TrimPrefix(err.Error(), path+": ")))
 	}
 	nvmlPinned.libs[path] = lib
 	return nil
+}
+
+// errNVMLUnavailable builds OpenNVML's error when NVML cannot serve counters
+// on this host: one line, wrapping ErrNoGPUCounters (as errDCGMUnavailable).
+func errNVMLUnavailable(why string) error {
+	return fmt.Errorf("nvml: NVML counters unavailable, %s (%w)", why, ErrNoGPUCounters)
 }
 
 // nvmlCollector reads GPU counters through NVML, loaded at run time.
@@ -52,20 +114,30 @@ type nvmlCollector struct {
 
 // OpenNVML loads NVML from libPath (DefaultNVMLLibrary when empty: the
 // dynamic loader's search) and initialises it. The library is loaded at run
-// time, so a binary that uses this starts on hosts without it: there the
-// error wraps ErrNoGPUCounters. One process uses one NVML library: the first
-// path opened serves every later OpenNVML, whatever its path, because
-// the C symbols are bound process-wide.
+// time, so a binary that uses this starts on hosts without it: there, and
+// where the library is installed but the NVIDIA driver is not (nvmlInit
+// fails with "Driver Not Loaded"), the error is one line naming the library
+// and wrapping ErrNoGPUCounters. After a failed nvmlInit nothing else of
+// NVML is called. One process uses one NVML library: the first path opened
+// serves every later OpenNVML, whatever its path, because the C symbols are
+// bound process-wide.
 func OpenNVML(libPath string) (GPUCounters, error) {
 	if libPath == "" {
 		libPath = DefaultNVMLLibrary
 	}
 	if err := pinNVML(libPath); err != nil {
-		return nil, fmt.Errorf("%w: NVML library %s cannot be loaded (%v)", ErrNoGPUCounters, libPath, err)
+		return nil, err
 	}
 	lib := nvml.New(nvml.WithLibraryPath(libPath))
+	// NVIDIA's nvmlInit (535 and 550), run as root, creates /dev/nvidiactl
+	// where it is missing (mknod c 195:255) and makes it root:root mode 0666
+	// where it is there, even when it then finds no kernel driver and fails
+	// with "Driver Not Loaded"; the node is left as NVML made it. The agent
+	// only gets here with --gpu-counters auto or nvml on a host where
+	// libnvidia-ml is installed, i.e. a GPU host, whose driver tools make the
+	// same node: changing device nodes is not the agent's business.
 	if ret := lib.Init(); ret != nvml.SUCCESS {
-		return nil, fmt.Errorf("NVML %s: init: %v: %w", libPath, nvmlErr(ret), ErrNoGPUCounters)
+		return nil, errNVMLUnavailable(fmt.Sprintf("library %s loaded but nvmlInit failed: %v", libPath, nvmlErr(ret)))
 	}
 	c := &nvmlCollector{lib: lib}
 	n, ret := lib.DeviceGetCount()
@@ -85,8 +157,10 @@ func OpenNVML(libPath string) (GPUCounters, error) {
 	return c, nil
 }
 
-// nvmlErr names an NVML return code. Return.Error calls nvmlErrorString of
-// the loaded library, so it is only used while the library is initialised.
+// nvmlErr names an NVML return code. Once go-nvml has loaded the library,
+// Return.Error calls its nvmlErrorString, which needs no nvmlInit (NVIDIA's
+// 535 and 550 answer "Driver Not Loaded" for 9 before any init); before that,
+// go-nvml names the code itself.
 func nvmlErr(r nvml.Return) error {
 	return errors.New(r.Error())
 }

@@ -35,6 +35,24 @@ func TestOpenNVMLMissingLibrary(t *testing.T) {
 	}
 }
 
+// A library that loads but is no NVML (here libm) is refused before go-nvml
+// calls into it, which would kill the process ("symbol lookup error"), and
+// never serves the process's NVML bindings.
+func TestOpenNVMLNotNVML(t *testing.T) {
+	c, err := OpenNVML("libm.so.6")
+	if err == nil {
+		c.Close()
+		t.Fatal("OpenNVML of libm succeeded")
+	}
+	if !errors.Is(err, ErrNoGPUCounters) {
+		t.Errorf("error %q does not wrap ErrNoGPUCounters", err)
+	}
+	want := fmt.Sprintf("library libm.so.6 is not a usable NVML: it lacks nvmlInit_v2, nvmlErrorString, nvmlShutdown and %d more", len(nvmlSymbols)-3)
+	if msg := err.Error(); !strings.Contains(msg, want) || strings.Contains(msg, "\n") {
+		t.Errorf("message %q: want one line with %q", msg, want)
+	}
+}
+
 // kernelCopyEnd is the end line of the kernel-copy scenario's truth.
 type kernelCopyEnd struct {
 	GPU       string `json:"gpu"`
