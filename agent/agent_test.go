@@ -51,6 +51,7 @@ func startAgent(t *testing.T, cfg agent.Config) *running {
 	r := &running{col: selftest.NewCollector(nil), logs: &syncBuffer{}}
 	cfg.Sink = r.col
 	cfg.OnExit = r.col.OnExit
+	cfg.OnRuntimeLayer = r.col.OnRuntimeLayer
 	cfg.Logger = slog.New(slog.NewTextHandler(io.MultiWriter(r.logs, testWriter{t}), &slog.HandlerOptions{Level: slog.LevelDebug - 1}))
 	ready := make(chan struct{})
 	cfg.OnReady = func() { close(ready) }

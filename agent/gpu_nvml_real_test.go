@@ -11,7 +11,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -57,59 +56,6 @@ func TestOpenGPUChildProcess(t *testing.T) {
 	fmt.Printf("%s%s\n", gpuChildPrefix, b)
 }
 
-// nvidiactlGuard: as root, NVIDIA's nvmlInit creates /dev/nvidiactl where
-// it is missing (mknod c 195:255) and makes it root:root mode 0666 where it
-// is there, before failing with "Driver Not Loaded". The test removes the
-// node again if and only if it was not there before, and gives one that was
-// its owner and mode back, under the same file lock as the collectors' tests
-// of the real NVML (collectors/gpu_nvml_real_test.go), so neither sees the
-// other's. Without root nvmlInit changes nothing in /dev.
-func nvidiactlGuard(t *testing.T) {
-	t.Helper()
-	const node = "/dev/nvidiactl"
-	if os.Geteuid() != 0 {
-		return
-	}
-	lock, err := os.OpenFile(filepath.Join(os.TempDir(), "lanewatch-nvidiactl.lock"), os.O_CREATE|os.O_RDWR, 0o600)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
-		lock.Close()
-		t.Fatal(err)
-	}
-	before, err := os.Lstat(node)
-	existed := err == nil
-	t.Cleanup(func() {
-		defer lock.Close() // and with it the lock
-		fi, err := os.Lstat(node)
-		if err != nil {
-			if existed {
-				t.Errorf("%s was there before and is gone", node)
-			}
-			return
-		}
-		st, ok := fi.Sys().(*syscall.Stat_t)
-		if !ok || fi.Mode()&os.ModeCharDevice == 0 || st.Rdev != 195<<8|255 {
-			t.Errorf("%s is not the character device 195:255 (%v): left alone", node, fi.Mode())
-			return
-		}
-		if !existed {
-			if err := os.Remove(node); err != nil {
-				t.Error(err)
-			}
-			return
-		}
-		was := before.Sys().(*syscall.Stat_t)
-		if err := os.Lchown(node, int(was.Uid), int(was.Gid)); err != nil {
-			t.Error(err)
-		}
-		if err := os.Chmod(node, before.Mode().Perm()); err != nil {
-			t.Error(err)
-		}
-	})
-}
-
 // On a host without an NVIDIA driver, `--gpu-counters nvml` (and auto) with
 // NVIDIA's real libnvidia-ml 535 or 550 gives one line that says why once:
 // the library's path and NVML's "Driver Not Loaded", with the "no GPU
@@ -125,7 +71,7 @@ func TestOpenGPUNVMLNoDriver(t *testing.T) {
 	for ver, key := range map[string]string{"535": "BOOKWORM_NVML", "550": "TRIXIE_NVML"} {
 		lib := filepath.Join(testenv.NVIDIA(t, key), "libnvidia-ml.so.1")
 		t.Run(ver, func(t *testing.T) {
-			nvidiactlGuard(t)
+			testenv.GuardNvidiactl(t)
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			cmd := exec.CommandContext(ctx, exe, "-test.run=^TestOpenGPUChildProcess$", "-test.count=1")

@@ -29,7 +29,6 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -43,9 +42,6 @@ const (
 	nvmlChildEnv     = "LW_NVML_CHILD" // the library the child process opens
 	nvmlChildPrefix  = "nvml-child: "  // the child's result line on stdout
 	nvmlSymbolsFile  = "testdata/nvml/symbols.txt"
-	nvidiactl        = "/dev/nvidiactl"
-	nvidiactlRdev    = 195<<8 | 255 // makedev(195, 255): major and minor below 256
-	nvidiactlLockTag = "lanewatch-nvidiactl.lock"
 )
 
 // nvmlChildResult is what a child process saw.
@@ -169,73 +165,6 @@ func runNVMLChild(t *testing.T, lib string) nvmlChildResult {
 	return res
 }
 
-// guardNvidiactl covers a test that runs NVIDIA's nvmlInit: as root, where
-// /dev/nvidiactl is missing, nvmlInit creates it (mknod c 195:255) and, where
-// it is there, makes it root:root mode 0666, before failing with "Driver Not
-// Loaded". The node is removed again if and only if it was not there
-// before; one that was there gets its owner and mode back. A file lock keeps
-// other test processes that do the same (the agent's) from seeing the node
-// in between. The returned check, called after nvmlInit ran, does this at
-// once and fails the test if it cannot; a cleanup does it again. Without
-// root nvmlInit can change nothing in /dev, and nothing is guarded.
-func guardNvidiactl(t *testing.T) (check func()) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		return func() {}
-	}
-	lock, err := os.OpenFile(filepath.Join(os.TempDir(), nvidiactlLockTag), os.O_CREATE|os.O_RDWR, 0o600)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
-		lock.Close()
-		t.Fatal(err)
-	}
-	before, err := os.Lstat(nvidiactl)
-	existed := err == nil
-	restore := func() error {
-		fi, err := os.Lstat(nvidiactl)
-		if err != nil {
-			if existed {
-				return fmt.Errorf("%s was there before and is gone: %v", nvidiactl, err)
-			}
-			return nil
-		}
-		st, ok := fi.Sys().(*syscall.Stat_t)
-		if fi.Mode()&os.ModeCharDevice == 0 || !ok || st.Rdev != nvidiactlRdev {
-			return fmt.Errorf("%s is not the character device 195:255 (%v): left alone", nvidiactl, fi.Mode())
-		}
-		if !existed {
-			t.Logf("nvmlInit created %s (char 195:255, %v, uid %d); removed, as it was not there before", nvidiactl, fi.Mode().Perm(), st.Uid)
-			return os.Remove(nvidiactl)
-		}
-		was := before.Sys().(*syscall.Stat_t)
-		if fi.Mode() != before.Mode() || st.Uid != was.Uid || st.Gid != was.Gid {
-			t.Logf("nvmlInit changed %s to %v %d:%d; put back to %v %d:%d", nvidiactl, fi.Mode().Perm(), st.Uid, st.Gid, before.Mode().Perm(), was.Uid, was.Gid)
-			if err := os.Lchown(nvidiactl, int(was.Uid), int(was.Gid)); err != nil {
-				return err
-			}
-			return os.Chmod(nvidiactl, before.Mode().Perm())
-		}
-		return nil
-	}
-	t.Cleanup(func() {
-		defer lock.Close() // and with it the lock
-		if err := restore(); err != nil {
-			t.Error(err)
-		}
-	})
-	return func() {
-		t.Helper()
-		if err := restore(); err != nil {
-			t.Error(err)
-		}
-		if _, err := os.Lstat(nvidiactl); (err == nil) != existed {
-			t.Errorf("%s: there before %v, now %v", nvidiactl, existed, err == nil)
-		}
-	}
-}
-
 // realNVML is NVIDIA's libnvidia-ml.so.1 of each driver fetch.sh unpacked.
 func realNVML(t *testing.T) map[string]string {
 	return map[string]string{
@@ -257,7 +186,7 @@ func TestOpenNVMLRealLibraryNoDriver(t *testing.T) {
 	for _, ver := range []string{"535", "550"} {
 		lib := libs[ver]
 		t.Run(ver, func(t *testing.T) {
-			check := guardNvidiactl(t)
+			check := testenv.GuardNvidiactl(t)
 			res := runNVMLChild(t, lib)
 			check()
 			if len(res.Errors) != 2 {
@@ -384,7 +313,7 @@ func TestNVMLSymbols(t *testing.T) {
 	// driver version): nvmlInit fails, the error path.
 	for _, ver := range []string{"535", "550"} {
 		t.Run(ver, func(t *testing.T) {
-			check := guardNvidiactl(t)
+			check := testenv.GuardNvidiactl(t)
 			res := runNVMLChild(t, libs[ver])
 			check()
 			t.Logf("%s: %s", ver, strings.Join(res.Bound, " "))

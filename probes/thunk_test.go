@@ -148,31 +148,25 @@ func TestResolveThunkNVIDIAGuardText(t *testing.T) {
 
 // Time to resolve every driver row of libcuda 550 with one resolver: the
 // agent does this once per library file it finds mapped.
-func TestResolveThunkNVIDIATime(t *testing.T) {
-	lib := filepath.Join(testenv.NVIDIA(t, "TRIXIE_CUDA"), "libcuda.so.1")
+func BenchmarkResolveThunksNVIDIA(b *testing.B) {
+	lib := filepath.Join(testenv.NVIDIA(b, "TRIXIE_CUDA"), "libcuda.so.1")
 	syms, err := LookupSymbols(lib, driverSymbols())
 	if err != nil {
-		t.Fatal(err)
+		b.Fatal(err)
 	}
-	best := time.Duration(1 << 62)
-	for range 5 {
-		start := time.Now()
+	for b.Loop() {
 		r, err := NewThunkResolver(lib)
 		if err != nil {
-			t.Fatal(err)
+			b.Fatal(err)
 		}
 		for _, s := range syms {
 			if _, err := r.Resolve(s); err != nil {
-				t.Fatal(err)
+				b.Fatal(err)
 			}
 		}
 		r.Close()
-		best = min(best, time.Since(start))
 	}
-	t.Logf("%d thunks of %s resolved in %v (best of 5)", len(syms), filepath.Base(lib), best)
-	if limit := 200 * time.Millisecond; best > limit {
-		t.Errorf("resolving %d thunks took %v, want < %v", len(syms), best, limit)
-	}
+	b.ReportMetric(float64(len(syms)), "thunks/op")
 }
 
 // libcuda's other thunk shapes: the memset thunks zero-extend their value
