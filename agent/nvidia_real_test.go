@@ -17,7 +17,7 @@ import (
 	"github.com/lanewatch/lanewatch/internal/testenv"
 )
 
-// realCall is one line testdata/nvidia/realcuda.c prints per call it made.
+// realCall is one line internal/testenv/testdata/realcuda.c prints per call it made.
 type realCall struct {
 	API    string `json:"api"`
 	Result uint32 `json:"result"`
@@ -36,10 +36,7 @@ func TestRealCUDAWithoutAGPU(t *testing.T) {
 	if _, err := os.Stat("/proc/driver/nvidia"); err == nil {
 		t.Fatal("this host has the NVIDIA driver: the calls would not fail")
 	}
-	prog := filepath.Join(t.TempDir(), "realcuda")
-	if out, err := exec.Command("gcc", "-O2", "-Wall", "-Werror", "-o", prog, "testdata/nvidia/realcuda.c", "-ldl").CombinedOutput(); err != nil {
-		t.Fatalf("build realcuda: %v\n%s", err, out)
-	}
+	prog := testenv.RealCUDA(t)
 	for _, stack := range []struct{ name, runtime, runtimeKey, driverKey string }{
 		{"cuda-11.8-driver-535", "libcudart.so.11.0", "BOOKWORM_CUDART", "BOOKWORM_CUDA"},
 		{"cuda-12.4-driver-550", "libcudart.so.12", "TRIXIE_CUDART", "TRIXIE_CUDA"},

@@ -204,6 +204,28 @@ func (pp *PIDProbes) Close() error {
 func planSites(path string, syms map[string]Symbol, done func(sym string) bool) (map[Program]*sites, map[string]Site, error) {
 	plan := map[Program]*sites{}
 	chosen := map[string]Site{}
+	err := eachSite(path, syms, done, func(i int, at uint64, site Site, err error) error {
+		if err != nil {
+			return err
+		}
+		row := &Table[i]
+		if plan[row.Program] == nil {
+			plan[row.Program] = &sites{}
+		}
+		plan[row.Program].add(at, Cookie(i, site.SPDelta))
+		chosen[row.Symbol] = site
+		return nil
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return plan, chosen, nil
+}
+
+// eachSite chooses the site of every table row syms names, in table order,
+// skipping those done says are attached already, and hands each (or why it
+// has none) to fn; an error from fn stops the walk.
+func eachSite(path string, syms map[string]Symbol, done func(sym string) bool, fn func(row int, at uint64, site Site, err error) error) error {
 	var thunks *ThunkResolver // opened at the first symbol, for all of them
 	defer func() {
 		if thunks != nil {
@@ -221,7 +243,7 @@ func planSites(path string, syms map[string]Symbol, done func(sym string) bool) 
 		if thunks == nil && !provider {
 			var err error
 			if thunks, err = NewThunkResolver(path); err != nil {
-				return nil, nil, err
+				return err
 			}
 		}
 		resolver := thunks
@@ -229,16 +251,63 @@ func planSites(path string, syms map[string]Symbol, done func(sym string) bool) 
 			resolver = nil
 		}
 		at, site, err := chooseSite(path, row.Symbol, sym, resolver, impls)
-		if err != nil {
-			return nil, nil, err
+		if err := fn(i, at, site, err); err != nil {
+			return err
 		}
-		if plan[row.Program] == nil {
-			plan[row.Program] = &sites{}
-		}
-		plan[row.Program].add(at, Cookie(i, site.SPDelta))
-		chosen[row.Symbol] = site
 	}
-	return plan, chosen, nil
+	return nil
+}
+
+// SymbolCoverage is what the agent does with one table row in one file.
+type SymbolCoverage struct {
+	Symbol  string
+	Layer   event.Layer
+	Present bool  // the file exports the symbol
+	Site    Site  // where it is probed, when Present and Err is nil
+	Err     error // why no site could be chosen
+}
+
+// Coverage lists, for every layer of which path exports at least one table
+// symbol, each of that layer's rows: absent, or the site the agent would
+// probe it at (through a dispatch thunk where it is one), without attaching
+// anything. RDMA provider rows, found by offset at run time, are not listed.
+func Coverage(path string) ([]SymbolCoverage, error) {
+	var names []string
+	for _, row := range Table {
+		if !strings.HasPrefix(row.Symbol, ProviderPrefix) {
+			names = append(names, row.Symbol)
+		}
+	}
+	syms, err := LookupSymbols(path, names)
+	if err != nil {
+		return nil, err
+	}
+	layers := map[event.Layer]bool{}
+	for _, row := range Table {
+		if _, ok := syms[row.Symbol]; ok {
+			layers[row.Layer] = true
+		}
+	}
+	byRow := map[int]SymbolCoverage{}
+	err = eachSite(path, syms, func(string) bool { return false }, func(i int, _ uint64, site Site, err error) error {
+		byRow[i] = SymbolCoverage{Symbol: Table[i].Symbol, Layer: Table[i].Layer, Present: true, Site: site, Err: err}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	var out []SymbolCoverage
+	for i, row := range Table {
+		if !layers[row.Layer] || strings.HasPrefix(row.Symbol, ProviderPrefix) {
+			continue
+		}
+		c, ok := byRow[i]
+		if !ok {
+			c = SymbolCoverage{Symbol: row.Symbol, Layer: row.Layer}
+		}
+		out = append(out, c)
+	}
+	return out, nil
 }
 
 // chooseSite picks where to probe one symbol and returns that file offset.

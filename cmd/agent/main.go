@@ -30,6 +30,7 @@ Usage:
   agent diagnose [flags]   one-shot checklist: topology, links, IOMMU, NUMA, pools, and (--sample) live transfers
   agent topo     [flags]   the GPU/NIC/NVMe relation matrix and the GPU → nearest RDMA device map
   agent selftest [flags]   run the bundled reference KV data path under the probes and check every record
+  agent probes   LIB...    where each probe-table symbol of a library is probed (or that it is absent)
   agent version            print the version
 
 Run 'agent COMMAND -h' for the flags of a command. run, selftest and diagnose
@@ -54,6 +55,8 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 		return cmdDiagnose(args[1:], stdout, stderr)
 	case "topo":
 		return cmdTopo(args[1:], stdout, stderr)
+	case "probes":
+		return cmdProbes(args[1:], stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, "lanewatch", version)
 		return 0

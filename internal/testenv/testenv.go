@@ -74,3 +74,33 @@ var (
 	nvidiaDirs map[string]string
 	nvidiaErr  error
 )
+
+// RealCUDA builds testdata/realcuda.c, the program that calls NVIDIA's real
+// runtime or driver (loaded with dlopen), once per test binary, and returns
+// its path.
+func RealCUDA(tb testing.TB) string {
+	tb.Helper()
+	realCUDAOnce.Do(func() {
+		_, file, _, _ := runtime.Caller(0)
+		dir, err := os.MkdirTemp("", "lanewatch-realcuda-")
+		if err != nil {
+			realCUDAErr = err
+			return
+		}
+		realCUDAPath = filepath.Join(dir, "realcuda")
+		src := filepath.Join(filepath.Dir(file), "testdata", "realcuda.c")
+		if out, err := exec.Command("gcc", "-O2", "-Wall", "-Werror", "-o", realCUDAPath, src, "-ldl").CombinedOutput(); err != nil {
+			realCUDAErr = fmt.Errorf("build %s: %v\n%s", src, err, out)
+		}
+	})
+	if realCUDAErr != nil {
+		tb.Fatal(realCUDAErr)
+	}
+	return realCUDAPath
+}
+
+var (
+	realCUDAOnce sync.Once
+	realCUDAPath string
+	realCUDAErr  error
+)

@@ -8,6 +8,9 @@
  *   realcuda runtime LIBCUDART   cudaGetDeviceCount, then "ready" and a wait
  *                                for a line on stdin, then memory and copies
  *   realcuda driver LIBCUDA      cuInit, then the driver's copy entry points
+ *   realcuda bench LIBCUDA N     N calls of cuMemcpyHtoD_v2 without cuInit (each
+ *                                fails fast with 3): {"ns_per_call":X}, for
+ *                                make bench
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -16,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #define MiB (1u << 20)
@@ -92,10 +96,33 @@ static int driver(void)
 	return 0;
 }
 
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static int bench(long n)
+{
+	static char host[64];
+	fn_htod copy = (fn_htod)sym("cuMemcpyHtoD_v2");
+	if (copy(0x1000, host, sizeof host) != 3) { /* warm up: PLT, page faults */
+		fprintf(stderr, "realcuda: cuMemcpyHtoD_v2 before cuInit did not return 3\n");
+		return 1;
+	}
+	uint64_t t0 = now_ns();
+	for (long i = 0; i < n; i++)
+		copy(0x1000, host, sizeof host);
+	printf("{\"calls\":%ld,\"ns_per_call\":%.1f}\n", n, (double)(now_ns() - t0) / (double)n);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
-	if (argc != 3 || (strcmp(argv[1], "runtime") && strcmp(argv[1], "driver"))) {
-		fprintf(stderr, "usage: realcuda runtime LIBCUDART | realcuda driver LIBCUDA\n");
+	int is_bench = argc == 4 && !strcmp(argv[1], "bench");
+	if (!is_bench && (argc != 3 || (strcmp(argv[1], "runtime") && strcmp(argv[1], "driver")))) {
+		fprintf(stderr, "usage: realcuda runtime LIBCUDART | realcuda driver LIBCUDA | realcuda bench LIBCUDA N\n");
 		return 2;
 	}
 	lib = dlopen(argv[2], RTLD_NOW | RTLD_GLOBAL);
@@ -103,5 +130,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "realcuda: %s\n", dlerror());
 		return 2;
 	}
+	if (is_bench)
+		return bench(atol(argv[3]));
 	return strcmp(argv[1], "runtime") ? driver() : runtime();
 }

@@ -1,0 +1,59 @@
+package main
+
+import (
+	"bytes"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/lanewatch/lanewatch/internal/testenv"
+)
+
+// agent probes on NVIDIA's real driver and runtime: every exported driver
+// row is listed at its implementation, through the thunk, never
+// single-stepped; absent rows say so; the runtime's rows are at emulated
+// sites.
+func TestProbesRealLibraries(t *testing.T) {
+	for _, lib := range []struct{ key, file, header string }{
+		{"BOOKWORM_CUDA", "libcuda.so.1", "CUDA driver: 42 of 44 table symbols exported; sites: emulated 42, through a thunk 42"},
+		{"TRIXIE_CUDA", "libcuda.so.1", "CUDA driver: 42 of 44 table symbols exported; sites: emulated 42, through a thunk 42"},
+		{"BOOKWORM_CUDART", "libcudart.so.11.0", "25 of 27 table symbols exported; sites: emulated 25"},
+		{"TRIXIE_CUDART", "libcudart.so.12", "25 of 27 table symbols exported; sites: emulated 25"},
+	} {
+		path := filepath.Join(testenv.NVIDIA(t, lib.key), lib.file)
+		var out, errb bytes.Buffer
+		if code := realMain([]string{"probes", path}, &out, &errb); code != 0 {
+			t.Fatalf("agent probes %s: %d %s", path, code, errb.String())
+		}
+		text := out.String()
+		if !strings.Contains(text, lib.header) {
+			t.Errorf("%s %s: no %q in\n%s", lib.key, lib.file, lib.header, text)
+		}
+		if strings.Contains(text, "single-step") || strings.Contains(text, "NOT PROBED") {
+			t.Errorf("%s %s:\n%s", lib.key, lib.file, text)
+		}
+		if lib.file == "libcuda.so.1" {
+			thunk := regexp.MustCompile(`(?m)^    cuMemcpyHtoDAsync_v2 +implementation 0x[0-9a-f]+ \+0 PUSH RBP \(emulated, through the thunk's slot 0x[0-9a-f]+\)$`)
+			if !thunk.MatchString(text) || !regexp.MustCompile(`(?m)^    cuMemcpyBatchAsync +absent$`).MatchString(text) {
+				t.Errorf("%s: rows\n%s", lib.key, text)
+			}
+		}
+	}
+}
+
+func TestProbesErrors(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := realMain([]string{"probes"}, &out, &errb); code != 2 || !strings.Contains(errb.String(), "name at least one library") {
+		t.Errorf("no library: %d %q", code, errb.String())
+	}
+	errb.Reset()
+	self := filepath.Join("testdata", "none.so")
+	if code := realMain([]string{"probes", self}, &out, &errb); code != 1 || !strings.Contains(errb.String(), self) {
+		t.Errorf("missing file: %d %q", code, errb.String())
+	}
+	errb.Reset()
+	if code := realMain([]string{"probes", "/proc/self/exe"}, &out, &errb); code != 1 || !strings.Contains(errb.String(), "exports no symbol of the probe table") {
+		t.Errorf("a binary with no table symbol: %d %q", code, errb.String())
+	}
+}
