@@ -33,12 +33,13 @@ test: build nvidia-libs ## vet, check generated files, promtool on the alert rul
 	bash dashboards/check.sh
 	$(PYTHON) -m unittest discover -s scripts/gpucheck -p 'test_*.py' # the GPU check script's non-GPU parts (and, as root, the script under the agent on the reference data path)
 	$(SUDO) $(GO) test -count=1 -p 1 ./... # one package at a time: the BPF and e2e tests judge rates, and each package traces every process using the reference libraries
-	$(GO) test -run '^$$' -bench . -benchtime 1x ./correlate ./exporters # every pure-Go benchmark once, so `make bench` cannot rot
+	$(GO) test -run '^$$' -bench . -benchtime 1x ./correlate ./exporters # every benchmark once (the probe costs one short round), so `make bench` cannot rot
+	$(SUDO) $(GO) test -short -run '^$$' -bench . -benchtime 1x ./probes
 
 run: build ## run the selftest on the reference data path with a live view of every transfer
 	$(SUDO) ./bin/agent selftest --live
 
-bench: build ## probe cost (none / empty program / lanewatch), pipeline throughput, agent peak RSS
+bench: build nvidia-libs ## per-call probe cost (reference stack: none / bpftrace-equivalent pair / bpftrace / lanewatch; NVIDIA's drivers: none / empty program / lanewatch), pipeline throughput, agent peak RSS
 	$(SUDO) $(GO) test -run '^$$' -bench . -benchtime 1x -count 1 ./probes
 	$(GO) test -run '^$$' -bench Pipeline -benchmem -cpu 1 ./correlate
 	$(GO) test -run '^$$' -bench CorrelateExport -cpu 1 ./exporters   # correlate + batched spans: events/s, spans per 1 000 transfers

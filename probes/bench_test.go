@@ -1,122 +1,281 @@
 package probes
 
 import (
+	"bufio"
 	"encoding/json"
+	"fmt"
 	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
+	"time"
 
+	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 
 	"github.com/lanewatch/lanewatch/event"
 	"github.com/lanewatch/lanewatch/internal/testenv"
 )
 
-// callbench runs the reference driver's tight cudaMemcpyAsync loop and
-// returns its ns per call.
-func callbench(tb testing.TB, ref, build string, iterations int) float64 {
+// The benchmarks here measure what a probed call costs the process that
+// makes it, side by side in one run: each configuration is run once per
+// round, rounds interleave them, and the fastest round of each is kept, so
+// a noisy neighbour on this shared machine inflates none of them alone.
+// The ratios are the result; docs/design.md, "One pair per call", has the
+// figures.
+//
+// With -short (make test) they run one small round, to prove they still run.
+func benchSize() (rounds, iterations int) {
+	if testing.Short() {
+		return 1, 20000
+	}
+	return 5, 200000
+}
+
+// nsPerCall runs a benchmark program that prints {"ns_per_call": X}.
+func nsPerCall(tb testing.TB, cmd *exec.Cmd) float64 {
 	tb.Helper()
-	cmd := exec.Command(filepath.Join(ref, "bin", "kvpath"), "--scenario", "callbench", "--iterations", strconv.Itoa(iterations))
-	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+filepath.Join(ref, build)+":"+filepath.Join(ref, "lib"))
 	out, err := cmd.Output()
 	if err != nil {
-		tb.Fatalf("callbench: %v", err)
+		tb.Fatalf("%s: %v", cmd, err)
 	}
 	var r struct {
 		NsPerCall float64 `json:"ns_per_call"`
 	}
 	if err := json.Unmarshal(out, &r); err != nil {
-		tb.Fatalf("callbench output %q: %v", out, err)
+		tb.Fatalf("%s output %q: %v", cmd, out, err)
 	}
 	return r.NsPerCall
 }
 
-// BenchmarkProbeCost measures, in one run and for both runtime builds, what a
-// cudaMemcpyAsync call costs with no probe, with an empty BPF program at the
-// symbol address (what a naive attach or bpftrace pays), and with lanewatch's
-// probe at the site it chooses. The three are interleaved over several rounds
-// and the fastest round of each is kept, so a noisy neighbour on this shared
-// machine inflates none of them alone. The ratios are the result.
-func BenchmarkProbeCost(b *testing.B) {
-	testenv.RequireRoot(b)
-	ref := testenv.RefDir(b)
-	const iterations, rounds = 200000, 5
-	for _, build := range []string{"plain", "cet"} {
-		lib := filepath.Join(ref, build, "libcudart.so.12")
-		syms, err := LookupSymbols(lib, []string{"cudaMemcpyAsync"})
-		if err != nil || len(syms) != 1 {
-			b.Fatalf("%s: cudaMemcpyAsync: %v", lib, err)
-		}
-		none, emptyNs, lwNs := math.Inf(1), math.Inf(1), math.Inf(1)
-		var site Site
-		var seen, dropped uint64
-		for r := 0; r < rounds; r++ {
-			none = min(none, callbench(b, ref, build, iterations))
-			emptyNs = min(emptyNs, withEmptyProgram(b, lib, syms["cudaMemcpyAsync"], func() float64 {
-				return callbench(b, ref, build, iterations)
-			}))
-			var ns float64
-			site, seen, dropped, ns = withLanewatch(b, lib, syms, func() float64 {
-				return callbench(b, ref, build, iterations)
-			})
-			lwNs = min(lwNs, ns)
-		}
-		b.ReportMetric(none, build+"-none-ns/call")
-		b.ReportMetric(emptyNs, build+"-empty@symbol-ns/call")
-		b.ReportMetric(lwNs, build+"-lanewatch-ns/call")
-		b.ReportMetric(lwNs/emptyNs, build+"-lanewatch/empty")
-		b.Logf("%s: site %s; none %.0f ns, empty program at symbol %.0f ns, lanewatch %.0f ns: lanewatch/empty %.3f (best of %d rounds); last round read %d events, dropped %d",
-			build, site, none, emptyNs, lwNs, lwNs/emptyNs, rounds, seen, dropped)
-	}
+// callbench runs the reference runtime's tight cudaMemcpyAsync loop (each
+// call goes on to the reference driver's cuMemcpyHtoDAsync_v2).
+func callbench(tb testing.TB, ref, build string, iterations int) float64 {
+	cmd := exec.Command(filepath.Join(ref, "bin", "kvpath"), "--scenario", "callbench", "--iterations", strconv.Itoa(iterations))
+	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+filepath.Join(ref, build)+":"+filepath.Join(ref, "lib"))
+	return nsPerCall(tb, cmd)
 }
 
-// withEmptyProgram runs f with the empty program attached at the symbol.
-func withEmptyProgram(b testing.TB, lib string, sym Symbol, f func() float64) float64 {
-	var empty emptyObjects
-	if err := loadEmptyObjects(&empty, nil); err != nil {
-		b.Fatal(err)
+// driverSymbols are the driver rows of the table, what `agent run` looks
+// for in every libcuda.
+func driverTableSymbols() []string {
+	var names []string
+	for _, row := range Table {
+		if row.Layer == event.LayerDriver {
+			names = append(names, row.Symbol)
+		}
 	}
-	defer empty.Close()
+	return names
+}
+
+// withBaseline runs f with a baseline program from bpf/empty.bpf.c at the
+// symbol's own address (where a naive tool attaches): the empty program
+// alone, or the bpftrace-equivalent entry+return pair.
+func withBaseline(tb testing.TB, lib string, sym Symbol, pair bool, f func() float64) float64 {
+	tb.Helper()
+	var objs emptyObjects
+	if err := loadEmptyObjects(&objs, nil); err != nil {
+		tb.Fatal(err)
+	}
+	defer objs.Close()
 	ex, err := link.OpenExecutable(lib)
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
-	l, err := ex.Uprobe("cudaMemcpyAsync", empty.LwEmpty, &link.UprobeOptions{Address: sym.Offset})
-	if err != nil {
-		b.Fatal(err)
+	opts := &link.UprobeOptions{Address: sym.Offset}
+	if !pair {
+		l, err := ex.Uprobe(sym.Name, objs.LwEmpty, opts)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		defer l.Close()
+		return f()
 	}
-	defer l.Close()
+	for _, p := range []struct {
+		prog *ebpf.Program
+		ret  bool
+	}{{objs.LwNaiveEntry, false}, {objs.LwNaiveReturn, true}} {
+		attach := ex.Uprobe
+		if p.ret {
+			attach = ex.Uretprobe
+		}
+		l, err := attach(sym.Name, p.prog, opts)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		defer l.Close()
+	}
 	return f()
 }
 
-// withLanewatch runs f with lanewatch's probe at its chosen site and a reader
-// draining the ring buffer, as in the agent.
-func withLanewatch(b *testing.B, lib string, syms map[string]Symbol, f func() float64) (Site, uint64, uint64, float64) {
+// withBpftrace runs f under a real bpftrace timing the symbol (entry+return,
+// a histogram of latencies), if bpftrace is installed.
+func withBpftrace(tb testing.TB, lib, symbol string, f func() float64) (float64, error) {
+	bin, err := exec.LookPath("bpftrace")
+	if err != nil {
+		return 0, err
+	}
+	script := fmt.Sprintf(`BEGIN { printf("ready\n"); } uprobe:%[1]s:%[2]s { @s[tid] = nsecs; } uretprobe:%[1]s:%[2]s /@s[tid]/ { @ns = hist(nsecs - @s[tid]); delete(@s[tid]); }`, lib, symbol)
+	cmd := exec.Command(bin, "-e", script)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return 0, err
+	}
+	if err := cmd.Start(); err != nil {
+		return 0, err
+	}
+	defer func() { cmd.Process.Signal(os.Interrupt); cmd.Wait() }()
+	ready := make(chan bool, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		ok := false
+		for sc.Scan() {
+			if !ok && strings.TrimSpace(sc.Text()) == "ready" {
+				ok = true
+				ready <- true
+			}
+		}
+		if !ok {
+			ready <- false
+		}
+	}()
+	select {
+	case ok := <-ready:
+		if !ok {
+			return 0, fmt.Errorf("bpftrace exited before attaching")
+		}
+	case <-time.After(30 * time.Second):
+		return 0, fmt.Errorf("bpftrace did not attach within 30 s")
+	}
+	return f(), nil
+}
+
+// lanewatchRun is one run under the probes as `agent run` attaches them.
+type lanewatchRun struct {
+	ns      float64
+	sites   map[string]Site
+	events  map[string]uint64 // events read, by symbol
+	dropped uint64
+}
+
+// withLanewatch runs f with every driver row of the table attached to lib
+// the way `agent run` attaches it (thunks resolved, one entry+return pair
+// per row) and a reader draining the ring buffer, as in the agent.
+func withLanewatch(tb testing.TB, lib string, f func() float64) lanewatchRun {
+	tb.Helper()
+	syms, err := LookupSymbols(lib, driverTableSymbols())
+	if err != nil {
+		tb.Fatal(err)
+	}
 	p, err := Load(Options{})
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	defer p.Close()
 	af, err := p.AttachFile(FileID{Inode: 1}, lib, syms, 0)
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	stop := make(chan struct{})
-	done := make(chan uint64)
+	done := make(chan map[string]uint64)
 	go func() {
-		var n uint64
-		p.Read(stop, func(*event.Call) { n++ })
+		n := map[string]uint64{}
+		p.Read(stop, func(c *event.Call) { n[c.Symbol]++ })
 		done <- n
 	}()
-	ns := f()
+	r := lanewatchRun{ns: f(), sites: af.Sites}
 	close(stop)
-	seen := <-done
+	r.events = <-done
 	drops, err := p.Drops()
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
-	return af.Sites["cudaMemcpyAsync"], seen, drops.Total(), ns
+	r.dropped = drops.Total()
+	return r
+}
+
+// BenchmarkWholeStack: one cudaMemcpyAsync through the reference runtime
+// and driver (both builds), with no probe, with the bpftrace-equivalent
+// entry+return pair on the runtime symbol (and a real bpftrace when
+// installed), and with every probe `agent run` attaches. Traps per copy are
+// counted from the events: each is one entry and one return hit.
+func BenchmarkWholeStack(b *testing.B) {
+	testenv.RequireRoot(b)
+	ref := testenv.RefDir(b)
+	benchRounds, iterations := benchSize()
+	driver := filepath.Join(ref, "lib", "libcuda.so.1")
+	for _, build := range []string{"plain", "cet"} {
+		runtime := filepath.Join(ref, build, "libcudart.so.12")
+		syms, err := LookupSymbols(runtime, []string{"cudaMemcpyAsync"})
+		if err != nil || len(syms) != 1 {
+			b.Fatalf("%s: cudaMemcpyAsync: %v", runtime, err)
+		}
+		run := func() float64 { return callbench(b, ref, build, iterations) }
+		none, pair, trace, lw := math.Inf(1), math.Inf(1), math.Inf(1), math.Inf(1)
+		var last lanewatchRun
+		var traceErr error
+		for range benchRounds {
+			none = min(none, run())
+			pair = min(pair, withBaseline(b, runtime, syms["cudaMemcpyAsync"], true, run))
+			if traceErr == nil {
+				var ns float64
+				ns, traceErr = withBpftrace(b, runtime, "cudaMemcpyAsync", run)
+				trace = min(trace, ns)
+			}
+			last = withLanewatch(b, driver, run)
+			lw = min(lw, last.ns)
+		}
+		copies := float64(iterations + 1) // and the warm-up copy
+		traps := 2 * float64(last.events["cuMemcpyHtoDAsync_v2"]) / copies
+		b.ReportMetric(none, build+"-none-ns/call")
+		b.ReportMetric(pair, build+"-pair@runtime-ns/call")
+		b.ReportMetric(lw, build+"-lanewatch-ns/call")
+		b.ReportMetric((lw-none)/(pair-none), build+"-lanewatch/pair-added")
+		b.ReportMetric(traps, build+"-traps/copy")
+		b.Logf("%s: none %.0f ns; bpftrace-equivalent pair on cudaMemcpyAsync +%.0f ns; lanewatch (%d driver rows, copy at cuMemcpyHtoDAsync_v2 %s) +%.0f ns: lanewatch/pair %.2f of the added cost, %.2f traps per copy, %d dropped (best of %d)",
+			build, none, pair-none, len(last.sites), last.sites["cuMemcpyHtoDAsync_v2"], lw-none, (lw-none)/(pair-none), traps, last.dropped, benchRounds)
+		if traceErr != nil {
+			b.Logf("%s: real bpftrace not measured: %v", build, traceErr)
+		} else {
+			b.ReportMetric(trace, build+"-bpftrace-ns/call")
+			b.Logf("%s: real bpftrace (entry+return on cudaMemcpyAsync, latency histogram) +%.0f ns: lanewatch/bpftrace %.2f", build, trace-none, (lw-none)/(trace-none))
+		}
+	}
+}
+
+// BenchmarkRealDriver: NVIDIA's real driver (535, 550) with no GPU, where
+// cuMemcpyHtoD_v2 fails fast (3: not initialised) past its dispatch thunk:
+// no probe, an empty program at the exported symbol (the thunk, whose
+// RIP-relative compare is single-stepped), and lanewatch as `agent run`
+// attaches it (every driver row at its implementation, one entry+return
+// pair).
+func BenchmarkRealDriver(b *testing.B) {
+	testenv.RequireRoot(b)
+	prog := testenv.RealCUDA(b)
+	benchRounds, iterations := benchSize()
+	for _, drv := range []struct{ name, key string }{{"535", "BOOKWORM_CUDA"}, {"550", "TRIXIE_CUDA"}} {
+		lib := filepath.Join(testenv.NVIDIA(b, drv.key), "libcuda.so.1")
+		syms, err := LookupSymbols(lib, []string{"cuMemcpyHtoD_v2"})
+		if err != nil || len(syms) != 1 {
+			b.Fatalf("%s: cuMemcpyHtoD_v2: %v", lib, err)
+		}
+		run := func() float64 { return nsPerCall(b, exec.Command(prog, "bench", lib, strconv.Itoa(iterations))) }
+		none, empty, lw := math.Inf(1), math.Inf(1), math.Inf(1)
+		var last lanewatchRun
+		for range benchRounds {
+			none = min(none, run())
+			empty = min(empty, withBaseline(b, lib, syms["cuMemcpyHtoD_v2"], false, run))
+			last = withLanewatch(b, lib, run)
+			lw = min(lw, last.ns)
+		}
+		b.ReportMetric(none, drv.name+"-none-ns/call")
+		b.ReportMetric(empty, drv.name+"-empty@symbol-ns/call")
+		b.ReportMetric(lw, drv.name+"-lanewatch-ns/call")
+		b.ReportMetric(lw/empty, drv.name+"-lanewatch/empty")
+		b.Logf("driver %s: none %.0f ns, empty program at the exported symbol %.0f ns, lanewatch %.0f ns (cuMemcpyHtoD_v2 at %s; %d events for %d calls, %d dropped): lanewatch/empty %.3f per call, %.3f of the added cost (best of %d)",
+			drv.name, none, empty, lw, last.sites["cuMemcpyHtoD_v2"], last.events["cuMemcpyHtoD_v2"], iterations+1, last.dropped, lw/empty, (lw-none)/(empty-none), benchRounds)
+	}
 }

@@ -8,15 +8,26 @@ import (
 	_ "embed"
 	"fmt"
 	"io"
+	"structs"
 
 	"github.com/cilium/ebpf"
 )
+
+type emptyNaiveStart struct {
+	_     structs.HostLayout
+	Ts    uint64
+	Bytes uint64
+}
 
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	emptyProgLwEmpty = "lw_empty"
+	emptyMapNaiveHist      = "naive_hist"
+	emptyMapNaiveStarts    = "naive_starts"
+	emptyProgLwEmpty       = "lw_empty"
+	emptyProgLwNaiveEntry  = "lw_naive_entry"
+	emptyProgLwNaiveReturn = "lw_naive_return"
 )
 
 // loadEmpty returns the embedded CollectionSpec for empty.
@@ -61,13 +72,17 @@ type emptySpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type emptyProgramSpecs struct {
-	LwEmpty *ebpf.ProgramSpec `ebpf:"lw_empty"`
+	LwEmpty       *ebpf.ProgramSpec `ebpf:"lw_empty"`
+	LwNaiveEntry  *ebpf.ProgramSpec `ebpf:"lw_naive_entry"`
+	LwNaiveReturn *ebpf.ProgramSpec `ebpf:"lw_naive_return"`
 }
 
 // emptyMapSpecs contains maps before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type emptyMapSpecs struct {
+	NaiveHist   *ebpf.MapSpec `ebpf:"naive_hist"`
+	NaiveStarts *ebpf.MapSpec `ebpf:"naive_starts"`
 }
 
 // emptyVariableSpecs contains global variables before they are loaded into the kernel.
@@ -96,10 +111,15 @@ func (o *emptyObjects) Close() error {
 //
 // It can be passed to loadEmptyObjects or ebpf.CollectionSpec.LoadAndAssign.
 type emptyMaps struct {
+	NaiveHist   *ebpf.Map `ebpf:"naive_hist"`
+	NaiveStarts *ebpf.Map `ebpf:"naive_starts"`
 }
 
 func (m *emptyMaps) Close() error {
-	return _EmptyClose()
+	return _EmptyClose(
+		m.NaiveHist,
+		m.NaiveStarts,
+	)
 }
 
 // emptyVariables contains all global variables after they have been loaded into the kernel.
@@ -112,12 +132,16 @@ type emptyVariables struct {
 //
 // It can be passed to loadEmptyObjects or ebpf.CollectionSpec.LoadAndAssign.
 type emptyPrograms struct {
-	LwEmpty *ebpf.Program `ebpf:"lw_empty"`
+	LwEmpty       *ebpf.Program `ebpf:"lw_empty"`
+	LwNaiveEntry  *ebpf.Program `ebpf:"lw_naive_entry"`
+	LwNaiveReturn *ebpf.Program `ebpf:"lw_naive_return"`
 }
 
 func (p *emptyPrograms) Close() error {
 	return _EmptyClose(
 		p.LwEmpty,
+		p.LwNaiveEntry,
+		p.LwNaiveReturn,
 	)
 }
 
