@@ -98,10 +98,6 @@ static __always_inline void capture(struct lw_event *e, struct pt_regs *ctx, __u
 	e->ret = 0;
 	e->out = 0;
 	e->caller = 0;
-	/* The return address tells who called: the runtime, or the application
-	 * (or a static runtime) calling the driver directly. */
-	if (LW_COOKIE_CALLER(cookie) && bpf_probe_read_user(&e->caller, sizeof(e->caller), (void *)sp))
-		count_drop(LW_DROP_READ_FAULT, 1);
 	e->args[0] = ctx->di;
 	e->args[1] = ctx->si;
 	e->args[2] = ctx->dx;
@@ -184,39 +180,48 @@ static __always_inline struct lw_slots *slots_of(__u64 create)
 	return bpf_task_storage_get(&inflight, bpf_get_current_task_btf(), 0, create ? BPF_LOCAL_STORAGE_GET_F_CREATE : 0);
 }
 
-/* slot_of is the thread's in-flight slot for the row's layer. */
-static __always_inline struct lw_event *slot_of(__u64 cookie, __u64 create)
+/* classify notes who called (rows with LW_COOKIE_CALLER): the runtime, or
+ * the application (or a static runtime) calling the driver directly. */
+static __always_inline void classify(struct lw_slots *s, struct lw_event *e, __u64 caller)
 {
-	struct lw_slots *s = slots_of(create);
-	if (!s)
-		return NULL;
-	return &s->slot[LW_COOKIE_SLOT(cookie)];
+	e->caller = caller;
+	if (caller && via_runtime(s, caller))
+		e->flags |= LW_F_VIA_RUNTIME;
 }
 
-/* enter keeps a call's arguments in the thread's slot for its return. */
-static __always_inline struct lw_event *enter(struct pt_regs *ctx, __u64 cookie)
+/* enter keeps a call's arguments in the thread's slot for its return. The
+ * caller is classified at return, where the uretprobe's ip is the return
+ * address for free; a program that emits at entry (lw_batch) asks for it
+ * now, from the stack. */
+static __always_inline struct lw_event *enter(struct pt_regs *ctx, __u64 cookie, int caller_now)
 {
 	struct lw_slots *s = slots_of(1);
 	if (!s)
 		return NULL;
 	struct lw_event *e = &s->slot[LW_COOKIE_SLOT(cookie)];
 	capture(e, ctx, cookie, LW_EV_CALL);
-	if (e->caller && via_runtime(s, e->caller))
-		e->flags |= LW_F_VIA_RUNTIME;
+	if (caller_now && LW_COOKIE_CALLER(cookie)) {
+		__u64 ret = 0;
+		if (bpf_probe_read_user(&ret, sizeof(ret), (void *)(ctx->sp + LW_COOKIE_SPDELTA(cookie))))
+			count_drop(LW_DROP_READ_FAULT, 1);
+		classify(s, e, ret);
+	}
 	return e;
 }
 
 /* saved_entry is the call lw_call_enter (or lw_batch, lw_copy2d_enter) kept
- * for this thread and probe; a return without it (entered before the
- * attach, a nested call of the same layer, no slot memory) is counted,
- * never silent. */
-static __always_inline struct lw_event *saved_entry(__u64 cookie)
+ * for this thread and probe, and *sp the thread's slots; a return without
+ * it (entered before the attach, a nested call of the same layer, no slot
+ * memory) is counted, never silent. */
+static __always_inline struct lw_event *saved_entry(__u64 cookie, struct lw_slots **sp)
 {
-	struct lw_event *in = slot_of(cookie, 0);
+	struct lw_slots *s = slots_of(0);
+	struct lw_event *in = s ? &s->slot[LW_COOKIE_SLOT(cookie)] : NULL;
 	if (!in || in->kind == 0 || in->probe != LW_COOKIE_PROBE(cookie)) {
 		count_drop(LW_DROP_NO_ENTRY, 1);
 		return NULL;
 	}
+	*sp = s;
 	return in;
 }
 
@@ -239,7 +244,7 @@ int lw_call(struct pt_regs *ctx)
 SEC("uprobe.multi")
 int lw_call_enter(struct pt_regs *ctx)
 {
-	enter(ctx, bpf_get_attach_cookie(ctx));
+	enter(ctx, bpf_get_attach_cookie(ctx), 0);
 	return 0;
 }
 
@@ -247,7 +252,8 @@ SEC("uretprobe.multi")
 int lw_call_return(struct pt_regs *ctx)
 {
 	__u64 cookie = bpf_get_attach_cookie(ctx);
-	struct lw_event *in = saved_entry(cookie);
+	struct lw_slots *s;
+	struct lw_event *in = saved_entry(cookie, &s);
 	if (!in)
 		return 0;
 	struct lw_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
@@ -261,6 +267,9 @@ int lw_call_return(struct pt_regs *ctx)
 	e->kind = LW_EV_CALL;
 	e->ret_ts_ns = bpf_ktime_get_ns();
 	e->ret = ctx->ax;
+	/* At a uretprobe the kernel has put the return address back in ip. */
+	if (LW_COOKIE_CALLER(cookie) && !e->caller)
+		classify(s, e, ctx->ip);
 	__u32 out = LW_COOKIE_OUTARG(cookie);
 	__u64 ptr = 0;
 	/* Constant indexes: the verifier cannot bound args[out - 1]. */
@@ -282,7 +291,7 @@ int lw_call_return(struct pt_regs *ctx)
 SEC("uprobe.multi")
 int lw_copy2d_enter(struct pt_regs *ctx)
 {
-	struct lw_event *e = enter(ctx, bpf_get_attach_cookie(ctx));
+	struct lw_event *e = enter(ctx, bpf_get_attach_cookie(ctx), 0);
 	if (!e)
 		return 0;
 	__u64 m[LW_M2D_WORDS] = {};
@@ -306,7 +315,7 @@ int lw_copy2d_enter(struct pt_regs *ctx)
 SEC("uprobe.multi")
 int lw_batch(struct pt_regs *ctx)
 {
-	struct lw_event *call = enter(ctx, bpf_get_attach_cookie(ctx));
+	struct lw_event *call = enter(ctx, bpf_get_attach_cookie(ctx), 1);
 	if (!call)
 		return 0;
 	__u64 dsts = call->args[0], srcs = call->args[1], sizes = call->args[2];
@@ -471,7 +480,8 @@ SEC("uretprobe.multi")
 int lw_poll_cq_return(struct pt_regs *ctx)
 {
 	__u64 cookie = bpf_get_attach_cookie(ctx);
-	struct lw_event *in = saved_entry(cookie);
+	struct lw_slots *s;
+	struct lw_event *in = saved_entry(cookie, &s);
 	if (!in)
 		return 0;
 	__s64 n = (__s64)ctx->ax;

@@ -46,7 +46,7 @@ struct lw_event {
 	__u64 ret_ts_ns; /* at return, 0 for entry-only probes */
 	__u64 ret;       /* return value (rax) */
 	__u64 out;       /* value read through the out-pointer argument at return */
-	__u64 caller;    /* return address at entry (rows with LW_COOKIE_CALLER), 0 otherwise */
+	__u64 caller;    /* the call's return address (rows with LW_COOKIE_CALLER), 0 otherwise */
 	__u64 args[LW_MAX_ARGS];
 };
 
