@@ -500,6 +500,9 @@ func newTransfer(t *Transfer, c *event.Call) {
 	if c.Kind == event.KindBatchEntry {
 		t.BatchIndex = int(c.BatchIndex)
 	}
+	if c.Returns && c.ReturnTime > c.Time {
+		t.CallNs = c.ReturnTime - c.Time
+	}
 }
 
 // copy makes a pending transfer of a copy call.

@@ -35,7 +35,7 @@ func TestFailedDriverCopy(t *testing.T) {
 	if g.Failed() { // emitted first: it waits for no completion
 		g, f = f, g
 	}
-	if g.Failed() || g.CompleteNs != 400 || g.API != "cuMemcpyHtoDAsync_v2" {
+	if g.Failed() || g.CompleteNs != 400 || g.API != "cuMemcpyHtoDAsync_v2" || g.CallNs != 10 {
 		t.Errorf("good copy %+v", g)
 	}
 	if !f.Failed() || *f.Error != (CallError{1, "CUDA_ERROR_INVALID_VALUE"}) || f.CompleteNs != 0 || f.Bytes != mib || f.Direction != DirH2D {

@@ -85,8 +85,8 @@ type Transfer struct {
 	// stream after the copy; -1 otherwise (no per-layer pattern).
 	Layer int `json:"layer"`
 
-	// Behavioural evidence (docs/design.md, "Late attach"). Entry-only copy probes
-	// give no call duration, so both stay empty until a return probe does.
+	// Behavioural evidence (docs/design.md, "Late attach"): how long the call
+	// held its caller, and (not inferred yet) the memory kind that implies.
 	Inferred event.MemKind `json:"inferred,omitempty"`
 	CallNs   uint64        `json:"call_ns,omitempty"`
 
