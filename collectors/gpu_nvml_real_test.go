@@ -14,7 +14,6 @@ package collectors
 // error"), which the parent then reports instead of dying with it.
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"debug/elf"
@@ -217,36 +216,6 @@ func TestOpenNVMLRealLibraryNoDriver(t *testing.T) {
 	}
 }
 
-// holdRefGPU starts the reference kernel-copy scenario on a shared GPU and
-// holds it before its copies, so the NVML stand-in shows that GPU.
-func holdRefGPU(t *testing.T, ref string) {
-	t.Helper()
-	gpu := fmt.Sprintf("gotest-nvmlsym-%d", os.Getpid())
-	cmd := exec.Command(filepath.Join(ref, "bin", "kvpath"), "--scenario", "kernel-copy", "--hold",
-		"--truth", filepath.Join(t.TempDir(), "truth.jsonl"))
-	cmd.Env = append(os.Environ(), refenv.SharedGPU(gpu))
-	if _, err := cmd.StdinPipe(); err != nil { // held until killed
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-		os.Remove(refenv.LaneFile(gpu))
-	})
-	if line, err := bufio.NewReader(stdout).ReadString('\n'); err != nil || !strings.HasPrefix(line, "ready") {
-		t.Fatalf("kvpath did not reach its hold point: %q %v; stderr: %s", line, err, stderr.String())
-	}
-}
-
 // nvmlExports is the dynamic FUNC symbols a library defines, as the dynamic
 // linker resolves them. NVML has no ELF symbol versioning (no
 // .gnu.version_d; every export is VER_NDX_GLOBAL, its versions are the _vN
@@ -295,7 +264,7 @@ func TestNVMLSymbols(t *testing.T) {
 		t.Fatalf("NVML stand-in not built (make -C refpath): %v", err)
 	}
 	libs := realNVML(t)
-	holdRefGPU(t, ref)
+	holdKernelCopy(t, ref, fmt.Sprintf("gotest-nvmlsym-%d", os.Getpid()), filepath.Join(t.TempDir(), "truth.jsonl"))
 
 	derived := map[string]bool{}
 	res := runNVMLChild(t, stand)

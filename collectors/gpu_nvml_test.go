@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"os/exec"
@@ -106,28 +107,9 @@ func TestNVMLStandInKernelCopy(t *testing.T) {
 		t.Fatalf("NVML stand-in not built (make -C refpath): %v", err)
 	}
 	gpu := fmt.Sprintf("gotest-nvml-%d", os.Getpid())
-	t.Cleanup(func() { os.Remove(refenv.LaneFile(gpu)) })
 	truth := filepath.Join(t.TempDir(), "kernel-copy.jsonl")
 
-	cmd := exec.Command(filepath.Join(ref, "bin", "kvpath"), "--scenario", "kernel-copy", "--hold", "--truth", truth)
-	cmd.Env = append(os.Environ(), refenv.SharedGPU(gpu))
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer cmd.Process.Kill()
-	if line, err := bufio.NewReader(stdout).ReadString('\n'); err != nil || !strings.HasPrefix(line, "ready") {
-		t.Fatalf("kvpath did not reach its hold point: %q %v; stderr: %s", line, err, stderr.String())
-	}
+	held := holdKernelCopy(t, ref, gpu, truth)
 
 	// The GPU file exists now: NVML sees it from Init on.
 	c, err := OpenNVML(lib)
@@ -156,13 +138,7 @@ func TestNVMLStandInKernelCopy(t *testing.T) {
 		t.Errorf("link: %+v, want gen 5 ×16 and a replay counter", g0)
 	}
 
-	if _, err := stdin.Write([]byte("go\n")); err != nil {
-		t.Fatal(err)
-	}
-	stdin.Close()
-	if err := cmd.Wait(); err != nil {
-		t.Fatalf("kernel-copy: %v; stderr: %s", err, stderr.String())
-	}
+	held.finish(t)
 	after, err := c.Sample()
 	if err != nil {
 		t.Fatal(err)
@@ -218,5 +194,54 @@ func TestNVMLStandInKernelCopy(t *testing.T) {
 	}
 	if g2.LinkGen != 4 || g2.LinkWidth != 8 || g2.MaxLinkGen != 5 || g2.MaxLinkWidth != 16 {
 		t.Errorf("degraded link %+v: want gen 4 ×8 of 5 ×16", g2)
+	}
+}
+
+// heldKernelCopy is the reference kernel-copy scenario held before its
+// copies on a shared reference GPU, which the NVML stand-in then shows.
+type heldKernelCopy struct {
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	stderr bytes.Buffer
+}
+
+// holdKernelCopy starts it and waits for its hold point; the test's cleanup
+// kills it and removes the GPU's lane file.
+func holdKernelCopy(t *testing.T, ref, gpu, truth string) *heldKernelCopy {
+	t.Helper()
+	h := &heldKernelCopy{cmd: exec.Command(filepath.Join(ref, "bin", "kvpath"), "--scenario", "kernel-copy", "--hold", "--truth", truth)}
+	h.cmd.Env = append(os.Environ(), refenv.SharedGPU(gpu))
+	h.cmd.Stderr = &h.stderr
+	var err error
+	if h.stdin, err = h.cmd.StdinPipe(); err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := h.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		h.cmd.Process.Kill()
+		h.cmd.Wait()
+		os.Remove(refenv.LaneFile(gpu))
+	})
+	if line, err := bufio.NewReader(stdout).ReadString('\n'); err != nil || !strings.HasPrefix(line, "ready") {
+		t.Fatalf("kvpath did not reach its hold point: %q %v; stderr: %s", line, err, h.stderr.String())
+	}
+	return h
+}
+
+// finish lets the scenario make its copies and waits for it to exit.
+func (h *heldKernelCopy) finish(t *testing.T) {
+	t.Helper()
+	if _, err := io.WriteString(h.stdin, "go\n"); err != nil {
+		t.Fatal(err)
+	}
+	h.stdin.Close()
+	if err := h.cmd.Wait(); err != nil {
+		t.Fatalf("kernel-copy: %v; stderr: %s", err, h.stderr.String())
 	}
 }
