@@ -59,18 +59,6 @@ func callbench(tb testing.TB, ref, build string, iterations int) float64 {
 	return nsPerCall(tb, cmd)
 }
 
-// driverSymbols are the driver rows of the table, what `agent run` looks
-// for in every libcuda.
-func driverTableSymbols() []string {
-	var names []string
-	for _, row := range Table {
-		if row.Layer == event.LayerDriver {
-			names = append(names, row.Symbol)
-		}
-	}
-	return names
-}
-
 // withBaseline runs f with a baseline program from bpf/empty.bpf.c at the
 // symbol's own address (where a naive tool attaches): the empty program
 // alone, or the bpftrace-equivalent entry+return pair.
@@ -166,7 +154,7 @@ type lanewatchRun struct {
 // per row) and a reader draining the ring buffer, as in the agent.
 func withLanewatch(tb testing.TB, lib string, f func() float64) lanewatchRun {
 	tb.Helper()
-	syms, err := LookupSymbols(lib, driverTableSymbols())
+	syms, err := LookupSymbols(lib, driverSymbols())
 	if err != nil {
 		tb.Fatal(err)
 	}

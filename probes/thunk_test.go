@@ -26,7 +26,7 @@ func driverSymbols() []string {
 }
 
 // nvidiaThunkFacts are measured on NVIDIA's libraries
-// (/work/notes/issue10-research.md, section 2): thunk, slot, implementation.
+// (objdump and readelf -r of libcuda 535 and 550; docs/design.md, "NVIDIA's real libraries"): thunk, slot, implementation.
 var nvidiaThunkFacts = map[string]map[string][3]uint64{
 	"BOOKWORM_CUDA": { // libcuda.so.535.261.03
 		"cuMemcpyHtoD_v2":      {0x324740, 0x1b11040, 0x328610},

@@ -1,6 +1,6 @@
 /*
  * Fixture for probes/thunk_test.go: dispatch thunks shaped like NVIDIA's
- * libcuda exports (see /work/notes/issue10-research.md, section 1), and
+ * libcuda exports (docs/design.md, "NVIDIA's real libraries"), and
  * look-alikes that must not be bypassed. Built by the test with
  *   gcc -O2 -fPIC -shared -o libthunks.so thunks.c
  * (and once more with -Wl,-z,pack-relative-relocs, which moves the
