@@ -64,6 +64,7 @@ func BenchmarkCorrelateExport(b *testing.B) {
 			b.StopTimer()
 			st := spans.Stats()
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
+			b.ReportMetric(float64(st.Transfers)/b.Elapsed().Seconds(), "transfers/s") // events per transfer change with the probes
 			if st.Transfers > 0 {
 				b.ReportMetric(float64(exp.n.Load())*1000/float64(st.Transfers), "spans/1000transfers")
 			}
