@@ -48,6 +48,8 @@ type Side struct {
 //	bytes             bytes moved (width*height for 2D copies)
 //	src, dst          {"addr": address, "memory": pinned|pageable|device|unknown}
 //	host_mem          memory of the host side, H2D and D2H only
+//	gpu               PCI address (sysfs form, "0000:3b:00.0") of the GPU whose
+//	                  link the copy crossed; absent when unknown
 //	submit_ns         CLOCK_MONOTONIC ns when the call was entered
 //	complete_ns       CLOCK_MONOTONIC ns by which a synchronisation proved the
 //	                  copy finished (an upper bound); absent when unknown
@@ -61,20 +63,24 @@ type Side struct {
 //	                  failed: the record then moved nothing (its bytes are what
 //	                  was asked), and no metric, rule, span or lane counts it
 type Transfer struct {
-	PID        uint32        `json:"pid"`
-	TID        uint32        `json:"tid"`
-	Stream     uint64        `json:"stream"`
-	API        string        `json:"api"`
-	DriverAPI  string        `json:"driver_api,omitempty"`
-	Op         string        `json:"op"`
-	Direction  string        `json:"direction"`
-	Bytes      uint64        `json:"bytes"`
-	Src        Side          `json:"src"`
-	Dst        Side          `json:"dst"`
-	HostMem    event.MemKind `json:"host_mem,omitempty"`
-	SubmitNs   uint64        `json:"submit_ns"`
-	CompleteNs uint64        `json:"complete_ns,omitempty"`
-	BatchIndex int           `json:"batch_index"`
+	PID       uint32        `json:"pid"`
+	TID       uint32        `json:"tid"`
+	Stream    uint64        `json:"stream"`
+	API       string        `json:"api"`
+	DriverAPI string        `json:"driver_api,omitempty"`
+	Op        string        `json:"op"`
+	Direction string        `json:"direction"`
+	Bytes     uint64        `json:"bytes"`
+	Src       Side          `json:"src"`
+	Dst       Side          `json:"dst"`
+	HostMem   event.MemKind `json:"host_mem,omitempty"`
+	// GPU is the PCI address (sysfs form) of the GPU whose link the copy
+	// crossed: the device owning its device pointer, else the device current
+	// on the submitting thread; "" when unknown.
+	GPU        string `json:"gpu,omitempty"`
+	SubmitNs   uint64 `json:"submit_ns"`
+	CompleteNs uint64 `json:"complete_ns,omitempty"`
+	BatchIndex int    `json:"batch_index"`
 
 	// Layer is the copy's layer on a per-layer load stream: HiCache-style
 	// loaders record one event on the load stream after each layer's copies,

@@ -81,6 +81,10 @@ func AppendTransfer(b []byte, t *correlate.Transfer) []byte {
 		b = append(b, `,"host_mem":`...)
 		b = appendString(b, string(t.HostMem))
 	}
+	if t.GPU != "" {
+		b = append(b, `,"gpu":`...)
+		b = appendString(b, t.GPU)
+	}
 	b = append(b, `,"submit_ns":`...)
 	b = strconv.AppendUint(b, t.SubmitNs, 10)
 	if t.CompleteNs != 0 {

@@ -18,7 +18,7 @@ var samples = []correlate.Transfer{
 		Op: "copy", Direction: correlate.DirH2D, Bytes: 1 << 20,
 		Src:     correlate.Side{Addr: 0x7f00_0000_0000, Mem: event.MemPinned},
 		Dst:     correlate.Side{Addr: 0x7e00_0000_0000, Mem: event.MemDevice},
-		HostMem: event.MemPinned, SubmitNs: 123456789012345, CompleteNs: 123456789112345, BatchIndex: -1, Layer: 3,
+		HostMem: event.MemPinned, GPU: "0000:3b:00.0", SubmitNs: 123456789012345, CompleteNs: 123456789112345, BatchIndex: -1, Layer: 3,
 		Inferred: event.MemPinned, CallNs: 4100, QPNum: 77, WRID: 1 << 40, Status: "REM_ACCESS_ERR", PeerPID: 4242,
 	},
 	{ // every omitempty field empty, a batch entry
