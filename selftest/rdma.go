@@ -80,15 +80,47 @@ func rdmaRun(ctx context.Context, refDir, scenario, tmp string, col *Collector, 
 func compareRDMA(res *Result, truth []TruthCall, got []correlate.Transfer) {
 	var copies []correlate.Transfer
 	wrs := map[[3]uint64]correlate.Transfer{}
+	var duplicates []string
 	for _, g := range got {
 		switch g.Op {
 		case "post_send", "post_recv":
-			wrs[wrKey(g.Op == "post_recv", g.QPNum, g.WRID)] = g
+			k := wrKey(g.Op == "post_recv", g.QPNum, g.WRID)
+			if _, dup := wrs[k]; dup {
+				duplicates = append(duplicates, fmt.Sprintf("%s QP %d wr %d reported twice", g.Op, g.QPNum, g.WRID))
+			}
+			wrs[k] = g
 		default:
 			copies = append(copies, g)
 		}
 	}
 	Compare(res, truth, copies)
+	// The peer: the process whose memory a known rkey names.
+	var peer uint32
+	for _, t := range truth {
+		if t.PeerPID != 0 {
+			peer = t.PeerPID
+		}
+	}
+	matched := map[[3]uint64]bool{}
+	defer func() {
+		extra := len(duplicates)
+		for k, g := range wrs {
+			if !matched[k] {
+				extra++
+				duplicates = append(duplicates, fmt.Sprintf("%s QP %d wr %d not posted by the scenario", g.Op, g.QPNum, g.WRID))
+			}
+		}
+		if extra > 0 {
+			res.OtherErrs += extra
+			res.Got += extra // duplicates and strays are records too
+			slices.Sort(duplicates)
+			for _, d := range duplicates {
+				if len(res.Problems) < 8 {
+					res.Problems = append(res.Problems, d)
+				}
+			}
+		}
+	}()
 	completions := map[[3]uint64]TruthCall{}
 	for _, t := range truth {
 		if t.Op == "completion" {
@@ -119,8 +151,23 @@ func compareRDMA(res *Result, truth []TruthCall, got []correlate.Transfer) {
 			problem("%s QP %d wr %d not seen", t.Op, t.QPNum, t.WRID)
 			continue
 		}
+		matched[k] = true
 		res.Got++
 		res.GotBytes += g.Bytes
+		if t.Op == "post_send" && t.RemoteMem != "" && t.RemoteMem != "recv_buffer" {
+			remote := g.Dst
+			if g.Direction == correlate.DirRDMARead {
+				remote = g.Src
+			}
+			wantPeer := uint32(0)
+			if t.RemoteMem != "unknown" {
+				wantPeer = peer
+			}
+			if mem := wrMem(t.RemoteMem); remote.Mem != mem || g.PeerPID != wantPeer {
+				res.MemoryErrs++
+				problem("%s QP %d wr %d: remote memory %s peer %d, want %s peer %d", t.Op, t.QPNum, t.WRID, remote.Mem, g.PeerPID, mem, wantPeer)
+			}
+		}
 		if g.Bytes != want {
 			res.OtherErrs++
 			problem("%s QP %d wr %d: %d bytes, want %d", t.Op, t.QPNum, t.WRID, g.Bytes, want)

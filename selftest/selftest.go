@@ -430,6 +430,15 @@ func Compare(res *Result, truth []TruthCall, got []correlate.Transfer) {
 			res.Problems = append(res.Problems, fmt.Sprintf(format, args...))
 		}
 	}
+	// Layers are the agent's count of event records on a load stream
+	// (docs/design.md, "Completion and layers"): compared on the streams
+	// where the scenario records one per layer.
+	layered := map[uint64]bool{}
+	for _, t := range truth {
+		if t.Op == "event_record" {
+			layered[t.Stream] = true
+		}
+	}
 	for i := 0; i < len(want) && i < len(got); i++ {
 		w, g := want[i], got[i]
 		if w.Result != 0 || g.Failed() {
@@ -463,10 +472,47 @@ func Compare(res *Result, truth []TruthCall, got []correlate.Transfer) {
 			res.MemoryErrs++
 			problem("record %d (%s %s): host memory want %s got %s", i, w.API, w.Direction, w.ExpectHostMem, g.HostMem)
 		}
+		if w.Result == 0 {
+			if msg := checkCompletion(w, g, truth); msg != "" {
+				res.OtherErrs++
+				problem("record %d (%s): %s", i, w.API, msg)
+			}
+			if layered[w.Stream] && w.Layer >= 0 && g.Layer != w.Layer {
+				res.OtherErrs++
+				problem("record %d (%s): layer %d, truth %d", i, w.API, g.Layer, w.Layer)
+			}
+		}
 	}
 	if len(want) != len(got) {
+		res.OtherErrs++
 		problem("want %d records, got %d", len(want), len(got))
 	}
+}
+
+// checkCompletion compares a copy's complete_ns with the truth: never
+// before the copy engine finished it, and present, no later than that
+// synchronisation returned, when a later stream_sync of the copy's stream
+// proved it done (docs/design.md, "Completion and layers").
+func checkCompletion(w TruthCall, g correlate.Transfer, truth []TruthCall) string {
+	if g.CompleteNs != 0 && w.EngineEndNs != 0 && g.CompleteNs < w.EngineEndNs {
+		return fmt.Sprintf("complete_ns %d before the engine finished it at %d", g.CompleteNs, w.EngineEndNs)
+	}
+	if w.Stream <= 2 {
+		return "" // 0, cudaStreamLegacy, cudaStreamPerThread: which stream depends on the API's per-thread form
+	}
+	for _, s := range truth {
+		if s.Seq <= w.Seq || s.Op != "stream_sync" || s.Stream != w.Stream || s.Result != 0 {
+			continue
+		}
+		switch {
+		case g.CompleteNs == 0:
+			return fmt.Sprintf("no complete_ns, though stream_sync seq %d proved it done", s.Seq)
+		case s.TReturnNs != 0 && g.CompleteNs > s.TReturnNs:
+			return fmt.Sprintf("complete_ns %d after stream_sync seq %d returned at %d", g.CompleteNs, s.Seq, s.TReturnNs)
+		}
+		return ""
+	}
+	return ""
 }
 
 // PrintResults writes the selftest table and returns whether all passed.

@@ -24,25 +24,27 @@ type TruthCall struct {
 	HostMem       string `json:"host_mem"`
 	ExpectHostMem string `json:"expect_host_mem"`
 	BatchIndex    *int   `json:"batch_index"`
-	Layer         int    `json:"layer"`       // the scenario's layer of a per-layer load, -1 none
-	Result        int    `json:"result"`      // what the call returned: 0, or its error code
-	TCallNs       uint64 `json:"t_call_ns"`   // CLOCK_MONOTONIC ns before the call
-	TReturnNs     uint64 `json:"t_return_ns"` // ... and after it returned
+	Layer         int    `json:"layer"`         // the scenario's layer of a per-layer load, -1 none
+	Result        int    `json:"result"`        // what the call returned: 0, or its error code
+	TCallNs       uint64 `json:"t_call_ns"`     // CLOCK_MONOTONIC ns before the call
+	TReturnNs     uint64 `json:"t_return_ns"`   // ... and after it returned
+	EngineEndNs   uint64 `json:"engine_end_ns"` // when the copy engine finished the copy
 
 	// RDMA (refpath/rdma): work requests and the completions the app polled.
-	Role     string `json:"role"`
-	Opcode   string `json:"opcode"`    // post_send: RDMA_WRITE, RDMA_WRITE_WITH_IMM, SEND, RDMA_READ, …
-	WRID     uint64 `json:"wr_id"`     // post_send, post_recv, completion
-	QPNum    uint32 `json:"qp_num"`    // post_send, post_recv, completion
-	LocalMem string `json:"local_mem"` // device, host, none
-	Signaled bool   `json:"signaled"`
-	Status   uint32 `json:"status"`          // completion: enum ibv_wc_status
-	ByteLen  uint64 `json:"byte_len"`        // completion
-	CQ       string `json:"cq"`              // completion: send or recv
-	TPostNs  uint64 `json:"t_post_ns"`       // just before the post call
-	TPostEnd uint64 `json:"t_post_end_ns"`   // just after it returned
-	TPollBeg uint64 `json:"t_poll_start_ns"` // just before the poll_cq call that returned the completion
-	TPollNs  uint64 `json:"t_poll_ns"`       // just after it
+	Role      string `json:"role"`
+	Opcode    string `json:"opcode"`     // post_send: RDMA_WRITE, RDMA_WRITE_WITH_IMM, SEND, RDMA_READ, …
+	WRID      uint64 `json:"wr_id"`      // post_send, post_recv, completion
+	QPNum     uint32 `json:"qp_num"`     // post_send, post_recv, completion
+	LocalMem  string `json:"local_mem"`  // device, host, none
+	RemoteMem string `json:"remote_mem"` // post_send: device, host, unknown (rkey not ours), recv_buffer (a send)
+	Signaled  bool   `json:"signaled"`
+	Status    uint32 `json:"status"`          // completion: enum ibv_wc_status
+	ByteLen   uint64 `json:"byte_len"`        // completion
+	CQ        string `json:"cq"`              // completion: send or recv
+	TPostNs   uint64 `json:"t_post_ns"`       // just before the post call
+	TPostEnd  uint64 `json:"t_post_end_ns"`   // just after it returned
+	TPollBeg  uint64 `json:"t_poll_start_ns"` // just before the poll_cq call that returned the completion
+	TPollNs   uint64 `json:"t_poll_ns"`       // just after it
 
 	End     bool   `json:"end"`
 	Calls   int    `json:"calls"`
