@@ -6,7 +6,7 @@ REFPATH := refpath/build
 # go-nvml's cgo prologue calls functions NVML marks deprecated: keep the build quiet.
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 
-.PHONY: help generate generate-check refpath nvidia-libs build test run bench fuzz clean
+.PHONY: help generate generate-check refpath nvidia-libs build test run bench soak fuzz clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -44,6 +44,9 @@ bench: build nvidia-libs ## per-call probe cost (reference stack: none / bpftrac
 	$(GO) test -run '^$$' -bench Pipeline -benchmem -cpu 1 ./correlate
 	$(GO) test -run '^$$' -bench CorrelateExport -cpu 1 ./exporters   # correlate + batched spans: events/s, spans per 1 000 transfers
 	$(SUDO) ./bin/agent selftest | tail -n 3
+
+soak: build ## agent selftest SOAK_RUNS times (default 20) in a row with every CPU kept busy; stops at the first failure
+	$(SUDO) bash scripts/selftest-under-load.sh $(or $(SOAK_RUNS),20)
 
 fuzz: ## run every fuzz target for FUZZTIME (default 15s) each
 	@for pkg in $$($(GO) list ./...); do \
