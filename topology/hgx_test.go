@@ -215,9 +215,10 @@ func TestHGXPaths(t *testing.T) {
 		{"D2H local", func() (Path, error) { return h.DeviceToHost(gpu0, 0, opt) },
 			[]string{"link:0000:19:00.0/up", "link:0000:16:00.0/up", "hostbridge:pci0000:15/up", "dram:node0/write"},
 			0, 63.015},
-		{"H2D to Gen4 GPU3", func() (Path, error) { return h.HostToDevice(0, gpu3) },
+		// GPU3 reads Gen4 now; its capacity is what it trains to, Gen5.
+		{"H2D to GPU3 (Gen4 now)", func() (Path, error) { return h.HostToDevice(0, gpu3) },
 			[]string{"dram:node0/read", "hostbridge:pci0000:59/down", "link:0000:5a:00.0/down", "link:0000:5d:00.0/down"},
-			3, 31.508},
+			2, 63.015},
 		{"GPUDirect NIC0->GPU0 same switch", func() (Path, error) { return h.DeviceToDevice(nic0, gpu0) },
 			[]string{"link:0000:18:00.0/up", "link:0000:19:00.0/down"}, 0, 63.015},
 		{"GPUDirect NIC1->GPU0 other host bridge", func() (Path, error) { return h.DeviceToDevice(nic1, gpu0) },
@@ -247,8 +248,8 @@ func TestHGXPaths(t *testing.T) {
 		})
 	}
 	p, _ := h.HostToDevice(0, gpu3)
-	if l := p.Segments[3]; !near(l.MaxCapacityGBs, 63.015) || !near(l.CapacityGBs, 31.508) {
-		t.Errorf("GPU3 link cur/max = %.3f/%.3f, want 31.508/63.015", l.CapacityGBs, l.MaxCapacityGBs)
+	if l := p.Segments[3]; !near(l.CapacityGBs, 63.015) || !near(l.CurrentGBs, 31.508) {
+		t.Errorf("GPU3 link capacity/current = %.3f/%.3f, want 63.015/31.508", l.CapacityGBs, l.CurrentGBs)
 	}
 	if p.Segments[0].CapacityGBs != 0 || p.Segments[1].CapacityGBs != 0 {
 		t.Errorf("DRAM and host bridge capacities without options must be unknown (0): %+v", p.Segments[:2])

@@ -35,12 +35,14 @@ type Segment struct {
 	Name string `json:"name"`
 	Kind string `json:"kind"`
 	Dir  string `json:"dir"`
-	// CapacityGBs is the per-direction payload rate at the current link
-	// state, GB/s; 0 = unknown. MaxCapacityGBs is the rate at the best state
-	// both ends of the link support. Callers decide whether a current rate
-	// below max is an idle downclock or a fault.
-	CapacityGBs    float64 `json:"capacity_gbs"`
-	MaxCapacityGBs float64 `json:"max_capacity_gbs"`
+	// CapacityGBs is the per-direction payload rate the hop can carry, GB/s;
+	// 0 = unknown. For a link it is the trained maximum (LinkCapacity: the
+	// best state both ends support), never the current training, which an
+	// idle GPU lowers to save power. CurrentGBs is the link's rate at its
+	// current training as read (0 unknown): below CapacityGBs at idle is
+	// normal; under load it is link-degraded's business.
+	CapacityGBs float64 `json:"capacity_gbs"`
+	CurrentGBs  float64 `json:"current_gbs"`
 }
 
 // Path is the ordered list of segments a transfer crosses, source first.
@@ -101,7 +103,7 @@ func (h *Host) hostPath(node int, bdf, kind string, toDevice bool, opts []PathOp
 	}
 	var p Path
 	dram := Segment{Name: "dram:node" + strconv.Itoa(node), Kind: SegDRAM, Dir: DirRead, CapacityGBs: opt.DRAMGBs[node]}
-	dram.MaxCapacityGBs = dram.CapacityGBs
+	dram.CurrentGBs = dram.CapacityGBs
 	dir := DirDown
 	if !toDevice {
 		dram.Dir, dir = DirWrite, DirUp
@@ -220,11 +222,11 @@ func (h *Host) socketSegment(a, b int, opt PathOptions, p *Path) (Segment, bool)
 	}
 	lo, hi := min(a, b), max(a, b)
 	return Segment{
-		Name:           fmt.Sprintf("socket:node%d-node%d", lo, hi),
-		Kind:           SegSocket,
-		Dir:            fmt.Sprintf("node%d->node%d", a, b),
-		CapacityGBs:    opt.SocketGBs,
-		MaxCapacityGBs: opt.SocketGBs,
+		Name:        fmt.Sprintf("socket:node%d-node%d", lo, hi),
+		Kind:        SegSocket,
+		Dir:         fmt.Sprintf("node%d->node%d", a, b),
+		CapacityGBs: opt.SocketGBs,
+		CurrentGBs:  opt.SocketGBs,
 	}, true
 }
 
@@ -258,25 +260,21 @@ func (h *Host) links(chain []string, k int, dir string) []Segment {
 }
 
 // linkSegment describes the link above function bdf, whose upstream port
-// is port. The current rate comes from the function's own link state (the
-// port's when the function does not report one); the max from the lower
-// of both ends' max speed and width, since a link trains to what both
-// support (an NVMe with max 16 GT/s under an 8 GT/s root port runs at 8).
+// is port. Its capacity is the trained maximum, the lower of both ends' max
+// speed and width (an NVMe with max 16 GT/s under an 8 GT/s root port runs
+// at 8); its current rate comes from the function's own link state (the
+// port's when the function does not report one).
 func (h *Host) linkSegment(bdf, port, dir string) Segment {
 	f := h.Functions[bdf]
 	s := Segment{Name: "link:" + bdf, Kind: SegLink, Dir: dir}
-	cur, maxSpeed, maxWidth := f.Link, f.Link.MaxSpeedGTs, f.Link.MaxWidth
-	if p := h.Functions[port]; p != nil {
-		if !cur.Known {
-			cur = p.Link
-		}
-		maxSpeed = minKnown(maxSpeed, p.Link.MaxSpeedGTs)
-		maxWidth = int(minKnown(float64(maxWidth), float64(p.Link.MaxWidth)))
+	cur := f.Link
+	if p := h.Functions[port]; p != nil && !cur.Known {
+		cur = p.Link
 	}
 	if cur.Known {
-		s.CapacityGBs = cur.CurGBs()
+		s.CurrentGBs = cur.CurGBs()
 	}
-	s.MaxCapacityGBs = LinkGBs(maxSpeed, maxWidth)
+	s.CapacityGBs = h.linkCapacity(f, port).GBs()
 	return s
 }
 
