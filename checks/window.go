@@ -2,7 +2,10 @@ package checks
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -48,9 +51,36 @@ type procWindow struct {
 	pageableBytes uint64
 	pageableAPIs  []string
 	unknown       int
-	sizes         correlate.SizeHistogram
-	first, last   uint64            // earliest submission, latest completion (ns)
+	dirs          map[string]*dirStats // per direction: fragmentation is judged in each on its own
+	first, last   uint64               // earliest submission, latest completion (ns)
 	flows         map[flowKey]*busy // flows on this process's GPU link, its own and its peers'
+}
+
+// dirStats are one direction's copies in a window: their sizes and the
+// span they took, for that direction's achieved rate.
+type dirStats struct {
+	sizes       correlate.SizeHistogram
+	bytes       uint64
+	first, last uint64
+}
+
+// add counts one copy of the direction.
+func (d *dirStats) add(bytes, submit, end uint64) {
+	d.sizes.Add(bytes)
+	d.bytes += bytes
+	if d.first == 0 || submit < d.first {
+		d.first = submit
+	}
+	d.last = max(d.last, end)
+}
+
+// rate is the direction's achieved rate in GB/s (bytes per ns) over the
+// span from its first submission to its last completion.
+func (d *dirStats) rate() float64 {
+	if d.last <= d.first {
+		return 0
+	}
+	return float64(d.bytes) / float64(d.last-d.first)
 }
 
 // flowKey is one flow on one lane of a GPU's link: a CUDA stream's copies
@@ -76,7 +106,7 @@ func NewWindow() *Window { return &Window{procs: map[uint32]*procWindow{}} }
 func (w *Window) proc(pid uint32) *procWindow {
 	p := w.procs[pid]
 	if p == nil {
-		p = &procWindow{flows: map[flowKey]*busy{}}
+		p = &procWindow{flows: map[flowKey]*busy{}, dirs: map[string]*dirStats{}}
 		w.procs[pid] = p
 	}
 	return p
@@ -96,7 +126,6 @@ func (w *Window) Transfer(t *correlate.Transfer) {
 	p := w.proc(t.PID)
 	p.transfers++
 	p.bytes += t.Bytes
-	p.sizes.Add(t.Bytes)
 	switch t.HostMem {
 	case event.MemPageable:
 		p.pageable++
@@ -115,6 +144,12 @@ func (w *Window) Transfer(t *correlate.Transfer) {
 		p.first = t.SubmitNs
 	}
 	p.last = max(p.last, end)
+	d := p.dirs[t.Direction]
+	if d == nil {
+		d = &dirStats{}
+		p.dirs[t.Direction] = d
+	}
+	d.add(t.Bytes, t.SubmitNs, end)
 	switch t.Direction {
 	case correlate.DirH2D:
 		p.addFlow(flowKey{pid: t.PID, stream: t.Stream, kind: t.Direction, dir: Inbound}, t.SubmitNs, end, t.Bytes)
@@ -228,8 +263,10 @@ func (w *Window) LaneFacts(gpu, dir string, gpuOf func(uint32) string, span time
 			continue
 		}
 		f.PageableCopies += p.pageable
-		f.SmallCopies += p.sizes.CountBelow(64 << 10)
-		f.All += p.sizes.Count()
+		if d := p.dirs[laneCopies[dir]]; d != nil { // the copies of this lane's direction only
+			f.SmallCopies += d.sizes.CountBelow(64 << 10)
+			f.All += d.sizes.Count()
+		}
 		for k, b := range p.flows {
 			if k.dir == dir && b.end > b.start {
 				iv = append(iv, [2]uint64{b.start, b.end})
@@ -255,6 +292,9 @@ func (w *Window) LaneFacts(gpu, dir string, gpuOf func(uint32) string, span time
 	f.BusyFraction = min(1, float64(total)/float64(span.Nanoseconds()))
 	return f
 }
+
+// laneCopies is the copy direction that crosses each lane of a GPU link.
+var laneCopies = map[string]string{Inbound: correlate.DirH2D, Outbound: correlate.DirD2H}
 
 // Check names of the window judgement.
 const (
@@ -288,16 +328,28 @@ func (w *Window) Checks(scope string, pid uint32, pl Placement) []Check {
 	}
 	out = append(out, c)
 
-	rate := 0.0
-	if p.last > p.first {
-		rate = float64(p.bytes) / float64(p.last-p.first) // bytes per ns = GB/s
+	return append(out, p.fragmentationCheck(scope, pid), w.overlapCheck(scope, p, pl))
+}
+
+// fragmentationCheck judges each direction's copies on its own (seed 000
+// L2→L1 #4): small D2H reads next to large H2D loads are not an H2D
+// problem. Directions that do not cross the GPU link are listed, not judged.
+func (p *procWindow) fragmentationCheck(scope string, pid uint32) Check {
+	c := Check{Scope: scope, Name: CheckFragmentation, Status: Pass}
+	var parts []string
+	for _, dir := range slices.Sorted(maps.Keys(p.dirs)) {
+		d := p.dirs[dir]
+		text := fmt.Sprintf("%s: %d copies, %.2f GB/s achieved; sizes %s", dir, d.sizes.Count(), d.rate(), d.sizes.String())
+		if !slices.Contains(correlate.FragmentDirections, dir) {
+			text += " (not on the GPU link: not judged)"
+		}
+		parts = append(parts, text)
+		if f := correlate.Fragmentation(pid, dir, d.sizes, d.rate()); f != nil {
+			c.Findings = append(c.Findings, *f)
+		}
 	}
-	c = Check{Scope: scope, Name: CheckFragmentation, Status: Pass,
-		Detail: fmt.Sprintf("%d transfers, %.2f GB/s achieved; sizes %s", p.transfers, rate, p.sizes.String())}
-	if f := correlate.Fragmentation(pid, p.sizes, rate); f != nil {
-		c.Findings = []correlate.Finding{*f}
-	}
-	return append(out, c, w.overlapCheck(scope, p, pl))
+	c.Detail = strings.Join(parts, "; ")
+	return c
 }
 
 // Overlap is the window's same-direction-overlap check of one process.

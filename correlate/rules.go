@@ -278,18 +278,49 @@ func PageableCopies(pid uint32, copies int, bytes uint64, apis []string) *Findin
 		"")
 }
 
-// Fragmentation fires when most copies are small: the transfer is
-// latency-bound (per-call overhead) instead of bandwidth-bound.
-func Fragmentation(pid uint32, sizes SizeHistogram, achievedGBs float64) *Finding {
-	total := sizes.Count()
-	small := sizes.CountBelow(64 << 10)
-	if total < 256 || small*2 < total {
+// Fragmentation thresholds (seed 000 L2→L1 #4, "传输是否被切成太多小段"):
+// a copy under smallCopy bytes is latency-bound — the fixed cost of a copy
+// (submission, DMA setup, a PCIe read round trip of microseconds) is
+// comparable to its time on the wire (64 KiB at 25 GB/s is 2.6 µs);
+// fragmentMin copies in a direction before the share of small ones means
+// anything. Copies under elementCopy bytes are element reads and writes
+// (`.item()`, a scalar fill: one value of at most 16 bytes, complex128),
+// never a piece of a KV transfer (one head of one token is at least 64
+// bytes): they are a synchronisation (L2→L1 #3), not fragmentation, and
+// are counted apart.
+const (
+	smallCopy   = 64 << 10
+	elementCopy = 32
+	fragmentMin = 256
+)
+
+// FragmentDirections are the directions fragmentation is judged in: the
+// two that cross the GPU's PCIe link. D2D copies stay in GPU memory, H2H
+// and unknown ones are not on the link (or not known to be).
+var FragmentDirections = []string{DirH2D, DirD2H}
+
+// Fragmentation fires when most copies of one direction are small: that
+// direction's transfer is latency-bound (per-copy overhead) instead of
+// bandwidth-bound. Each direction is judged on its own, so small D2H reads
+// next to large H2D loads never make an H2D finding; element-sized copies
+// are left out of the count.
+func Fragmentation(pid uint32, direction string, sizes SizeHistogram, achievedGBs float64) *Finding {
+	if !slices.Contains(FragmentDirections, direction) {
 		return nil
 	}
-	return newFinding("fragmented-copies", SevWarn, fmt.Sprintf("pid %d", pid),
-		fmt.Sprintf("%d of %d copies are under 64 KiB; achieved %.2f GB/s", small, total, achievedGBs),
-		[]string{"size distribution: " + sizes.String()},
-		"")
+	elements := sizes.CountBelow(elementCopy)
+	total := sizes.Count() - elements
+	small := sizes.CountBelow(smallCopy) - elements
+	if total < fragmentMin || small*2 < total {
+		return nil
+	}
+	ev := []string{direction + " size distribution: " + sizes.String()}
+	if elements > 0 {
+		ev = append(ev, fmt.Sprintf("%d element-sized copies (under %d B, .item()-style) not counted", elements, elementCopy))
+	}
+	return newFinding("fragmented-copies", SevWarn, fmt.Sprintf("pid %d %s", pid, direction),
+		fmt.Sprintf("%d of %d %s copies are under 64 KiB; achieved %.2f GB/s", small, total, direction, achievedGBs),
+		ev, "")
 }
 
 // Overlap is demand in one direction of one segment while several transfers overlapped.

@@ -187,20 +187,52 @@ func TestFragmentationAndHistogram(t *testing.T) {
 	if h.Count() != 2048 || h.CountBelow(64<<10) != 2048 || !strings.Contains(h.String(), "[4 KiB,8 KiB):2048") {
 		t.Fatalf("histogram %v", h.String())
 	}
-	if f := Fragmentation(1, h, 0.4); f == nil || f.Rule != "fragmented-copies" {
-		t.Errorf("2048 page-sized copies: %+v", f)
+	hist := func(n int, size uint64) SizeHistogram {
+		var h SizeHistogram
+		for range n {
+			h.Add(size)
+		}
+		return h
 	}
-	var big SizeHistogram
-	for i := 0; i < 2048; i++ {
-		big.Add(1 << 20)
+	plus := func(a, b SizeHistogram) SizeHistogram {
+		for i := range a {
+			a[i] += b[i]
+		}
+		return a
 	}
-	if f := Fragmentation(1, big, 3.9); f != nil {
-		t.Errorf("1 MiB copies flagged: %+v", f)
+	for _, tc := range []struct {
+		name  string
+		dir   string
+		sizes SizeHistogram
+		fire  bool
+	}{
+		{"many page-sized H2D copies", DirH2D, hist(2048, 4096), true},
+		{"many page-sized D2H copies (a write-back in pieces)", DirD2H, hist(2048, 4096), true},
+		{"1 MiB H2D copies", DirH2D, hist(2048, 1<<20), false},
+		{"one small copy", DirH2D, hist(1, 4096), false},
+		{"255 small copies: below the count", DirH2D, hist(255, 4096), false},
+		{"exactly half small", DirH2D, plus(hist(128, 4096), hist(128, 1<<20)), true},
+		{"just under half small", DirH2D, plus(hist(127, 4096), hist(129, 1<<20)), false},
+		// .item() reads: 8-byte D2H copies are element reads, not pieces.
+		{"element reads only", DirD2H, hist(4096, 8), false},
+		{"element reads do not fill a direction's count", DirD2H, plus(hist(4096, 8), hist(200, 4096)), false},
+		{"element reads beside pieces", DirD2H, plus(hist(4096, 8), hist(300, 4096)), true},
+		{"32-byte copies are pieces, not elements", DirH2D, hist(300, 32), true},
+		{"D2D copies stay in GPU memory", DirD2D, hist(2048, 4096), false},
+		{"unknown direction is not judged", DirUnknown, hist(2048, 4096), false},
+	} {
+		f := Fragmentation(1, tc.dir, tc.sizes, 0.4)
+		if (f != nil) != tc.fire {
+			t.Errorf("%s: fired %v, want %v (%+v)", tc.name, f != nil, tc.fire, f)
+			continue
+		}
+		if f != nil && (f.Rule != "fragmented-copies" || f.Subject != "pid 1 "+tc.dir || !strings.Contains(f.Summary, tc.dir+" copies")) {
+			t.Errorf("%s: %+v", tc.name, f)
+		}
 	}
-	var few SizeHistogram
-	few.Add(4096)
-	if f := Fragmentation(1, few, 0.1); f != nil {
-		t.Errorf("one small copy flagged: %+v", f)
+	f := Fragmentation(1, DirD2H, plus(hist(4096, 8), hist(300, 4096)), 0.1)
+	if f == nil || !strings.Contains(f.Summary, "300 of 300 D2H copies") || !strings.Contains(strings.Join(f.Evidence, " "), "4096 element-sized copies") {
+		t.Errorf("element reads must be counted apart: %+v", f)
 	}
 }
 

@@ -390,7 +390,7 @@ func (s *Spans) end(r *run) {
 		addFinding(span, correlate.PageableCopies(t.PID, r.pageable, r.pageBytes, []string{t.API}), s.wall(r.start))
 	}
 	if r.completed && r.end > r.start {
-		addFinding(span, correlate.Fragmentation(t.PID, r.small, float64(r.bytes)/float64(r.end-r.start)), s.wall(r.start))
+		addFinding(span, correlate.Fragmentation(t.PID, t.Direction, r.small, float64(r.bytes)/float64(r.end-r.start)), s.wall(r.start))
 	}
 	span.End(trace.WithTimestamp(time.Unix(0, s.wall(r.end))))
 	r.count = 0
