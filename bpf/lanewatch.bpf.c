@@ -26,6 +26,8 @@ const enum lw_wr_arg *unused_wr_arg __attribute__((unused));
 const enum lw_wc_arg *unused_wc_arg __attribute__((unused));
 const enum lw_copy2d_arg *unused_copy2d_arg __attribute__((unused));
 const enum lw_event_flag *unused_event_flag __attribute__((unused));
+const enum lw_outstr *unused_outstr __attribute__((unused));
+const enum lw_prop_arg *unused_prop_arg __attribute__((unused));
 
 /* The reader drains on its own timer and is woken only when the ring holds
  * wakeup_bytes unread. A wakeup costs microseconds on a VM, and asking the
@@ -279,9 +281,41 @@ int lw_call_return(struct pt_regs *ctx)
 	/* Or a field of the returned object (ibv_mr keys, a QP's context). */
 	if (LW_COOKIE_OUTRET(cookie) && e->ret)
 		ptr = e->ret + LW_COOKIE_OUTOFF(cookie);
-	if (ptr && bpf_probe_read_user(&e->out, sizeof(e->out), (void *)ptr))
+	/* An int (a dma-buf fd) is read as 4 bytes: 8 could fault at a page end. */
+	if (ptr && bpf_probe_read_user(&e->out, LW_COOKIE_OUT32(cookie) ? 4 : sizeof(e->out), (void *)ptr))
+		count_drop(LW_DROP_READ_FAULT, 1);
+	/* And a string it wrote there (rows with LW_COOKIE_OUTSTR read at most
+	 * LW_OUTSTR_ARG arguments, so these slots are free). */
+	if (LW_COOKIE_OUTSTR(cookie) && ptr &&
+	    bpf_probe_read_user(&e->args[LW_OUTSTR_ARG], LW_OUTSTR_BYTES, (void *)ptr))
 		count_drop(LW_DROP_READ_FAULT, 1);
 	bpf_ringbuf_submit(e, submit_flags());
+	return 0;
+}
+
+/* cuMemCreate(handle, size, const CUmemAllocationProp *prop) and
+ * cuMemPoolCreate(pool, const CUmemPoolProps *props): where the memory will
+ * live is in the struct, the last argument the row reads; its location goes
+ * to args[LW_PROP_LOCATION] at entry (0, an invalid location, if unread). */
+SEC("uprobe.multi")
+int lw_prop_enter(struct pt_regs *ctx)
+{
+	__u64 cookie = bpf_get_attach_cookie(ctx);
+	struct lw_event *e = enter(ctx, cookie, 0);
+	if (!e)
+		return 0;
+	__u8 n = LW_COOKIE_NARGS(cookie);
+	__u64 ptr = 0;
+	/* Constant indexes: the verifier cannot bound args[n - 1]. */
+	for (__u32 i = 0; i < 6; i++)
+		if (i + 1 == n)
+			ptr = e->args[i];
+	__u32 loc[2] = {};
+	if (ptr && bpf_probe_read_user(loc, sizeof(loc), (void *)(ptr + LW_PROP_LOCATION_OFF))) {
+		count_drop(LW_DROP_READ_FAULT, 1);
+		loc[0] = loc[1] = 0;
+	}
+	e->args[LW_PROP_LOCATION] = loc[0] | (__u64)loc[1] << 32;
 	return 0;
 }
 

@@ -84,6 +84,8 @@ enum lw_cookie_shift {
 	LW_COOKIE_SLOT_SHIFT = 41,    /* 2 bits: the thread's in-flight slot (the row's API layer) */
 	LW_COOKIE_CALLER_SHIFT = 43,  /* 1 bit: read the return address into caller */
 	LW_COOKIE_WAKE_SHIFT = 44,    /* 1 bit: wake the reader at once (ld.so loaded a library) */
+	LW_COOKIE_OUTSTR_SHIFT = 45,  /* 1 bit: also copy LW_OUTSTR_BYTES at the out pointer into args[LW_OUTSTR_ARG..] */
+	LW_COOKIE_OUT32_SHIFT = 46,   /* 1 bit: the out pointer points to 4 bytes (an int: a dma-buf fd) */
 	LW_COOKIE_OUTOFF_SHIFT = 48,  /* 16 bits */
 };
 #define LW_COOKIE_PROBE(c)    ((__u16)(((c) >> LW_COOKIE_PROBE_SHIFT) & 0xffff))
@@ -95,6 +97,16 @@ enum lw_cookie_shift {
 #define LW_COOKIE_SLOT(c)     ((__u32)(((c) >> LW_COOKIE_SLOT_SHIFT) & (LW_NSLOTS - 1)))
 #define LW_COOKIE_CALLER(c)   (((c) >> LW_COOKIE_CALLER_SHIFT) & 1)
 #define LW_COOKIE_WAKE(c)     (((c) >> LW_COOKIE_WAKE_SHIFT) & 1)
+#define LW_COOKIE_OUT32(c)    (((c) >> LW_COOKIE_OUT32_SHIFT) & 1)
+#define LW_COOKIE_OUTSTR(c)   (((c) >> LW_COOKIE_OUTSTR_SHIFT) & 1)
+
+/* A string a call wrote through its out pointer (cuDeviceGetPCIBusId: a PCI
+ * address, at most 16 characters with an 8-digit domain), copied at return
+ * into two argument slots the row does not use. */
+enum lw_outstr {
+	LW_OUTSTR_ARG = 6,    /* first argument slot of the copy */
+	LW_OUTSTR_BYTES = 16, /* bytes copied: args[6] and args[7] */
+};
 
 /* struct CUDA_MEMCPY2D (cuda.h, 128 bytes), read whole by the 2D copy
  * programs; offsets in 8-byte words. */
@@ -114,6 +126,16 @@ enum lw_copy2d_arg {
 	LW_C2D_TYPES = 6,  /* srcMemoryType | dstMemoryType << 32 (CUmemorytype) */
 };
 #define LW_CU_MEMORYTYPE_HOST 1 /* CUmemorytype: the address is srcHost/dstHost, else srcDevice/dstDevice */
+
+/* CUmemAllocationProp (cuMemCreate) and CUmemPoolProps (cuMemPoolCreate),
+ * cuda.h 12.4: both open with two 4-byte enums, then a CUmemLocation
+ * {CUmemLocationType type; int id} at byte 8. lw_prop_enter reads it from
+ * the struct at the last argument the row reads (NARGS - 1) into an
+ * argument slot these calls do not use. */
+#define LW_PROP_LOCATION_OFF 8
+enum lw_prop_arg {
+	LW_PROP_LOCATION = 8, /* location.type | (__u64)location.id << 32; 0 when unread */
+};
 
 /* Argument slots of LW_EV_WR events (struct ibv_send_wr / ibv_recv_wr). */
 enum lw_wr_arg {

@@ -55,11 +55,53 @@ type Call struct {
 	Ptr      uint64 // range start (register, free) or the allocated pointer (allocs)
 	Size     uint64
 	Flags    uint64
+	// Handle is a VMM allocation handle, a memory pool or a dma-buf fd
+	// (cuMemGetHandleForAddressRange, ibv_reg_dmabuf_mr); Offset is where
+	// in it a mapping or a memory region starts; Location is where new
+	// memory lives (cuMemCreate, cuMemPoolCreate).
+	Handle   uint64
+	Offset   uint64
+	Location Location
+
+	// Device is the CUdevice argument of a context or bus-id call: NVIDIA's
+	// driver uses the device ordinal as the handle (cuda.h: a CUmemLocation's
+	// id is "a device ordinal" where cuMemAdvise takes a CUdevice; CPU is -1).
+	Device int32
+	// BusID is what cuDeviceGetPCIBusId wrote, NUL-padded ("0000:3B:00.0").
+	BusID [16]byte
 
 	BatchIndex uint32 // position in a batch copy, a WR chain or a poll's completions
 	BatchCount uint64
 
 	RDMA RDMA // verbs and provider events
+}
+
+// Location is where an allocation's memory lives (CUmemLocation, cuda.h),
+// read from the properties cuMemCreate and cuMemPoolCreate are given.
+type Location struct {
+	Type uint32 // CUmemLocationType (LocDevice...); 0 invalid or not read
+	ID   int32  // a device ordinal or a host NUMA node, by Type
+}
+
+// CUmemLocationType values (cuda.h 12.4).
+const (
+	LocDevice          = 1
+	LocHost            = 2
+	LocHostNUMA        = 3
+	LocHostNUMACurrent = 4
+)
+
+// Kind is the memory kind at the location: device memory, or page-locked
+// host memory (the driver pins what it allocates on a host location);
+// unknown for a location not read or not known.
+func (l Location) Kind() MemKind {
+	switch l.Type {
+	case LocDevice:
+		return MemDevice
+	case LocHost, LocHostNUMA, LocHostNUMACurrent:
+		return MemPinned
+	}
+	return MemUnknown
 }
 
 // RDMA is what a verbs or provider event carries.
@@ -106,6 +148,31 @@ const (
 	OpPostSend                      // one work request posted to a send queue
 	OpPostRecv                      // one work request posted to a receive queue
 	OpPollCQ                        // one completion polled from a completion queue
+
+	// Device and context selection: which GPU a thread's calls use
+	// (docs/design.md, "Placement").
+	OpCtxRetain     // a device's primary context retained: Ptr the context (out), Device the device
+	OpCtxCreate     // a context created and pushed on the thread: Ptr the context (out), Device
+	OpCtxSetCurrent // the top of the thread's context stack replaced by Ptr (0: popped)
+	OpCtxPush       // Ptr pushed on the thread's context stack
+	OpCtxPop        // the top of the thread's context stack popped: Ptr what was popped (out)
+	OpCtxDestroy    // the context Ptr destroyed (popped if it was current on the thread)
+	OpDeviceBusID   // cuDeviceGetPCIBusId: the PCI address (BusID) of Device
+
+	// Allocators beyond cuMemAlloc and cuMemHostAlloc (docs/design.md, "Late
+	// attach"): memory the registry must place, or a copy from it would be
+	// taken for pageable.
+	OpManagedAlloc   // managed (unified) memory: Ptr (out), Size
+	OpPoolAlloc      // stream-ordered allocation from the memory pool Handle: Ptr (out), Size
+	OpPoolCreate     // a memory pool: Handle (out), Location
+	OpPoolDestroy    // a memory pool goes away: Handle
+	OpMemCreate      // a VMM physical allocation: Handle (out), Size, Location
+	OpMemRelease     // a VMM allocation handle released (its mappings keep the memory): Handle
+	OpAddressReserve // a VMM virtual address range: Ptr (out), Size
+	OpAddressFree    // a VMM virtual address range goes away: Ptr, Size
+	OpMemMap         // the VMM allocation Handle mapped at [Ptr, Ptr+Size) from Offset
+	OpMemUnmap       // the mappings in [Ptr, Ptr+Size) go away
+	OpDmabufExport   // device memory [Ptr, Ptr+Size) exported as a dma-buf fd: Handle (out); Flags the handle type
 )
 
 var opNames = [...]string{
@@ -116,6 +183,11 @@ var opNames = [...]string{
 	OpStreamWaitEvent: "stream_wait_event", OpInit: "init", OpLinkerUpdate: "linker_update",
 	OpMRRegister: "mr_register", OpMRDeregister: "mr_deregister", OpVerbsContext: "verbs_context",
 	OpPostSend: "post_send", OpPostRecv: "post_recv", OpPollCQ: "poll_cq",
+	OpCtxRetain: "ctx_retain", OpCtxCreate: "ctx_create", OpCtxSetCurrent: "ctx_set_current", OpCtxPush: "ctx_push",
+	OpCtxPop: "ctx_pop", OpCtxDestroy: "ctx_destroy", OpDeviceBusID: "device_pci_bus_id",
+	OpManagedAlloc: "managed_alloc", OpPoolAlloc: "pool_alloc", OpPoolCreate: "pool_create", OpPoolDestroy: "pool_destroy",
+	OpMemCreate: "mem_create", OpMemRelease: "mem_release", OpAddressReserve: "address_reserve",
+	OpAddressFree: "address_free", OpMemMap: "mem_map", OpMemUnmap: "mem_unmap", OpDmabufExport: "dmabuf_export",
 }
 
 // String is the op's name as records carry it ("copy", "post_send").
@@ -136,7 +208,14 @@ func (o Op) IsCopy() bool { return o >= OpCopy && o <= OpCopyBatch }
 
 // IsCUDA reports whether the op is a CUDA runtime or driver call the engine
 // correlates (copies, memory, ordering, initialisation).
-func (o Op) IsCUDA() bool { return o >= OpCopy && o <= OpInit }
+func (o Op) IsCUDA() bool { return o >= OpCopy && o <= OpInit || o.IsContext() || o.IsMemory() }
+
+// IsContext reports whether the op selects or names a device or context.
+func (o Op) IsContext() bool { return o >= OpCtxRetain && o <= OpDeviceBusID }
+
+// IsMemory reports whether the op is one of the managed, pool, VMM and
+// dma-buf calls (they follow the context ops in the numbering).
+func (o Op) IsMemory() bool { return o >= OpManagedAlloc && o <= OpDmabufExport }
 
 // Layer says which API layer a symbol belongs to.
 type Layer uint8
@@ -169,6 +248,7 @@ const (
 	MemPinned   MemKind = "pinned"   // page-locked host memory (host alloc or register)
 	MemPageable MemKind = "pageable" // host memory provably never registered
 	MemDevice   MemKind = "device"   // device memory
+	MemManaged  MemKind = "managed"  // managed (unified) memory: pages migrate between host and devices
 	MemUnknown  MemKind = "unknown"  // host or device memory the agent cannot classify
 )
 

@@ -4,19 +4,21 @@ import "testing"
 
 func TestOpNames(t *testing.T) {
 	seen := map[string]Op{}
-	for op := OpCopy; op <= OpPollCQ; op++ {
+	for op := OpCopy; op <= OpDmabufExport; op++ {
 		name := op.String()
 		if name == "unknown" || seen[name] != 0 {
 			t.Errorf("op %d: name %q (also op %d)", op, name, seen[name])
 		}
 		seen[name] = op
 	}
-	for _, op := range []Op{0, OpPollCQ + 1, 255} {
+	for _, op := range []Op{0, OpDmabufExport + 1, 255} {
 		if op.String() != "unknown" {
 			t.Errorf("op %d named %q", op, op.String())
 		}
 	}
-	if !OpCopyBatch.IsCopy() || OpHostAlloc.IsCopy() || !OpStreamWaitEvent.IsCUDA() || OpLinkerUpdate.IsCUDA() {
+	if !OpCopyBatch.IsCopy() || OpHostAlloc.IsCopy() || !OpStreamWaitEvent.IsCUDA() || OpLinkerUpdate.IsCUDA() ||
+		!OpCtxSetCurrent.IsCUDA() || !OpDeviceBusID.IsContext() || OpPollCQ.IsCUDA() || OpInit.IsContext() ||
+		!OpMemMap.IsCUDA() || !OpManagedAlloc.IsMemory() || OpDeviceBusID.IsMemory() || OpManagedAlloc.IsContext() {
 		t.Error("IsCopy/IsCUDA boundaries moved")
 	}
 }

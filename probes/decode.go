@@ -124,6 +124,17 @@ func Decode(raw []byte, c *event.Call) error {
 	if p.Out {
 		c.Ptr = ev.Out // the value the call wrote through its out pointer
 	}
+	if p.Args.Device >= 0 {
+		c.Device = int32(arg(p.Args.Device)) // CUdevice is an int: the register's low half
+	}
+	if p.OutStr {
+		// lw_call_return copied the string into args[LW_OUTSTR_ARG..]: bytes
+		// in memory order, as the host's (little-endian) words hold them.
+		const at = int(lanewatchLwOutstrLW_OUTSTR_ARG)
+		for i := range c.BusID {
+			c.BusID[i] = byte(a[at+i/8] >> (8 * (i % 8)))
+		}
+	}
 	switch kind {
 	case event.KindWR:
 		decodeWR(ev, c)
@@ -237,6 +248,9 @@ func Cookie(id int, spDelta int) uint64 {
 	}
 	if p.Op == event.OpLinkerUpdate {
 		c |= 1 << lanewatchLwCookieShiftLW_COOKIE_WAKE_SHIFT
+	}
+	if p.OutStr {
+		c |= 1 << lanewatchLwCookieShiftLW_COOKIE_OUTSTR_SHIFT
 	}
 	return c
 }

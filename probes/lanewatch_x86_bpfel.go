@@ -30,6 +30,8 @@ const (
 	lanewatchLwCookieShiftLW_COOKIE_SLOT_SHIFT    lanewatchLwCookieShift = 41
 	lanewatchLwCookieShiftLW_COOKIE_CALLER_SHIFT  lanewatchLwCookieShift = 43
 	lanewatchLwCookieShiftLW_COOKIE_WAKE_SHIFT    lanewatchLwCookieShift = 44
+	lanewatchLwCookieShiftLW_COOKIE_OUTSTR_SHIFT  lanewatchLwCookieShift = 45
+	lanewatchLwCookieShiftLW_COOKIE_OUT32SHIFT    lanewatchLwCookieShift = 46
 	lanewatchLwCookieShiftLW_COOKIE_OUTOFF_SHIFT  lanewatchLwCookieShift = 48
 )
 
@@ -87,6 +89,19 @@ const (
 	lanewatchLwEventKindLW_EV_WC          lanewatchLwEventKind = 6
 )
 
+type lanewatchLwOutstr uint32
+
+const (
+	lanewatchLwOutstrLW_OUTSTR_ARG   lanewatchLwOutstr = 6
+	lanewatchLwOutstrLW_OUTSTR_BYTES lanewatchLwOutstr = 16
+)
+
+type lanewatchLwPropArg uint32
+
+const (
+	lanewatchLwPropArgLW_PROP_LOCATION lanewatchLwPropArg = 8
+)
+
 type lanewatchLwSlots struct {
 	_    structs.HostLayout
 	Slot [4]lanewatchLwEvent
@@ -142,12 +157,15 @@ const (
 	lanewatchProgLwPollCqReturn   = "lw_poll_cq_return"
 	lanewatchProgLwPostRecv       = "lw_post_recv"
 	lanewatchProgLwPostSend       = "lw_post_send"
+	lanewatchProgLwPropEnter      = "lw_prop_enter"
 	lanewatchVarCpuCounts         = "cpu_counts"
 	lanewatchVarUnusedCookieShift = "unused_cookie_shift"
 	lanewatchVarUnusedCopy2dArg   = "unused_copy2d_arg"
 	lanewatchVarUnusedDropReason  = "unused_drop_reason"
 	lanewatchVarUnusedEventFlag   = "unused_event_flag"
 	lanewatchVarUnusedEventKind   = "unused_event_kind"
+	lanewatchVarUnusedOutstr      = "unused_outstr"
+	lanewatchVarUnusedPropArg     = "unused_prop_arg"
 	lanewatchVarUnusedWcArg       = "unused_wc_arg"
 	lanewatchVarUnusedWrArg       = "unused_wr_arg"
 	lanewatchVarWakeupBytes       = "wakeup_bytes"
@@ -205,6 +223,7 @@ type lanewatchProgramSpecs struct {
 	LwPollCqReturn *ebpf.ProgramSpec `ebpf:"lw_poll_cq_return"`
 	LwPostRecv     *ebpf.ProgramSpec `ebpf:"lw_post_recv"`
 	LwPostSend     *ebpf.ProgramSpec `ebpf:"lw_post_send"`
+	LwPropEnter    *ebpf.ProgramSpec `ebpf:"lw_prop_enter"`
 }
 
 // lanewatchMapSpecs contains maps before they are loaded into the kernel.
@@ -226,6 +245,8 @@ type lanewatchVariableSpecs struct {
 	UnusedDropReason  *ebpf.VariableSpec `ebpf:"unused_drop_reason"`
 	UnusedEventFlag   *ebpf.VariableSpec `ebpf:"unused_event_flag"`
 	UnusedEventKind   *ebpf.VariableSpec `ebpf:"unused_event_kind"`
+	UnusedOutstr      *ebpf.VariableSpec `ebpf:"unused_outstr"`
+	UnusedPropArg     *ebpf.VariableSpec `ebpf:"unused_prop_arg"`
 	UnusedWcArg       *ebpf.VariableSpec `ebpf:"unused_wc_arg"`
 	UnusedWrArg       *ebpf.VariableSpec `ebpf:"unused_wr_arg"`
 	WakeupBytes       *ebpf.VariableSpec `ebpf:"wakeup_bytes"`
@@ -274,6 +295,8 @@ type lanewatchVariables struct {
 	UnusedDropReason  *ebpf.Variable `ebpf:"unused_drop_reason"`
 	UnusedEventFlag   *ebpf.Variable `ebpf:"unused_event_flag"`
 	UnusedEventKind   *ebpf.Variable `ebpf:"unused_event_kind"`
+	UnusedOutstr      *ebpf.Variable `ebpf:"unused_outstr"`
+	UnusedPropArg     *ebpf.Variable `ebpf:"unused_prop_arg"`
 	UnusedWcArg       *ebpf.Variable `ebpf:"unused_wc_arg"`
 	UnusedWrArg       *ebpf.Variable `ebpf:"unused_wr_arg"`
 	WakeupBytes       *ebpf.Variable `ebpf:"wakeup_bytes"`
@@ -293,6 +316,7 @@ type lanewatchPrograms struct {
 	LwPollCqReturn *ebpf.Program `ebpf:"lw_poll_cq_return"`
 	LwPostRecv     *ebpf.Program `ebpf:"lw_post_recv"`
 	LwPostSend     *ebpf.Program `ebpf:"lw_post_send"`
+	LwPropEnter    *ebpf.Program `ebpf:"lw_prop_enter"`
 }
 
 func (p *lanewatchPrograms) Close() error {
@@ -307,6 +331,7 @@ func (p *lanewatchPrograms) Close() error {
 		p.LwPollCqReturn,
 		p.LwPostRecv,
 		p.LwPostSend,
+		p.LwPropEnter,
 	)
 }
 

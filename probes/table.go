@@ -33,6 +33,7 @@ const (
 	ProgPostSend                       // entry; walks the ibv_send_wr chain
 	ProgPostRecv                       // entry; walks the ibv_recv_wr chain
 	ProgPollCQ                         // entry kept, one event per completion at return
+	ProgProp                           // entry reads a CUmemLocation from the struct at the last argument; the result at return
 )
 
 // noArg marks an argument a call does not have.
@@ -50,6 +51,9 @@ type Args struct {
 	Size            int // range length for alloc/register
 	Flags           int
 	Count           int // batch: number of entries
+	Device          int // a CUdevice argument (context and bus-id calls)
+	Handle          int // a VMM allocation handle, a memory pool or a dma-buf fd
+	Offset          int // where in Handle a mapping or a memory region starts
 }
 
 // Probe is one row of the table.
@@ -66,6 +70,13 @@ type Probe struct {
 	// (the lkey and rkey of a new struct ibv_mr, the context of a new QP).
 	OutRet bool
 	OutOff uint16
+	// OutStr: the program also copies 16 bytes at the out pointer at return
+	// (the string cuDeviceGetPCIBusId wrote) into Call.BusID.
+	OutStr bool
+	// OutHandle: the out pointer is Args.Handle's argument (a new VMM
+	// handle, pool or dma-buf fd) instead of Args.Ptr's; Out32: it points
+	// to 4 bytes (an int fd).
+	OutHandle, Out32 bool
 	// Runtime is the runtime call that reaches this driver row, the API a
 	// copy made through the runtime is reported under ("cudaMemcpyAsync").
 	Runtime string
@@ -77,17 +88,25 @@ const ProviderPrefix = "provider:"
 
 func copyArgs(dst, src, bytes, kind, stream int) Args {
 	return Args{Dst: dst, Src: src, Bytes: bytes, Height: noArg, Kind: kind, Stream: stream,
-		Event: noArg, Ptr: noArg, Size: noArg, Flags: noArg, Count: noArg}
+		Event: noArg, Ptr: noArg, Size: noArg, Flags: noArg, Count: noArg, Device: noArg, Handle: noArg, Offset: noArg}
 }
 
 func memArgs(ptr, size, flags int) Args {
 	return Args{Dst: noArg, Src: noArg, Bytes: noArg, Height: noArg, Kind: noArg, Stream: noArg,
-		Event: noArg, Ptr: ptr, Size: size, Flags: flags, Count: noArg}
+		Event: noArg, Ptr: ptr, Size: size, Flags: flags, Count: noArg, Device: noArg, Handle: noArg, Offset: noArg}
 }
 
 func syncArgs(stream, event, flags int) Args {
 	return Args{Dst: noArg, Src: noArg, Bytes: noArg, Height: noArg, Kind: noArg, Stream: stream,
-		Event: event, Ptr: noArg, Size: noArg, Flags: flags, Count: noArg}
+		Event: event, Ptr: noArg, Size: noArg, Flags: flags, Count: noArg, Device: noArg, Handle: noArg, Offset: noArg}
+}
+
+// ctxArgs is a context or device call: ptr the context (or an out
+// pointer), dev the CUdevice argument.
+func ctxArgs(ptr, dev int) Args {
+	a := memArgs(ptr, noArg, noArg)
+	a.Device = dev
+	return a
 }
 
 // withForms returns the row plus its per-thread-default-stream twin.
@@ -224,8 +243,11 @@ func buildTable() []Probe {
 	ctxOf := func(p Probe) Probe { p.OutRet, p.OutOff = true, 0; return p } // ibv_cq/ibv_qp: context first
 	// ibv_reg_mr_iova2(pd, addr, length, iova, access): the funnel ibv_reg_mr and its variants call
 	add(keys(verbs("ibv_reg_mr_iova2", event.OpMRRegister, ProgEntryReturn, memArgs(1, 2, 4), 5)))
-	// ibv_reg_dmabuf_mr(pd, offset, length, iova, fd, access): device memory exported as a dma-buf
-	add(keys(verbs("ibv_reg_dmabuf_mr", event.OpMRRegister, ProgEntryReturn, memArgs(3, 2, 5), 6)))
+	// ibv_reg_dmabuf_mr(pd, offset, length, iova, fd, access): the region is the dma-buf fd's
+	// memory from offset (docs/design.md, "RDMA"); iova is how work requests address it
+	dmabuf := memArgs(3, 2, 5)
+	dmabuf.Handle, dmabuf.Offset = 4, 1
+	add(keys(verbs("ibv_reg_dmabuf_mr", event.OpMRRegister, ProgEntryReturn, dmabuf, 6)))
 	add(verbs("ibv_dereg_mr", event.OpMRDeregister, ProgEntry, memArgs(0, noArg, noArg), 1))
 	// ibv_open_device(device) returns the context itself; create_cq/create_qp return objects whose first field is it
 	open := verbs("ibv_open_device", event.OpVerbsContext, ProgEntryReturn, memArgs(noArg, noArg, noArg), 1)
@@ -242,5 +264,36 @@ func buildTable() []Probe {
 	add(prov("post_send", event.OpPostSend, ProgPostSend, 3))
 	add(prov("post_recv", event.OpPostRecv, ProgPostRecv, 3))
 	add(prov("poll_cq", event.OpPollCQ, ProgPollCQ, 3))
+
+	// --- CUDA driver: device and context selection, which GPU each thread's
+	// calls use (docs/design.md, "Placement"). The runtime resolves these by
+	// name through cuGetProcAddress (11.8 and 12.4 name them all, versioned
+	// as below) and makes a device's primary context current on a thread
+	// with them: cudaSetDevice, or device 0 on a thread's first call.
+	// cuCtxGetCurrent/cuCtxGetDevice are not probed: they answer, and the
+	// runtime asks them on its hot paths. Nothing a copy does reaches these,
+	// so they cost no copy a probe. ---
+	ctxRow := func(sym, runtime string, op event.Op, a Args, n int) Probe {
+		return driver(sym, runtime, op, 0, a, n)
+	}
+	// cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
+	add(out(ctxRow("cuDevicePrimaryCtxRetain", "", event.OpCtxRetain, ctxArgs(0, 1), 2)))
+	// cuCtxCreate_v2(CUcontext *pctx, unsigned flags, CUdevice dev)
+	add(out(ctxRow("cuCtxCreate_v2", "", event.OpCtxCreate, ctxArgs(0, 2), 3)))
+	// cuCtxCreate_v3(CUcontext *pctx, CUexecAffinityParam *params, int numParams, unsigned flags, CUdevice dev)
+	add(out(ctxRow("cuCtxCreate_v3", "", event.OpCtxCreate, ctxArgs(0, 4), 5)))
+	// cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *params, unsigned flags, CUdevice dev): CUDA 12.5+
+	add(out(ctxRow("cuCtxCreate_v4", "", event.OpCtxCreate, ctxArgs(0, 3), 4)))
+	// cuCtxSetCurrent(CUcontext ctx), cuCtxPushCurrent_v2(ctx), cuCtxPopCurrent_v2(CUcontext *pctx), cuCtxDestroy_v2(ctx)
+	add(ctxRow("cuCtxSetCurrent", "", event.OpCtxSetCurrent, ctxArgs(0, noArg), 1))
+	add(ctxRow("cuCtxPushCurrent_v2", "", event.OpCtxPush, ctxArgs(0, noArg), 1))
+	add(out(ctxRow("cuCtxPopCurrent_v2", "", event.OpCtxPop, ctxArgs(0, noArg), 1)))
+	add(ctxRow("cuCtxDestroy_v2", "", event.OpCtxDestroy, ctxArgs(0, noArg), 1))
+	// cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev): the
+	// process's own answer to which PCI function an ordinal is (NCCL asks it
+	// for every device it uses); the string is read at return.
+	bus := out(ctxRow("cuDeviceGetPCIBusId", "cudaDeviceGetPCIBusId", event.OpDeviceBusID, ctxArgs(0, 2), 3))
+	bus.OutStr = true
+	add(bus)
 	return t
 }
