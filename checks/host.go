@@ -24,6 +24,9 @@ type Host struct {
 	ProcRoot, SysRoot, PathEnv string
 	Topo                       *topology.Host
 	GPUs                       []string
+	// Loads are link states read under load, by device (PCI address, sysfs
+	// form), for the link check; nil: none (GPU links are then not judged).
+	Loads map[string]LinkLoad
 }
 
 // ReadHost reads the topology under sysRoot. An empty pathEnv is this
@@ -116,31 +119,6 @@ func (h *Host) nicCheck(ibDevices map[string]string) Check {
 			c.Findings = append(c.Findings, *f)
 		}
 	}
-	return c
-}
-
-func (h *Host) linkCheck() Check {
-	const name = "PCIe links"
-	var lines []string
-	c := Check{Scope: HostScope, Name: name, Status: Pass}
-	for _, kind := range []string{topology.KindGPU, topology.KindNIC, topology.KindNVMe} {
-		for _, bdf := range h.Topo.BDFs(kind) {
-			l := h.Topo.Functions[bdf].Link
-			if !l.Known || l.MaxWidth == 0 {
-				continue
-			}
-			lines = append(lines, fmt.Sprintf("%s %s Gen%d x%d %.2f GB/s", kind, bdf, topology.Generation(l.CurSpeedGTs), l.CurWidth, l.CurGBs()))
-			f := correlate.LinkDegraded(correlate.LinkFacts{Device: kind + " " + bdf, CurGTs: l.CurSpeedGTs, MaxGTs: l.MaxSpeedGTs,
-				CurWidth: l.CurWidth, MaxWidth: l.MaxWidth, CurGBs: l.CurGBs(), MaxGBs: l.MaxGBs()})
-			if f != nil {
-				c.Findings = append(c.Findings, *f)
-			}
-		}
-	}
-	if len(lines) == 0 {
-		return Skipped(HostScope, name, "no GPU, NIC or NVMe reports a PCIe link state (virtual devices)")
-	}
-	c.Detail = joinLimited(lines, 6) + "; a GPU idling at a low speed is power saving, not a fault"
 	return c
 }
 

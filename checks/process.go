@@ -46,15 +46,16 @@ func (h *Host) GPUOf(pid int) (bdf string, node int, why string) {
 	return bdf, h.Topo.Functions[bdf].NUMANode, why
 }
 
-// Place is the Placement of a process: its GPU and that link's capacity at
-// its trained speed, or why the GPU is unknown.
+// Place is the Placement of a process: its GPU and that link's lane
+// capacity (LaneCapacity: the trained maximum, not the current training),
+// or why the GPU is unknown.
 func (h *Host) Place(pid uint32) Placement {
 	bdf, _, why := h.GPUOf(int(pid))
 	if bdf == "" {
 		return Placement{Why: why}
 	}
-	gbs := h.Topo.Functions[bdf].Link.CurGBs()
-	return Placement{GPU: bdf, InboundGBs: gbs, OutboundGBs: gbs, Why: why}
+	gbs, capWhy := h.LaneCapacity(bdf)
+	return Placement{GPU: bdf, InboundGBs: gbs, OutboundGBs: gbs, Why: why + "; " + capWhy}
 }
 
 // ProcessChecks checks one process: its NUMA binding and where its pinned

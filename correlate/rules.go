@@ -174,40 +174,106 @@ func FarNIC(c NICChoice) *Finding {
 		"")
 }
 
-// LinkFacts is one PCIe link's training and whether it carried traffic.
+// LinkFacts is one PCIe link: what each end can train to, the state it was
+// read in, and the traffic it carried when read.
 type LinkFacts struct {
-	Device             string // "GPU 0000:17:00.0"
-	CurGTs, MaxGTs     float64
-	CurWidth, MaxWidth int
-	CurGBs, MaxGBs     float64 // per-direction capacity at the current and max training
-	BusyBytesPerSec    float64 // measured traffic while the link state was read; 0 = idle or unknown
+	Device string // "gpu 0000:17:00.0"
+	// DeviceGTs and DeviceWidth are the device's maximum (max_link_*, or
+	// NVML/DCGM's max generation and width); SlotGTs and SlotWidth the
+	// slot's, the upstream port's max_link_* (0: unknown, or none). The link
+	// trains to the lower of both (topology.LinkCapacity).
+	DeviceGTs   float64
+	DeviceWidth int
+	SlotGTs     float64
+	SlotWidth   int
+	// CurGTs and CurWidth are the training as read; 0 unknown. Source says
+	// where: "sysfs", "nvml", "dcgm".
+	CurGTs   float64
+	CurWidth int
+	Source   string
+	// BusyBytesPerSec is the traffic the link carried while its state was
+	// read (GPU counters on both sides of the read); 0 = idle or unknown.
+	BusyBytesPerSec float64
+	// IdleTrainsDown is true for devices that lower their link's speed and
+	// width when idle — GPUs: "These may be reduced when the GPU is not in
+	// use" (nvidia-smi, pcie.link.gen.current/width.current; samples
+	// lspci_vv/asus_* at 2.5GT/s (downgraded)). Their training is judged
+	// under load only; other devices' width at any time.
+	IdleTrainsDown bool
 }
 
 // busyThreshold: below this rate a link counts as idle, where dropping to a
 // low speed is power saving, not a fault (seen on idle GPUs in the samples).
 const busyThreshold = 100e6
 
-// LinkDegraded fires when a link trained narrower than it can, or slower
-// than it can while carrying traffic.
+// LinkDegraded judges a link's training against what it can train to, the
+// lower of the device's and the slot's maximum (seed 000 链路带宽: the path's
+// ceiling is each link's generation × width). It fails when the link runs
+// narrower or slower than that while carrying traffic (narrower at any time
+// for devices that do not train down when idle); idle downtraining is never
+// a finding. A slot that caps the card (an x16 card in an x8 slot) is worth
+// knowing and nothing to reseat: info, "slot-limited".
 func LinkDegraded(l LinkFacts) *Finding {
-	if l.MaxWidth == 0 || l.MaxGTs == 0 {
-		return nil // link state unknown (virtual device)
+	capGTs := minKnown(l.DeviceGTs, l.SlotGTs)
+	capW := int(minKnown(float64(l.DeviceWidth), float64(l.SlotWidth)))
+	capGBs := topology.LinkGBs(capGTs, capW)
+	if capGBs == 0 {
+		return nil // what the link trains to is unknown (virtual device)
 	}
-	ev := []string{fmt.Sprintf("trained %.1f GT/s x%d (%.2f GB/s per direction), capable of %.1f GT/s x%d (%.2f GB/s)",
-		l.CurGTs, l.CurWidth, l.CurGBs, l.MaxGTs, l.MaxWidth, l.MaxGBs)}
+	curGBs := topology.LinkGBs(l.CurGTs, l.CurWidth)
+	loaded := l.BusyBytesPerSec >= busyThreshold
+	state := "idle or load unknown"
+	if loaded {
+		state = fmt.Sprintf("while carrying %.2f GB/s", l.BusyBytesPerSec/1e9)
+	}
+	slot := "no slot above (host bridge)"
+	if l.SlotGTs > 0 || l.SlotWidth > 0 {
+		slot = "slot " + genWidth(l.SlotGTs, l.SlotWidth)
+	}
+	ev := []string{
+		fmt.Sprintf("trained %s (%.2f GB/s per direction) %s, read from %s", genWidth(l.CurGTs, l.CurWidth), curGBs, state, l.Source),
+		fmt.Sprintf("trains to %s (%.2f GB/s): device %s, %s", genWidth(capGTs, capW), capGBs, genWidth(l.DeviceGTs, l.DeviceWidth), slot),
+	}
+	slotLimited := (l.SlotGTs > 0 && l.DeviceGTs > l.SlotGTs) || (l.SlotWidth > 0 && l.DeviceWidth > l.SlotWidth)
 	switch {
-	case l.CurWidth > 0 && l.CurWidth < l.MaxWidth:
+	case (loaded || !l.IdleTrainsDown) && l.CurWidth > 0 && l.CurWidth < capW:
 		return newFinding("link-degraded", SevFail, l.Device,
-			fmt.Sprintf("link trained at x%d of x%d: its ceiling is %.2f GB/s instead of %.2f", l.CurWidth, l.MaxWidth, l.CurGBs, l.MaxGBs),
-			ev,
-			"a width loss survives idle: reseat the card or riser, check the slot's bifurcation setting and the BIOS, then retrain (reboot)")
-	case l.CurGTs > 0 && l.CurGTs < l.MaxGTs && l.BusyBytesPerSec >= busyThreshold:
+			fmt.Sprintf("link trained at x%d of x%d %s: its ceiling is %.2f GB/s instead of %.2f", l.CurWidth, capW, state, curGBs, capGBs),
+			ev, "the card and its slot both support x"+fmt.Sprint(capW)+": reseat the card or riser, check the slot's bifurcation setting and the BIOS, then retrain (reboot)")
+	case loaded && l.CurGTs > 0 && l.CurGTs < capGTs:
 		return newFinding("link-degraded", SevFail, l.Device,
-			fmt.Sprintf("link runs at %.1f GT/s of %.1f while carrying %.1f GB/s", l.CurGTs, l.MaxGTs, l.BusyBytesPerSec/1e9),
-			append(ev, fmt.Sprintf("traffic %.2f GB/s while read", l.BusyBytesPerSec/1e9)),
-			"a link that stays slow under load is trained down: check the slot, riser and BIOS PCIe speed setting")
+			fmt.Sprintf("link runs at %.1f GT/s of %.1f %s", l.CurGTs, capGTs, state),
+			ev, "a link that stays slow under load is trained down: check the slot, riser and BIOS PCIe speed setting")
+	case slotLimited:
+		return newFinding("link-degraded", SevInfo, l.Device,
+			fmt.Sprintf("slot-limited: a %s device in a %s slot trains to %s, %.2f GB/s of the device's %.2f", genWidth(l.DeviceGTs, l.DeviceWidth),
+				genWidth(l.SlotGTs, l.SlotWidth), genWidth(capGTs, capW), capGBs, topology.LinkGBs(l.DeviceGTs, l.DeviceWidth)),
+			ev, "nothing to reseat: the slot sets this ceiling; move the card to a slot as wide and fast as it is if the bandwidth matters")
 	}
 	return nil
+}
+
+// genWidth prints "Gen4 x16" ("Gen? x16" for an unknown rate).
+func genWidth(gts float64, width int) string {
+	g, w := "Gen?", "x?"
+	if n := topology.Generation(gts); n > 0 {
+		g = fmt.Sprintf("Gen%d", n)
+	}
+	if width > 0 {
+		w = fmt.Sprintf("x%d", width)
+	}
+	return g + " " + w
+}
+
+// minKnown is the smaller of two values where 0 means unknown.
+func minKnown(a, b float64) float64 {
+	switch {
+	case a == 0:
+		return b
+	case b == 0:
+		return a
+	}
+	return min(a, b)
 }
 
 // PinnedFacts is pinned host memory against what the kernel has left.

@@ -109,28 +109,63 @@ func TestFarNIC(t *testing.T) {
 }
 
 func TestLinkDegraded(t *testing.T) {
+	// rtx6000 is an RTX 6000 Ada in a Gen5 x16 root port
+	// (lspci_vv/asus_esc8000a_e12_01_00.0: LnkCap 16GT/s x16, LnkSta
+	// 2.5GT/s (downgraded) x16 at idle).
+	rtx6000 := LinkFacts{DeviceGTs: 16, DeviceWidth: 16, SlotGTs: 32, SlotWidth: 16, IdleTrainsDown: true, Source: "sysfs"}
+	with := func(l LinkFacts, f func(*LinkFacts)) LinkFacts { f(&l); return l }
 	cases := []struct {
 		name string
 		l    LinkFacts
-		fire bool
+		want Severity // "" no finding
+		text string   // in the summary
 	}{
-		// lspci_vv/asus_esc8000a_e12_01_00.0: RTX 6000 Ada, LnkCap 16GT/s x16, LnkSta 2.5GT/s (downgraded) x16, idle
-		{"idle GPU downclocked to Gen1", LinkFacts{CurGTs: 2.5, MaxGTs: 16, CurWidth: 16, MaxWidth: 16}, false},
-		{"same GPU downclocked under load", LinkFacts{CurGTs: 2.5, MaxGTs: 16, CurWidth: 16, MaxWidth: 16, BusyBytesPerSec: 3e9}, true},
-		// lspci_vv/asus_esc8000a_e12_71_00.0: LnkCap 5GT/s x2, LnkSta 5GT/s x1 (downgraded)
-		{"SSD controller x2 trained x1", LinkFacts{CurGTs: 5, MaxGTs: 5, CurWidth: 1, MaxWidth: 2}, true},
-		// nvidia_smi_q/thamada_L4: Link Width Max 16x, Current 8x
-		{"L4 x16 trained x8", LinkFacts{CurGTs: 16, MaxGTs: 16, CurWidth: 8, MaxWidth: 16}, true},
-		// lspci_vv/asus_esc8000a_e12_21_00.0: ConnectX-7 32GT/s x16 both
-		{"healthy Gen5 x16 NIC", LinkFacts{CurGTs: 32, MaxGTs: 32, CurWidth: 16, MaxWidth: 16, BusyBytesPerSec: 40e9}, false},
-		{"virtual device, unknown link", LinkFacts{}, false},
+		{"idle GPU downclocked to Gen1", with(rtx6000, func(l *LinkFacts) { l.CurGTs, l.CurWidth = 2.5, 16 }), "", ""},
+		{"idle GPU at Gen1 x8: idle width is not judged either",
+			with(rtx6000, func(l *LinkFacts) { l.CurGTs, l.CurWidth = 2.5, 8 }), "", ""},
+		{"GPU under load at its maximum", with(rtx6000, func(l *LinkFacts) { l.CurGTs, l.CurWidth, l.BusyBytesPerSec = 16, 16, 20e9 }), "", ""},
+		{"GPU under load still at Gen1", with(rtx6000, func(l *LinkFacts) { l.CurGTs, l.CurWidth, l.BusyBytesPerSec = 2.5, 16, 3e9 }),
+			SevFail, "2.5 GT/s of 16.0 while carrying 3.00 GB/s"},
+		{"x16 card in an x16 slot trained x8 under load",
+			with(rtx6000, func(l *LinkFacts) { l.SlotGTs, l.CurGTs, l.CurWidth, l.BusyBytesPerSec = 16, 16, 8, 12e9 }), SevFail, "x8 of x16"},
+		{"traffic below the busy threshold is idle",
+			with(rtx6000, func(l *LinkFacts) { l.CurGTs, l.CurWidth, l.BusyBytesPerSec = 2.5, 16, 50e6 }), "", ""},
+		// The L4 of nvidia_smi_q/thamada_L4 (Max 16x, Current 8x, Gen4), here
+		// in an x8 slot: the slot sets x8, nothing to reseat, idle or loaded.
+		{"x16 card in an x8 slot, under load at x8",
+			LinkFacts{DeviceGTs: 16, DeviceWidth: 16, SlotGTs: 16, SlotWidth: 8, CurGTs: 16, CurWidth: 8, BusyBytesPerSec: 10e9, IdleTrainsDown: true},
+			SevInfo, "slot-limited: a Gen4 x16 device in a Gen4 x8 slot trains to Gen4 x8, 15.75 GB/s of the device's 31.51"},
+		{"x16 card in an x8 slot, idle at Gen1 x8",
+			LinkFacts{DeviceGTs: 16, DeviceWidth: 16, SlotGTs: 16, SlotWidth: 8, CurGTs: 2.5, CurWidth: 8, IdleTrainsDown: true}, SevInfo, "slot-limited"},
+		{"x16 card in an x8 slot, x4 under load",
+			LinkFacts{DeviceGTs: 16, DeviceWidth: 16, SlotGTs: 16, SlotWidth: 8, CurGTs: 16, CurWidth: 4, BusyBytesPerSec: 5e9, IdleTrainsDown: true},
+			SevFail, "x4 of x8"},
+		// sysfs_pci/prometheus-node_exporter_fixture: an NVMe capable of
+		// 16 GT/s x4 under an 8 GT/s x8 root port runs at 8 GT/s x4.
+		{"NVMe faster than its root port", LinkFacts{DeviceGTs: 16, DeviceWidth: 4, SlotGTs: 8, SlotWidth: 8, CurGTs: 8, CurWidth: 4},
+			SevInfo, "slot-limited: a Gen4 x4 device in a Gen3 x8 slot"},
+		// lspci_vv/asus_esc8000a_e12_71_00.0: LnkCap 5GT/s x2, LnkSta 5GT/s
+		// x1 (downgraded): not a GPU, so its width is judged at any time.
+		{"SSD controller x2 trained x1", LinkFacts{DeviceGTs: 5, DeviceWidth: 2, CurGTs: 5, CurWidth: 1}, SevFail, "x1 of x2"},
+		// lspci_vv/asus_esc8000a_e12_21_00.0: ConnectX-7 32GT/s x16 both.
+		{"healthy Gen5 x16 NIC", LinkFacts{DeviceGTs: 32, DeviceWidth: 16, SlotGTs: 32, SlotWidth: 16, CurGTs: 32, CurWidth: 16, BusyBytesPerSec: 40e9}, "", ""},
+		// NVML alone (a GPU not in sysfs): its max is device and system.
+		{"NVML's max, Gen3 under load", LinkFacts{DeviceGTs: 32, DeviceWidth: 16, CurGTs: 8, CurWidth: 16, BusyBytesPerSec: 4e9, IdleTrainsDown: true, Source: "nvml"},
+			SevFail, "8.0 GT/s of 32.0"},
+		{"virtual device, unknown link", LinkFacts{CurGTs: 2.5, CurWidth: 1}, "", ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			c.l.Device = "GPU 0000:01:00.0"
+			c.l.Device = "gpu 0000:01:00.0"
 			f := LinkDegraded(c.l)
-			if (f != nil) != c.fire {
-				t.Fatalf("fired %v, want %v: %+v", f != nil, c.fire, f)
+			switch {
+			case c.want == "" && f != nil:
+				t.Fatalf("fired: %+v", f)
+			case c.want == "":
+			case f == nil:
+				t.Fatalf("did not fire, want %s", c.want)
+			case f.Severity != c.want || !strings.Contains(f.Summary, c.text) || f.Subject != c.l.Device || len(f.Evidence) != 2:
+				t.Errorf("= %s %q (evidence %q), want %s containing %q", f.Severity, f.Summary, f.Evidence, c.want, c.text)
 			}
 		})
 	}

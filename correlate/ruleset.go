@@ -41,8 +41,9 @@ var Rules = []Rule{
 		Remediation: "install numactl and grant CAP_SYS_NICE, or bind explicitly with numactl"},
 	{Name: "far-nic", Severities: []Severity{SevWarn}, Checklist: checkNIC, Where: InDiagnose,
 		Remediation: "map each GPU to its nearest NIC (SGLang --disaggregation-ib-device, NCCL_IB_HCA, Mooncake/NIXL device lists); `agent topo` prints the map"},
-	{Name: "link-degraded", Severities: []Severity{SevFail}, Checklist: checkLink, Where: InHostCheck | InDiagnose,
-		Remediation: "reseat the card or riser, check the slot's bifurcation and the BIOS PCIe speed setting, then retrain (reboot)"},
+	{Name: "link-degraded", Severities: []Severity{SevFail, SevInfo}, Checklist: checkLink, Where: InHostCheck | InDiagnose,
+		Remediation: "fail: reseat the card or riser, check the slot's bifurcation and the BIOS PCIe speed setting, then retrain (reboot); " +
+			"info (slot-limited): the slot sets the ceiling, move the card to a slot as wide and fast as it is if the bandwidth matters"},
 	{Name: "link-underused", Severities: []Severity{SevWarn}, Checklist: checkUnderused, Where: InWindow,
 		Remediation: "fix the likelier bottleneck the finding names before tuning the link; `agent diagnose --sample` checks pools, NUMA and pinning"},
 	{Name: "pinned-pressure", Severities: []Severity{SevWarn, SevFail}, Checklist: checkPinnedMem, Where: InHostCheck | InDiagnose,
