@@ -37,7 +37,7 @@ func (a *Agent) HostJudge(procRoot, sysRoot string, every time.Duration, log *sl
 			log.Warn("host checks", "err", err)
 			return cached
 		}
-		all := host.HostChecks(nil)
+		all := host.HostChecks(checks.IBDevices{})
 		a.engineMu.Lock()
 		pids := a.engine.PinnedPIDs()
 		ranges := map[uint32][]correlate.Range{}

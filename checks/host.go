@@ -6,7 +6,6 @@ import (
 	"maps"
 	"os"
 	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/lanewatch/lanewatch/collectors"
@@ -44,13 +43,14 @@ func ReadHost(procRoot, sysRoot, pathEnv string) (*Host, error) {
 
 // HostChecks runs the host-wide checks in the checklist's order: PCI
 // topology, the H2D path per GPU, the RDMA NIC per GPU (far-nic against
-// ibDevices, the GPU index → RDMA device map the server was given; nil:
-// not checked), PCIe link training, IOMMU, numactl, huge pages.
-func (h *Host) HostChecks(ibDevices map[string]string) []Check {
+// ibDevices, the RDMA devices the server was given; empty: not checked),
+// PCIe link training, IOMMU, numactl, huge pages.
+func (h *Host) HostChecks(ibDevices IBDevices) []Check {
 	t := h.Topo
 	nics, nvme := t.BDFs(topology.KindNIC), t.BDFs(topology.KindNVMe)
 	detail := fmt.Sprintf("%d PCI functions, %d GPU, %d NIC, %d NVMe, %d NUMA node(s)", len(t.Functions), len(h.GPUs), len(nics), len(nvme), len(t.Nodes))
-	topo := Check{Scope: HostScope, Name: "PCI topology", Status: Pass, Detail: detail + ": GPUs " + joinLimited(h.GPUs, 8)}
+	// A listing: no topology is wrong in itself, the checks after it judge it.
+	topo := Check{Scope: HostScope, Name: "PCI topology", Status: Info, Detail: detail + ": GPUs " + joinLimited(h.GPUs, 8)}
 	if len(h.GPUs) == 0 {
 		topo = Check{Scope: HostScope, Name: "PCI topology", Status: Skip,
 			Detail: detail + ": no GPU on this host (no PCI function of class 0x0300/0x0302); GPU checks are skipped"}
@@ -59,13 +59,20 @@ func (h *Host) HostChecks(ibDevices map[string]string) []Check {
 }
 
 // pathCheck lists, per GPU, the H2D path from its own node's memory and the
-// segment that bounds it: the ceiling a prefix-cache load can reach.
+// segment that bounds it: the ceiling a prefix-cache load can reach. It
+// warns when that segment is upstream of the GPU's own link and narrower
+// than it — a switch uplink or root port that caps every H2D below what
+// the GPU's link can carry (seed 000, 链路带宽: the ceiling is the path's
+// narrowest segment, and "Switch 上行口可能是瓶颈"). Capacities are each
+// link's trained maximum, so an idle GPU's power-saving training neither
+// hides nor makes this shape.
 func (h *Host) pathCheck() Check {
 	const name = "H2D path per GPU"
 	if len(h.GPUs) == 0 {
 		return Skipped(HostScope, name, "no GPU")
 	}
-	var lines []string
+	c := Check{Scope: HostScope, Name: name, Status: Pass}
+	var lines, capped []string
 	for i, gpu := range h.GPUs {
 		node := max(h.Topo.Functions[gpu].NUMANode, 0)
 		p, err := h.Topo.HostToDevice(node, gpu)
@@ -74,8 +81,34 @@ func (h *Host) pathCheck() Check {
 			continue
 		}
 		lines = append(lines, fmt.Sprintf("GPU%d from node %d: %s", i, node, PathText(p)))
+		if up, own, ok := upstreamBottleneck(p, gpu); ok {
+			capped = append(capped, fmt.Sprintf("GPU%d %s: H2D capped at %.2f GB/s by %s, below its own link's %.2f GB/s",
+				i, gpu, up.CapacityGBs, up.Name, own.CapacityGBs))
+		}
 	}
-	return Check{Scope: HostScope, Name: name, Status: Pass, Detail: joinLimited(lines, 8)}
+	c.Detail = joinLimited(lines, 8)
+	if len(capped) > 0 {
+		c.Status = Warn
+		c.Detail = joinLimited(capped, 4) + "; " + c.Detail
+		c.Fix = "a link above the GPU is narrower than the GPU's own: check that switch uplink or root port's width and speed " +
+			"(bifurcation setting, riser, BIOS PCIe speed), or move the GPU to a slot whose path is as wide as its link"
+	}
+	return c
+}
+
+// upstreamBottleneck reports the path's bottleneck when it is a link above
+// the GPU's own (link:<gpu>) and narrower than it; ties are not a cap.
+func upstreamBottleneck(p topology.Path, gpu string) (up, own topology.Segment, ok bool) {
+	if p.Bottleneck < 0 {
+		return up, own, false
+	}
+	for _, s := range p.Segments {
+		if s.Name == "link:"+gpu {
+			own = s
+		}
+	}
+	up = p.Segments[p.Bottleneck]
+	return up, own, up.Kind == topology.SegLink && up.Name != own.Name && own.CapacityGBs > 0 && up.CapacityGBs < own.CapacityGBs
 }
 
 // PathText prints a path's segments and names its bottleneck.
@@ -92,7 +125,11 @@ func PathText(p topology.Path) string {
 	return out
 }
 
-func (h *Host) nicCheck(ibDevices map[string]string) Check {
+// nicCheck lists the nearest RDMA device of every GPU and, given the
+// devices the server uses (ibDevices), judges each GPU's with far-nic: the
+// nearest device it may use must be PIX/PXB when one exists. A GPU index
+// or device the host does not have makes it WARN with what was not found.
+func (h *Host) nicCheck(ibDevices IBDevices) Check {
 	const name = "RDMA NIC per GPU"
 	t := h.Topo
 	if len(t.RDMA) == 0 {
@@ -103,10 +140,27 @@ func (h *Host) nicCheck(ibDevices map[string]string) Check {
 	}
 	js, _ := json.Marshal(t.NearestRDMA())
 	c := Check{Scope: HostScope, Name: name, Status: Pass, Detail: "nearest RDMA device per GPU (SGLang --disaggregation-ib-device): " + string(js)}
-	for idx, used := range ibDevices {
-		i, err := strconv.Atoi(idx)
-		if err != nil || i < 0 || i >= len(h.GPUs) {
-			c.Status, c.Detail = Warn, fmt.Sprintf("--ib-devices names GPU %q, this host has GPUs 0..%d", idx, len(h.GPUs)-1)
+	if ibDevices.Empty() {
+		// Without the server's map there is nothing to judge: a listing.
+		c.Status = Info
+		c.Detail += "; give --ib-devices (the server's map) to check it for far NICs"
+		return c
+	}
+	var notFound []string
+	for _, dev := range ibDevices.Devices() {
+		if _, ok := t.RDMA[dev]; !ok {
+			notFound = append(notFound, dev)
+		}
+	}
+	if len(notFound) > 0 {
+		c.Status = Warn
+		c.Detail = fmt.Sprintf("--ib-devices names %s, not an RDMA device of this host (%s); ", strings.Join(notFound, ", "),
+			strings.Join(slices.Sorted(maps.Keys(t.RDMA)), ", ")) + c.Detail
+	}
+	for _, i := range ibDevices.GPUs(len(h.GPUs)) {
+		if i >= len(h.GPUs) {
+			c.Status = Warn
+			c.Detail = fmt.Sprintf("--ib-devices names GPU %d, this host has GPUs 0..%d; ", i, len(h.GPUs)-1) + c.Detail
 			continue
 		}
 		rel := map[string]topology.Relation{}
@@ -115,7 +169,7 @@ func (h *Host) nicCheck(ibDevices map[string]string) Check {
 				rel[dev] = t.Relation(h.GPUs[i], bdf)
 			}
 		}
-		if f := correlate.FarNIC(correlate.NICChoice{GPU: h.GPUs[i], Used: used, Relations: rel}); f != nil {
+		if f := correlate.FarNIC(correlate.NICChoice{GPU: h.GPUs[i], Listed: ibDevices.For(i), Relations: rel}); f != nil {
 			c.Findings = append(c.Findings, *f)
 		}
 	}
@@ -175,7 +229,10 @@ func (h *Host) hugepagesCheck() Check {
 	if err != nil {
 		return Skipped(HostScope, "hugepages", "cannot read meminfo: %v", err)
 	}
-	return Check{Scope: HostScope, Name: "hugepages", Status: Pass,
+	// A listing: reserved huge pages are used only by servers asking for them
+	// (SGLANG_HUGEPAGE_SIZE, seed 000) and no count is wrong in itself;
+	// pinned pressure is judged by "pinned memory".
+	return Check{Scope: HostScope, Name: "hugepages", Status: Info,
 		Detail: fmt.Sprintf("%d of %d huge pages of %d KiB free; MemAvailable %d MiB of %d MiB",
 			m.HugePagesFree, m.HugePagesTotal, m.HugepagesizeBytes>>10, m.MemAvailableBytes>>20, m.MemTotalBytes>>20)}
 }

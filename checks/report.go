@@ -5,7 +5,9 @@
 // copies, fragmentation, same-direction overlap) and of RDMA congestion
 // counters. `agent diagnose` runs them once; `agent run` runs the host and
 // process checks every --host-check-interval and the window checks every
-// --evaluate-interval. Each check is PASS, WARN, FAIL or SKIP with its reason.
+// --evaluate-interval. Each check is PASS, WARN, FAIL, SKIP with its reason,
+// or INFO: a listing that no shape of the host can fail (the PCI topology,
+// huge pages), shown for what it tells, never counted as a pass.
 package checks
 
 import (
@@ -25,6 +27,10 @@ const (
 	Warn Status = "WARN"
 	Fail Status = "FAIL"
 	Skip Status = "SKIP" // could not be checked here; Detail says why
+	// Info is a check that reports what it found and judges nothing: no
+	// state of the host makes it WARN or FAIL (the PCI topology, huge pages,
+	// the nearest NIC per GPU when the server's map was not given).
+	Info Status = "INFO"
 )
 
 // Check is one item of the diagnose checklist.
@@ -65,12 +71,39 @@ func (r *Report) Failed() bool {
 	return false
 }
 
-// WriteText prints the checklist for a person.
+// Summary counts the checks by status, every status present (0 for none).
+type Summary struct {
+	Pass int `json:"pass"`
+	Info int `json:"info"`
+	Warn int `json:"warn"`
+	Fail int `json:"fail"`
+	Skip int `json:"skip"`
+}
+
+// Summary counts the report's checks by status.
+func (r *Report) Summary() Summary {
+	var s Summary
+	for _, c := range r.Checks {
+		switch c.Status {
+		case Pass:
+			s.Pass++
+		case Info:
+			s.Info++
+		case Warn:
+			s.Warn++
+		case Fail:
+			s.Fail++
+		case Skip:
+			s.Skip++
+		}
+	}
+	return s
+}
+
+// WriteText prints the checklist for a person, then the summary line.
 func (r *Report) WriteText(w io.Writer) error {
 	scope := ""
-	counts := map[Status]int{}
 	for _, c := range r.Checks {
-		counts[c.Status]++
 		if c.Scope != scope {
 			scope = c.Scope
 			if _, err := fmt.Fprintf(w, "\n== %s\n", scope); err != nil {
@@ -89,15 +122,20 @@ func (r *Report) WriteText(w io.Writer) error {
 			fmt.Fprintf(w, "         fix: %s\n", c.Fix)
 		}
 	}
-	_, err := fmt.Fprintf(w, "\n%d pass, %d warn, %d fail, %d skip\n", counts[Pass], counts[Warn], counts[Fail], counts[Skip])
+	s := r.Summary()
+	_, err := fmt.Fprintf(w, "\n%d pass, %d info, %d warn, %d fail, %d skip\n", s.Pass, s.Info, s.Warn, s.Fail, s.Skip)
 	return err
 }
 
-// WriteJSON prints the checklist for machines.
+// WriteJSON prints the checklist for machines: {"checks": [...],
+// "summary": {"pass": n, "info": n, "warn": n, "fail": n, "skip": n}}.
 func (r *Report) WriteJSON(w io.Writer) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
-	return enc.Encode(r)
+	return enc.Encode(struct {
+		Checks  []Check `json:"checks"`
+		Summary Summary `json:"summary"`
+	}{r.Checks, r.Summary()})
 }
 
 // Skipped builds a SKIP with its reason.

@@ -144,19 +144,31 @@ func NUMABindSkipped(f BindFacts) *Finding {
 		fmt.Sprintf("install numactl and grant CAP_SYS_NICE (docker --cap-add SYS_NICE), or bind explicitly: numactl --cpunodebind=%d --membind=%d", f.GPUNodes[0], f.GPUNodes[0]))
 }
 
-// NICChoice is the NIC a GPU's RDMA traffic uses and the relations it could have had.
+// NICChoice is the RDMA devices a server may use for one GPU's traffic and
+// the relations it could have had.
 type NICChoice struct {
-	GPU       string
-	Used      string                       // RDMA device the GPU's traffic uses
+	GPU string
+	// Listed are the devices the server was given for this GPU: one, or a
+	// list (SGLang's --disaggregation-ib-device "mlx5_0,mlx5_1", seed 000),
+	// of which the transfer engine uses the nearest (Mooncake prefers the
+	// listed devices closest to the GPU and falls back to the others).
+	Listed    []string
 	Relations map[string]topology.Relation // every RDMA device → relation to the GPU (PIX, PXB, PHB, NODE, SYS)
 }
 
-// FarNIC fires when a GPU's RDMA traffic uses a NIC at PHB/NODE/SYS while a
-// PIX/PXB NIC exists: GPUDirect RDMA then crosses the host bridge or socket.
-// Other relations (X, NV#, unknown) never fire it nor count as near.
+// FarNIC fires when the nearest device a GPU's RDMA traffic may use is at
+// PHB/NODE/SYS while a PIX/PXB NIC exists: GPUDirect RDMA then crosses the
+// host bridge or socket. Other relations (X, NV#, unknown) and listed
+// devices the host does not have never fire it nor count as near.
 func FarNIC(c NICChoice) *Finding {
-	if c.Relations[c.Used].Rank() <= topology.RelPXB.Rank() {
-		return nil // near, or X, NV#, unknown (rank ≤ 0), or not listed
+	used, best := "", 0
+	for _, nic := range c.Listed {
+		if r := c.Relations[nic].Rank(); r > 0 && (best == 0 || r < best) {
+			used, best = nic, r
+		}
+	}
+	if best == 0 || best <= topology.RelPXB.Rank() {
+		return nil // a near device is listed, or none with a known relation
 	}
 	var near []string
 	for nic, rel := range c.Relations {
@@ -168,10 +180,22 @@ func FarNIC(c NICChoice) *Finding {
 		return nil
 	}
 	sort.Strings(near)
+	ev := []string{fmt.Sprintf("%s is %s to the GPU", used, c.Relations[used])}
+	if len(c.Listed) > 1 {
+		var listed []string
+		for _, nic := range c.Listed {
+			rel := string(c.Relations[nic])
+			if rel == "" {
+				rel = "not on this host"
+			}
+			listed = append(listed, nic+" ("+rel+")")
+		}
+		ev = append(ev, "listed for this GPU: "+strings.Join(listed, ", ")+"; the transfer engine prefers the nearest")
+	}
+	ev = append(ev, "closer: "+strings.Join(near, ", "))
 	return newFinding("far-nic", SevWarn, "GPU "+c.GPU,
-		fmt.Sprintf("RDMA for GPU %s uses %s (%s) while %s is closer", c.GPU, c.Used, c.Relations[c.Used], strings.Join(near, ", ")),
-		[]string{fmt.Sprintf("%s is %s to the GPU", c.Used, c.Relations[c.Used]), "closer: " + strings.Join(near, ", ")},
-		"")
+		fmt.Sprintf("RDMA for GPU %s uses %s (%s) while %s is closer", c.GPU, used, c.Relations[used], strings.Join(near, ", ")),
+		ev, "")
 }
 
 // LinkFacts is one PCIe link: what each end can train to, the state it was

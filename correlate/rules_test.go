@@ -77,24 +77,43 @@ func TestFarNIC(t *testing.T) {
 	// GPU0's row of the 8xH100 topo -m sample: mlx5_0 PIX, mlx5_1..3 NODE, mlx5_4..7 SYS.
 	rel := map[string]topology.Relation{"mlx5_0": "PIX", "mlx5_1": "NODE", "mlx5_2": "NODE", "mlx5_3": "NODE",
 		"mlx5_4": "SYS", "mlx5_5": "SYS", "mlx5_6": "SYS", "mlx5_7": "SYS"}
-	for used, fire := range map[string]bool{"mlx5_0": false, "mlx5_1": true, "mlx5_5": true, "mlx5_9": false} {
-		f := FarNIC(NICChoice{GPU: "0000:18:00.0", Used: used, Relations: rel})
-		if (f != nil) != fire {
-			t.Errorf("used %s: fired %v, want %v", used, f != nil, fire)
+	for _, tc := range []struct {
+		listed []string
+		fire   bool
+		used   string
+	}{
+		{[]string{"mlx5_0"}, false, ""},
+		{[]string{"mlx5_1"}, true, "mlx5_1 (NODE)"},
+		{[]string{"mlx5_5"}, true, "mlx5_5 (SYS)"},
+		{[]string{"mlx5_9"}, false, ""}, // not on this host: no relation, never a guess
+		// A list (the comma form servers print): the engine takes the nearest listed.
+		{[]string{"mlx5_0", "mlx5_1"}, false, ""},
+		{[]string{"mlx5_4", "mlx5_0"}, false, ""},
+		{[]string{"mlx5_5", "mlx5_1"}, true, "mlx5_1 (NODE)"},
+		{[]string{"mlx5_9", "mlx5_6"}, true, "mlx5_6 (SYS)"},
+		{[]string{"mlx5_0", "mlx5_1", "mlx5_2", "mlx5_3", "mlx5_4", "mlx5_5", "mlx5_6", "mlx5_7"}, false, ""},
+	} {
+		f := FarNIC(NICChoice{GPU: "0000:18:00.0", Listed: tc.listed, Relations: rel})
+		if (f != nil) != tc.fire {
+			t.Errorf("listed %v: fired %v, want %v", tc.listed, f != nil, tc.fire)
+			continue
 		}
-		if f != nil && !strings.Contains(f.Summary, "mlx5_0 (PIX)") {
-			t.Errorf("summary %q does not name the closer NIC", f.Summary)
+		if f != nil && (!strings.Contains(f.Summary, "uses "+tc.used+" while mlx5_0 (PIX) is closer")) {
+			t.Errorf("listed %v: summary %q", tc.listed, f.Summary)
+		}
+		if f != nil && len(tc.listed) > 1 && !strings.Contains(strings.Join(f.Evidence, " "), "the transfer engine prefers the nearest") {
+			t.Errorf("listed %v: evidence %q", tc.listed, f.Evidence)
 		}
 	}
 	// Old-format Della sample: each GPU is NODE to one NIC, SYS to the other; no PIX/PXB NIC exists.
-	if f := FarNIC(NICChoice{GPU: "GPU0", Used: "mlx5_1", Relations: map[string]topology.Relation{"mlx5_0": "NODE", "mlx5_1": "SYS"}}); f != nil {
+	if f := FarNIC(NICChoice{GPU: "GPU0", Listed: []string{"mlx5_1"}, Relations: map[string]topology.Relation{"mlx5_0": "NODE", "mlx5_1": "SYS"}}); f != nil {
 		t.Errorf("fired with no PIX/PXB NIC available: %+v", f)
 	}
 	// Only PIX and PXB count as near; the device itself (X), NVLink (NV#)
 	// and unknown strings rank neither near nor far.
 	odd := map[string]topology.Relation{"mlx5_0": topology.RelSelf, "mlx5_1": "NV12", "mlx5_2": "??", "mlx5_3": topology.RelSYS, "mlx5_4": topology.RelPXB}
 	for used, fire := range map[string]bool{"mlx5_0": false, "mlx5_1": false, "mlx5_2": false, "mlx5_3": true, "mlx5_4": false} {
-		f := FarNIC(NICChoice{GPU: "GPU0", Used: used, Relations: odd})
+		f := FarNIC(NICChoice{GPU: "GPU0", Listed: []string{used}, Relations: odd})
 		if (f != nil) != fire {
 			t.Errorf("used %s (%s): fired %v, want %v", used, odd[used], f != nil, fire)
 		}
@@ -103,7 +122,7 @@ func TestFarNIC(t *testing.T) {
 		}
 	}
 	delete(odd, "mlx5_4")
-	if f := FarNIC(NICChoice{GPU: "GPU0", Used: "mlx5_3", Relations: odd}); f != nil {
+	if f := FarNIC(NICChoice{GPU: "GPU0", Listed: []string{"mlx5_3"}, Relations: odd}); f != nil {
 		t.Errorf("X, NV# or unknown taken as a closer NIC: %+v", f)
 	}
 }

@@ -27,9 +27,10 @@ type Config struct {
 	PIDs              []int         // targets; empty: every process that maps a CUDA library
 	Sample            time.Duration // live probe window; 0: static checks only
 	Libs              []string      // also probe these files during the window
-	// IBDevices is the GPU index → RDMA device map the server was given
-	// (SGLang --disaggregation-ib-device); checked by far-nic when set.
-	IBDevices map[string]string
+	// IBDevices is the RDMA devices the server was given (SGLang
+	// --disaggregation-ib-device, checks.ParseIBDevices); checked by far-nic
+	// when set.
+	IBDevices checks.IBDevices
 	PathEnv   string // PATH searched for numactl; empty: this process's PATH
 	Logger    *slog.Logger
 	// OnSampleStart runs once the probes are attached, when the window opens.

@@ -2,13 +2,14 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
+	"os"
 	"os/signal"
 	"syscall"
 	"time"
 
+	"github.com/lanewatch/lanewatch/checks"
 	"github.com/lanewatch/lanewatch/diagnose"
 )
 
@@ -36,17 +37,17 @@ diagnose itself could not run.`)
 	asJSON := fs.Bool("json", false, "print the checklist as JSON")
 	procRoot := fs.String("path.procfs", "/proc", "procfs mount point")
 	sysRoot := fs.String("path.sysfs", "/sys", "sysfs mount point (or a captured tree)")
-	ib := fs.String("ib-devices", "", `the GPU → RDMA device map the server uses, as SGLang's --disaggregation-ib-device JSON ('{"0":"mlx5_0"}'); checked for far NICs`)
+	var ib stringList
+	fs.Var(&ib, "ib-devices", `the RDMA devices the server uses, in any form of SGLang's --disaggregation-ib-device: a device or comma-separated list every GPU shares ("mlx5_0,mlx5_1"), a GPU → device(s) JSON object ('{"0":"mlx5_0","1":"mlx5_1,mlx5_2"}') or a file holding one (repeatable; checked for far NICs)`)
 	log, code := parse(fs, args, stderr)
 	if log == nil {
 		return code
 	}
 	cfg := diagnose.Config{ProcRoot: *procRoot, SysRoot: *sysRoot, PIDs: pids, Sample: *sample, Libs: libs, Logger: log}
-	if *ib != "" {
-		if err := json.Unmarshal([]byte(*ib), &cfg.IBDevices); err != nil {
-			fmt.Fprintf(stderr, "--ib-devices: %v\n", err)
-			return exitCannotRun
-		}
+	var err error
+	if cfg.IBDevices, err = checks.ParseIBDevices(ib, os.ReadFile); err != nil {
+		fmt.Fprintln(stderr, err)
+		return exitCannotRun
 	}
 	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer cancel()
