@@ -72,8 +72,10 @@ func OpenGPU(cfg GPUConfig) (collectors.GPUCounters, error) {
 // IsNoGPU reports whether err only says that no GPU counter library is here.
 func IsNoGPU(err error) bool { return errors.Is(err, collectors.ErrNoGPUCounters) }
 
-// linkBps is a reading's per-direction link capacity, bytes/s; 0 unknown.
+// linkBps is a reading's per-direction link capacity, bytes/s; 0 unknown:
+// the trained maximum, NVML's and DCGM's max generation and width (what the
+// device and system support), never the current ones, which an idle GPU
+// lowers (docs/design.md "Placement").
 func linkBps(g collectors.GPUReading) float64 {
-	gts := map[int]float64{1: 2.5, 2: 5, 3: 8, 4: 16, 5: 32, 6: 64}[g.LinkGen]
-	return topology.LinkGBs(gts, g.LinkWidth) * 1e9
+	return topology.LinkGBs(topology.GenGTs(g.MaxLinkGen), g.MaxLinkWidth) * 1e9
 }

@@ -226,9 +226,10 @@ type LinkFacts struct {
 	IdleTrainsDown bool
 }
 
-// busyThreshold: below this rate a link counts as idle, where dropping to a
-// low speed is power saving, not a fault (seen on idle GPUs in the samples).
-const busyThreshold = 100e6
+// LinkBusyBps is the traffic (bytes/s, both directions) from which a link
+// counts as loaded: below it a low speed is power saving, not a fault (seen
+// on idle GPUs in the samples).
+const LinkBusyBps = 100e6
 
 // LinkDegraded judges a link's training against what it can train to, the
 // lower of the device's and the slot's maximum (seed 000 链路带宽: the path's
@@ -245,7 +246,7 @@ func LinkDegraded(l LinkFacts) *Finding {
 		return nil // what the link trains to is unknown (virtual device)
 	}
 	curGBs := topology.LinkGBs(l.CurGTs, l.CurWidth)
-	loaded := l.BusyBytesPerSec >= busyThreshold
+	loaded := l.BusyBytesPerSec >= LinkBusyBps
 	state := "idle or load unknown"
 	if loaded {
 		state = fmt.Sprintf("while carrying %.2f GB/s", l.BusyBytesPerSec/1e9)

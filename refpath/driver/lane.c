@@ -6,7 +6,8 @@
  * (PCIe is full duplex). D2D and H2H do not touch the lanes. Each lane also counts
  * the bytes it carried (cumulative, like a PCIe byte counter); for a shared GPU the
  * counters sit in the file's head (struct refcudaLaneHead) where the NVML stand-in
- * reads them.
+ * reads them, with the end of each lane's last reserved time (busy_until_ns: the
+ * stand-in's idle test).
  */
 #include "internal.h"
 #include <errno.h>
@@ -27,11 +28,12 @@ struct lane {
 
 /* Private lanes: the default, one "GPU" per process. */
 static struct lane private_lanes[2] = {{.mu = PTHREAD_MUTEX_INITIALIZER}, {.mu = PTHREAD_MUTEX_INITIALIZER}};
-static uint64_t private_bytes[2];
+static uint64_t private_bytes[2], private_busy[2];
 /* The lanes this process's copies use: private_lanes, or the shared ones of LW_REF_GPU,
- * and their byte counters ([0] inbound, [1] outbound). */
+ * their byte counters and busy-until stamps ([0] inbound, [1] outbound). */
 static struct lane *lanes = private_lanes;
 static uint64_t *lane_bytes = private_bytes;
+static uint64_t *lane_busy = private_busy;
 
 /*
  * Shared lanes (LW_REF_GPU=<name>): the GPU's two lanes live in POSIX shared memory
@@ -127,6 +129,7 @@ again:;
 		g->l[0].ns_per_byte = 1.0 / h2d_gbps;
 		g->l[1].ns_per_byte = 1.0 / d2h_gbps;
 		g->h.bytes[0] = g->h.bytes[1] = 0;
+		g->h.busy_until_ns[0] = g->h.busy_until_ns[1] = 0;
 		snprintf(g->h.name, sizeof g->h.name, "%s", name);
 		g->h.magic = SHM_MAGIC;
 		__atomic_store_n(&g->h.state, SHM_READY, __ATOMIC_RELEASE);
@@ -183,6 +186,7 @@ void rc_lane_init(double h2d_gbps, double d2h_gbps)
 		if (g) {
 			lanes = g->l;
 			lane_bytes = g->h.bytes;
+			lane_busy = g->h.busy_until_ns;
 			snprintf(own_gpu, sizeof own_gpu, "%s", name);
 		} else {
 			fprintf(stderr, "libcuda (reference): LW_REF_GPU=%s: cannot map /dev/shm/lw-ref-%s, "
@@ -191,9 +195,9 @@ void rc_lane_init(double h2d_gbps, double d2h_gbps)
 	}
 }
 
-/* Reserves the lane for n bytes after *cursor and counts them in *count; returns when
- * the chunk is on the far side. */
-static uint64_t lane_reserve(struct lane *l, uint64_t *count, size_t n, uint64_t *cursor)
+/* Reserves the lane for n bytes after *cursor, counts them in *count and stamps *busy
+ * with the reservation's end; returns when the chunk is on the far side. */
+static uint64_t lane_reserve(struct lane *l, uint64_t *count, uint64_t *busy, size_t n, uint64_t *cursor)
 {
 	uint64_t now = rc_now_ns(), start = now;
 	if (*cursor) {
@@ -208,6 +212,7 @@ static uint64_t lane_reserve(struct lane *l, uint64_t *count, size_t n, uint64_t
 	l->next_free = end;
 	/* atomic: readers (the NVML stand-in) do not take the lane's lock */
 	__atomic_fetch_add(count, (uint64_t)n, __ATOMIC_RELAXED);
+	__atomic_store_n(busy, end, __ATOMIC_RELAXED); /* next_free only grows: so does this */
 	pthread_mutex_unlock(&l->mu);
 	*cursor = end;
 	return end;
@@ -303,13 +308,13 @@ void rc_xfer_run(const struct rc_xfer *x, uint64_t *cursor)
 	 */
 	if (!chunk_next(&it, &d, &s, &n))
 		goto out;
-	uint64_t end = lane_reserve(lane, &lane_bytes[li], n, cursor);
+	uint64_t end = lane_reserve(lane, &lane_bytes[li], &lane_busy[li], n, cursor);
 	for (;;) {
 		char *nd;
 		const char *ns;
 		size_t nn;
 		int more = chunk_next(&it, &nd, &ns, &nn);
-		uint64_t next_end = more ? lane_reserve(lane, &lane_bytes[li], nn, cursor) : 0;
+		uint64_t next_end = more ? lane_reserve(lane, &lane_bytes[li], &lane_busy[li], nn, cursor) : 0;
 		sleep_until(end);
 		if (stage) {
 			/* pageable: bounce through the pinned staging buffer */
@@ -339,13 +344,14 @@ RC_API int refcudaDevicePointer(const void *p, size_t n, char *gpu, size_t gpule
 	return 1;
 }
 
-/* The lane of a GPU by name and its byte counter: "" (or this process's LW_REF_GPU)
- * is this process's own. */
-static struct lane *lane_of(const char *gpu, int inbound, uint64_t **count)
+/* The lane of a GPU by name, its byte counter and busy stamp: "" (or this process's
+ * LW_REF_GPU) is this process's own. */
+static struct lane *lane_of(const char *gpu, int inbound, uint64_t **count, uint64_t **busy)
 {
 	int i = inbound ? 0 : 1;
 	if (!gpu || !*gpu || !strcmp(gpu, own_gpu)) {
 		*count = &lane_bytes[i];
+		*busy = &lane_busy[i];
 		return &lanes[i];
 	}
 	/* another process's GPU: map it with the default rates (its owner resets them) */
@@ -353,14 +359,15 @@ static struct lane *lane_of(const char *gpu, int inbound, uint64_t **count)
 	if (!g)
 		return NULL;
 	*count = &g->h.bytes[i];
+	*busy = &g->h.busy_until_ns[i];
 	return &g->l[i];
 }
 
 RC_API uint64_t refcudaLaneReserve(const char *gpu, int inbound, size_t bytes, uint64_t *cursor)
 {
 	rc_init();
-	uint64_t *count;
-	struct lane *l = lane_of(gpu, inbound, &count);
+	uint64_t *count, *busy;
+	struct lane *l = lane_of(gpu, inbound, &count, &busy);
 	uint64_t zero = 0;
 	if (!cursor)
 		cursor = &zero;
@@ -368,7 +375,7 @@ RC_API uint64_t refcudaLaneReserve(const char *gpu, int inbound, size_t bytes, u
 		return rc_now_ns();
 	if (*cursor && rc_now_ns() > *cursor + CATCH_UP_NS)
 		*cursor = 0; /* idle since: a new burst starts now, not in the past */
-	return lane_reserve(l, count, bytes, cursor);
+	return lane_reserve(l, count, busy, bytes, cursor);
 }
 
 /* Per calling thread: where its previous transfer on each (gpu, direction) ended. */

@@ -304,11 +304,14 @@ void refcudaLaneTransfer(const char *gpu, int inbound, size_t bytes);
  * inbound lane (host to device: the GPU's PCIe RX), bytes[1] the outbound lane (TX).
  * A chunk is counted when its lane time is reserved, by every copy that takes a lane
  * (runtime/driver copies, refcudaKernelCopy, the RDMA provider), and never reset
- * while the file exists. Read them with __atomic_load_n(..., __ATOMIC_RELAXED).
+ * while the file exists. busy_until_ns[i] is the end (CLOCK_MONOTONIC ns) of the
+ * last lane time reserved on lane i: the lane carries traffic until then, which is
+ * how the NVML stand-in knows whether the GPU's link is idle. Read them with
+ * __atomic_load_n(..., __ATOMIC_RELAXED).
  * The file is usable when magic is REFCUDA_LANE_MAGIC and state is
  * REFCUDA_LANE_READY; a file with another magic is an older layout.
  */
-#define REFCUDA_LANE_MAGIC 0x6c776c6e65763032ull /* "lwlnev02" */
+#define REFCUDA_LANE_MAGIC 0x6c776c6e65763033ull /* "lwlnev03" */
 #define REFCUDA_LANE_READY 2u
 #define REFCUDA_LANE_NAME_MAX 48
 struct refcudaLaneHead {
@@ -316,8 +319,17 @@ struct refcudaLaneHead {
 	uint32_t state;
 	uint32_t pad;
 	char name[REFCUDA_LANE_NAME_MAX];
-	uint64_t bytes[2]; /* [0] inbound (H2D, RX), [1] outbound (D2H, TX) */
+	uint64_t bytes[2];         /* [0] inbound (H2D, RX), [1] outbound (D2H, TX) */
+	uint64_t busy_until_ns[2]; /* same lanes: end of the last reserved lane time */
 };
+
+/*
+ * The device range [*base, *base + *len) a dma-buf fd of cuMemGetHandleForAddressRange
+ * stands for: 1, or 0 when fd is not one this driver handed out (or it was closed).
+ * The reference RDMA provider's ibv_reg_dmabuf_mr asks it, as a NIC driver asks the
+ * exporter for the pages.
+ */
+int refcudaDmabufRange(int fd, void **base, size_t *len);
 
 /* Cumulative bytes on this process's own GPU lane (shared or private). */
 uint64_t refcudaLaneBytes(int inbound);

@@ -1018,6 +1018,8 @@ const struct scenario scenarios[] = {
 	{"kernel-copy", sc_kernel_copy, 8, 8 * MiB, 1}, /* 64 MiB in, 32 MiB out by kernels */
 	{"failing-copies", sc_failing_copies, 4, 1 * MiB, 1},
 	{"no-device", sc_no_device, 1, 1 * MiB, 1},
+	{"link-trains-up", sc_link_trains_up, 32, 4 * MiB, 1}, /* 16 rounds x 2 streams x 32 x 4 MiB H2D */
+	{"vmm-pool-managed", sc_vmm_pool_managed, 1, 0, 1},
 	{"callbench", sc_callbench, 1, 64, 0},
 	{NULL, NULL, 0, 0, 0},
 };

@@ -18,8 +18,16 @@
  *           device, the inbound lane's cumulative bytes) and _TX_BYTES (outbound);
  *           nvmlDeviceGetPcieThroughput: KB/s of the same counters over a 20 ms
  *           window, as the real function measures.
- *   link    generation 5, width 16, current and max, unless LW_REF_NVML_LINK and
- *           LW_REF_NVML_MAX_LINK say otherwise ("GENxWIDTH", e.g. "4x8").
+ *   link    max (nvmlDeviceGetMaxPcieLinkGeneration/Width: what the device and
+ *           system support) generation 5, width 16, or LW_REF_NVML_MAX_LINK
+ *           ("GENxWIDTH", e.g. "4x8"); current (nvmlDeviceGetCurrPcieLinkGeneration/
+ *           Width) the max, or LW_REF_NVML_LINK: the state the link trains to under
+ *           load. With LW_REF_NVML_IDLE_LINK the link trains down when idle, as real
+ *           GPUs do ("These may be reduced when the GPU is not in use", nvidia-smi;
+ *           the samples' idle GPUs read Gen1): current is the idle state once
+ *           neither lane has carried traffic for LW_REF_NVML_IDLE_MS (1000 by
+ *           default; the lanes' busy_until_ns stamps), and the loaded state again
+ *           as soon as one does.
  *   replay  counter 0, or LW_REF_NVML_REPLAY.
  * LW_REF_NVML_NO_PCIE_FIELDS=1 makes the PCIe byte fields NOT_SUPPORTED (as on GPUs
  * older than Hopper), so a reader falls back to nvmlDeviceGetPcieThroughput.
@@ -56,6 +64,8 @@ static struct {
 	unsigned int n;
 	struct nvmlDevice_st dev[MAX_DEVICES];
 	unsigned int gen, width, max_gen, max_width, replay;
+	unsigned int idle_gen, idle_width; /* 0: the link never trains down */
+	uint64_t idle_ns;
 	int no_fields;
 } S = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
@@ -159,6 +169,10 @@ API nvmlReturn_t nvmlInitWithFlags(unsigned int flags)
 		S.gen = S.max_gen;
 		S.width = S.max_width;
 		link_env("LW_REF_NVML_LINK", &S.gen, &S.width);
+		S.idle_gen = S.idle_width = 0;
+		link_env("LW_REF_NVML_IDLE_LINK", &S.idle_gen, &S.idle_width);
+		const char *ims = getenv("LW_REF_NVML_IDLE_MS");
+		S.idle_ns = (ims && *ims ? strtoull(ims, NULL, 0) : 1000ull) * 1000000ull;
 		const char *r = getenv("LW_REF_NVML_REPLAY");
 		S.replay = r ? (unsigned int)strtoul(r, NULL, 0) : 0;
 		const char *nf = getenv("LW_REF_NVML_NO_PCIE_FIELDS");
@@ -401,9 +415,24 @@ static nvmlReturn_t link_value(nvmlDevice_t device, unsigned int *out, unsigned 
 	return NVML_SUCCESS;
 }
 
+/* Idle: neither lane has had lane time reserved within the last idle_ns. */
+static int link_idle(nvmlDevice_t device)
+{
+	const struct nvmlDevice_st *v = dev_of(device);
+	if (!v || !S.idle_gen)
+		return 0;
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	uint64_t now = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+	for (int i = 0; i < 2; i++)
+		if (__atomic_load_n(&v->head->busy_until_ns[i], __ATOMIC_RELAXED) + S.idle_ns > now)
+			return 0;
+	return 1;
+}
+
 API nvmlReturn_t nvmlDeviceGetCurrPcieLinkGeneration(nvmlDevice_t device, unsigned int *v)
 {
-	return link_value(device, v, S.gen);
+	return link_value(device, v, link_idle(device) ? S.idle_gen : S.gen);
 }
 
 API nvmlReturn_t nvmlDeviceGetMaxPcieLinkGeneration(nvmlDevice_t device, unsigned int *v)
@@ -413,7 +442,7 @@ API nvmlReturn_t nvmlDeviceGetMaxPcieLinkGeneration(nvmlDevice_t device, unsigne
 
 API nvmlReturn_t nvmlDeviceGetCurrPcieLinkWidth(nvmlDevice_t device, unsigned int *v)
 {
-	return link_value(device, v, S.width);
+	return link_value(device, v, link_idle(device) ? S.idle_width : S.width);
 }
 
 API nvmlReturn_t nvmlDeviceGetMaxPcieLinkWidth(nvmlDevice_t device, unsigned int *v)

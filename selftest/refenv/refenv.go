@@ -42,6 +42,25 @@ func NVMLLink(gen, width int) (key, value string) {
 	return "LW_REF_NVML_LINK", fmt.Sprintf("%dx%d", gen, width)
 }
 
+// NVMLMaxLink sets the maximum link generation and width the NVML stand-in
+// reports (nvmlDeviceGetMaxPcieLinkGeneration/Width), and the current ones
+// unless NVMLLink says otherwise.
+func NVMLMaxLink(gen, width int) (key, value string) {
+	return "LW_REF_NVML_MAX_LINK", fmt.Sprintf("%dx%d", gen, width)
+}
+
+// NVMLIdleLink makes the NVML stand-in's links train down when idle, as real
+// GPUs do: the current generation and width are these once neither lane of
+// the GPU has carried traffic for NVMLIdleMS (1000 ms by default), and
+// NVMLLink's (the max by default) as soon as one does.
+func NVMLIdleLink(gen, width int) (key, value string) {
+	return "LW_REF_NVML_IDLE_LINK", fmt.Sprintf("%dx%d", gen, width)
+}
+
+// NVMLIdleMS is how long a lane must have been idle before the stand-in's
+// link reads its idle state.
+func NVMLIdleMS(ms int) (key, value string) { return "LW_REF_NVML_IDLE_MS", strconv.Itoa(ms) }
+
 // NVMLNoPCIeFields makes the NVML stand-in answer NOT_SUPPORTED for the
 // PCIe byte counter fields, as GPUs without them do.
 func NVMLNoPCIeFields() (key, value string) { return "LW_REF_NVML_NO_PCIE_FIELDS", "1" }
