@@ -30,6 +30,10 @@ type Config struct {
 	Record         io.Writer     // raw events, for offline replay; nil for none
 	Sink           correlate.Sink
 	Logger         *slog.Logger
+	// Devices places a process's CUDA device ordinals on PCI functions
+	// when the process does not name them itself (DeviceMap; nil: only what
+	// processes say). See correlate.DeviceMap.
+	Devices correlate.DeviceMap
 	// OnExit runs on the reading goroutine after a process exited and its
 	// transfers were handed to Sink.
 	OnExit func(pid uint32)
@@ -125,7 +129,7 @@ func New(cfg Config) (*Agent, error) {
 		probes:    p,
 		symbols:   symbolNames(),
 		files:     map[probes.FileID]fileVerdict{},
-		engine:    correlate.NewEngine(correlate.Config{Sink: cfg.Sink}),
+		engine:    correlate.NewEngine(correlate.Config{Sink: cfg.Sink, Devices: cfg.Devices}),
 		procs:     map[int]*procState{},
 		scannedAt: map[int]uint64{},
 		rescan:    make(chan int, 1024),

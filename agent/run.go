@@ -94,6 +94,9 @@ func Run(ctx context.Context, cfg RunConfig) (err error) {
 		return err
 	}
 	mx.onVerdict = tr.verdict
+	if cfg.Trace.Devices == nil {
+		cfg.Trace.Devices = hostDevices(cfg.Trace.ProcRoot, cfg.SysRoot, mx.gpu, log)
+	}
 
 	cfg.Trace.Sink = tr.tee(mx.tee(jsonl))
 	cfg.Trace.OnReady = cfg.OnReady

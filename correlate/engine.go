@@ -47,6 +47,10 @@ type Config struct {
 	// observed from its start. Leave it false when the caller decides that
 	// itself (it knows whether its probes cover the new image).
 	ExecObserved bool
+	// Devices names the PCI address of a process's CUDA device ordinal when
+	// the process did not say it itself (cuDeviceGetPCIBusId); nil: only
+	// what processes said. See DeviceMap.
+	Devices DeviceMap
 }
 
 // Stats are the engine's counters.
@@ -63,6 +67,7 @@ type Stats struct {
 	RangeCapHits   uint64 // registrations not kept (process marked lossy)
 	ProcessCapHits uint64 // events of processes past MaxProcesses
 	UnmatchedFrees uint64 // unregister/free of a range not held
+	DeviceCapHits  uint64 // context, thread or stack state dropped at its cap (devices unknown after)
 }
 
 // perThreadStream tags a stream key as a thread's per-thread default
@@ -95,6 +100,7 @@ type proc struct {
 	events  map[uint64]*cudaEvent
 	fifo    queue // pending transfers, oldest first
 	live    int
+	dev     devices // contexts, threads' current devices, owners of device memory (device.go)
 }
 
 // Engine correlates probe calls into transfers. It is not safe for
@@ -117,6 +123,8 @@ type Engine struct {
 	scratch        Transfer
 
 	rdma *rdmaTracker
+
+	devCapHits uint64 // DeviceCapHits of processes that exited
 }
 
 // NewEngine returns an engine with cfg's zero fields set to the defaults.
@@ -174,6 +182,10 @@ func (e *Engine) Stats() Stats {
 	s := e.stats
 	rs := e.reg.Stats()
 	s.RangeCapHits, s.ProcessCapHits, s.UnmatchedFrees = rs.RangeCapHits, rs.ProcessCapHits, rs.UnmatchedFrees
+	s.DeviceCapHits = e.devCapHits
+	for _, p := range e.procs {
+		s.DeviceCapHits += p.dev.capHits
+	}
 	return s
 }
 
@@ -520,6 +532,7 @@ func (e *Engine) copy(p *proc, c *event.Call, key uint64) ref {
 		open: c.Layer == event.LayerRuntime || c.Returns}
 	newTransfer(&t.Transfer, c)
 	classify(p.mem, c.CopyKind, &t.Transfer)
+	t.GPU = e.pciOf(p, p.dev.copyDevice(p.mem, c, &t.Transfer))
 	t.lst, t.recAt = st, st.records
 	t.Layer = int(st.records - st.drainedAt)
 	r := ref{idx: idx, seq: e.seq}
@@ -632,6 +645,7 @@ func (e *Engine) apply(p *proc, c *event.Call, key uint64) {
 		e.reg.add(m, &m.pinned, &m.device, c.Ptr, c.Size)
 	case event.OpDeviceAlloc:
 		e.reg.add(m, &m.device, &m.pinned, c.Ptr, c.Size)
+		p.dev.own(m, c.Ptr, p.dev.current(c.TID)) // allocated on the thread's current device
 	case event.OpHostUnregister, event.OpHostFree:
 		if c.Ptr != 0 {
 			e.reg.remove(&m.pinned, c.Ptr)
@@ -640,6 +654,9 @@ func (e *Engine) apply(p *proc, c *event.Call, key uint64) {
 		if c.Ptr != 0 { // cudaFree(0) only initialises the context
 			e.reg.remove(&m.device, c.Ptr)
 		}
+	case event.OpCtxRetain, event.OpCtxCreate, event.OpCtxSetCurrent, event.OpCtxPush, event.OpCtxPop,
+		event.OpCtxDestroy, event.OpDeviceBusID:
+		p.dev.apply(c)
 	case event.OpStreamSync:
 		if c.ReturnTime == 0 {
 			return
@@ -760,6 +777,7 @@ func (e *Engine) ProcessExit(pid uint32) {
 	e.rdma.exit(e, pid)
 	if p := e.procs[pid]; p != nil {
 		e.drain(p)
+		e.devCapHits += p.dev.capHits
 		delete(e.procs, pid)
 		if e.last == p {
 			e.last = nil

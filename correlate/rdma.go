@@ -205,6 +205,14 @@ func (r *rdmaTracker) post(e *Engine, c *event.Call, recv bool) {
 	if local != nil && local.mem != event.MemDevice {
 		t.HostMem = local.mem
 	}
+	// The GPU whose link the bytes cross (docs/design.md, "Placement"): the
+	// device holding this process's buffer, else a local peer's at the rkey.
+	switch {
+	case local != nil && local.mem == event.MemDevice:
+		t.GPU = e.memGPU(c.PID, c.RDMA.Local)
+	case !recv && t.PeerPID != 0 && (t.Src.Mem == event.MemDevice || t.Dst.Mem == event.MemDevice):
+		t.GPU = e.memGPU(t.PeerPID, c.RDMA.RemoteAddr)
+	}
 	k := queueKey{c.PID, c.RDMA.QPNum, recv}
 	q := r.queues[k]
 	if len(q) >= maxQueued {

@@ -164,9 +164,11 @@ func buildTable() []Probe {
 	add(twins(c2d("cuMemcpy2D_v2", "", noArg), "_ptds", "")...)
 	add(twins(c2d("cuMemcpy2DUnaligned_v2", "cudaMemcpy2D", noArg), "_ptds", "_ptds")...)
 	add(twins(c2d("cuMemcpy2DAsync_v2", "cudaMemcpy2DAsync", 1), "_ptsz", "_ptsz")...)
-	// cuMemcpyPeer(dst, dstCtx, src, srcCtx, bytes[, stream])
-	add(driver("cuMemcpyPeer", "cudaMemcpyPeer", event.OpCopyPeer, event.CopyDeviceToDevice, copyArgs(0, 2, 4, noArg, noArg), 5))
-	add(twins(driver("cuMemcpyPeerAsync", "cudaMemcpyPeerAsync", event.OpCopyPeer, event.CopyDeviceToDevice, copyArgs(0, 2, 4, noArg, 5), 6), "_ptsz", "")...)
+	// cuMemcpyPeer(dst, dstCtx, src, srcCtx, bytes[, stream]): Ptr is the
+	// destination's context, which names its device.
+	peer := func(stream int) Args { a := copyArgs(0, 2, 4, noArg, stream); a.Ptr = 1; return a }
+	add(driver("cuMemcpyPeer", "cudaMemcpyPeer", event.OpCopyPeer, event.CopyDeviceToDevice, peer(noArg), 5))
+	add(twins(driver("cuMemcpyPeerAsync", "cudaMemcpyPeerAsync", event.OpCopyPeer, event.CopyDeviceToDevice, peer(5), 6), "_ptsz", "")...)
 	// cuMemcpyBatchAsync(dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, failIdx, stream): CUDA 12.8
 	dbatch := copyArgs(0, 1, 2, noArg, 8)
 	dbatch.Count = 3
@@ -208,9 +210,10 @@ func buildTable() []Probe {
 	rc2da.Height = 5
 	add(withForms(rt("cudaMemcpy2DAsync", event.OpCopy2D, ProgEntryReturn, kindFromArg, rc2da, 8), "_ptsz")...)
 	// cudaMemcpyPeer(dst, int dstDevice, src, int srcDevice, count): no per-thread form exists
-	add(rt("cudaMemcpyPeer", event.OpCopyPeer, ProgEntryReturn, event.CopyDeviceToDevice, copyArgs(0, 2, 4, noArg, noArg), 5))
+	rtPeer := func(stream int) Args { a := copyArgs(0, 2, 4, noArg, stream); a.Device = 1; return a }
+	add(rt("cudaMemcpyPeer", event.OpCopyPeer, ProgEntryReturn, event.CopyDeviceToDevice, rtPeer(noArg), 5))
 	// cudaMemcpyPeerAsync(dst, dstDevice, src, srcDevice, count, stream)
-	add(rt("cudaMemcpyPeerAsync", event.OpCopyPeer, ProgEntryReturn, event.CopyDeviceToDevice, copyArgs(0, 2, 4, noArg, 5), 6))
+	add(rt("cudaMemcpyPeerAsync", event.OpCopyPeer, ProgEntryReturn, event.CopyDeviceToDevice, rtPeer(5), 6))
 	// cudaMemcpyBatchAsync(void **dsts, void **srcs, size_t *sizes, size_t count,
 	//   cudaMemcpyAttributes *attrs, size_t *attrsIdxs, size_t numAttrs, size_t *failIdx, cudaStream_t stream)
 	// (CUDA 12.8 layout: the stream is the 9th argument, on the stack.)
