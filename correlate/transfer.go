@@ -54,6 +54,12 @@ type Side struct {
 //	complete_ns       CLOCK_MONOTONIC ns by which a synchronisation proved the
 //	                  copy finished (an upper bound); absent when unknown
 //	batch_index       position in a cudaMemcpyBatchAsync call, -1 otherwise
+//	numa_node         NUMA node of the host pages the copy read (H2D) or wrote
+//	                  (D2H): the node of most of numa_pages; absent when unknown
+//	numa_pages        node of each host page sampled, in address order (one
+//	                  page in each third of the range; move_pages(2), see
+//	                  docs/design.md "Pages, not registrations"); absent when
+//	                  no sampled page could be located
 //	layer             per-layer index on a load stream, -1 when the stream shows
 //	                  no per-layer pattern (see Layer below)
 //	inferred          behavioural guess of the host memory (pinned|pageable),
@@ -81,6 +87,13 @@ type Transfer struct {
 	SubmitNs   uint64 `json:"submit_ns"`
 	CompleteNs uint64 `json:"complete_ns,omitempty"`
 	BatchIndex int    `json:"batch_index"`
+
+	// NUMANode and NUMAPages say where the host pages of an H2D or D2H
+	// copy were, located by the agent after the engine emitted the copy
+	// (SetPages); their zero values are unknown, and every other record
+	// (D2D, H2H, RDMA, failed calls) leaves them so.
+	NUMANode  Node      `json:"numa_node,omitzero"`
+	NUMAPages PageNodes `json:"numa_pages,omitzero"`
 
 	// Layer is the copy's layer on a per-layer load stream: HiCache-style
 	// loaders record one event on the load stream after each layer's copies,

@@ -93,6 +93,14 @@ func AppendTransfer(b []byte, t *correlate.Transfer) []byte {
 	}
 	b = append(b, `,"batch_index":`...)
 	b = strconv.AppendInt(b, int64(t.BatchIndex), 10)
+	if n, ok := t.NUMANode.Get(); ok { // omitzero: absent when unknown
+		b = append(b, `,"numa_node":`...)
+		b = strconv.AppendInt(b, int64(n), 10)
+	}
+	if !t.NUMAPages.IsZero() {
+		b = append(b, `,"numa_pages":`...)
+		b = t.NUMAPages.AppendJSON(b)
+	}
 	b = append(b, `,"layer":`...)
 	b = strconv.AppendInt(b, int64(t.Layer), 10)
 	if t.Inferred != "" {

@@ -19,12 +19,17 @@ var samples = []correlate.Transfer{
 		Src:     correlate.Side{Addr: 0x7f00_0000_0000, Mem: event.MemPinned},
 		Dst:     correlate.Side{Addr: 0x7e00_0000_0000, Mem: event.MemDevice},
 		HostMem: event.MemPinned, GPU: "0000:3b:00.0", SubmitNs: 123456789012345, CompleteNs: 123456789112345, BatchIndex: -1, Layer: 3,
+		NUMANode: correlate.NodeOf(1), NUMAPages: correlate.PagesOn(1, 0, 1),
 		Inferred: event.MemPinned, CallNs: 4100, QPNum: 77, WRID: 1 << 40, Status: "REM_ACCESS_ERR", PeerPID: 4242,
 	},
 	{ // every omitempty field empty, a batch entry
 		PID: 1, TID: 1, API: "cudaMemcpyBatchAsync", Op: "copy_batch", Direction: correlate.DirUnknown,
 		Src: correlate.Side{Mem: event.MemUnknown}, Dst: correlate.Side{Addr: ^uint64(0), Mem: event.MemUnknown},
 		BatchIndex: 63,
+	},
+	{ // pages on node 0 (not omitted: 0 is a node), one page sampled
+		PID: 2, TID: 2, API: "cuMemcpyDtoH_v2", Op: "copy", Direction: correlate.DirD2H, Bytes: 4096, BatchIndex: -1, Layer: -1,
+		NUMANode: correlate.NodeOf(0), NUMAPages: correlate.PagesOn(0),
 	},
 	{ // strings that need escaping
 		API: "a\"b\\c\n\t\x01é\xff<&>", Op: "copy", Direction: "D2H", BatchIndex: -1, Layer: -1,

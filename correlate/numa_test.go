@@ -1,0 +1,130 @@
+package correlate
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+func TestNodeZeroIsUnknown(t *testing.T) {
+	var n Node
+	if _, ok := n.Get(); ok || !n.IsZero() || n.String() != "unknown" {
+		t.Errorf("zero Node: %v", n)
+	}
+	if got, ok := NodeOf(0).Get(); !ok || got != 0 || NodeOf(0).IsZero() {
+		t.Errorf("NodeOf(0) = %d %v: node 0 must be a node", got, ok)
+	}
+	if !NodeOf(-1).IsZero() || !NodeOf(maxNode+1).IsZero() {
+		t.Error("a negative or impossible node must be unknown")
+	}
+	// A transfer nobody located carries no node, so nothing judges it.
+	var tr Transfer
+	if _, ok := tr.NUMANode.Get(); ok || !tr.NUMAPages.IsZero() {
+		t.Error("a zero Transfer claims to know its pages' node")
+	}
+}
+
+func TestPageNodes(t *testing.T) {
+	for _, tc := range []struct {
+		nodes    []int
+		majority string
+		json     string
+		split    map[int]uint64 // of 1000 bytes
+	}{
+		{nil, "unknown", "[]", map[int]uint64{}},
+		{[]int{1}, "N1", "[1]", map[int]uint64{1: 1000}},
+		{[]int{0, 1, 1}, "N1", "[0,1,1]", map[int]uint64{0: 334, 1: 666}},
+		{[]int{1, 0}, "N0", "[1,0]", map[int]uint64{0: 500, 1: 500}}, // tie: lowest node
+		{[]int{3, 2, 0}, "N0", "[3,2,0]", map[int]uint64{3: 334, 2: 333, 0: 333}},
+		{[]int{-14, 2}, "N2", "[2]", map[int]uint64{2: 1000}}, // a page without a node (-ENOENT) is not a sample
+		{[]int{1, 1, 1, 0}, "N1", "[1,1,1]", map[int]uint64{1: 1000}}, // past MaxPageSamples: dropped
+	} {
+		p := PagesOn(tc.nodes...)
+		if got := p.Majority().String(); got != tc.majority {
+			t.Errorf("%v: majority %s, want %s", tc.nodes, got, tc.majority)
+		}
+		if got := string(p.AppendJSON(nil)); got != tc.json {
+			t.Errorf("%v: json %s, want %s", tc.nodes, got, tc.json)
+		}
+		got := map[int]uint64{}
+		p.Split(1000, func(n int, b uint64) { got[n] += b })
+		if len(got) != len(tc.split) {
+			t.Errorf("%v: split %v, want %v", tc.nodes, got, tc.split)
+		}
+		for n, b := range tc.split {
+			if got[n] != b {
+				t.Errorf("%v: split %v, want %v", tc.nodes, got, tc.split)
+			}
+		}
+	}
+}
+
+func TestPageNodesJSONRoundTrip(t *testing.T) {
+	in := Transfer{NUMANode: NodeOf(0), NUMAPages: PagesOn(0, 0, 1)}
+	b, err := json.Marshal(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), `"numa_node":0,"numa_pages":[0,0,1]`) {
+		t.Errorf("encoded %s", b)
+	}
+	var out Transfer
+	if err := json.Unmarshal(b, &out); err != nil {
+		t.Fatal(err)
+	}
+	if out.NUMANode != in.NUMANode || out.NUMAPages != in.NUMAPages {
+		t.Errorf("round trip: %+v %+v", out.NUMANode, out.NUMAPages)
+	}
+	b, _ = json.Marshal(Transfer{})
+	if strings.Contains(string(b), "numa") {
+		t.Errorf("unknown pages encoded: %s", b)
+	}
+	for _, bad := range []string{`{"numa_pages":[0,1,2,3]}`, `{"numa_pages":[-1]}`, `{"numa_pages":"0"}`, `{"numa_node":-1}`, `{"numa_node":1.5}`} {
+		if err := json.Unmarshal([]byte(bad), &out); err == nil {
+			t.Errorf("%s: no error", bad)
+		}
+	}
+}
+
+func TestRemoteNUMAPages(t *testing.T) {
+	const MiB = 1 << 20
+	for _, tc := range []struct {
+		name string
+		p    PageTraffic
+		fire bool
+	}{
+		{"pages on the GPU's node", PageTraffic{GPUNode: 1, ByNode: map[int]uint64{1: 256 * MiB}}, false},
+		{"pages on the far node", PageTraffic{GPUNode: 1, ByNode: map[int]uint64{0: 256 * MiB}}, true},
+		{"most bytes far", PageTraffic{GPUNode: 0, ByNode: map[int]uint64{0: 40 * MiB, 1: 200 * MiB}}, true},
+		// A pool that is mostly local with some pages elsewhere (a bound
+		// pool leaking pages as it swaps, the Nehalem sample): 0.5% remote.
+		{"small remote share", PageTraffic{GPUNode: 0, ByNode: map[int]uint64{0: 1482914 * 4096, 1: 7379 * 4096}}, false},
+		// Interleaved evenly over two nodes: half the bytes cross, not most.
+		{"even interleave", PageTraffic{GPUNode: 0, ByNode: map[int]uint64{0: 128 * MiB, 1: 128 * MiB}}, false},
+		{"far but few bytes", PageTraffic{GPUNode: 0, ByNode: map[int]uint64{1: 4 * MiB}}, false},
+		{"unknown GPU node", PageTraffic{GPUNode: -1, ByNode: map[int]uint64{0: 256 * MiB}}, false},
+		{"nothing located", PageTraffic{GPUNode: 0, Unknown: 256 * MiB}, false},
+		// Unlocated bytes neither dilute nor inflate the share.
+		{"far, much unlocated", PageTraffic{GPUNode: 0, ByNode: map[int]uint64{1: 64 * MiB}, Unknown: 1024 * MiB}, true},
+	} {
+		tc.p.PID, tc.p.GPU, tc.p.GPUWhy, tc.p.Copies = 7, "0000:81:00.0", "test", 3
+		f := RemoteNUMAPages(tc.p)
+		if (f != nil) != tc.fire {
+			t.Errorf("%s: fired %v, want %v (%+v)", tc.name, f != nil, tc.fire, f)
+			continue
+		}
+		if f != nil && (f.Rule != "remote-numa-pool" || f.Severity != SevFail || !strings.Contains(f.Subject, "0000:81:00.0")) {
+			t.Errorf("%s: %+v", tc.name, f)
+		}
+	}
+	f := RemoteNUMAPages(PageTraffic{PID: 9, GPU: "0000:81:00.0", GPUNode: 1, GPUWhy: "the copies' device",
+		ByNode: map[int]uint64{0: 30 * MiB, 1: 2 * MiB}, Unknown: 1 * MiB, Copies: 33})
+	want := []string{"94% of the bytes pid 9 moved", "30 MiB of 32 MiB located", "N0=30 MiB N1=2 MiB", "NUMA node 1 (the copies' device)",
+		"33 copies, 1 MiB of them not located", "--membind=1"}
+	text := f.Summary + " " + strings.Join(f.Evidence, " ") + " " + f.Remediation
+	for _, w := range want {
+		if !strings.Contains(text, w) {
+			t.Errorf("finding lacks %q:\n%s", w, text)
+		}
+	}
+}
