@@ -53,19 +53,23 @@ func (p *Paths) Path(t *correlate.Transfer) (exporters.Path, bool) {
 	if !inbound && t.Direction != correlate.DirD2H {
 		return exporters.Path{}, false
 	}
-	pl := p.placement(t.PID)
-	f := p.host.Functions[pl.GPU]
-	if pl.GPU == "" || f == nil {
+	// The copy's own GPU (docs/design.md, "Placement"), else its process's.
+	gpu := t.GPU
+	if gpu == "" {
+		gpu = p.placement(t.PID).GPU
+	}
+	f := p.host.Functions[gpu]
+	if gpu == "" || f == nil {
 		return exporters.Path{}, false
 	}
-	out := exporters.Path{GPU: pl.GPU, NUMANode: -1}
+	out := exporters.Path{GPU: gpu, NUMANode: -1}
 	node := max(f.NUMANode, 0)
 	var path topology.Path
 	var err error
 	if inbound {
-		path, err = p.host.HostToDevice(node, pl.GPU)
+		path, err = p.host.HostToDevice(node, gpu)
 	} else {
-		path, err = p.host.DeviceToHost(pl.GPU, node)
+		path, err = p.host.DeviceToHost(gpu, node)
 	}
 	if err != nil {
 		return exporters.Path{}, false

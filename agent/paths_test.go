@@ -18,6 +18,8 @@ func TestPathsOnAGPUHost(t *testing.T) {
 				Cur: "32.0 GT/s PCIe", Max: "32.0 GT/s PCIe", CurW: "16", MaxW: "16"},
 			{BDF: "0000:18:00.0", Parent: "0000:17:00.0", Class: "0x030200", Vendor: "0x10de", Device: "0x2330", NUMA: "0",
 				Cur: "16.0 GT/s PCIe", Max: "32.0 GT/s PCIe", CurW: "16", MaxW: "16"}, // trained at Gen4 under a Gen5 switch
+			{BDF: "0000:19:00.0", Parent: "0000:17:00.0", Class: "0x030200", Vendor: "0x10de", Device: "0x2330", NUMA: "0",
+				Cur: "32.0 GT/s PCIe", Max: "32.0 GT/s PCIe", CurW: "8", MaxW: "8"}, // a second GPU, x8
 		},
 	})
 	place, err := agent.HostPlacement("/proc", sys)
@@ -41,6 +43,14 @@ func TestPathsOnAGPUHost(t *testing.T) {
 	}
 	if _, ok := p.Path(&correlate.Transfer{PID: 1, Direction: correlate.DirD2D}); ok {
 		t.Error("a D2D copy has no host path")
+	}
+	// A copy that names its GPU is placed on it, not on its process's.
+	if got, ok := p.Path(&correlate.Transfer{PID: uint32(os.Getpid()), Direction: correlate.DirD2H, GPU: "0000:19:00.0"}); !ok ||
+		got.GPU != "0000:19:00.0" || !strings.HasPrefix(got.Bottleneck, "link:0000:19:00.0") {
+		t.Errorf("D2H path of a copy on 0000:19:00.0: %+v, %v", got, ok)
+	}
+	if got, ok := p.Path(&correlate.Transfer{PID: uint32(os.Getpid()), Direction: correlate.DirH2D, GPU: "0000:99:00.0"}); ok {
+		t.Errorf("a path to a GPU this host does not have: %+v", got)
 	}
 }
 

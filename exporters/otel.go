@@ -260,7 +260,7 @@ func (s *Spans) export(ts []correlate.Transfer) (spans int, attributed, batched 
 		k := runKey{t.PID, t.Stream}
 		r := s.runs[k]
 		if r != nil && (s.cfg.Mode == SpansPerTransfer || r.first.Direction != t.Direction || r.first.Layer != t.Layer ||
-			r.first.TID != t.TID || !sameAttribution(&r.attr, &a)) {
+			r.first.TID != t.TID || r.first.GPU != t.GPU || !sameAttribution(&r.attr, &a)) {
 			s.end(r)
 			spans++
 			delete(s.runs, k)
@@ -363,10 +363,12 @@ func (s *Spans) end(r *run) {
 	default:
 		at = append(at, AttrAttribution.String("none"))
 	}
+	// The copy's own GPU (docs/design.md, "Placement"), else its path's.
+	gpu := t.GPU
 	if s.cfg.Paths != nil {
 		if p, ok := s.cfg.Paths.Path(t); ok {
-			if p.GPU != "" {
-				at = append(at, AttrGPU.String(p.GPU))
+			if gpu == "" {
+				gpu = p.GPU
 			}
 			if p.NIC != "" {
 				at = append(at, AttrNIC.String(p.NIC))
@@ -381,6 +383,9 @@ func (s *Spans) end(r *run) {
 				at = append(at, AttrBottleneck.String(p.Bottleneck), AttrCapacity.Float64(p.CapacityBps))
 			}
 		}
+	}
+	if gpu != "" {
+		at = append(at, AttrGPU.String(gpu))
 	}
 	s.attrs = at
 	opts = append(opts, trace.WithAttributes(at...))
