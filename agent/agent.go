@@ -34,8 +34,10 @@ type Config struct {
 	// when the process does not name them itself (DeviceMap; nil: only what
 	// processes say). See correlate.DeviceMap.
 	Devices correlate.DeviceMap
-	// OnExit runs on the reading goroutine after a process exited and its
-	// transfers were handed to Sink.
+	// OnExit runs after a process exited and its transfers were handed to
+	// Sink: on the reading goroutine, or on the page locator's when some of
+	// them were waiting for their pages (docs/design.md, "Pages, not
+	// registrations").
 	OnExit func(pid uint32)
 	// OnReady runs once every probe is attached and the first scan is done.
 	OnReady func()
@@ -62,6 +64,8 @@ type Stats struct {
 	// AttachFailures counts files exporting probed symbols whose probes
 	// could not be attached.
 	AttachFailures uint64
+	// Pages counts the page lookups of host↔device copies.
+	Pages PageStats
 }
 
 // Agent traces CUDA transfers in every matching process.
@@ -76,6 +80,7 @@ type Agent struct {
 
 	engineMu sync.Mutex // the engine is fed by the reader and told about processes by discovery
 	engine   *correlate.Engine
+	pages    *pageStage // between the engine and cfg.Sink: where each copy's host pages are
 
 	procMu    sync.Mutex
 	procs     map[int]*procState // processes believed observed from their start
@@ -123,13 +128,15 @@ func New(cfg Config) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
+	pages := newPageStage(cfg.Sink, defaultPageConfig(cfg.Logger))
 	a := &Agent{
 		cfg:       cfg,
 		log:       cfg.Logger,
 		probes:    p,
 		symbols:   symbolNames(),
 		files:     map[probes.FileID]fileVerdict{},
-		engine:    correlate.NewEngine(correlate.Config{Sink: cfg.Sink, Devices: cfg.Devices}),
+		engine:    correlate.NewEngine(correlate.Config{Sink: pages, Devices: cfg.Devices}),
+		pages:     pages,
 		procs:     map[int]*procState{},
 		scannedAt: map[int]uint64{},
 		rescan:    make(chan int, 1024),
@@ -185,11 +192,13 @@ func (a *Agent) Run(ctx context.Context) (err error) {
 		<-ctx.Done()
 		close(stop)
 	}()
+	a.pages.start()
 	err = a.probes.Read(stop, a.handle)
 	wg.Wait()
 	a.engineMu.Lock()
 	a.engine.Flush()
 	a.engineMu.Unlock()
+	a.pages.close() // locates what waits, hands it on
 	return err
 }
 
@@ -373,6 +382,7 @@ func (a *Agent) handle(c *event.Call) {
 		a.engine.ProcessExit(c.PID) // the old image's memory is gone
 		a.engine.ObservedFromStart(c.PID)
 		a.engineMu.Unlock()
+		a.pages.Exit(c.PID, nil) // and so are its chunks' nodes
 		return
 	case event.KindExit:
 		a.procMu.Lock()
@@ -385,9 +395,12 @@ func (a *Agent) handle(c *event.Call) {
 		a.engineMu.Lock()
 		a.engine.ProcessExit(c.PID)
 		a.engineMu.Unlock()
+		var onExit func()
 		if a.cfg.OnExit != nil {
-			a.cfg.OnExit(c.PID)
+			pid := c.PID // c is reused for the next event; the exit may wait
+			onExit = func() { a.cfg.OnExit(pid) }
 		}
+		a.pages.Exit(c.PID, onExit) // after the transfers waiting for their pages
 		return
 	}
 	if c.Op == event.OpVerbsContext && c.RDMA.Context != 0 {
@@ -451,7 +464,7 @@ func (a *Agent) Stats() Stats {
 	es := a.engine.Stats()
 	a.engineMu.Unlock()
 	return Stats{Events: a.events.Load(), Drops: d, Links: a.probes.Links(), Files: len(a.probes.Files()), Engine: es, Rescans: a.rescans.Load(),
-		AttachFailures: a.attachErr.Load()}
+		AttachFailures: a.attachErr.Load(), Pages: a.pages.Stats()}
 }
 
 func (a *Agent) close() error {
