@@ -282,7 +282,7 @@ int lw_call_return(struct pt_regs *ctx)
 	if (LW_COOKIE_OUTRET(cookie) && e->ret)
 		ptr = e->ret + LW_COOKIE_OUTOFF(cookie);
 	/* An int (a dma-buf fd) is read as 4 bytes: 8 could fault at a page end. */
-	if (ptr && bpf_probe_read_user(&e->out, LW_COOKIE_OUT32(cookie) ? 4 : sizeof(e->out), (void *)ptr))
+	if (ptr && bpf_probe_read_user(&e->out, LW_COOKIE_OUTINT(cookie) ? 4 : sizeof(e->out), (void *)ptr))
 		count_drop(LW_DROP_READ_FAULT, 1);
 	/* And a string it wrote there (rows with LW_COOKIE_OUTSTR read at most
 	 * LW_OUTSTR_ARG arguments, so these slots are free). */

@@ -85,7 +85,7 @@ enum lw_cookie_shift {
 	LW_COOKIE_CALLER_SHIFT = 43,  /* 1 bit: read the return address into caller */
 	LW_COOKIE_WAKE_SHIFT = 44,    /* 1 bit: wake the reader at once (ld.so loaded a library) */
 	LW_COOKIE_OUTSTR_SHIFT = 45,  /* 1 bit: also copy LW_OUTSTR_BYTES at the out pointer into args[LW_OUTSTR_ARG..] */
-	LW_COOKIE_OUT32_SHIFT = 46,   /* 1 bit: the out pointer points to 4 bytes (an int: a dma-buf fd) */
+	LW_COOKIE_OUTINT_SHIFT = 46,  /* 1 bit: the out pointer points to 4 bytes (an int: a dma-buf fd) */
 	LW_COOKIE_OUTOFF_SHIFT = 48,  /* 16 bits */
 };
 #define LW_COOKIE_PROBE(c)    ((__u16)(((c) >> LW_COOKIE_PROBE_SHIFT) & 0xffff))
@@ -97,7 +97,7 @@ enum lw_cookie_shift {
 #define LW_COOKIE_SLOT(c)     ((__u32)(((c) >> LW_COOKIE_SLOT_SHIFT) & (LW_NSLOTS - 1)))
 #define LW_COOKIE_CALLER(c)   (((c) >> LW_COOKIE_CALLER_SHIFT) & 1)
 #define LW_COOKIE_WAKE(c)     (((c) >> LW_COOKIE_WAKE_SHIFT) & 1)
-#define LW_COOKIE_OUT32(c)    (((c) >> LW_COOKIE_OUT32_SHIFT) & 1)
+#define LW_COOKIE_OUTINT(c)   (((c) >> LW_COOKIE_OUTINT_SHIFT) & 1)
 #define LW_COOKIE_OUTSTR(c)   (((c) >> LW_COOKIE_OUTSTR_SHIFT) & 1)
 
 /* A string a call wrote through its out pointer (cuDeviceGetPCIBusId: a PCI
@@ -132,9 +132,9 @@ enum lw_copy2d_arg {
  * {CUmemLocationType type; int id} at byte 8. lw_prop_enter reads it from
  * the struct at the last argument the row reads (NARGS - 1) into an
  * argument slot these calls do not use. */
-#define LW_PROP_LOCATION_OFF 8
 enum lw_prop_arg {
-	LW_PROP_LOCATION = 8, /* location.type | (__u64)location.id << 32; 0 when unread */
+	LW_PROP_LOCATION = 8,     /* the argument slot: location.type | (__u64)location.id << 32; 0 when unread */
+	LW_PROP_LOCATION_OFF = 8, /* the struct's byte offset of its CUmemLocation (a Go test checks cuda.h) */
 };
 
 /* Argument slots of LW_EV_WR events (struct ibv_send_wr / ibv_recv_wr). */

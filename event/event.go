@@ -120,6 +120,9 @@ type RDMA struct {
 	NumSGE     uint32
 	WCFlags    uint32
 	Local      uint64 // first SGE's address
+	// Dmabuf: the region registered is a dma-buf fd's memory
+	// (ibv_reg_dmabuf_mr: Call.Handle the fd, Call.Offset where in it).
+	Dmabuf bool
 }
 
 // Op is what a probed call does, independent of which API spelled it.

@@ -34,7 +34,7 @@ var facts = func() []rowFacts {
 	for i, p := range Table {
 		out[i] = rowFacts{
 			perThread: strings.HasSuffix(p.Symbol, "_ptsz") || strings.HasSuffix(p.Symbol, "_ptds"),
-			returns:   p.Program == ProgEntryReturn || p.Program == ProgBatch || p.Program == ProgCopy2D,
+			returns:   p.Program == ProgEntryReturn || p.Program == ProgBatch || p.Program == ProgCopy2D || p.Program == ProgProp,
 		}
 	}
 	return out
@@ -127,6 +127,15 @@ func Decode(raw []byte, c *event.Call) error {
 	if p.Args.Device >= 0 {
 		c.Device = int32(arg(p.Args.Device)) // CUdevice is an int: the register's low half
 	}
+	c.Handle, c.Offset = arg(p.Args.Handle), arg(p.Args.Offset)
+	if p.OutHandle {
+		c.Handle = ev.Out // a new handle, pool or fd, written through the out pointer
+	}
+	if p.Program == ProgProp {
+		// lw_prop_enter put the CUmemLocation there (0: not read).
+		loc := a[lanewatchLwPropArgLW_PROP_LOCATION]
+		c.Location = event.Location{Type: uint32(loc), ID: int32(uint32(loc >> 32))}
+	}
 	if p.OutStr {
 		// lw_call_return copied the string into args[LW_OUTSTR_ARG..]: bytes
 		// in memory order, as the host's (little-endian) words hold them.
@@ -212,6 +221,7 @@ func decodeVerbs(p *Probe, ev *lanewatchLwEvent, c *event.Call) {
 	switch p.Op {
 	case event.OpMRRegister:
 		c.RDMA.MR = ev.Ret
+		c.RDMA.Dmabuf = p.Args.Handle >= 0 // ibv_reg_dmabuf_mr names the fd
 		if ev.Ret != 0 {
 			c.RDMA.LKey, c.RDMA.RKey = uint32(ev.Out), uint32(ev.Out>>32)
 		}
@@ -236,6 +246,12 @@ func Cookie(id int, spDelta int) uint64 {
 		uint64(spDelta)<<lanewatchLwCookieShiftLW_COOKIE_SPDELTA_SHIFT
 	if p.Out {
 		c |= uint64(p.Args.Ptr+1) << lanewatchLwCookieShiftLW_COOKIE_OUTARG_SHIFT
+	}
+	if p.OutHandle {
+		c |= uint64(p.Args.Handle+1) << lanewatchLwCookieShiftLW_COOKIE_OUTARG_SHIFT
+	}
+	if p.OutInt {
+		c |= 1 << lanewatchLwCookieShiftLW_COOKIE_OUTINT_SHIFT
 	}
 	if p.OutRet {
 		c |= 1<<lanewatchLwCookieShiftLW_COOKIE_OUTRET_SHIFT | uint64(p.OutOff)<<lanewatchLwCookieShiftLW_COOKIE_OUTOFF_SHIFT

@@ -31,7 +31,7 @@ const (
 	lanewatchLwCookieShiftLW_COOKIE_CALLER_SHIFT  lanewatchLwCookieShift = 43
 	lanewatchLwCookieShiftLW_COOKIE_WAKE_SHIFT    lanewatchLwCookieShift = 44
 	lanewatchLwCookieShiftLW_COOKIE_OUTSTR_SHIFT  lanewatchLwCookieShift = 45
-	lanewatchLwCookieShiftLW_COOKIE_OUT32SHIFT    lanewatchLwCookieShift = 46
+	lanewatchLwCookieShiftLW_COOKIE_OUTINT_SHIFT  lanewatchLwCookieShift = 46
 	lanewatchLwCookieShiftLW_COOKIE_OUTOFF_SHIFT  lanewatchLwCookieShift = 48
 )
 
@@ -99,7 +99,8 @@ const (
 type lanewatchLwPropArg uint32
 
 const (
-	lanewatchLwPropArgLW_PROP_LOCATION lanewatchLwPropArg = 8
+	lanewatchLwPropArgLW_PROP_LOCATION     lanewatchLwPropArg = 8
+	lanewatchLwPropArgLW_PROP_LOCATION_OFF lanewatchLwPropArg = 8
 )
 
 type lanewatchLwSlots struct {

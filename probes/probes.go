@@ -359,7 +359,7 @@ func (p *Probes) attachPlan(path string, plan map[Program]*sites, pid int) ([]li
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
 	var made []link.Link
-	for _, prog := range []Program{ProgEntry, ProgBatch, ProgCopy2D, ProgEntryReturn, ProgPostSend, ProgPostRecv, ProgPollCQ} {
+	for _, prog := range []Program{ProgEntry, ProgBatch, ProgCopy2D, ProgEntryReturn, ProgProp, ProgPostSend, ProgPostRecv, ProgPollCQ} {
 		s := plan[prog]
 		if s == nil {
 			continue
@@ -398,6 +398,8 @@ func (p *Probes) programsFor(prog Program) []attachProg {
 		return []attachProg{{p.objs.LwCopy2dEnter, false}, {p.objs.LwCallReturn, true}}
 	case ProgEntryReturn:
 		return []attachProg{{p.objs.LwCallEnter, false}, {p.objs.LwCallReturn, true}}
+	case ProgProp:
+		return []attachProg{{p.objs.LwPropEnter, false}, {p.objs.LwCallReturn, true}}
 	case ProgPostSend:
 		return []attachProg{{p.objs.LwPostSend, false}}
 	case ProgPostRecv:

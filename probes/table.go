@@ -74,9 +74,9 @@ type Probe struct {
 	// (the string cuDeviceGetPCIBusId wrote) into Call.BusID.
 	OutStr bool
 	// OutHandle: the out pointer is Args.Handle's argument (a new VMM
-	// handle, pool or dma-buf fd) instead of Args.Ptr's; Out32: it points
+	// handle, pool or dma-buf fd) instead of Args.Ptr's; OutInt: it points
 	// to 4 bytes (an int fd).
-	OutHandle, Out32 bool
+	OutHandle, OutInt bool
 	// Runtime is the runtime call that reaches this driver row, the API a
 	// copy made through the runtime is reported under ("cudaMemcpyAsync").
 	Runtime string
@@ -298,5 +298,75 @@ func buildTable() []Probe {
 	bus := out(ctxRow("cuDeviceGetPCIBusId", "cudaDeviceGetPCIBusId", event.OpDeviceBusID, ctxArgs(0, 2), 3))
 	bus.OutStr = true
 	add(bus)
+
+	// --- CUDA driver and runtime: the allocators beyond cuMemAlloc and
+	// cuMemHostAlloc, so that no memory of theirs is taken for pageable
+	// (docs/design.md, "Late attach"). NVIDIA's 535 and 550 drivers export
+	// each under these names; the 11.8 and 12.4 runtimes resolve them through
+	// cuGetProcAddress: cudaMallocManaged → cuMemAllocManaged,
+	// cudaMallocAsync[_ptsz] → cuMemAllocAsync[_ptsz], cudaMallocFromPoolAsync
+	// → cuMemAllocFromPoolAsync, cudaFreeAsync → cuMemFreeAsync,
+	// cudaMemPoolCreate/Destroy → cuMemPoolCreate/Destroy. The virtual
+	// memory management calls (cuMemCreate ...) have no runtime form. ---
+	handleArgs := func(h int) Args {
+		a := memArgs(noArg, noArg, noArg)
+		a.Handle = h
+		return a
+	}
+	outHandle := func(p Probe) Probe { p.OutHandle = true; return p }
+	// A row whose last argument is a CUmemAllocationProp or CUmemPoolProps.
+	prop := func(p Probe) Probe { p.Program = ProgProp; return p }
+	// cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned flags)
+	add(out(driver("cuMemAllocManaged", "cudaMallocManaged", event.OpManagedAlloc, 0, memArgs(0, 1, 2), 3)))
+	// cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream): from the
+	// current pool of the stream's device, which cuDeviceSetMemPool requires
+	// to be local to that device (cuda.h): device memory.
+	async := memArgs(0, 1, noArg)
+	async.Stream = 2
+	add(twins(out(driver("cuMemAllocAsync", "cudaMallocAsync", event.OpDeviceAlloc, 0, async, 3)), "_ptsz", "_ptsz")...)
+	// cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream)
+	fromPool := memArgs(0, 1, noArg)
+	fromPool.Handle, fromPool.Stream = 2, 3
+	add(twins(out(driver("cuMemAllocFromPoolAsync", "cudaMallocFromPoolAsync", event.OpPoolAlloc, 0, fromPool, 4)), "_ptsz", "_ptsz")...)
+	// cuMemFreeAsync(CUdeviceptr dptr, CUstream): any stream-ordered allocation
+	freeAsync := memArgs(0, noArg, noArg)
+	freeAsync.Stream = 1
+	add(twins(driver("cuMemFreeAsync", "cudaFreeAsync", event.OpDeviceFree, 0, freeAsync, 2), "_ptsz", "_ptsz")...)
+	// cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *props), cuMemPoolDestroy(pool)
+	add(prop(outHandle(driver("cuMemPoolCreate", "cudaMemPoolCreate", event.OpPoolCreate, 0, handleArgs(0), 2))))
+	add(driver("cuMemPoolDestroy", "cudaMemPoolDestroy", event.OpPoolDestroy, 0, handleArgs(0), 1))
+	// cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const
+	// CUmemAllocationProp *prop, unsigned long long flags): three arguments
+	// read, so the properties are the last.
+	create := handleArgs(0)
+	create.Size = 1
+	add(prop(outHandle(driver("cuMemCreate", "", event.OpMemCreate, 0, create, 3))))
+	add(driver("cuMemRelease", "", event.OpMemRelease, 0, handleArgs(0), 1)) // (handle)
+	// cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr, flags)
+	add(out(driver("cuMemAddressReserve", "", event.OpAddressReserve, 0, memArgs(0, 1, noArg), 2)))
+	add(driver("cuMemAddressFree", "", event.OpAddressFree, 0, memArgs(0, 1, noArg), 2)) // (ptr, size)
+	// cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle, flags)
+	mapArgs := memArgs(0, 1, 4)
+	mapArgs.Offset, mapArgs.Handle = 2, 3
+	add(driver("cuMemMap", "", event.OpMemMap, 0, mapArgs, 5))
+	add(driver("cuMemUnmap", "", event.OpMemUnmap, 0, memArgs(0, 1, noArg), 2)) // (ptr, size)
+	// cuMemGetHandleForAddressRange(void *handle, CUdeviceptr dptr, size_t
+	// size, CUmemRangeHandleType type, flags): for CU_MEM_RANGE_HANDLE_TYPE_
+	// DMA_BUF_FD, *handle is an int fd that ibv_reg_dmabuf_mr may register.
+	export := memArgs(1, 2, 3)
+	export.Handle = 0
+	dmabufOut := outHandle(driver("cuMemGetHandleForAddressRange", "", event.OpDmabufExport, 0, export, 4))
+	dmabufOut.OutInt = true
+	add(dmabufOut)
+	// The runtime forms, attached only where the driver failed to initialise.
+	// cudaMallocManaged(void **devPtr, size_t size, unsigned flags)
+	add(rtOut(rt("cudaMallocManaged", event.OpManagedAlloc, ProgEntryReturn, 0, memArgs(0, 1, 2), 3)))
+	add(withForms(rtOut(rt("cudaMallocAsync", event.OpDeviceAlloc, ProgEntryReturn, 0, async, 3)), "_ptsz")...) // (void **devPtr, size, stream)
+	// cudaMallocFromPoolAsync(void **ptr, size_t size, cudaMemPool_t pool, cudaStream_t stream)
+	add(withForms(rtOut(rt("cudaMallocFromPoolAsync", event.OpPoolAlloc, ProgEntryReturn, 0, fromPool, 4)), "_ptsz")...)
+	add(withForms(rt("cudaFreeAsync", event.OpDeviceFree, ProgEntryReturn, 0, freeAsync, 2), "_ptsz")...) // (void *devPtr, stream)
+	// cudaMemPoolCreate(cudaMemPool_t *memPool, const cudaMemPoolProps *props): laid out as CUmemPoolProps
+	add(prop(outHandle(rt("cudaMemPoolCreate", event.OpPoolCreate, ProgEntryReturn, 0, handleArgs(0), 2))))
+	add(rt("cudaMemPoolDestroy", event.OpPoolDestroy, ProgEntryReturn, 0, handleArgs(0), 1))
 	return t
 }

@@ -120,6 +120,76 @@ _Static_assert(offsetof(CUDA_MEMCPY2D, WidthInBytes) == 112, "CUDA_MEMCPY2D.Widt
 _Static_assert(offsetof(CUDA_MEMCPY2D, Height) == 120, "CUDA_MEMCPY2D.Height");
 #endif
 
+/*
+ * Managed memory, memory pools and virtual memory management (cuda.h 12.4 and
+ * driver_types.h layouts: the agent reads CUmemLocation out of the properties).
+ */
+typedef unsigned long long CUmemGenericAllocationHandle;
+struct CUmemPoolHandle_st;
+typedef struct CUmemPoolHandle_st *CUmemoryPool;
+typedef struct CUmemPoolHandle_st *cudaMemPool_t;
+typedef int CUdevice;
+
+typedef enum CUmemLocationType_enum {
+	CU_MEM_LOCATION_TYPE_INVALID = 0x0,
+	CU_MEM_LOCATION_TYPE_DEVICE = 0x1,
+	CU_MEM_LOCATION_TYPE_HOST = 0x2,
+	CU_MEM_LOCATION_TYPE_HOST_NUMA = 0x3,
+	CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT = 0x4,
+} CUmemLocationType;
+#define cudaMemLocationTypeDevice CU_MEM_LOCATION_TYPE_DEVICE
+#define cudaMemLocationTypeHostNuma CU_MEM_LOCATION_TYPE_HOST_NUMA
+
+typedef struct CUmemLocation_st {
+	CUmemLocationType type;
+	int id; /* a device ordinal or a host NUMA node */
+} CUmemLocation;
+
+#define CU_MEM_ALLOCATION_TYPE_PINNED 0x1
+#define CU_MEM_HANDLE_TYPE_NONE 0x0
+typedef struct CUmemAllocationProp_st {
+	int type;                 /* CUmemAllocationType: CU_MEM_ALLOCATION_TYPE_PINNED */
+	int requestedHandleTypes; /* CUmemAllocationHandleType */
+	CUmemLocation location;
+	void *win32HandleMetaData;
+	struct {
+		unsigned char compressionType;
+		unsigned char gpuDirectRDMACapable;
+		unsigned short usage;
+		unsigned char reserved[4];
+	} allocFlags;
+} CUmemAllocationProp;
+
+/* CUmemPoolProps, and the runtime's cudaMemPoolProps, which is laid out alike. */
+typedef struct CUmemPoolProps_st {
+	int allocType;   /* CU_MEM_ALLOCATION_TYPE_PINNED */
+	int handleTypes; /* CUmemAllocationHandleType */
+	CUmemLocation location;
+	void *win32SecurityAttributes;
+	size_t maxSize;
+	unsigned char reserved[56];
+} CUmemPoolProps;
+typedef CUmemPoolProps cudaMemPoolProps;
+
+#define CU_MEM_ACCESS_FLAGS_PROT_NONE 0x0
+#define CU_MEM_ACCESS_FLAGS_PROT_READWRITE 0x3
+typedef struct CUmemAccessDesc_st {
+	CUmemLocation location;
+	int flags; /* CUmemAccess_flags */
+} CUmemAccessDesc;
+
+#define CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD 0x1
+#define CU_MEM_ATTACH_GLOBAL 0x1u
+#define cudaMemAttachGlobal 0x01u
+
+#ifndef __cplusplus
+_Static_assert(sizeof(CUmemLocation) == 8, "CUmemLocation is 8 bytes");
+_Static_assert(offsetof(CUmemAllocationProp, location) == 8, "CUmemAllocationProp.location");
+_Static_assert(sizeof(CUmemAllocationProp) == 32, "CUmemAllocationProp is 32 bytes");
+_Static_assert(offsetof(CUmemPoolProps, location) == 8, "CUmemPoolProps.location");
+_Static_assert(sizeof(CUmemPoolProps) == 88, "CUmemPoolProps is 88 bytes");
+#endif
+
 /* cuEventRecordWithFlags flags */
 #define CU_EVENT_RECORD_DEFAULT 0x0u
 #define CU_EVENT_RECORD_EXTERNAL 0x1u
@@ -174,6 +244,16 @@ cudaError_t cudaHostUnregister(void *ptr);
 cudaError_t cudaFreeHost(void *ptr);
 cudaError_t cudaMalloc(void **devPtr, size_t size);
 cudaError_t cudaFree(void *devPtr);
+cudaError_t cudaMallocManaged(void **devPtr, size_t size, unsigned int flags);
+cudaError_t cudaMallocAsync(void **devPtr, size_t size, cudaStream_t stream);
+cudaError_t cudaMallocAsync_ptsz(void **devPtr, size_t size, cudaStream_t stream);
+cudaError_t cudaMallocFromPoolAsync(void **ptr, size_t size, cudaMemPool_t memPool, cudaStream_t stream);
+cudaError_t cudaMallocFromPoolAsync_ptsz(void **ptr, size_t size, cudaMemPool_t memPool, cudaStream_t stream);
+cudaError_t cudaFreeAsync(void *devPtr, cudaStream_t stream);
+cudaError_t cudaFreeAsync_ptsz(void *devPtr, cudaStream_t stream);
+cudaError_t cudaMemPoolCreate(cudaMemPool_t *memPool, const cudaMemPoolProps *poolProps);
+cudaError_t cudaMemPoolDestroy(cudaMemPool_t memPool);
+cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t *memPool, int device);
 cudaError_t cudaStreamCreate(cudaStream_t *pStream);
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *pStream, unsigned int flags);
 cudaError_t cudaStreamDestroy(cudaStream_t stream);
@@ -241,7 +321,38 @@ CUresult cuMemAllocHost_v2(void **pp, size_t bytesize);
 CUresult cuMemHostUnregister(void *p);
 CUresult cuMemFreeHost(void *p);
 CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize);
-CUresult cuMemFree_v2(CUdeviceptr dptr);
+CUresult cuMemFree_v2(CUdeviceptr dptr); /* device, managed and stream-ordered allocations */
+/* Managed memory: host pages here, accepted as either side of any copy. */
+CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags);
+/* Stream-ordered allocations: cuMemAllocAsync from the device's default pool (device
+ * memory), cuMemAllocFromPoolAsync from a pool; the free is queued on the stream. */
+CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream);
+CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream hStream);
+CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream);
+CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream);
+CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream);
+CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream);
+/* Pools on the device (device memory) or a host NUMA node (pinned host memory). */
+CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *poolProps);
+CUresult cuMemPoolDestroy(CUmemoryPool pool);
+CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool_out, CUdevice dev);
+/* Virtual memory management: reserve address space, create a physical allocation on the
+ * device or the host, map it, give it access; unmap, release, free. */
+CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr,
+			     unsigned long long flags);
+CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size);
+CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop,
+		     unsigned long long flags);
+CUresult cuMemRelease(CUmemGenericAllocationHandle handle);
+CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,
+		  unsigned long long flags);
+CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count);
+CUresult cuMemUnmap(CUdeviceptr ptr, size_t size);
+CUresult cuMemGetAllocationGranularity(size_t *granularity, const CUmemAllocationProp *prop, int option);
+/* A dma-buf fd for device memory [dptr, dptr+size) (CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD):
+ * *(int *)handle gets it. */
+CUresult cuMemGetHandleForAddressRange(void *handle, CUdeviceptr dptr, size_t size, int handleType,
+				       unsigned long long flags);
 CUresult cuStreamCreate(CUstream *phStream, unsigned int Flags);
 CUresult cuStreamDestroy_v2(CUstream hStream);
 CUresult cuStreamSynchronize(CUstream hStream);
