@@ -14,6 +14,14 @@
 #define PT REFCUDA_PER_THREAD
 #define DPTR(p) ((void *)(uintptr_t)(p))
 
+/* Managed memory (vmm.c) is accepted on either side of any copy; its pages stay on
+ * the host here (no kernel ever touches them), so a copy moves them as host memory
+ * the driver can reach directly: never staged. */
+static int is_managed(const void *p, size_t n)
+{
+	return rc_vmm_kind(p, n) == RC_MEM_MANAGED;
+}
+
 /* Direction of a copy from its pointers, as unified addressing resolves it. */
 static int resolve_dir(const void *dst, const void *src, size_t n)
 {
@@ -46,12 +54,14 @@ static CUresult prepare(struct rc_xfer *x, void *dst, size_t dpitch, const void 
 	if (dir < 0)
 		dir = resolve_dir(dst, src, dext > sext ? dext : sext);
 	int dst_dev = dir == RC_H2D || dir == RC_D2D, src_dev = dir == RC_D2H || dir == RC_D2D;
-	if ((dst_dev && !rc_is_device(dst, dext)) || (src_dev && !rc_is_device(src, sext)))
+	if ((dst_dev && !rc_is_device(dst, dext) && !is_managed(dst, dext)) ||
+	    (src_dev && !rc_is_device(src, sext) && !is_managed(src, sext)))
 		return CUDA_ERROR_INVALID_VALUE;
 	*x = (struct rc_xfer){
 		.dst = dst, .src = src, .dpitch = dpitch, .spitch = spitch, .width = width, .height = height,
 		.dir = dir,
-		.staged = (dir == RC_H2D && !rc_is_pinned(src, sext)) || (dir == RC_D2H && !rc_is_pinned(dst, dext)),
+		.staged = (dir == RC_H2D && !rc_is_pinned(src, sext) && !is_managed(src, sext)) ||
+			  (dir == RC_D2H && !rc_is_pinned(dst, dext) && !is_managed(dst, dext)),
 	};
 	return CUDA_SUCCESS;
 }

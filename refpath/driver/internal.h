@@ -52,6 +52,17 @@ CUresult rc_enter(void);
 int rc_is_device(const void *p, size_t n);
 int rc_is_pinned(const void *p, size_t n);
 void rc_mem_init(size_t device_bytes);
+CUresult rc_dev_alloc(CUdeviceptr *dptr, size_t bytesize); /* the arena, as cuMemAlloc_v2 */
+CUresult rc_dev_free(CUdeviceptr dptr);
+CUresult rc_host_alloc(void **pp, size_t bytesize); /* pinned, as cuMemHostAlloc */
+CUresult rc_host_free(void *p);
+
+/* vmm.c: managed memory, pools, VMM mappings, dma-buf exports */
+enum rc_mem { RC_MEM_NONE, RC_MEM_DEVICE, RC_MEM_PINNED, RC_MEM_MANAGED };
+/* The kind of [p, p+n) when it lies in one managed allocation or one VMM mapping. */
+enum rc_mem rc_vmm_kind(const void *p, size_t n);
+/* cuMemFree of what is not arena memory: a managed or stream-ordered allocation. */
+CUresult rc_vmm_free(CUdeviceptr dptr);
 
 /* A copy: 2D in general (1D is height 1). */
 struct rc_xfer {
@@ -73,6 +84,8 @@ void rc_xfer_run(const struct rc_xfer *x, uint64_t *cursor);
 struct CUstream_st *rc_stream_resolve(CUstream s, int per_thread);
 int rc_submit_copy(struct rc_xfer *x, CUstream s, unsigned int flags);
 void rc_copy_records_skip(size_t n); /* a failed copy call uses up its n engine-time records */
+/* Queues fn(arg) on the stream: it runs once the work submitted before it is done. */
+CUresult rc_stream_enqueue_fn(CUstream s, int per_thread, void (*fn)(uintptr_t), uintptr_t arg);
 void rc_streams_init(void);
 
 #endif

@@ -55,14 +55,24 @@ void rc_mem_init(size_t device_bytes)
 	arena.size = device_bytes;
 }
 
-int rc_is_device(const void *p, size_t n)
+static int in_arena(const void *p, size_t n)
 {
 	uintptr_t a = (uintptr_t)p, b = (uintptr_t)arena.base;
 	return arena.base && a >= b && n <= arena.size && a - b <= arena.size - n;
 }
 
+/* Device memory: the arena, or a VMM mapping of a device allocation (vmm.c). */
+int rc_is_device(const void *p, size_t n)
+{
+	return in_arena(p, n) || rc_vmm_kind(p, n) == RC_MEM_DEVICE;
+}
+
+/* Page-locked host memory: registered or allocated by cuMemHostAlloc, a host pool's
+ * allocation, or a VMM mapping of a host allocation (vmm.c). */
 int rc_is_pinned(const void *p, size_t n)
 {
+	if (rc_vmm_kind(p, n) == RC_MEM_PINNED)
+		return 1;
 	uintptr_t a = (uintptr_t)p;
 	int hit = 0;
 	pthread_rwlock_rdlock(&hreg.rw);
@@ -151,7 +161,7 @@ RC_API CUresult cuMemHostUnregister(void *p)
 	return hreg_del(p, 0) ? CUDA_SUCCESS : CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
 }
 
-static CUresult host_alloc(void **pp, size_t bytesize)
+CUresult rc_host_alloc(void **pp, size_t bytesize)
 {
 	rc_init();
 	if (!pp || !bytesize)
@@ -173,13 +183,22 @@ RC_API CUresult cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags)
 {
 	RC_GATE();
 	(void)Flags;
-	return host_alloc(pp, bytesize);
+	return rc_host_alloc(pp, bytesize);
 }
 
 RC_API CUresult cuMemAllocHost_v2(void **pp, size_t bytesize)
 {
 	RC_GATE();
-	return host_alloc(pp, bytesize);
+	return rc_host_alloc(pp, bytesize);
+}
+
+CUresult rc_host_free(void *p)
+{
+	size_t len = hreg_del(p, 1);
+	if (!len)
+		return CUDA_ERROR_INVALID_VALUE;
+	munmap(p, len);
+	return CUDA_SUCCESS;
 }
 
 RC_API CUresult cuMemFreeHost(void *p)
@@ -188,11 +207,7 @@ RC_API CUresult cuMemFreeHost(void *p)
 	rc_init();
 	if (!p)
 		return CUDA_SUCCESS;
-	size_t len = hreg_del(p, 1);
-	if (!len)
-		return CUDA_ERROR_INVALID_VALUE;
-	munmap(p, len);
-	return CUDA_SUCCESS;
+	return rc_host_free(p);
 }
 
 /* ---- device arena: bump allocation plus a coalescing first-fit free list ---- */
@@ -200,6 +215,11 @@ RC_API CUresult cuMemFreeHost(void *p)
 RC_API CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
 {
 	RC_GATE();
+	return rc_dev_alloc(dptr, bytesize);
+}
+
+CUresult rc_dev_alloc(CUdeviceptr *dptr, size_t bytesize)
+{
 	rc_init();
 	if (!dptr || !bytesize)
 		return CUDA_ERROR_INVALID_VALUE;
@@ -250,13 +270,21 @@ out:
 	return rc;
 }
 
+/* Device memory, and the managed and stream-ordered allocations vmm.c keeps. */
 RC_API CUresult cuMemFree_v2(CUdeviceptr dptr)
 {
 	RC_GATE();
 	rc_init();
 	if (!dptr)
 		return CUDA_SUCCESS;
-	if (!rc_is_device((void *)(uintptr_t)dptr, 1))
+	if (!in_arena((void *)(uintptr_t)dptr, 1))
+		return rc_vmm_free(dptr);
+	return rc_dev_free(dptr);
+}
+
+CUresult rc_dev_free(CUdeviceptr dptr)
+{
+	if (!in_arena((void *)(uintptr_t)dptr, 1))
 		return CUDA_ERROR_INVALID_VALUE;
 	size_t off = (size_t)((char *)(uintptr_t)dptr - arena.base), len = 0;
 	CUresult rc = CUDA_SUCCESS;

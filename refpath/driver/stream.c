@@ -15,7 +15,7 @@
 #define QUEUE_CAP 4096u
 #define ENGINE_BATCH 32u
 
-enum op_type { OP_COPY, OP_EVENT_RECORD, OP_WAIT_EVENT, OP_STOP };
+enum op_type { OP_COPY, OP_EVENT_RECORD, OP_WAIT_EVENT, OP_FN, OP_STOP };
 
 struct CUevent_st {
 	uint32_t magic;
@@ -31,6 +31,8 @@ struct op {
 	struct rc_xfer x;
 	struct CUevent_st *ev;
 	uint64_t gen;
+	void (*fn)(uintptr_t); /* OP_FN: a stream-ordered free */
+	uintptr_t arg;
 };
 
 struct CUstream_st {
@@ -94,6 +96,9 @@ static void op_run(struct op *o, uint64_t *cursor)
 		}
 		pthread_mutex_unlock(&o->ev->mu);
 		event_unref(o->ev);
+		break;
+	case OP_FN:
+		o->fn(o->arg);
 		break;
 	}
 }
@@ -292,6 +297,16 @@ int rc_submit_copy(struct rc_xfer *x, CUstream stream, unsigned int flags)
 	uint64_t t = stream_enqueue(s, &o);
 	if (!(flags & REFCUDA_ASYNC))
 		stream_wait(s, t);
+	return CUDA_SUCCESS;
+}
+
+CUresult rc_stream_enqueue_fn(CUstream stream, int per_thread, void (*fn)(uintptr_t), uintptr_t arg)
+{
+	struct CUstream_st *s = rc_stream_resolve(stream, per_thread);
+	if (!s)
+		return CUDA_ERROR_INVALID_HANDLE;
+	struct op o = {.type = OP_FN, .fn = fn, .arg = arg};
+	stream_enqueue(s, &o);
 	return CUDA_SUCCESS;
 }
 

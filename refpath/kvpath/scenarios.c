@@ -331,23 +331,31 @@ static int sc_late_attach(const struct opts *o, struct result *res)
 	size_t lb = o->layer_bytes, total = lb * (size_t)o->layers;
 	char *pool = pool_mmap(total, 0x77);
 	host_register(pool, total, 1); /* before the observer attaches: it cannot know */
-	char *dev = dev_alloc(total + 2 * MiB);
+	/* pageable memory mapped before the observer attaches: it cannot know either that
+	 * nobody registered it (docs/design.md, "Late attach") */
+	size_t pn = 2 * MiB;
+	char *old = pool_mmap(pn, 0x79);
+	truth_note_mem(old, pn, MEM_PAGEABLE, 1);
+	char *dev = dev_alloc(total + 2 * pn);
 	cudaStream_t s = new_stream();
 	hold_point(o);
 
 	for (int i = 0; i < o->layers; i++)
 		copy_async(dev + i * lb, pool + i * lb, lb, cudaMemcpyHostToDevice, s, i, NULL);
 	/* fresh pageable memory after the attach: >= 1 MiB so malloc maps it anew */
-	size_t pn = 2 * MiB;
 	char *fresh = malloc(pn);
 	if (!fresh)
 		return 1;
 	memset(fresh, 0x78, pn);
 	copy_async(dev + total, fresh, pn, cudaMemcpyHostToDevice, s, -1, NULL);
+	copy_async(dev + total + pn, old, pn, cudaMemcpyHostToDevice, s, -1, NULL);
 	stream_sync(s, NULL);
-	int bad = verify(dev, pool, total, "pool load") | verify(dev + total, fresh, pn, "pageable load");
+	int bad = verify(dev, pool, total, "pool load") | verify(dev + total, fresh, pn, "pageable load") |
+		  verify(dev + total + pn, old, pn, "early pageable load");
 
 	free(fresh);
+	truth_forget_mem(old);
+	munmap(old, pn);
 	CHECK(cudaStreamDestroy(s));
 	dev_free(dev);
 	host_unregister(pool);

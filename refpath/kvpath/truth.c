@@ -68,10 +68,44 @@ static const struct mrange *find(const void *p)
 	return NULL;
 }
 
+static const char *mem_name(enum mem_class c)
+{
+	switch (c) {
+	case MEM_PINNED:
+		return "pinned";
+	case MEM_DEVICE:
+		return "device";
+	case MEM_MANAGED:
+		return "managed";
+	case MEM_PAGEABLE:
+		break;
+	}
+	return "pageable";
+}
+
+/* What an observer must report of memory r placed by its address (NULL: host memory
+ * not noted, mapped while observed): its kind, or "unknown" for memory mapped,
+ * allocated or registered before the observer attached — it cannot know, and must say
+ * so. (A side a call states to be device memory is "device" whatever r is.) */
+static const char *expect_mem(const struct mrange *r)
+{
+	if (!r)
+		return "pageable";
+	if (r->before_attach)
+		return "unknown";
+	return mem_name(r->c);
+}
+
 int truth_is_device(const void *p)
 {
 	const struct mrange *r = find(p);
 	return r && r->c == MEM_DEVICE;
+}
+
+int truth_is_pinned(const void *p)
+{
+	const struct mrange *r = find(p);
+	return r && r->c == MEM_PINNED;
 }
 
 struct truth_rec *truth_new(const char *api, const char *op)
@@ -133,10 +167,18 @@ struct truth_rec *truth_copy_unarmed(const char *api, const char *op, const void
 	r->layer = layer;
 	const struct mrange *d = find(dst), *s = find(src);
 	int dd = d && d->c == MEM_DEVICE, sd = s && s->c == MEM_DEVICE;
-	if (kind >= cudaMemcpyHostToDevice && kind <= cudaMemcpyDeviceToDevice) {
+	int stated = kind >= cudaMemcpyHostToDevice && kind <= cudaMemcpyDeviceToDevice;
+	if (stated) {
 		/* the requested direction, even where a pointer is not what it claims */
 		dd = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
 		sd = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
+	}
+	r->expect_dst_mem = stated && dd ? "device" : expect_mem(d);
+	r->expect_src_mem = stated && sd ? "device" : expect_mem(s);
+	if (!stated && ((d && d->c == MEM_MANAGED) || (s && s->c == MEM_MANAGED))) {
+		r->direction = "unknown";
+		r->host_mem = r->expect_host_mem = "managed";
+		return r;
 	}
 	const struct mrange *host = NULL;
 	if (dd && sd) {
@@ -153,12 +195,9 @@ struct truth_rec *truth_copy_unarmed(const char *api, const char *op, const void
 	}
 	if (dd && sd) {
 		r->host_mem = r->expect_host_mem = "device";
-	} else if (host && host->c == MEM_PINNED) {
-		r->host_mem = "pinned";
-		/* registered before the observer attached: it cannot know, and must say so */
-		r->expect_host_mem = host->before_attach ? "unknown" : "pinned";
 	} else {
-		r->host_mem = r->expect_host_mem = "pageable";
+		r->host_mem = host ? mem_name(host->c) : "pageable";
+		r->expect_host_mem = expect_mem(host);
 	}
 	return r;
 }
@@ -234,6 +273,8 @@ int truth_write(const char *path, const char *extra)
 			json_u(f, "stream", r->stream);
 			json_str(f, "host_mem", r->host_mem);
 			json_str(f, "expect_host_mem", r->expect_host_mem);
+			json_str(f, "expect_src_mem", r->expect_src_mem);
+			json_str(f, "expect_dst_mem", r->expect_dst_mem);
 			if (r->batch_index >= 0)
 				json_i(f, "batch_index", r->batch_index);
 			if (r->is2d) {

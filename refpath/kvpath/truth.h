@@ -17,6 +17,7 @@ struct truth_rec {
 	uint64_t dst, src, bytes;
 	int kind; /* cudaMemcpyKind; the driver's implied kind for cuMemcpy* */
 	const char *direction, *host_mem, *expect_host_mem;
+	const char *expect_src_mem, *expect_dst_mem; /* what an observer must report of each side */
 	uint64_t stream;
 	int layer, batch_index;
 	int is2d;
@@ -34,11 +35,20 @@ struct truth_rec {
 
 uint64_t truth_now_ns(void);
 
-/* Scenario-side memory truth: what the scenario itself allocated or registered. */
-enum mem_class { MEM_PINNED, MEM_DEVICE };
+/*
+ * Scenario-side memory truth: what the scenario itself allocated or registered, and
+ * host memory it mapped before the observer attached (MEM_PAGEABLE, before_attach 1).
+ * Host memory it did not note is pageable memory mapped while observed. An observer
+ * cannot know what happened before it attached: memory noted before_attach is expected
+ * "unknown" unless it is device memory a call states. Managed memory's pages may be on
+ * either side when a copy runs, so a copy placed by its pointers (Default) with a
+ * managed side has no direction anyone can state: "unknown".
+ */
+enum mem_class { MEM_PINNED, MEM_DEVICE, MEM_MANAGED, MEM_PAGEABLE };
 void truth_note_mem(const void *p, size_t len, enum mem_class c, int before_attach);
 void truth_forget_mem(const void *p);
 int truth_is_device(const void *p);
+int truth_is_pinned(const void *p); /* noted MEM_PINNED */
 
 /* How the records reach the driver: refcudaSetCopyRecords, or NULL (no engine times). */
 typedef void (*truth_set_records_fn)(struct refcudaCopyTimes *recs, size_t n);

@@ -12,6 +12,11 @@
  *   cudaMemcpyPeer[Async]          cuMemcpyPeer[Async]
  *   cudaMemcpyBatchAsync[_ptsz]    cuMemcpyBatchAsync[_ptsz]
  *   cudaMallocHost, cudaHostAlloc  cuMemHostAlloc (the real runtimes never call cuMemAllocHost)
+ *   cudaMallocManaged              cuMemAllocManaged
+ *   cudaMallocAsync[_ptsz]         cuMemAllocAsync[_ptsz]
+ *   cudaMallocFromPoolAsync[_ptsz] cuMemAllocFromPoolAsync[_ptsz]
+ *   cudaFreeAsync[_ptsz]           cuMemFreeAsync[_ptsz]
+ *   cudaMemPoolCreate/Destroy      cuMemPoolCreate/Destroy (cudaMemPoolProps is laid out as CUmemPoolProps)
  *   other memory, stream, event    the matching cu* call (cudaEventRecordWithFlags: cuEventRecordWithFlags)
  *
  * Initialisation is sticky, like the real runtime's: the first runtime call runs
@@ -309,6 +314,92 @@ RT_API cudaError_t cudaFree(void *devPtr)
 {
 	INIT();
 	return ret(cuMemFree_v2(DP(devPtr)));
+}
+
+/* Out pointers of the allocators below: the driver writes a CUdeviceptr. */
+static cudaError_t out_ptr(void **p, CUdeviceptr d, CUresult r)
+{
+	*p = (void *)(uintptr_t)d;
+	return ret(r);
+}
+
+RT_API cudaError_t cudaMallocManaged(void **devPtr, size_t size, unsigned int flags)
+{
+	INIT();
+	if (!devPtr)
+		return ret(CUDA_ERROR_INVALID_VALUE);
+	CUdeviceptr d = 0;
+	return out_ptr(devPtr, d, cuMemAllocManaged(&d, size, flags));
+}
+
+RT_API cudaError_t cudaMallocAsync(void **devPtr, size_t size, cudaStream_t stream)
+{
+	INIT();
+	if (!devPtr)
+		return ret(CUDA_ERROR_INVALID_VALUE);
+	CUdeviceptr d = 0;
+	CUresult r = cuMemAllocAsync(&d, size, stream);
+	return out_ptr(devPtr, d, r);
+}
+
+RT_API cudaError_t cudaMallocAsync_ptsz(void **devPtr, size_t size, cudaStream_t stream)
+{
+	INIT();
+	if (!devPtr)
+		return ret(CUDA_ERROR_INVALID_VALUE);
+	CUdeviceptr d = 0;
+	CUresult r = cuMemAllocAsync_ptsz(&d, size, stream);
+	return out_ptr(devPtr, d, r);
+}
+
+RT_API cudaError_t cudaMallocFromPoolAsync(void **ptr, size_t size, cudaMemPool_t memPool, cudaStream_t stream)
+{
+	INIT();
+	if (!ptr)
+		return ret(CUDA_ERROR_INVALID_VALUE);
+	CUdeviceptr d = 0;
+	CUresult r = cuMemAllocFromPoolAsync(&d, size, memPool, stream);
+	return out_ptr(ptr, d, r);
+}
+
+RT_API cudaError_t cudaMallocFromPoolAsync_ptsz(void **ptr, size_t size, cudaMemPool_t memPool, cudaStream_t stream)
+{
+	INIT();
+	if (!ptr)
+		return ret(CUDA_ERROR_INVALID_VALUE);
+	CUdeviceptr d = 0;
+	CUresult r = cuMemAllocFromPoolAsync_ptsz(&d, size, memPool, stream);
+	return out_ptr(ptr, d, r);
+}
+
+RT_API cudaError_t cudaFreeAsync(void *devPtr, cudaStream_t stream)
+{
+	INIT();
+	return ret(cuMemFreeAsync(DP(devPtr), stream));
+}
+
+RT_API cudaError_t cudaFreeAsync_ptsz(void *devPtr, cudaStream_t stream)
+{
+	INIT();
+	return ret(cuMemFreeAsync_ptsz(DP(devPtr), stream));
+}
+
+RT_API cudaError_t cudaMemPoolCreate(cudaMemPool_t *memPool, const cudaMemPoolProps *poolProps)
+{
+	INIT();
+	return ret(cuMemPoolCreate(memPool, poolProps));
+}
+
+RT_API cudaError_t cudaMemPoolDestroy(cudaMemPool_t memPool)
+{
+	INIT();
+	return ret(cuMemPoolDestroy(memPool));
+}
+
+RT_API cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t *memPool, int device)
+{
+	INIT();
+	return ret(cuDeviceGetDefaultMemPool(memPool, device));
 }
 
 /* ---- streams and events ---- */

@@ -4,11 +4,18 @@
 # fail only where the scenario means them to: failing-copies (4 copies with
 # CUDA_ERROR_INVALID_VALUE 1, no engine times, the good copies timed) and
 # no-device (every call cudaErrorNoDevice 100, the driver called once: the
-# runtime's cuInit); elsewhere every result is 0. Usage: checktruth.sh FILE...
+# runtime's cuInit); elsewhere every result is 0. Every CUDA copy says what an
+# observer must report of each side (expect_src_mem, expect_dst_mem): memory
+# mapped or registered before the observer attached is "unknown" (late-attach
+# has both pinned and pageable such memory, and pageable memory mapped after);
+# vmm-pool-managed expects no side pageable, managed memory on some, and an
+# unknown direction exactly where a Default copy has a managed side.
+# Usage: checktruth.sh FILE...
 exec python3 - "$@" <<'PY'
 import json, sys
 
 COPY_OPS = ("copy", "copy2d", "copy_peer", "copy_batch")
+KINDS = ("pinned", "pageable", "device", "managed", "unknown")
 
 
 def problems(calls, end):
@@ -19,6 +26,26 @@ def problems(calls, end):
         if not isinstance(c.get("result"), int):
             out.append("seq %s has no integer result" % c.get("seq"))
     failed = [c for c in cuda if c.get("result")]
+    copies = [c for c in cuda if c["op"] in COPY_OPS]
+    for c in copies:
+        if c.get("expect_src_mem") not in KINDS or c.get("expect_dst_mem") not in KINDS:
+            out.append("seq %s: a copy must say what each side is expected to be" % c["seq"])
+    if sc == "late-attach":
+        host = [(c.get("host_mem"), c.get("expect_host_mem")) for c in copies if c["direction"] == "H2D"]
+        for want in (("pinned", "unknown"), ("pageable", "unknown"), ("pageable", "pageable")):
+            if want not in host:
+                out.append("late-attach: no H2D copy from %s host memory expecting %s" % want)
+        if ("pinned", "pinned") in host:
+            out.append("late-attach: pinned memory registered before the attach expected pinned")
+    if sc == "vmm-pool-managed":
+        sides = [k for c in copies for k in (c.get("expect_src_mem"), c.get("expect_dst_mem"))]
+        if "pageable" in sides or "unknown" in sides or "managed" not in sides:
+            out.append("vmm-pool-managed: every side must be placed (device, pinned, managed), some managed")
+        for c in copies:
+            placed = c.get("kind") in (0, 4)
+            managed = "managed" in (c.get("expect_src_mem"), c.get("expect_dst_mem"))
+            if (c["direction"] == "unknown") != (placed and managed):
+                out.append("seq %s: direction %s, kind %s" % (c["seq"], c["direction"], c.get("kind")))
     if sc == "failing-copies":
         if len(failed) != 4 or end.get("expected_errors") != 4:
             out.append("%d failed calls, expected 4" % len(failed))
