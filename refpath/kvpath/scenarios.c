@@ -1022,6 +1022,7 @@ const struct scenario scenarios[] = {
 	{"h2d-overlap", sc_h2d_overlap, 32, 2 * MiB, 1},
 	{"default-kind", sc_default_kind, 1, 1 * MiB, 1},
 	{"late-attach", sc_late_attach, 32, 1 * MiB, 1},
+	{"late-pool-pages", sc_late_pool_pages, 32, 1 * MiB, 1},
 	{"api-coverage", sc_api_coverage, 1, 0, 1},
 	{"kernel-copy", sc_kernel_copy, 8, 8 * MiB, 1}, /* 64 MiB in, 32 MiB out by kernels */
 	{"failing-copies", sc_failing_copies, 4, 1 * MiB, 1},
