@@ -45,6 +45,10 @@ type Verdict struct {
 // EvaluatorConfig tunes an Evaluator.
 type EvaluatorConfig struct {
 	Interval time.Duration // DefaultEvaluateInterval when zero
+	// Congestion samples the RDMA port counters when the evaluator starts
+	// and at every evaluation, and judges rdma-congestion per port and
+	// queue pair over each window (checks.Congestion); nil: no RDMA port.
+	Congestion *checks.Congestion
 	// Place names the GPU of a process and its link's capacity; nil, or a
 	// Placement without a GPU: unknown, and the lane judgements SKIP.
 	Place func(pid uint32) checks.Placement
@@ -80,6 +84,9 @@ func (e *Evaluator) SetHostFindings(f func() []correlate.Finding) {
 func NewEvaluator(cfg EvaluatorConfig) *Evaluator {
 	if cfg.Interval <= 0 {
 		cfg.Interval = DefaultEvaluateInterval
+	}
+	if cfg.Congestion != nil {
+		cfg.Congestion.Sample() // the first window's start
 	}
 	if cfg.Place == nil {
 		cfg.Place = func(pid uint32) checks.Placement {
@@ -185,6 +192,12 @@ func (e *Evaluator) Evaluate(now time.Time) Verdict {
 		}
 		return v.Lanes[i].Direction < v.Lanes[j].Direction
 	})
+	if e.cfg.Congestion != nil { // rdma-congestion: the window's counters against its completions
+		e.cfg.Congestion.Sample()
+		c := e.cfg.Congestion.Judge(win.RDMAs())
+		v.Checks = append(v.Checks, c)
+		v.Findings = append(v.Findings, c.Findings...)
+	}
 	if host != nil {
 		v.Findings = append(v.Findings, host()...)
 	}

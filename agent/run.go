@@ -197,7 +197,18 @@ func listenMetrics(cfg RunConfig, place func(uint32) checks.Placement, log *slog
 		return nil, err
 	}
 	m.gpu = gpu
-	m.eval = NewEvaluator(EvaluatorConfig{Interval: mc.EvaluateInterval, Place: place, Publish: m.publish, GPU: gpu})
+	procRoot := cfg.Trace.ProcRoot
+	if procRoot == "" {
+		procRoot = "/proc"
+	}
+	cong, err := checks.NewCongestion(checks.CongestionConfig{ProcRoot: procRoot, SysRoot: cfg.SysRoot})
+	switch {
+	case err != nil:
+		log.Warn("RDMA port counters unreadable: rdma-congestion is not judged", "err", err)
+	case cong == nil:
+		log.Info("no RDMA port: rdma-congestion is not judged", "sysfs", cfg.SysRoot)
+	}
+	m.eval = NewEvaluator(EvaluatorConfig{Interval: mc.EvaluateInterval, Place: place, Publish: m.publish, GPU: gpu, Congestion: cong})
 	scrapers := map[string]exporters.Collector{
 		"rdma_ports": collectors.NewInfiniBandMetrics(cfg.SysRoot),
 		"host":       collectors.NewHostMetrics(cfg.Trace.ProcRoot, cfg.SysRoot),

@@ -45,7 +45,7 @@ const (
 	checkIOMMU      = "IOMMU: devices may see IOVAs; translation and ACS can lengthen P2P paths"
 	checkPinnedMem  = "Host pool: pinned memory is taken out of what the kernel can reclaim"
 	checkUnderused  = "Link bandwidth: the path's rate is its narrowest segment's; the link is not it here"
-	checkCongestion = "RDMA: posted is not completed; CNP/ECN/PFC and retries explain a completion that comes late"
+	checkCongestion = "RDMA (seed 002 §5, §6.2): posted is not completed; CNP/ECN/PFC and retransmissions explain a completion that comes late"
 )
 
 // PoolPlacement is where the pages of one pinned host range live.
@@ -529,72 +529,6 @@ func uniq(v []string) []string {
 	}
 	sort.Strings(out)
 	return out
-}
-
-// congestionSignals are the counters of RoCE congestion control and loss
-// recovery (seed 002): ECN marks and CNPs, PFC pauses, and the retries and
-// sequence errors of a lossy or overrun fabric.
-var congestionSignals = []string{"cnp", "ecn", "pause", "out_of_sequence", "packet_seq_err",
-	"local_ack_timeout_err", "rnr_nak_retry_err", "implied_nak_seq_err", "duplicate_request"}
-
-// retrySignals mean packets were lost or timed out, not just slowed.
-var retrySignals = []string{"local_ack_timeout_err", "rnr_nak_retry_err", "packet_seq_err", "out_of_sequence", "implied_nak_seq_err"}
-
-// IsCongestionCounter reports whether a counter (by file name) is one of the
-// congestion or retry signals rdma-congestion watches.
-func IsCongestionCounter(name string) bool {
-	for _, s := range congestionSignals {
-		if strings.Contains(name, s) {
-			return true
-		}
-	}
-	return false
-}
-
-// CongestionFacts are one RDMA port's signals over two consecutive windows.
-type CongestionFacts struct {
-	Port       string                // "mlx5_0/1"
-	Signals    map[string][2]float64 // counter → {previous, current} rate per second
-	LatencyP99 [2]uint64             // posted→completed p99 of the port's queue pairs, previous and current; 0 = unknown
-}
-
-// rising: a rate that appeared or grew by half since the previous window.
-func rising(prev, cur float64) bool { return cur > 0 && cur > 1.5*prev }
-
-// RDMACongestion fires when congestion signals rise together with the
-// posted→completed latency of the queue pairs on the port: the fabric, not
-// the host, is slowing the transfers.
-func RDMACongestion(f CongestionFacts) *Finding {
-	if f.LatencyP99[0] == 0 || f.LatencyP99[1] <= f.LatencyP99[0]+f.LatencyP99[0]/4 {
-		return nil // latency unknown or not rising: counters alone do not make a finding
-	}
-	var up []string
-	sev := SevWarn
-	names := make([]string, 0, len(f.Signals))
-	for n := range f.Signals {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
-		r := f.Signals[n]
-		if !IsCongestionCounter(n) || !rising(r[0], r[1]) {
-			continue
-		}
-		up = append(up, fmt.Sprintf("%s %.0f/s → %.0f/s", n, r[0], r[1]))
-		for _, s := range retrySignals {
-			if strings.Contains(n, s) {
-				sev = SevFail
-			}
-		}
-	}
-	if len(up) == 0 {
-		return nil
-	}
-	return newFinding("rdma-congestion", sev, "RDMA port "+f.Port,
-		fmt.Sprintf("congestion signals rise with posted→completed p99 (%.1f → %.1f µs)",
-			float64(f.LatencyP99[0])/1e3, float64(f.LatencyP99[1])/1e3),
-		up,
-		"")
 }
 
 // LaneFacts is one direction of one GPU link over a window, as the

@@ -316,36 +316,6 @@ func TestPageableAndOverlap(t *testing.T) {
 	}
 }
 
-func TestRDMACongestion(t *testing.T) {
-	// Counter names from the real samples: byteps#179 mlx5 hw_counters (np_cnp_sent, local_ack_timeout_err)
-	// and the mlx5 ethtool statistics (rx_prio3_pause).
-	base := CongestionFacts{Port: "mlx5_0/1", LatencyP99: [2]uint64{40_000, 120_000}}
-	cases := []struct {
-		name    string
-		signals map[string][2]float64
-		lat     [2]uint64
-		want    Severity
-	}{
-		{"CNPs and pauses rise with latency", map[string][2]float64{"hw_counters/np_cnp_sent": {10, 1333}, "rx_prio3_pause": {0, 50}}, base.LatencyP99, SevWarn},
-		{"timeouts rise with latency", map[string][2]float64{"hw_counters/local_ack_timeout_err": {0, 27}}, base.LatencyP99, SevFail},
-		{"CNPs rise, latency flat", map[string][2]float64{"hw_counters/np_cnp_sent": {10, 1333}}, [2]uint64{40_000, 41_000}, ""},
-		{"latency rises, counters flat", map[string][2]float64{"hw_counters/np_cnp_sent": {1333, 1333}}, base.LatencyP99, ""},
-		{"latency unknown", map[string][2]float64{"hw_counters/np_cnp_sent": {0, 1333}}, [2]uint64{0, 120_000}, ""},
-		{"only traffic counters rise", map[string][2]float64{"counters/port_rcv_data_bytes": {1e9, 9e9}}, base.LatencyP99, ""},
-	}
-	for _, c := range cases {
-		f := base
-		f.Signals, f.LatencyP99 = c.signals, c.lat
-		got := Severity("")
-		if fd := RDMACongestion(f); fd != nil {
-			got = fd.Severity
-		}
-		if got != c.want {
-			t.Errorf("%s: %q, want %q", c.name, got, c.want)
-		}
-	}
-}
-
 func TestLinkUnderused(t *testing.T) {
 	base := LaneFacts{GPU: "0000:18:00.0", Direction: "inbound", MeasuredBps: 20e9, CapacityBps: 63.02e9, BusyFraction: 0.95, All: 64}
 	cases := []struct {

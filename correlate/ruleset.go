@@ -58,7 +58,7 @@ var Rules = []Rule{
 		Remediation: "coalesce pages into larger copies (a page-first/layer-first layout), or use a batched copy (cudaMemcpyBatchAsync) or a copy kernel"},
 	{Name: "same-direction-overlap", Severities: []Severity{SevWarn}, Checklist: checkOverlap, Where: InWindow | InDiagnose,
 		Remediation: "stagger the inbound transfers (e.g. HiCache loads vs PD RDMA receives) or move one to another path; opposite directions do not contend"},
-	{Name: "rdma-congestion", Severities: []Severity{SevWarn, SevFail}, Checklist: checkCongestion, Where: InDiagnose,
+	{Name: "rdma-congestion", Severities: []Severity{SevWarn, SevFail}, Checklist: checkCongestion, Where: InWindow | InDiagnose,
 		Remediation: "check the fabric, not the host: ECN/PFC configuration (the RoCE priority must be lossless and match DCQCN's), " +
 			"switch buffer and egress congestion toward this port, and whether PD traffic and other tenants share the priority"},
 }
