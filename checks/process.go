@@ -83,6 +83,7 @@ func (h *Host) ProcessChecks(pid int, pools []Pool, window *Window) []Check {
 	}
 	out = append(out, h.poolCheck(scope, pid, gpu, gpuNode, why, pools, window != nil))
 	if window != nil {
+		out = append(out, window.PagesCheck(scope, uint32(pid), h.Place(uint32(pid)), h.GPUNode))
 		out = append(out, window.Checks(scope, uint32(pid), h.Place(uint32(pid)))...)
 	}
 	return out
@@ -116,10 +117,14 @@ func (h *Host) bindCheck(scope string, pid, gpuNode int, why string) Check {
 func (h *Host) poolCheck(scope string, pid int, gpu string, gpuNode int, why string, pools []Pool, sampled bool) Check {
 	const name = "pinned pool placement"
 	if len(pools) == 0 {
+		// Only a registration seen locates a pool here; the pages copies
+		// read are judged by "host pages of copies", whenever the memory
+		// was registered (docs/design.md, "Pages, not registrations").
 		if !sampled {
-			return Skipped(scope, name, "no pinned pool known without a live window: rerun with --sample while the server registers or loads")
+			return Skipped(scope, name, "pools are located as they are registered, which needs a live window: "+
+				"rerun with --sample while the server registers them, or while it loads to judge the pages its copies read (%s)", CheckPages)
 		}
-		return Skipped(scope, name, "no pinned pool registered in the window")
+		return Skipped(scope, name, "no pinned pool registered during the window; pools registered before it are judged by the pages their copies read (%s)", CheckPages)
 	}
 	c := Check{Scope: scope, Name: name, Status: Pass}
 	var lines []string

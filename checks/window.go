@@ -54,6 +54,8 @@ type procWindow struct {
 	dirs          map[string]*dirStats // per direction: fragmentation is judged in each on its own
 	first, last   uint64               // earliest submission, latest completion (ns)
 	flows         map[flowKey]*busy // flows on this process's GPU link, its own and its peers'
+
+	pages map[string]*pageTally // H2D and D2H bytes by GPU and node of the host pages (pages.go)
 }
 
 // dirStats are one direction's copies in a window: their sizes and the
@@ -126,6 +128,7 @@ func (w *Window) Transfer(t *correlate.Transfer) {
 	p := w.proc(t.PID)
 	p.transfers++
 	p.bytes += t.Bytes
+	p.addPages(t)
 	switch t.HostMem {
 	case event.MemPageable:
 		p.pageable++
