@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/lanewatch/lanewatch/checks"
 	"github.com/lanewatch/lanewatch/collectors"
 	"github.com/lanewatch/lanewatch/correlate"
 )
@@ -456,4 +457,14 @@ func mix(x uint64) uint64 {
 	x = (x ^ x>>30) * 0xbf58476d1ce4e5b9
 	x = (x ^ x>>27) * 0x94d049bb133111eb
 	return x ^ x>>31
+}
+
+// HostGPUNodes gives each GPU's NUMA node from the sysfs tree under
+// sysRoot (-1 unknown), for remote-numa-pool on the pages copies read.
+func HostGPUNodes(sysRoot string) (func(bdf string) int, error) {
+	h, err := checks.ReadHost("", sysRoot, "")
+	if err != nil {
+		return nil, err
+	}
+	return h.GPUNode, nil
 }

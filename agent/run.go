@@ -208,7 +208,12 @@ func listenMetrics(cfg RunConfig, place func(uint32) checks.Placement, log *slog
 	case cong == nil:
 		log.Info("no RDMA port: rdma-congestion is not judged", "sysfs", cfg.SysRoot)
 	}
-	m.eval = NewEvaluator(EvaluatorConfig{Interval: mc.EvaluateInterval, Place: place, Publish: m.publish, GPU: gpu, Congestion: cong})
+	gpuNode, err := HostGPUNodes(cfg.SysRoot)
+	if err != nil {
+		log.Warn("GPU NUMA nodes unknown: remote-numa-pool is not judged on the pages copies read", "err", err)
+	}
+	m.eval = NewEvaluator(EvaluatorConfig{Interval: mc.EvaluateInterval, Place: place, Publish: m.publish, GPU: gpu, Congestion: cong,
+		GPUNode: gpuNode})
 	scrapers := map[string]exporters.Collector{
 		"rdma_ports": collectors.NewInfiniBandMetrics(cfg.SysRoot),
 		"host":       collectors.NewHostMetrics(cfg.Trace.ProcRoot, cfg.SysRoot),
