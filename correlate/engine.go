@@ -85,6 +85,7 @@ type slot struct {
 	dst, src   uint64
 	bytes      uint64
 	ptr, size  uint64
+	handle     uint64
 	ev, key    uint64
 	hasTx      bool
 	tx         ref
@@ -258,7 +259,7 @@ func (e *Engine) Handle(c *event.Call) {
 		batch = th.batch // the entries of one call gather until its result
 	}
 	*th = slot{valid: true, op: c.Op, layer: c.Layer, kind: c.CopyKind, start: c.Time, end: c.ReturnTime,
-		dst: c.Dst, src: c.Src, bytes: c.Bytes, ptr: c.Ptr, size: c.Size, ev: c.Event, key: key, batch: batch}
+		dst: c.Dst, src: c.Src, bytes: c.Bytes, ptr: c.Ptr, size: c.Size, handle: c.Handle, ev: c.Event, key: key, batch: batch}
 	switch {
 	case c.Failed():
 		th.tx, th.hasTx = e.failed(p, c), true
@@ -362,8 +363,11 @@ func twin(s *slot, c *event.Call, key uint64) bool {
 		return s.dst == c.Dst && s.src == c.Src && s.bytes == c.Bytes
 	case event.OpHostRegister:
 		return s.ptr == c.Ptr && s.size == c.Size
-	case event.OpHostAlloc, event.OpDeviceAlloc, event.OpHostUnregister, event.OpHostFree, event.OpDeviceFree:
+	case event.OpHostAlloc, event.OpDeviceAlloc, event.OpHostUnregister, event.OpHostFree, event.OpDeviceFree,
+		event.OpManagedAlloc, event.OpPoolAlloc:
 		return s.ptr == c.Ptr
+	case event.OpPoolCreate, event.OpPoolDestroy:
+		return s.handle == c.Handle
 	case event.OpStreamSync:
 		return s.key == key
 	case event.OpEventRecord, event.OpStreamWaitEvent:
@@ -489,6 +493,8 @@ func classify(m *procMem, kind event.CopyKind, t *Transfer) {
 		switch {
 		case s == event.MemUnknown || d == event.MemUnknown:
 			t.Direction = DirUnknown // an unplaced address may be device memory allocated before we looked
+		case s == event.MemManaged || d == event.MemManaged:
+			t.Direction = DirUnknown // managed pages may be on the host or a device when the copy runs
 		case s == event.MemDevice && d == event.MemDevice:
 			t.Direction = DirD2D
 		case s == event.MemDevice:
@@ -642,9 +648,9 @@ func (e *Engine) apply(p *proc, c *event.Call, key uint64) {
 	m := p.mem
 	switch c.Op {
 	case event.OpHostAlloc, event.OpHostRegister:
-		e.reg.add(m, &m.pinned, &m.device, c.Ptr, c.Size)
+		e.reg.add(m, &m.pinned, c.Ptr, c.Size)
 	case event.OpDeviceAlloc:
-		e.reg.add(m, &m.device, &m.pinned, c.Ptr, c.Size)
+		e.reg.add(m, &m.device, c.Ptr, c.Size)
 		p.dev.own(m, c.Ptr, p.dev.current(c.TID)) // allocated on the thread's current device
 	case event.OpHostUnregister, event.OpHostFree:
 		if c.Ptr != 0 {
@@ -652,8 +658,12 @@ func (e *Engine) apply(p *proc, c *event.Call, key uint64) {
 		}
 	case event.OpDeviceFree:
 		if c.Ptr != 0 { // cudaFree(0) only initialises the context
-			e.reg.remove(&m.device, c.Ptr)
+			e.reg.free(m, c.Ptr) // device, managed or pool memory (allocators.go)
 		}
+	case event.OpManagedAlloc, event.OpPoolAlloc, event.OpPoolCreate, event.OpPoolDestroy, event.OpMemCreate,
+		event.OpMemRelease, event.OpAddressReserve, event.OpAddressFree, event.OpMemMap, event.OpMemUnmap,
+		event.OpDmabufExport:
+		e.memory(p, c)
 	case event.OpCtxRetain, event.OpCtxCreate, event.OpCtxSetCurrent, event.OpCtxPush, event.OpCtxPop,
 		event.OpCtxDestroy, event.OpDeviceBusID:
 		p.dev.apply(c)

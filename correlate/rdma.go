@@ -57,6 +57,16 @@ type memRegion struct {
 	addr, length uint64
 	lkey, rkey   uint32
 	mem          event.MemKind
+	base         uint64 // the process's address of the region's first byte (a dma-buf region's addr is its iova)
+}
+
+// at is the process's address of the region's byte a work request
+// addresses at addr (in the region's own addressing: its iova).
+func (mr *memRegion) at(addr uint64) uint64 {
+	if mr == nil || mr.base == 0 {
+		return addr
+	}
+	return addr - mr.addr + mr.base
 }
 
 type pidPtr struct {
@@ -138,11 +148,17 @@ func (r *rdmaTracker) register(e *Engine, c *event.Call) {
 		r.stats.FailedMRs++
 		return
 	}
-	mem := event.MemPinned // registering host memory pins it
-	if kind, _ := e.reg.Lookup(c.PID, c.Ptr); kind == event.MemDevice {
-		mem = event.MemDevice // GPUDirect RDMA: the region is GPU memory
+	// Registering host memory pins it, but a region over device memory
+	// (nvidia-peermem, dma-buf) is GPU memory: only what the registry
+	// placed is known (docs/design.md, "Correlation").
+	mem, base := event.MemUnknown, c.Ptr
+	if c.RDMA.Dmabuf {
+		mem, base = e.reg.dmabufRegion(c.PID, uint32(c.Handle), c.Offset, c.Size)
+	} else if kind, _ := e.reg.Lookup(c.PID, c.Ptr); kind == event.MemPinned || kind == event.MemDevice || kind == event.MemManaged {
+		mem = kind
 	}
-	mr := &memRegion{pid: c.PID, mr: c.RDMA.MR, addr: c.Ptr, length: c.Size, lkey: c.RDMA.LKey, rkey: c.RDMA.RKey, mem: mem}
+	mr := &memRegion{pid: c.PID, mr: c.RDMA.MR, addr: c.Ptr, length: c.Size, lkey: c.RDMA.LKey, rkey: c.RDMA.RKey, mem: mem,
+		base: base}
 	if old := r.mrs[pidPtr{c.PID, mr.mr}]; old != nil {
 		r.forget(old)
 	}
@@ -209,9 +225,9 @@ func (r *rdmaTracker) post(e *Engine, c *event.Call, recv bool) {
 	// device holding this process's buffer, else a local peer's at the rkey.
 	switch {
 	case local != nil && local.mem == event.MemDevice:
-		t.GPU = e.memGPU(c.PID, c.RDMA.Local)
+		t.GPU = e.memGPU(c.PID, local.at(c.RDMA.Local))
 	case !recv && t.PeerPID != 0 && (t.Src.Mem == event.MemDevice || t.Dst.Mem == event.MemDevice):
-		t.GPU = e.memGPU(t.PeerPID, c.RDMA.RemoteAddr)
+		t.GPU = e.memGPU(t.PeerPID, r.byRKey[c.RDMA.RKey].at(c.RDMA.RemoteAddr))
 	}
 	k := queueKey{c.PID, c.RDMA.QPNum, recv}
 	q := r.queues[k]

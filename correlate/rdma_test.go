@@ -10,7 +10,8 @@ func TestRDMAJoinsRequestsAndCompletions(t *testing.T) {
 	var got []Transfer
 	e := NewEngine(Config{Sink: SinkFunc(func(tr *Transfer) { got = append(got, *tr) })})
 	const prefill, decode = 10, 20
-	e.reg.AddDevice(decode, 0x7000_0000, 64<<20) // decode's GPU memory (cudaMalloc)
+	e.reg.AddDevice(decode, 0x7000_0000, 64<<20)  // decode's GPU memory (cudaMalloc)
+	e.reg.AddPinned(prefill, 0x1000_0000, 64<<20) // prefill's pool (cudaHostRegister)
 	reg := func(pid uint32, mr, addr, size uint64, lkey, rkey uint32) {
 		e.Handle(call(t, "ibv_reg_mr_iova2", event.Call{Kind: event.KindCall, PID: pid, TID: pid,
 			Time: 1, ReturnTime: 2, Ptr: addr, Size: size, RDMA: event.RDMA{MR: mr, LKey: lkey, RKey: rkey}}))

@@ -77,9 +77,29 @@ func (s rangeSet) indexOfStart(start uint64) int {
 // procMem is one process's memory map as the registry knows it.
 type procMem struct {
 	pinned, device rangeSet
+	managed        rangeSet // managed (unified) allocations
+	opaque         rangeSet // mapped memory of a kind the agent cannot know (a VMM handle it did not see made)
+	reserved       rangeSet // VMM virtual address ranges: CUDA's, never pageable host memory
 	obs            observation
 	snapshot       rangeSet // obsSince: what was mapped when watching began
 	lossy          bool     // a registration may have been missed (cap, lost events)
+
+	handles map[uint64]event.Location // VMM allocation handle → where its memory lives
+	pools   map[uint64]event.Location // memory pool → where its allocations live
+	dmabufs map[uint32]dmabuf         // dma-buf fd → the memory it exports
+}
+
+// dmabuf is the memory a dma-buf fd of the process exports
+// (cuMemGetHandleForAddressRange).
+type dmabuf struct {
+	Range
+	mem event.MemKind
+}
+
+// sets are the ranges of live memory, each of one kind: an address is in at
+// most one of them.
+func (m *procMem) sets() [4]*rangeSet {
+	return [4]*rangeSet{&m.pinned, &m.device, &m.managed, &m.opaque}
 }
 
 // RegistryStats counts what a Registry could not keep.
@@ -162,14 +182,14 @@ func (r *Registry) Forget(pid uint32) { delete(r.procs, pid) }
 // AddPinned records a pinned host range of the process.
 func (r *Registry) AddPinned(pid uint32, start, size uint64) {
 	if m := r.proc(pid); m != nil {
-		r.add(m, &m.pinned, &m.device, start, size)
+		r.add(m, &m.pinned, start, size)
 	}
 }
 
 // AddDevice records a device allocation of the process.
 func (r *Registry) AddDevice(pid uint32, start, size uint64) {
 	if m := r.proc(pid); m != nil {
-		r.add(m, &m.device, &m.pinned, start, size)
+		r.add(m, &m.device, start, size)
 	}
 }
 
@@ -208,6 +228,15 @@ func (m *procMem) lookup(addr uint64) (event.MemKind, uint64) {
 	if i := m.device.find(addr); i >= 0 {
 		return event.MemDevice, m.device[i].Start
 	}
+	if i := m.managed.find(addr); i >= 0 {
+		return event.MemManaged, m.managed[i].Start
+	}
+	if i := m.opaque.find(addr); i >= 0 {
+		return event.MemUnknown, m.opaque[i].Start
+	}
+	if m.reserved.find(addr) >= 0 {
+		return event.MemUnknown, 0 // CUDA's address space, nothing mapped that we know of
+	}
 	return m.unregistered(addr), 0
 }
 
@@ -237,25 +266,27 @@ func (m *procMem) unregistered(addr uint64) event.MemKind {
 	return event.MemUnknown
 }
 
-// add inserts [start, start+size) into set. The same range again is a no-op
-// (the runtime and the driver both report one registration); a range that
-// overlaps others, of either kind, replaces them: the address space can only
-// hold one live mapping, so the older ones were freed without us seeing it.
-func (r *Registry) add(m *procMem, set, other *rangeSet, start, size uint64) {
+// add inserts [start, start+size) into set, one of m.sets(). The same range
+// again is a no-op (the runtime and the driver both report one
+// registration); a range that overlaps others, of any kind, replaces them:
+// the address space can only hold one live mapping, so the older ones were
+// freed without us seeing it.
+func (r *Registry) add(m *procMem, set *rangeSet, start, size uint64) {
 	if size == 0 || start == 0 {
 		return
 	}
-	end := start + size
-	if end < start {
-		end = ^uint64(0)
-	}
-	nr := Range{start, end}
+	nr := span(start, size)
 	i, j := set.overlapping(nr)
 	if j == i+1 && (*set)[i] == nr {
 		return
 	}
-	if oi, oj := other.overlapping(nr); oj > oi {
-		*other = slices.Delete(*other, oi, oj)
+	for _, other := range m.sets() {
+		if other == set {
+			continue
+		}
+		if oi, oj := other.overlapping(nr); oj > oi {
+			*other = slices.Delete(*other, oi, oj)
+		}
 	}
 	if j == i && len(*set) >= r.maxRanges {
 		r.stats.RangeCapHits++
@@ -263,6 +294,15 @@ func (r *Registry) add(m *procMem, set, other *rangeSet, start, size uint64) {
 		return
 	}
 	*set = slices.Replace(*set, i, j, nr)
+}
+
+// span is [start, start+size), clipped at the top of the address space.
+func span(start, size uint64) Range {
+	end := start + size
+	if end < start {
+		end = ^uint64(0)
+	}
+	return Range{start, end}
 }
 
 func (r *Registry) remove(set *rangeSet, start uint64) {

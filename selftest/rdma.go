@@ -263,11 +263,15 @@ func wrDirection(t TruthCall) string {
 	return correlate.DirUnknown
 }
 
+// wrMem is what the agent must report of a region rdmapath's truth names:
+// device memory, host memory CUDA pinned, or host memory only the NIC
+// registered — unknown, since the agent cannot tell it from device memory
+// it never saw made (docs/design.md, "Correlation").
 func wrMem(local string) event.MemKind {
 	switch local {
 	case "device":
 		return event.MemDevice
-	case "host":
+	case "pinned":
 		return event.MemPinned
 	}
 	return event.MemUnknown

@@ -29,7 +29,7 @@ import (
 
 // Scenarios the selftest runs on each runtime build, after late-attach.
 var Scenarios = []string{"hicache-load", "pageable-load", "fragmented-load", "writeback-duplex",
-	"h2d-overlap", "default-kind", "api-coverage", "failing-copies"}
+	"h2d-overlap", "default-kind", "api-coverage", "failing-copies", "vmm-pool-managed"}
 
 // Runtimes are the two builds of the reference runtime: with and without a
 // CET prologue, so both probe-site choices are exercised.
@@ -471,6 +471,13 @@ func Compare(res *Result, truth []TruthCall, got []correlate.Transfer) {
 		if w.ExpectHostMem != string(g.HostMem) && (w.Direction == "H2D" || w.Direction == "D2H") {
 			res.MemoryErrs++
 			problem("record %d (%s %s): host memory want %s got %s", i, w.API, w.Direction, w.ExpectHostMem, g.HostMem)
+		}
+		// Each side's kind: a device side the call states, else what an
+		// observer can know of the address (truth.h in refpath/kvpath).
+		if w.ExpectSrcMem != "" && (w.ExpectSrcMem != string(g.Src.Mem) || w.ExpectDstMem != string(g.Dst.Mem)) {
+			res.MemoryErrs++
+			problem("record %d (%s %s): memory want %s→%s got %s→%s", i, w.API, w.Direction, w.ExpectSrcMem, w.ExpectDstMem,
+				g.Src.Mem, g.Dst.Mem)
 		}
 		if w.Result == 0 {
 			if msg := checkCompletion(w, g, truth); msg != "" {

@@ -23,6 +23,8 @@ type TruthCall struct {
 	Stream        uint64 `json:"stream"`
 	HostMem       string `json:"host_mem"`
 	ExpectHostMem string `json:"expect_host_mem"`
+	ExpectSrcMem  string `json:"expect_src_mem"` // what an observer must report of each side
+	ExpectDstMem  string `json:"expect_dst_mem"`
 	BatchIndex    *int   `json:"batch_index"`
 	Layer         int    `json:"layer"`         // the scenario's layer of a per-layer load, -1 none
 	Result        int    `json:"result"`        // what the call returned: 0, or its error code

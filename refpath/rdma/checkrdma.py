@@ -23,7 +23,7 @@ WC_FOR = {"RDMA_WRITE": "RDMA_WRITE", "RDMA_WRITE_WITH_IMM": "RDMA_WRITE", "RDMA
 # scenario -> initiator role, opcode of the page WRs, local_mem, remote_mem, data_flow
 EXPECT = {
     "pd-transfer": ("prefill", "RDMA_WRITE_WITH_IMM", "device", "device", "local_to_remote"),
-    "pd-overlap": ("prefill", "RDMA_WRITE_WITH_IMM", "host", "device", "local_to_remote"),
+    "pd-overlap": ("prefill", "RDMA_WRITE_WITH_IMM", "pinned", "device", "local_to_remote"),
     "pd-send-duplex": ("decode", "RDMA_WRITE", "device", "host", "local_to_remote"),
     "rdma-read": ("decode", "RDMA_READ", "device", "device", "remote_to_local"),
 }

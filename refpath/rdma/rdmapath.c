@@ -56,7 +56,7 @@ struct rdv {
 	uint32_t stage[2];
 	uint32_t qpn[2];
 	uint32_t rkey[2];
-	uint32_t is_device[2];
+	uint32_t is_device[2]; /* enum mr_mem of each side's target region */
 	uint64_t addr[2], len[2];
 	char gpu[2][WIRE_GPU_MAX];
 	uint64_t t_first_post[MAX_PHASE];
@@ -127,10 +127,14 @@ static void vrec(const char *api, const char *op, const char *fmt, ...)
 	va_end(ap);
 }
 
-/* The scenario's own MR table: what it registered, and the memory behind it. */
+/* The scenario's own MR table: what it registered, and the memory behind it: device
+ * memory, host memory CUDA pinned (cudaHostRegister), or host memory only the NIC
+ * registered — which an observer cannot tell from device memory it never saw made
+ * (nvidia-peermem), so it must report that one unknown (selftest/rdma.go). */
+enum mr_mem { MR_HOST, MR_DEVICE, MR_PINNED };
 struct lmr {
 	struct ibv_mr *mr;
-	int is_device;
+	int is_device; /* enum mr_mem */
 };
 static struct lmr mrs[16];
 static int nmrs;
@@ -143,9 +147,9 @@ static const struct lmr *mr_by_lkey(uint32_t lkey)
 	return NULL;
 }
 
-static const char *memkind(int dev)
+static const char *memkind(int m)
 {
-	return dev ? "device" : "host";
+	return m == MR_DEVICE ? "device" : m == MR_PINNED ? "pinned" : "host";
 }
 
 static struct ibv_mr *reg_mr(struct ibv_pd *pd, void *addr, size_t len, int access)
@@ -155,7 +159,7 @@ static struct ibv_mr *reg_mr(struct ibv_pd *pd, void *addr, size_t len, int acce
 	uint64_t t1 = truth_now_ns();
 	if (!mr)
 		die("ibv_reg_mr: %s", strerror(errno));
-	int dev = truth_is_device(addr);
+	int dev = truth_is_device(addr) ? MR_DEVICE : truth_is_pinned(addr) ? MR_PINNED : MR_HOST;
 	mrs[nmrs++] = (struct lmr){mr, dev};
 	vrec("ibv_reg_mr_iova2", "reg_mr",
 	     "\"addr\":%llu,\"length\":%zu,\"iova\":%llu,\"access\":%d,\"lkey\":%u,\"rkey\":%u,\"mem\":\"%s\","
@@ -239,7 +243,7 @@ static void post_send(struct ibv_send_wr *chain, int phase)
 		for (int k = 0; k < w->num_sge; k++)
 			bytes += w->sg_list[k].length;
 		const struct lmr *l = w->num_sge ? mr_by_lkey(w->sg_list[0].lkey) : NULL;
-		int ldev = l && l->is_device;
+		int ldev = l ? l->is_device : MR_HOST;
 		int remote = w->opcode == IBV_WR_RDMA_WRITE || w->opcode == IBV_WR_RDMA_WRITE_WITH_IMM ||
 			     w->opcode == IBV_WR_RDMA_READ;
 		int known = remote && w->wr.rdma.rkey == R->rkey[other];
@@ -496,7 +500,7 @@ static void connect_qp(struct ibv_mr *target)
 		R->rkey[me] = target->rkey;
 		R->is_device[me] = mr_by_lkey(target->lkey)->is_device;
 		const char *g = getenv("LW_REF_GPU");
-		snprintf(R->gpu[me], WIRE_GPU_MAX, "%s", R->is_device[me] && g ? g : "");
+		snprintf(R->gpu[me], WIRE_GPU_MAX, "%s", R->is_device[me] == MR_DEVICE && g ? g : "");
 	}
 	barrier(1, "QP exchange");
 	struct ibv_qp_attr a = {.qp_state = IBV_QPS_RTR, .path_mtu = IBV_MTU_4096, .dest_qp_num = R->qpn[other],
