@@ -17,6 +17,7 @@ import (
 	"github.com/lanewatch/lanewatch/agent"
 	"github.com/lanewatch/lanewatch/checks"
 	"github.com/lanewatch/lanewatch/collectors"
+	"github.com/lanewatch/lanewatch/correlate"
 	"github.com/lanewatch/lanewatch/event"
 	"github.com/lanewatch/lanewatch/probes"
 )
@@ -68,7 +69,7 @@ func Run(ctx context.Context, cfg Config) (*checks.Report, error) {
 		r.Add(win.congestionCheck(cfg))
 	} else {
 		r.Add(checks.Skipped(checks.HostScope, "pinned memory", "pinned pools are seen as they are registered: rerun with --sample"))
-		r.Add(checks.Skipped(checks.HostScope, "RDMA congestion", "needs a live window (--sample) to compare counter rates with latency"))
+		r.Add(checks.Skipped(checks.HostScope, checks.CheckCongestion, "needs a live window (--sample) to compare counter rates with latency"))
 	}
 	for _, pid := range targets(cfg, win) {
 		var pools []checks.Pool
@@ -133,11 +134,32 @@ func (w *window) pinnedBytes() map[uint32]uint64 {
 	return maps.Clone(w.pinned)
 }
 
+// congestionCheck judges the window's two halves in turn (counters sampled
+// at its start, middle and end): the second against the first, which is
+// also the quiet baseline its ports learn when their counters were still.
+// A finding of either half is the window's; the second half's wins.
 func (w *window) congestionCheck(cfg Config) checks.Check {
 	if w.congestion == nil {
-		return checks.Skipped(checks.HostScope, "RDMA congestion", "no RDMA port in %s/class/infiniband", cfg.SysRoot)
+		return checks.Skipped(checks.HostScope, checks.CheckCongestion, "no RDMA port in %s/class/infiniband", cfg.SysRoot)
 	}
-	return w.congestion.Check(checks.HalfLatencies(w.transfers.RDMAs(), w.start, w.length))
+	mid := w.start + uint64(w.length/2)
+	var halves [2][]correlate.Transfer
+	for _, t := range w.transfers.RDMAs() {
+		h := 0
+		if t.CompleteNs >= mid {
+			h = 1
+		}
+		halves[h] = append(halves[h], t)
+	}
+	first := w.congestion.Judge(halves[0])
+	c := w.congestion.Judge(halves[1])
+	for _, f := range first.Findings {
+		if !slices.ContainsFunc(c.Findings, func(g correlate.Finding) bool { return g.Subject == f.Subject }) {
+			f.Evidence = append(f.Evidence, "in the first half of the window")
+			c.Findings = append(c.Findings, f)
+		}
+	}
+	return c
 }
 
 // poolQueue bounds the placements waiting for move_pages; past it, pools are
@@ -198,7 +220,7 @@ func sample(ctx context.Context, cfg Config) (*window, error) {
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- ag.Run(runCtx) }()
-	cong, err := checks.NewCongestion(cfg.SysRoot)
+	cong, err := checks.NewCongestion(checks.CongestionConfig{ProcRoot: cfg.ProcRoot, SysRoot: cfg.SysRoot})
 	if err != nil {
 		cfg.Logger.Warn("RDMA counters unreadable", "err", err)
 	}
@@ -207,7 +229,7 @@ func sample(ctx context.Context, cfg Config) (*window, error) {
 	case <-ready:
 		w.start = probes.Now()
 		if cong != nil {
-			cong.Sample(0)
+			cong.Sample()
 		}
 		if cfg.OnSampleStart != nil {
 			cfg.OnSampleStart()
@@ -218,7 +240,7 @@ func sample(ctx context.Context, cfg Config) (*window, error) {
 			case <-ctx.Done():
 			}
 			if cong != nil {
-				cong.Sample(half)
+				cong.Sample()
 			}
 		}
 	case err := <-done:
