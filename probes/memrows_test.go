@@ -1,6 +1,8 @@
 package probes
 
 import (
+	"bufio"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -9,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/lanewatch/lanewatch/event"
+	"github.com/lanewatch/lanewatch/internal/testenv"
 )
 
 // The allocator rows (docs/design.md, "Late attach"): one per entry point
@@ -176,3 +179,81 @@ int main(void) {
 	}
 }
 
+
+// On the reference driver, under the real programs: lw_prop_enter reads
+// where cuMemCreate's and cudaMemPoolCreate's memory will live (a device
+// and a host NUMA node), and the dma-buf fd cuMemGetHandleForAddressRange
+// wrote is read whole, as the int it is (kvpath vmm-pool-managed reports it).
+func TestMemoryProbesOnReference(t *testing.T) {
+	testenv.RequireRoot(t)
+	ref := testenv.RefDir(t)
+	p, err := Load(Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	lib := filepath.Join(ref, "lib", "libcuda.so.1")
+	syms, err := LookupSymbols(lib, []string{"cuMemCreate", "cuMemPoolCreate", "cuMemGetHandleForAddressRange", "cuMemMap", "cuMemAllocManaged"})
+	if err != nil || len(syms) != 5 {
+		t.Fatalf("%s: %v %v", lib, syms, err)
+	}
+	if _, err := p.AttachFile(FileID{Inode: 1}, lib, syms, 0); err != nil {
+		t.Fatal(err)
+	}
+	stop := collect(t, p)
+	truth := filepath.Join(t.TempDir(), "truth.jsonl")
+	cmd := exec.Command(filepath.Join(ref, "bin", "kvpath"), "--scenario", "vmm-pool-managed", "--truth", truth)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("kvpath: %v\n%s", err, out)
+	}
+	got := stop()
+	var end struct {
+		End      bool `json:"end"`
+		DmabufFD *int `json:"dmabuf_fd"`
+	}
+	f, err := os.Open(truth)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for sc := bufio.NewScanner(f); sc.Scan(); {
+		json.Unmarshal(sc.Bytes(), &end)
+	}
+	if !end.End || end.DmabufFD == nil {
+		t.Fatalf("no end line with the fd in %s", truth)
+	}
+	pid := uint32(cmd.Process.Pid)
+	var locs []event.Location
+	var fds []uint64
+	maps, managed := 0, 0
+	for _, c := range got {
+		if c.PID != pid || c.Failed() {
+			continue
+		}
+		switch c.Op {
+		case event.OpMemCreate, event.OpPoolCreate:
+			if c.Handle == 0 {
+				t.Errorf("%s: no handle", c.Symbol)
+			}
+			locs = append(locs, c.Location)
+		case event.OpDmabufExport:
+			fds = append(fds, c.Handle)
+		case event.OpMemMap:
+			maps++
+		case event.OpManagedAlloc:
+			managed++
+		}
+	}
+	want := []event.Location{{Type: event.LocDevice, ID: 0}, {Type: event.LocHostNUMA, ID: 0}, {Type: event.LocHostNUMA, ID: 0}}
+	if len(locs) != 3 || locs[0] != want[0] || locs[1] != want[1] || locs[2] != want[2] {
+		t.Errorf("locations %+v, want %+v (device and host cuMemCreate, host pool)", locs, want)
+	}
+	if len(fds) != 1 || fds[0] != uint64(*end.DmabufFD) {
+		t.Errorf("dma-buf fds %v, want [%d]", fds, *end.DmabufFD)
+	}
+	// (Drops are not judged: the probes are on a library other tests'
+	// processes may be inside of when they attach.)
+	if maps != 2 || managed != 1 {
+		t.Errorf("%d maps, %d managed allocations; want 2, 1", maps, managed)
+	}
+}

@@ -13,13 +13,16 @@
  * Copies use explicit kinds and cudaMemcpyDefault, through the runtime and the driver
  * API, so each kind is seen both as a stated side and placed by its address. A Default
  * copy with a managed side has no direction anyone can state (truth.h). Every call that
- * allocates, maps or frees is in the truth, then the copied bytes are verified.
+ * allocates, maps or frees is in the truth, then the copied bytes are verified. The VMM
+ * device range is also exported as a dma-buf fd (cuMemGetHandleForAddressRange): the
+ * end line's dmabuf_fd is the fd the call wrote.
  */
 #include "calls.h"
 #include "kvpath.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define KiB 1024ull
 #define MiB (1024ull * 1024ull)
@@ -93,7 +96,6 @@ static void copy(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind,
 
 int sc_vmm_pool_managed(const struct opts *o, struct result *res)
 {
-	(void)res;
 	const size_t N = 256 * KiB; /* each copy; every buffer holds several */
 	int bad = 0;
 
@@ -129,6 +131,15 @@ int sc_vmm_pool_managed(const struct opts *o, struct result *res)
 	char *vdev = (char *)(uintptr_t)va, *vhost = (char *)(uintptr_t)(va + G);
 	truth_note_mem(vdev, G, MEM_DEVICE, 0);
 	truth_note_mem(vhost, G, MEM_PINNED, 0);
+	int fd = -1;
+	{
+		struct truth_rec *r = mem_rec("cuMemGetHandleForAddressRange", "dmabuf_export", G);
+		r->ptr = va;
+		r->flags = CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD;
+		r->has_flags = 1;
+		TCALL(r, cuMemGetHandleForAddressRange(&fd, va, G, CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0));
+	}
+	snprintf(res->extra, sizeof res->extra, "\"dmabuf_fd\":%d", fd);
 
 	/* pools: the device's (cudaMallocAsync, and its default pool by handle), a host pool's */
 	cudaMemPool_t hostpool = NULL, defpool = NULL;
@@ -218,6 +229,7 @@ int sc_vmm_pool_managed(const struct opts *o, struct result *res)
 		struct truth_rec *r = truth_new("cudaMemPoolDestroy", "pool_destroy");
 		TCALL(r, cudaMemPoolDestroy(hostpool));
 	}
+	close(fd);
 	CHECK(cudaStreamDestroy(s));
 	dev_free(dev);
 	{
