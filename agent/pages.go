@@ -208,6 +208,9 @@ func (s *pageStage) giveUpOldest() bool {
 	for _, e := range s.queue {
 		if !e.ready {
 			e.ready = true
+			if s.stats.Behind == 0 {
+				s.cfg.log.Warn("host pages of copies not located: too many copies waiting for their lookup (counted as behind)", "waiting", pageMaxHeld)
+			}
 			s.stats.Behind++
 			return true
 		}
@@ -288,6 +291,9 @@ func (s *pageStage) step() bool {
 		}
 		if !s.take(now, fresh) {
 			e.ready = true
+			if s.stats.OverRate == 0 {
+				s.cfg.log.Warn("host pages of copies not located: over the page budget (counted as over_budget)", "pages_per_second", pageRate)
+			}
 			s.stats.OverRate++
 			continue
 		}
@@ -467,4 +473,11 @@ func HostGPUNodes(sysRoot string) (func(bdf string) int, error) {
 		return nil, err
 	}
 	return h.GPUNode, nil
+}
+
+// ByResult gives the counts as lanewatch_page_lookups_total's results
+// (exporters.PageLookupResults): every copy looked for is in one.
+func (s PageStats) ByResult() map[string]uint64 {
+	return map[string]uint64{"located": s.Located - s.Cached, "cached": s.Cached, "no_node": s.NoNode, "failed": s.Failed,
+		"over_budget": s.OverRate, "behind": s.Behind}
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/lanewatch/lanewatch/collectors"
 	"github.com/lanewatch/lanewatch/correlate"
 	"github.com/lanewatch/lanewatch/event"
+	"github.com/lanewatch/lanewatch/exporters"
 )
 
 // pageSink keeps what the page stage hands on, exits as records with API "exit".
@@ -550,5 +551,18 @@ func TestPagesBehind(t *testing.T) {
 		if located := !tr.NUMAPages.IsZero(); located != (i >= 10) {
 			t.Fatalf("transfer %d located %v", i, located)
 		}
+	}
+}
+
+// Every copy looked for is counted in exactly one result of the metric.
+func TestPageStatsByResult(t *testing.T) {
+	st := PageStats{Copies: 100, Located: 60, Cached: 40, NoNode: 10, Failed: 5, OverRate: 20, Behind: 5}
+	var sum uint64
+	got := st.ByResult()
+	for _, r := range exporters.PageLookupResults {
+		sum += got[r]
+	}
+	if sum != st.Copies || len(got) != len(exporters.PageLookupResults) || got["located"] != 20 {
+		t.Errorf("%v", got)
 	}
 }

@@ -149,6 +149,10 @@ func logSummary(log *slog.Logger, ag *Agent) {
 		args = append(args, r.Name, r.Count)
 	}
 	log.Info("summary", args...)
+	if p := st.Pages; p.Copies > 0 {
+		log.Info("host pages of copies", "copies", p.Copies, "located", p.Located, "from_cache", p.Cached, "no_node", p.NoNode,
+			"failed", p.Failed, "over_budget", p.OverRate, "behind", p.Behind, "move_pages_calls", p.Queries, "pages_asked", p.Pages)
+	}
 	if rs := ag.RDMAStats(); rs.WorkRequests > 0 {
 		log.Info("rdma", "work_requests", rs.WorkRequests, "completions", rs.Completions, "by_status", fmt.Sprint(rs.ByStatus),
 			"unmatched_completions", rs.Unmatched, "never_completed", rs.Evicted)
@@ -301,7 +305,7 @@ func (m *metrics) health() exporters.Health {
 	}
 	st := m.agent.Stats()
 	return exporters.Health{Events: st.Events, Drops: st.Drops, AttachedProbes: m.agent.AttachedProbes(),
-		AttachFailures: st.AttachFailures, Pending: m.agent.Pending()}
+		AttachFailures: st.AttachFailures, Pending: m.agent.Pending(), PageLookups: st.Pages.ByResult()}
 }
 
 // publish hands a verdict to the metrics and logs what it holds: every

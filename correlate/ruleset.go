@@ -35,7 +35,7 @@ type Rule struct {
 // rules.go), its entry here, its alert in dashboards/lanewatch.rules.yml and
 // that alert's test.
 var Rules = []Rule{
-	{Name: "remote-numa-pool", Severities: []Severity{SevFail}, Checklist: checkPoolNode, Where: InHostCheck | InDiagnose,
+	{Name: "remote-numa-pool", Severities: []Severity{SevFail}, Checklist: checkPoolNode, Where: InWindow | InHostCheck | InDiagnose,
 		Remediation: "allocate the pool on its GPU's NUMA node (numactl --cpunodebind=N --membind=N, or the server's own NUMA binding)"},
 	{Name: "numa-bind-skipped", Severities: []Severity{SevWarn}, Checklist: checkPoolNode, Where: InHostCheck | InDiagnose,
 		Remediation: "install numactl and grant CAP_SYS_NICE, or bind explicitly with numactl"},

@@ -48,7 +48,17 @@ type Health struct {
 	AttachedProbes map[string]int // library file (path as attached) → probe sites attached in it
 	AttachFailures uint64         // files whose probes could not be attached
 	Pending        int            // transfers not yet emitted: copies awaiting a proof of completion, RDMA requests awaiting their completion
+	// PageLookups counts host↔device copies by what became of locating
+	// their host pages (PageLookupResults; docs/design.md, "Pages, not
+	// registrations"); nil: no locator ran.
+	PageLookups map[string]uint64
 }
+
+// PageLookupResults are the values of lanewatch_page_lookups_total's
+// result label: located by a move_pages query, located from the cache, no
+// sampled page had a node (not resident, not mapped, the process gone),
+// the query failed, over the page budget, behind (too many copies waiting).
+var PageLookupResults = []string{"located", "cached", "no_node", "failed", "over_budget", "behind"}
 
 // Window is the evaluator's verdict on the last interval.
 type Window struct {
@@ -168,6 +178,10 @@ var (
 		"Probe sites attached, by library file name.", []string{"library"}, nil)
 	descAttachFailures = prometheus.NewDesc("lanewatch_attach_failures_total",
 		"Files exporting probed symbols whose probes could not be attached.", nil, nil)
+	descPageLookups = prometheus.NewDesc("lanewatch_page_lookups_total",
+		"Host<->device copies by what became of locating the NUMA node of their host pages: located (move_pages), cached, "+
+			"no_node (not resident, not mapped, process gone), failed, over_budget, behind (the locator could not keep up).",
+		[]string{"result"}, nil)
 	descPending = prometheus.NewDesc("lanewatch_transfers_pending",
 		"Transfers waiting for a synchronisation to prove their completion, plus RDMA work requests not yet completed.", nil, nil)
 )
@@ -287,7 +301,7 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descTransfers, descTransferBytes, descTransferSize, descFailed, descWRs, descWRLatency,
 		descFindings, descLaneDemand, descLaneCapacity, descLaneMeasured, descLaneUnattributed, descGPUCounters,
 		descEvalDuration, descEvalTime,
-		descEvents, descDrops, descAttached, descAttachFailures, descPending} {
+		descEvents, descDrops, descAttached, descAttachFailures, descPending, descPageLookups} {
 		ch <- d
 	}
 }
@@ -391,4 +405,9 @@ func collectHealth(ch chan<- prometheus.Metric, h Health) {
 	}
 	ch <- prometheus.MustNewConstMetric(descAttachFailures, prometheus.CounterValue, float64(h.AttachFailures))
 	ch <- prometheus.MustNewConstMetric(descPending, prometheus.GaugeValue, float64(h.Pending))
+	if h.PageLookups != nil {
+		for _, r := range PageLookupResults {
+			ch <- prometheus.MustNewConstMetric(descPageLookups, prometheus.CounterValue, float64(h.PageLookups[r]), r)
+		}
+	}
 }
