@@ -179,7 +179,6 @@ int main(void) {
 	}
 }
 
-
 // On the reference driver, under the real programs: lw_prop_enter reads
 // where cuMemCreate's and cudaMemPoolCreate's memory will live (a device
 // and a host NUMA node), and the dma-buf fd cuMemGetHandleForAddressRange
