@@ -344,7 +344,7 @@ func (s *pageStage) step() bool {
 			pn.Add(nodes[e.idx[j]])
 		}
 		switch {
-		case err != nil && !errors.Is(err, unix.ESRCH):
+		case err != nil && !processGone(err):
 			if s.stats.Failed == 0 {
 				s.cfg.log.Warn("cannot locate the host pages of copies: their NUMA node stays unknown", "pid", pid, "err", err)
 			}
@@ -359,6 +359,11 @@ func (s *pageStage) step() bool {
 	s.deliver()
 	return true
 }
+
+// processGone reports whether a query failed because the process has no
+// memory any more: ESRCH (reaped), EINVAL (exited, not yet reaped: the
+// kernel finds no mm; also a kernel thread).
+func processGone(err error) bool { return errors.Is(err, unix.ESRCH) || errors.Is(err, unix.EINVAL) }
 
 // take spends n pages of the budget, refilled at pageRate per second.
 func (s *pageStage) take(now time.Time, n int) bool {

@@ -115,6 +115,14 @@ func TestPagesRealMovePages(t *testing.T) {
 	if err := dead.Run(); err != nil {
 		t.Fatal(err)
 	}
+	// A process that exited and was not reaped yet: the kernel finds no
+	// memory for it (EINVAL rather than ESRCH).
+	zombie := exec.Command("true")
+	if err := zombie.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer zombie.Wait()
+	waitZombie(t, zombie.Process.Pid)
 
 	sink := &pageSink{}
 	s := newPageStage(sink, defaultPageConfig(quietLog()))
@@ -125,12 +133,13 @@ func TestPagesRealMovePages(t *testing.T) {
 	s.Transfer(h2d(self, unmapped, 1<<20, 4))                          // not mapped: no node
 	s.Transfer(h2d(uint32(child.Process.Pid), stackTop-4096, 4096, 5)) // another process
 	s.Transfer(h2d(uint32(dead.Process.Pid), base, 4096, 6))           // the process is gone
+	s.Transfer(h2d(uint32(zombie.Process.Pid), base, 4096, 7))         // exited, not reaped
 	s.close()
 
-	if len(sink.got) != 6 {
-		t.Fatalf("%d transfers handed on, want 6", len(sink.got))
+	if len(sink.got) != 7 {
+		t.Fatalf("%d transfers handed on, want 7", len(sink.got))
 	}
-	for i, wantNode := range []int{want, want, -1, -1, stackNode, -1} {
+	for i, wantNode := range []int{want, want, -1, -1, stackNode, -1, -1} {
 		tr := sink.got[i]
 		if tr.SubmitNs != uint64(i+1) {
 			t.Fatalf("transfer %d handed on out of order: %+v", i, tr)
@@ -152,8 +161,27 @@ func TestPagesRealMovePages(t *testing.T) {
 		}
 	}
 	st := s.Stats()
-	if st.Copies != 6 || st.Located != 3 || st.NoNode != 3 || st.Failed != 0 || st.OverRate != 0 || st.Behind != 0 {
+	if st.Copies != 7 || st.Located != 3 || st.NoNode != 4 || st.Failed != 0 || st.OverRate != 0 || st.Behind != 0 {
 		t.Errorf("stats %+v", st)
+	}
+}
+
+// waitZombie waits until pid has exited and is not reaped (state Z).
+func waitZombie(t *testing.T, pid int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		stat, err := os.ReadFile(filepath.Join("/proc", fmt.Sprint(pid), "stat"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i := strings.LastIndexByte(string(stat), ')'); i > 0 && strings.HasPrefix(string(stat[i+1:]), " Z") {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pid %d did not exit: %s", pid, stat)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
 

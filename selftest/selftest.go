@@ -27,7 +27,8 @@ import (
 	"github.com/lanewatch/lanewatch/selftest/refenv"
 )
 
-// Scenarios the selftest runs on each runtime build, after late-attach.
+// Scenarios the selftest runs on each runtime build, after late-attach and
+// late-pool-pages (PagesScenario).
 var Scenarios = []string{"hicache-load", "pageable-load", "fragmented-load", "writeback-duplex",
 	"h2d-overlap", "default-kind", "api-coverage", "failing-copies", "vmm-pool-managed"}
 
@@ -198,6 +199,12 @@ func Run(ctx context.Context, cfg Config) (results []Result, stats agent.Stats, 
 		return nil, stats, err
 	}
 	defer late.cmd.Process.Kill()
+	// So does late-pool-pages, whose pages the agent finds from its copies.
+	pages, err := startHeld(ctx, kvpath, PagesScenario, filepath.Join(tmp, PagesScenario+".jsonl"), nil)
+	if err != nil {
+		return nil, stats, err
+	}
+	defer pages.cmd.Process.Kill()
 
 	ready := make(chan struct{})
 	ag, err := agent.New(agent.Config{
@@ -247,11 +254,15 @@ func Run(ctx context.Context, cfg Config) (results []Result, stats agent.Stats, 
 		got := col.Take(p.pid)
 		Compare(&res, truth, got)
 		checkOverlap(&res, name, p.pid, got)
+		checkPages(&res, name, p.pid, p.truth, got)
 		results = append(results, res)
 		return nil
 	}
 
 	if err := run("late-attach", "plain", func() (*proc, error) { return late, late.release() }); err != nil {
+		return results, stats, err
+	}
+	if err := run(PagesScenario, "plain", func() (*proc, error) { return pages, pages.releaseCopies(col, cfg.Timeout) }); err != nil {
 		return results, stats, err
 	}
 	for _, rt := range cfg.Runtimes {

@@ -3,6 +3,7 @@ package selftest
 import (
 	"bytes"
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/lanewatch/lanewatch/internal/testenv"
@@ -21,14 +22,21 @@ func TestSelftest(t *testing.T) {
 	if !ok {
 		t.Fatal("selftest failed")
 	}
-	// late-attach, kernel-copy, no-device per runtime, two roles per RDMA
+	// late-attach, late-pool-pages, kernel-copy, no-device per runtime, two roles per RDMA
 	// scenario, hicache-spans
-	if want := 2 + (len(Scenarios)+1)*len(Runtimes) + 2*len(RDMAScenarios) + 1; len(results) != want {
+	if want := 3 + (len(Scenarios)+1)*len(Runtimes) + 2*len(RDMAScenarios) + 1; len(results) != want {
 		t.Fatalf("%d results, want %d", len(results), want)
 	}
 	// The overlap verdicts by design: pd-overlap and h2d-overlap flagged, the
 	// duplex scenarios (opposite directions) not. OK() already failed on a
 	// wrong verdict; say which it was.
+	// late-pool-pages: remote-numa-pool found from the copies' pages, the
+	// pool never seen registered (OK() failed on any mismatch).
+	for _, r := range results {
+		if r.Scenario == PagesScenario && (len(r.Problems) == 0 || !strings.Contains(r.Problems[0], "finding: 100% of the bytes")) {
+			t.Errorf("%s: no remote-numa-pool from the copies' pages: %q", r.Scenario, r.Problems)
+		}
+	}
 	for _, r := range results {
 		want := overlapExpected[r.Scenario]
 		if r.Overlap != "" && (r.Overlap == "flagged") != want {
