@@ -20,8 +20,10 @@ const maxPoolsJudged = 16
 // knows to hold pinned memory (where its pools' pages live, whether its
 // NUMA binding was skipped, pinned memory against what the host has left),
 // so that `agent run` keeps these findings current too. Between rounds it
-// returns the last round's findings.
-func (a *Agent) HostJudge(procRoot, sysRoot string, every time.Duration, log *slog.Logger) func() []correlate.Finding {
+// returns the last round's findings. loads (nil: none) gives each round the
+// GPU link states read under load since the previous (LinkWatch.Take), by
+// which link-degraded judges GPUs.
+func (a *Agent) HostJudge(procRoot, sysRoot string, every time.Duration, log *slog.Logger, loads func() map[string]checks.LinkLoad) func() []correlate.Finding {
 	var mu sync.Mutex
 	var last time.Time
 	var cached []correlate.Finding
@@ -36,6 +38,9 @@ func (a *Agent) HostJudge(procRoot, sysRoot string, every time.Duration, log *sl
 		if err != nil {
 			log.Warn("host checks", "err", err)
 			return cached
+		}
+		if loads != nil {
+			host.Loads = loads()
 		}
 		all := host.HostChecks(checks.IBDevices{})
 		a.engineMu.Lock()

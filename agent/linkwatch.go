@@ -39,10 +39,16 @@ func NewLinkWatch(maxGap time.Duration) *LinkWatch {
 	return &LinkWatch{maxGap: maxGap, best: map[string]checks.LinkLoad{}, max: map[string]float64{}}
 }
 
-// Add takes the next counter reading.
+// Add takes the next counter reading. One less than a tenth of maxGap
+// after the previous is dropped (a rate over a few milliseconds says more
+// about when the counters tick than about the link), and so is one older
+// than the previous (readers racing).
 func (w *LinkWatch) Add(s collectors.GPUSnapshot) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if w.cur != nil && s.Time.Sub(w.cur.Time) < w.maxGap/10 {
+		return
+	}
 	for _, g := range s.GPUs {
 		if gbs := linkBps(g) / 1e9; gbs > 0 {
 			w.max[g.BusID] = gbs
@@ -113,4 +119,24 @@ func (w *LinkWatch) MaxGBs(gpu string) float64 {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.max[gpu]
+}
+
+// WatchLinks returns counters that give w every reading they return:
+// whoever reads them (the evaluator every counter interval, the metrics'
+// scrapes) feeds w.
+func WatchLinks(c collectors.GPUCounters, w *LinkWatch) collectors.GPUCounters {
+	return watchedCounters{c, w}
+}
+
+type watchedCounters struct {
+	collectors.GPUCounters
+	w *LinkWatch
+}
+
+func (c watchedCounters) Sample() (collectors.GPUSnapshot, error) {
+	s, err := c.GPUCounters.Sample()
+	if err == nil {
+		c.w.Add(s)
+	}
+	return s, err
 }

@@ -75,3 +75,36 @@ func TestLinkWatch(t *testing.T) {
 		t.Errorf("rate-only reading: %+v", ld)
 	}
 }
+
+// fakeCounters returns its readings in turn.
+type fakeCounters struct{ s []collectors.GPUSnapshot }
+
+func (f *fakeCounters) Sample() (collectors.GPUSnapshot, error) {
+	s := f.s[0]
+	f.s = f.s[1:]
+	return s, nil
+}
+func (f *fakeCounters) Source() string { return "nvml" }
+func (f *fakeCounters) Close() error   { return nil }
+
+// Whoever reads watched counters feeds the watch; readings a few
+// milliseconds apart (a scrape next to the evaluator's read) are dropped.
+func TestWatchLinks(t *testing.T) {
+	const gb = 1_000_000_000
+	s := time.Second
+	w := NewLinkWatch(3 * time.Second)
+	c := WatchLinks(&fakeCounters{s: []collectors.GPUSnapshot{reading(0, 0, 4, 16), reading(10*time.Millisecond, 5*gb, 1, 16),
+		reading(s, 10*gb, 4, 16), reading(2*s, 20*gb, 4, 16)}}, w)
+	for range 4 {
+		if _, err := c.Sample(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ld, ok := w.Take()["0000:01:00.0"]
+	if want := (checks.LinkLoad{GTs: 16, Width: 16, Bps: 10 * gb, Source: "nvml", MaxGTs: 16, MaxWidth: 16}); !ok || ld != want {
+		t.Fatalf("= %+v %v, want %+v (the 10 ms reading dropped)", ld, ok, want)
+	}
+	if c.Source() != "nvml" || c.Close() != nil {
+		t.Error("the wrapper hides the counters' own methods")
+	}
+}

@@ -176,6 +176,7 @@ type metrics struct {
 	srv       *http.Server
 	agent     *Agent
 	skipped   map[string]bool // window checks skipped, logged once per scope and reason
+	links     *LinkWatch      // GPU link states read under load, for HostJudge; nil without counters
 }
 
 // listenMetrics builds the metrics and binds the listener.
@@ -199,6 +200,12 @@ func listenMetrics(cfg RunConfig, place func(uint32) checks.Placement, log *slog
 		m.exp.SetGPUCounters("")
 	default:
 		return nil, err
+	}
+	if gpu != nil {
+		// Every reading (the evaluator's each second, the scrapes') feeds
+		// the link watch: link-degraded judges GPUs as read under load.
+		m.links = NewLinkWatch(3 * time.Second)
+		gpu = WatchLinks(gpu, m.links)
 	}
 	m.gpu = gpu
 	procRoot := cfg.Trace.ProcRoot
@@ -262,7 +269,11 @@ func (m *metrics) serve(ctx context.Context, ag *Agent, wg *sync.WaitGroup) (sto
 		return func() {}
 	}
 	m.agent = ag
-	m.eval.SetHostFindings(ag.HostJudge(m.cfg.Trace.ProcRoot, m.cfg.SysRoot, m.cfg.Metrics.HostCheckInterval, m.log))
+	var loads func() map[string]checks.LinkLoad
+	if m.links != nil {
+		loads = m.links.Take
+	}
+	m.eval.SetHostFindings(ag.HostJudge(m.cfg.Trace.ProcRoot, m.cfg.SysRoot, m.cfg.Metrics.HostCheckInterval, m.log, loads))
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
