@@ -128,3 +128,28 @@ func TestRemoteNUMAPages(t *testing.T) {
 		}
 	}
 }
+
+// Decoding never panics, and what decodes encodes back to the same value.
+func FuzzPageNodesJSON(f *testing.F) {
+	for _, s := range []string{`[0,1,1]`, `[]`, `null`, `[3]`, `[0,1,2,3]`, `[-1]`, `[ 1 , 2 ]`, `{}`, `"1"`} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		var p PageNodes
+		if err := p.UnmarshalJSON([]byte(s)); err != nil {
+			return
+		}
+		var q PageNodes
+		if err := q.UnmarshalJSON(p.AppendJSON(nil)); err != nil || q != p {
+			t.Fatalf("%q decoded to %s, which decodes to %v (%v)", s, p.AppendJSON(nil), q, err)
+		}
+		var n Node
+		if err := n.UnmarshalJSON([]byte(s)); err == nil {
+			b, _ := n.MarshalJSON()
+			var m Node
+			if err := m.UnmarshalJSON(b); err != nil || m != n {
+				t.Fatalf("node %q: %s → %v (%v)", s, b, m, err)
+			}
+		}
+	})
+}
