@@ -26,97 +26,187 @@ type SMIMatrix struct {
 	// CPUAffinity, NUMAAffinity and GPUNUMAID hold the raw cells of the
 	// "CPU Affinity", "NUMA Affinity" and "GPU NUMA ID" columns per row that
 	// fills them (GPU rows; NIC rows leave them empty): "0-47,96-143", "0",
-	// "N/A". A map is nil when its column is absent.
+	// "N/A". A map is nil when its column is absent; a row is missing from
+	// it when its cells could not be read unambiguously (Notes says so).
 	CPUAffinity  map[string]string
 	NUMAAffinity map[string]string
 	GPUNUMAID    map[string]string
 	// NICLegend maps a NIC column to its RDMA device ("NIC0" → "mlx5_0");
 	// nil without a "NIC Legend:" block (older drivers name the columns
-	// after the RDMA devices directly).
+	// after the RDMA devices directly; a paste may have lost the block, and
+	// then NIC<n> columns have no RDMA name: UnnamedNICs).
 	NICLegend map[string]string
+	// Notes name, as "file:line: …", every repair the parser made to read
+	// a pasted form (cells glued together, rows run into one line) and
+	// everything it read but could not name or left out (no NIC legend,
+	// affinity cells that split more than one way). Empty for a clean file.
+	Notes []string
 }
 
 // The affinity columns, as the header names them. They follow the device
-// columns; rows fill them by position from the end of the device cells.
+// columns; rows fill them after their device cells.
 const (
 	smiColCPUAffinity  = "CPU Affinity"
 	smiColNUMAAffinity = "NUMA Affinity"
 	smiColGPUNUMAID    = "GPU NUMA ID"
 )
 
-var smiExtraCols = [][]string{
-	{"CPU", "Affinity"},
-	{"NUMA", "Affinity"},
-	{"GPU", "NUMA", "ID"},
+// smiExtraCols are the affinity columns in the order nvidia-smi prints
+// them, with their names as they read once whitespace is gone (a paste
+// may glue them to each other and to the last device: "NIC3CPU Affinity").
+var smiExtraCols = []struct{ name, compact string }{
+	{smiColCPUAffinity, "CPUAffinity"},
+	{smiColNUMAAffinity, "NUMAAffinity"},
+	{smiColGPUNUMAID, "GPUNUMAID"},
 }
 
-// smiMaxLine bounds one line of input; a wider matrix is not a topo -m output.
-const smiMaxLine = 1 << 20
+// smiAffinityWord reports whether a header token is a word of an affinity
+// column's name (such words repeat in a header: NUMA, Affinity).
+func smiAffinityWord(s string) bool {
+	switch s {
+	case "CPU", "NUMA", "GPU", "Affinity", "ID":
+		return true
+	}
+	return false
+}
 
-// ParseNvidiaSMI reads a saved `nvidia-smi topo -m` output. name is the file
-// name used in errors ("name:line: …").
+const (
+	// smiMaxLine bounds one line of input; a wider matrix is not a topo -m output.
+	smiMaxLine = 1 << 20
+	// smiMaxDevices bounds the columns; real outputs have a few dozen.
+	smiMaxDevices = 512
+)
+
+// ParseNvidiaSMI reads a saved `nvidia-smi topo -m` (or `-mp`) output as
+// printed or as people paste it. name is the file name used in errors and
+// notes ("name:line: …").
 //
-// The matrix may be tab-separated, as nvidia-smi prints it, or have its tabs
-// expanded to spaces; lines before the header (a prompt, "NVIDIA Topology:")
-// are skipped, the header being the first line whose first field is GPU0.
-// The "Legend:" block is skipped and the "NIC Legend:" block read. CRLF line
-// endings, trailing blanks and terminal escape sequences are tolerated.
-// The matrix must be square, have X exactly on its diagonal and be
-// symmetric; a violation, a ragged row, an unknown cell, a duplicate device
-// or a NIC<n> column missing from the NIC legend is an error naming the
-// file and line.
+// The header is the first line whose first field is GPU0 (or starts with
+// GPU0 glued to the next column name); lines before it (a prompt, "NVIDIA
+// Topology:") are skipped. Cells are split by any whitespace: tabs, tabs
+// expanded to spaces, runs collapsed to one space, CRLF, trailing blanks,
+// terminal escape sequences, blank lines between rows, and rows run
+// together on one line (line breaks lost) all read the same. Rows may come
+// in any order; NIC rows may leave the affinity cells empty. The "Legend:"
+// block is skipped and the "NIC Legend:" block read.
+//
+// A pasted form is repaired only where one reading exists, and each repair
+// is named in Notes: header columns glued together ("NIC8NIC9", "NIC3CPU
+// Affinity") are split at the row names and the GPU<n>/NIC<n> pattern;
+// cells glued together ("NODENODE", "0-31N/A") are split at the relation
+// names and number lists when exactly one split gives the row its cell
+// count. A file with NIC<n> columns but no NIC Legend block is read, the
+// NICs then having no RDMA name.
+//
+// Everything else is an error naming file, line, row, column and token: an
+// unknown cell, a row with too few or too many cells (and where its X sits
+// when the columns are shifted), cells that split more than one way in the
+// device columns, X off the diagonal, an asymmetric matrix, a missing or
+// duplicate row, a duplicate device, a NIC Legend that lists some NIC
+// columns but not all. Affinity cells that split more than one way are
+// left out and named in Notes; nothing is dropped silently.
 func ParseNvidiaSMI(r io.Reader, name string) (*SMIMatrix, error) {
-	p := smiParser{name: name, sc: bufio.NewScanner(r)}
-	p.sc.Buffer(make([]byte, 0, 64*1024), smiMaxLine)
+	p := &smiParser{name: name}
+	if err := p.read(r); err != nil {
+		return nil, err
+	}
 	return p.parse()
 }
 
 type smiParser struct {
-	name string
-	sc   *bufio.Scanner
-	line int // number of the line last read
+	name  string
+	lines []string // without line endings and escape sequences
+	notes []string
+}
+
+// smiTok is one whitespace-separated field and where it stands.
+type smiTok struct {
+	s     string
+	line  int  // 1-based
+	first bool // first field of its line
 }
 
 func (p *smiParser) errorf(line int, format string, args ...any) error {
+	smiShorten(args)
 	if line <= 0 {
 		return fmt.Errorf("%s: %s", p.name, fmt.Sprintf(format, args...))
 	}
 	return fmt.Errorf("%s:%d: %s", p.name, line, fmt.Sprintf(format, args...))
 }
 
-// next returns the next line without its line ending and escape sequences.
-func (p *smiParser) next() (string, bool, error) {
-	if !p.sc.Scan() {
-		if err := p.sc.Err(); err != nil {
-			if errors.Is(err, bufio.ErrTooLong) {
-				return "", false, p.errorf(p.line+1, "line longer than %d bytes", smiMaxLine)
-			}
-			return "", false, p.errorf(p.line+1, "%v", err)
+func (p *smiParser) notef(line int, format string, args ...any) {
+	smiShorten(args)
+	p.notes = append(p.notes, fmt.Sprintf("%s:%d: %s", p.name, line, fmt.Sprintf(format, args...)))
+}
+
+// smiShorten cuts string arguments longer than 120 bytes (a field of a
+// damaged file can be a megabyte) to their first 100 and "…".
+func smiShorten(args []any) {
+	for i, a := range args {
+		if s, ok := a.(string); ok && len(s) > 120 {
+			args[i] = strings.ToValidUTF8(s[:100], "") + "…"
 		}
-		return "", false, nil
 	}
-	p.line++
-	return smiStripEscapes(strings.TrimRight(p.sc.Text(), "\r")), true, nil
+}
+
+func (p *smiParser) read(r io.Reader) error {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 64*1024), smiMaxLine)
+	for sc.Scan() {
+		p.lines = append(p.lines, smiStripEscapes(strings.TrimRight(sc.Text(), "\r")))
+	}
+	if err := sc.Err(); err != nil {
+		if errors.Is(err, bufio.ErrTooLong) {
+			return p.errorf(len(p.lines)+1, "line longer than %d bytes", smiMaxLine)
+		}
+		return p.errorf(len(p.lines)+1, "%v", err)
+	}
+	return nil
+}
+
+// smiHeaderStart reports whether a line's first field opens the matrix:
+// GPU0, or GPU0 glued to the next column name (GPU0GPU1…, GPU0CPU).
+func smiHeaderStart(f string) bool {
+	rest, ok := strings.CutPrefix(f, "GPU0")
+	return ok && (rest == "" || smiIsLetter(rest[0]))
 }
 
 func (p *smiParser) parse() (*SMIMatrix, error) {
-	// Header: the first line whose first field is GPU0.
-	var header []string
-	for {
-		s, ok, err := p.next()
-		if err != nil {
-			return nil, err
-		}
-		if !ok {
-			return nil, p.errorf(p.line, "no nvidia-smi topo -m header (a line whose first field is GPU0) in %d lines", p.line)
-		}
-		if f := strings.Fields(s); len(f) > 0 && f[0] == "GPU0" {
-			header = f
+	h := -1 // index of the header line
+	for i, l := range p.lines {
+		if f := strings.Fields(l); len(f) > 0 && smiHeaderStart(f[0]) {
+			h = i
 			break
 		}
 	}
-	headerLine := p.line
-	devs, extras, err := p.parseHeader(header, headerLine)
+	if h < 0 {
+		return nil, p.errorf(len(p.lines), "no nvidia-smi topo -m header (a line whose first field is GPU0) in %d lines", len(p.lines))
+	}
+	headerLine := h + 1
+	var toks []smiTok
+	for i := h; i < len(p.lines); i++ {
+		for k, f := range strings.Fields(p.lines[i]) {
+			toks = append(toks, smiTok{s: f, line: i + 1, first: k == 0})
+		}
+	}
+
+	// The header runs to the end of its line, or, when the line breaks
+	// were lost, to the first row: a name followed by a cell.
+	end := 0
+	for end < len(toks) && toks[end].line == headerLine {
+		if end > 0 && end+1 < len(toks) && toks[end+1].line == headerLine && smiNameLike(toks[end].s) && smiCellish(toks[end+1].s) {
+			p.notef(headerLine, "rows follow the header on the same line (line breaks lost); rows are told apart by their names")
+			break
+		}
+		end++
+	}
+	names := p.rowNames(h)
+	for _, t := range toks[end:] {
+		if t.line == headerLine && smiNameLike(t.s) { // rows run into the header's line
+			names[t.s] = true
+		}
+	}
+	devs, extras, err := p.parseHeader(toks[:end], names)
 	if err != nil {
 		return nil, err
 	}
@@ -138,59 +228,33 @@ func (p *smiParser) parse() (*SMIMatrix, error) {
 		col[d] = i
 	}
 
-	// Rows, one per device, in any order.
+	rows, trailer, ended, err := p.splitRows(toks[end:], col, headerLine)
+	if err != nil {
+		return nil, err
+	}
 	rowLine := make([]int, len(devs))
-	for got := 0; got < len(devs); got++ {
-		s, ok, err := p.next()
+	for _, r := range rows {
+		i := col[r.label]
+		rowLine[i] = r.line
+		rel, aff, err := p.rowCells(r, devs, extras, !smiIsGPU(r.label))
 		if err != nil {
 			return nil, err
 		}
-		if !ok {
-			return nil, p.errorf(p.line, "matrix ends after %d of %d rows (header at line %d)", got, len(devs), headerLine)
-		}
-		f := strings.Fields(s)
-		if len(f) == 0 {
-			return nil, p.errorf(p.line, "blank line after %d of %d matrix rows (header at line %d)", got, len(devs), headerLine)
-		}
-		row := f[0]
-		i, known := col[row]
-		if !known {
-			return nil, p.errorf(p.line, "row %q is not a column of the header at line %d", row, headerLine)
-		}
-		if rowLine[i] != 0 {
-			return nil, p.errorf(p.line, "duplicate row %s (first at line %d)", row, rowLine[i])
-		}
-		rowLine[i] = p.line
-		cells := f[1:]
-		switch {
-		case len(cells) == len(devs)+len(extras):
-		case len(cells) == len(devs) && !smiIsGPU(row):
-			// NIC rows leave the affinity columns empty.
-		default:
-			want := strconv.Itoa(len(devs) + len(extras))
-			if !smiIsGPU(row) && len(extras) > 0 {
-				want = fmt.Sprintf("%d or %s", len(devs), want)
-			}
-			return nil, p.errorf(p.line, "row %s has %d cells, want %s (%d devices, %d affinity columns)", row, len(cells), want, len(devs), len(extras))
-		}
-		for j, c := range cells[:len(devs)] {
-			if !smiValidCell(c) {
-				return nil, p.errorf(p.line, "row %s, column %s: unknown cell %q", row, devs[j], c)
-			}
+		for j, c := range rel {
 			if (c == "X") != (i == j) {
 				if i == j {
-					return nil, p.errorf(p.line, "row %s: diagonal cell is %q, want X", row, c)
+					return nil, p.errorf(r.line, "row %s: diagonal cell is %q, want X", r.label, c)
 				}
-				return nil, p.errorf(p.line, "row %s, column %s: X off the diagonal", row, devs[j])
+				return nil, p.errorf(r.line, "row %s, column %s: X off the diagonal", r.label, devs[j])
 			}
-			m.Rel[[2]string{row, devs[j]}] = c
+			m.Rel[[2]string{r.label, devs[j]}] = c
 		}
-		for k, c := range cells[len(devs):] {
-			if !smiValidAffinity(c) {
-				return nil, p.errorf(p.line, "row %s, column %q: %q is not a list of numbers or N/A", row, extras[k], c)
-			}
-			extraMaps[k][row] = c
+		for k, c := range aff {
+			extraMaps[k][r.label] = c
 		}
+	}
+	if ended != nil { // rows are missing: reported after the rows' own faults, in line order
+		return nil, ended
 	}
 	// Symmetry, reported at the later of the two rows.
 	for i := range devs {
@@ -207,107 +271,290 @@ func (p *smiParser) parse() (*SMIMatrix, error) {
 		}
 	}
 
-	// Trailer: skip the Legend, read the NIC Legend.
-	if err := p.parseTrailer(m, col); err != nil {
+	if err := p.parseLegend(m, trailer, col); err != nil {
 		return nil, err
 	}
+	var unnamed []string
 	for _, d := range devs {
 		if smiIsNICColumn(d) {
-			if _, ok := m.NICLegend[d]; !ok {
+			if _, ok := m.NICLegend[d]; ok {
+				continue
+			}
+			if m.NICLegend != nil {
 				return nil, p.errorf(headerLine, "column %s has no entry in a NIC Legend block", d)
 			}
+			unnamed = append(unnamed, d)
 		}
 	}
+	if len(unnamed) > 0 {
+		p.notef(headerLine, "no NIC Legend block: %s keep their column names, their RDMA devices are unknown (no GPU → RDMA device map)",
+			smiList(unnamed, len(unnamed)))
+	}
+	m.Notes = p.notes
 	return m, nil
+}
+
+// rowNames lists the first field of each line after the header up to the
+// legend, where it looks like a device name: the row names, used to split
+// a header whose column names are glued together.
+func (p *smiParser) rowNames(h int) map[string]bool {
+	names := map[string]bool{}
+	for _, l := range p.lines[h+1:] {
+		f := strings.Fields(l)
+		if len(f) == 0 {
+			continue
+		}
+		if f[0] == "Legend:" || (f[0] == "NIC" && len(f) > 1 && f[1] == "Legend:") {
+			break
+		}
+		if smiNameLike(f[0]) {
+			names[f[0]] = true
+		}
+	}
+	return names
 }
 
 // parseHeader splits the header fields into device columns and the
 // affinity columns that end it.
-func (p *smiParser) parseHeader(f []string, line int) (devs, extras []string, err error) {
-	for {
-		matched := false
-		for _, words := range smiExtraCols {
-			n := len(words)
-			if len(f) > n && slices.Equal(f[len(f)-n:], words) {
-				name := strings.Join(words, " ")
-				for _, e := range extras {
-					if e == name {
-						return nil, nil, p.errorf(line, "duplicate header column %q", name)
+func (p *smiParser) parseHeader(hdr []smiTok, rowNames map[string]bool) (devs, extras []string, err error) {
+	line := hdr[0].line
+	// The affinity column names are matched on the header with its
+	// whitespace removed, so that they are found glued too.
+	var compact strings.Builder
+	for _, t := range hdr {
+		compact.WriteString(t.s)
+	}
+	c := compact.String()
+	for matched := true; matched; {
+		matched = false
+		for _, e := range smiExtraCols {
+			if len(c) > len(e.compact) && strings.HasSuffix(c, e.compact) {
+				for _, x := range extras {
+					if x == e.name {
+						return nil, nil, p.errorf(line, "duplicate header column %q", e.name)
 					}
 				}
-				extras = append([]string{name}, extras...)
-				f = f[:len(f)-n]
+				extras = append([]string{e.name}, extras...)
+				c = c[:len(c)-len(e.compact)]
 				matched = true
-				break
 			}
 		}
-		if !matched {
+	}
+	// The device fields are the tokens before the cut, the last one cut
+	// short where an affinity column's name was glued to it.
+	var fields []string
+	for _, t := range hdr {
+		if len(c) == 0 {
 			break
 		}
-	}
-	seen := make(map[string]bool, len(f))
-	for _, d := range f {
-		if seen[d] {
-			return nil, nil, p.errorf(line, "duplicate device %s in header", d)
+		s := t.s
+		if len(s) > len(c) {
+			s = s[:len(c)]
 		}
-		if smiValidCell(d) || strings.ContainsAny(d, ":,") {
-			return nil, nil, p.errorf(line, "header field %q is not a device name", d)
-		}
-		seen[d] = true
+		fields = append(fields, s)
+		c = c[len(s):]
 	}
-	return f, extras, nil
+	seen := make(map[string]bool, len(fields))
+	for _, f := range fields {
+		names, err := p.splitHeaderField(f, line, rowNames)
+		if err != nil {
+			return nil, nil, err
+		}
+		for _, d := range names {
+			if seen[d] {
+				return nil, nil, p.errorf(line, "duplicate device %s in header", d)
+			}
+			if smiValidCell(d) || strings.ContainsAny(d, ":,") {
+				return nil, nil, p.errorf(line, "header field %q is not a device name", d)
+			}
+			seen[d] = true
+			devs = append(devs, d)
+		}
+	}
+	if len(devs) > smiMaxDevices {
+		return nil, nil, p.errorf(line, "header has %d device columns, more than the %d a topo -m output has", len(devs), smiMaxDevices)
+	}
+	return devs, extras, nil
 }
 
-func (p *smiParser) parseTrailer(m *SMIMatrix, col map[string]int) error {
-	inLegend := false
-	values := map[string]string{} // RDMA name → NIC column
-	for {
-		s, ok, err := p.next()
-		if err != nil {
-			return err
-		}
-		if !ok {
-			return nil
-		}
-		t := strings.TrimSpace(s)
-		if t == "NIC Legend:" {
-			if m.NICLegend != nil {
-				return p.errorf(p.line, "second NIC Legend block")
-			}
-			m.NICLegend = map[string]string{}
-			inLegend = true
-			continue
-		}
-		if !inLegend {
-			continue
-		}
-		if t == "" {
-			// The block is "NIC Legend:", a blank line, then its entries.
-			inLegend = len(m.NICLegend) == 0
-			continue
-		}
-		f := strings.Fields(t)
-		nic, isEntry := strings.CutSuffix(f[0], ":")
-		if len(f) != 2 || !isEntry || !smiIsNICColumn(nic) {
-			inLegend = false // the block has ended
-			continue
-		}
-		dev := f[1]
-		if _, ok := col[nic]; !ok {
-			return p.errorf(p.line, "NIC Legend names %s, which is not a column of the matrix", nic)
-		}
-		if _, dup := m.NICLegend[nic]; dup {
-			return p.errorf(p.line, "duplicate NIC Legend entry for %s", nic)
-		}
-		if other, dup := values[dev]; dup {
-			return p.errorf(p.line, "NIC Legend maps both %s and %s to %s", other, nic, dev)
-		}
-		if _, clash := col[dev]; clash {
-			return p.errorf(p.line, "NIC Legend maps %s to %s, which is also a column", nic, dev)
-		}
-		m.NICLegend[nic] = dev
-		values[dev] = nic
+// splitHeaderField returns the device names in one header field: the field
+// itself, or the names glued in it ("GPU0GPU1NIC0"), split at the row names
+// and at GPU<n>/NIC<n> when exactly one split exists.
+func (p *smiParser) splitHeaderField(f string, line int, rowNames map[string]bool) ([]string, error) {
+	if rowNames[f] || smiIsGPU(f) || smiIsNICColumn(f) {
+		return []string{f}, nil
 	}
+	// ends(pos) lists where a name that starts at pos can end.
+	ends := func(pos int) []int {
+		var out []int
+		for n := range rowNames {
+			if strings.HasPrefix(f[pos:], n) {
+				out = append(out, pos+len(n))
+			}
+		}
+		for _, prefix := range []string{"GPU", "NIC"} {
+			if strings.HasPrefix(f[pos:], prefix) {
+				for e := pos + len(prefix); e < len(f) && smiIsDigit(f[e]); e++ {
+					out = append(out, e+1)
+				}
+			}
+		}
+		slices.Sort(out)
+		return slices.Compact(out)
+	}
+	var splits [][]string
+	var path []string
+	dead := make([]bool, len(f)+1) // no split of f[pos:] into names
+	var walk func(pos int)
+	walk = func(pos int) {
+		if len(splits) == 2 || dead[pos] {
+			return
+		}
+		found := len(splits)
+		defer func() { dead[pos] = len(splits) == found }()
+		if pos == len(f) {
+			splits = append(splits, append([]string(nil), path...))
+			return
+		}
+		for _, e := range ends(pos) {
+			path = append(path, f[pos:e])
+			walk(e)
+			path = path[:len(path)-1]
+		}
+	}
+	if len(f) <= 4096 {
+		walk(0)
+	}
+	switch {
+	case len(splits) == 0 || len(splits[0]) < 2:
+		return []string{f}, nil // a name of its own
+	case len(splits) > 1:
+		return nil, p.errorf(line, "header field %q splits into device names more than one way (%s, or %s)",
+			f, strings.Join(splits[0], " "), strings.Join(splits[1], " "))
+	}
+	p.notef(line, "header field %q read as %s (column names glued together)", f, strings.Join(splits[0], " "))
+	return splits[0], nil
+}
+
+// smiRow is one matrix row: its name and the fields after it.
+type smiRow struct {
+	label string
+	line  int
+	toks  []smiTok
+}
+
+// splitRows cuts the fields after the header into rows, each starting at
+// a device name. Rows normally start a line, but run on within a line
+// when the line breaks were lost. The matrix ends at the first line (or,
+// within a line, the first field that is no cell) after every row has
+// started; the fields after it are returned as the trailer. A matrix that
+// ends before every row has started is returned with the error that says
+// so (ended), for the caller to report after the faults of the rows read.
+func (p *smiParser) splitRows(toks []smiTok, col map[string]int, headerLine int) (rows []smiRow, trailer []smiTok, ended, err error) {
+	started := map[string]int{} // row name → line
+	n := len(col)
+	for i, t := range toks {
+		label, rest, isRow := smiRowStart(t, col)
+		all := len(started) == n
+		switch {
+		case isRow && !all:
+			if first, dup := started[label]; dup {
+				return nil, nil, nil, p.errorf(t.line, "duplicate row %s (first at line %d)", label, first)
+			}
+			started[label] = t.line
+			rows = append(rows, smiRow{label: label, line: t.line})
+			if rest != "" {
+				rows[len(rows)-1].toks = append(rows[len(rows)-1].toks, smiTok{s: rest, line: t.line})
+			}
+		case all && (t.first || !smiCellish(t.s)):
+			return rows, toks[i:], nil, nil
+		case isRow: // all rows started: a second row of that name
+			return nil, nil, nil, p.errorf(t.line, "duplicate row %s (first at line %d)", label, started[label])
+		case (t.first || len(rows) == 0) && smiNameLike(t.s):
+			return nil, nil, nil, p.errorf(t.line, "row %q is not a column of the header at line %d", t.s, headerLine)
+		case t.first || len(rows) == 0 || strings.ContainsAny(t.s, ":="): // "Legend:" in a line that lost its breaks
+			return rows, toks[i:], p.errorf(t.line, "matrix ends after %d of %d rows (header at line %d) at %q: no row for %s",
+				len(rows), n, headerLine, t.s, p.missingRows(started, col)), nil
+		default:
+			rows[len(rows)-1].toks = append(rows[len(rows)-1].toks, t)
+		}
+	}
+	if len(started) < n {
+		ended = p.errorf(len(p.lines), "matrix ends after %d of %d rows (header at line %d): no row for %s",
+			len(rows), n, headerLine, p.missingRows(started, col))
+	}
+	return rows, nil, ended, nil
+}
+
+func (p *smiParser) missingRows(started map[string]int, col map[string]int) string {
+	missing := make([]string, len(col))
+	for d, i := range col {
+		missing[i] = d
+	}
+	var out []string
+	for _, d := range missing {
+		if _, ok := started[d]; !ok {
+			out = append(out, d)
+		}
+	}
+	return smiList(out, 4)
+}
+
+// smiRowStart reports whether a field opens a row: it is a device name, or
+// it starts its line with a device name glued to the row's first cells
+// ("GPU0XNODE…"); rest is then what follows the name.
+func smiRowStart(t smiTok, col map[string]int) (label, rest string, ok bool) {
+	if _, ok := col[t.s]; ok {
+		return t.s, "", true
+	}
+	if !t.first {
+		return "", "", false
+	}
+	for d := range col {
+		r, ok := strings.CutPrefix(t.s, d)
+		if ok && r != "" && smiIsLetter(r[0]) && smiCellish(r) && len(d) > len(label) {
+			label, rest = d, r
+		}
+	}
+	return label, rest, label != ""
+}
+
+// parseLegend reads the "NIC Legend:" block among the fields after the
+// matrix: "NIC Legend:" then "NIC<n>: <rdma device>" pairs.
+func (p *smiParser) parseLegend(m *SMIMatrix, toks []smiTok, col map[string]int) error {
+	values := map[string]string{} // RDMA name → NIC column
+	for i := 0; i+1 < len(toks); i++ {
+		if toks[i].s != "NIC" || toks[i+1].s != "Legend:" {
+			continue
+		}
+		if m.NICLegend != nil {
+			return p.errorf(toks[i].line, "second NIC Legend block")
+		}
+		m.NICLegend = map[string]string{}
+		for i += 2; i+1 < len(toks); i += 2 {
+			nic, isEntry := strings.CutSuffix(toks[i].s, ":")
+			if !isEntry || !smiIsNICColumn(nic) {
+				break
+			}
+			line, dev := toks[i].line, toks[i+1].s
+			if _, ok := col[nic]; !ok {
+				return p.errorf(line, "NIC Legend names %s, which is not a column of the matrix", nic)
+			}
+			if _, dup := m.NICLegend[nic]; dup {
+				return p.errorf(line, "duplicate NIC Legend entry for %s", nic)
+			}
+			if other, dup := values[dev]; dup {
+				return p.errorf(line, "NIC Legend maps both %s and %s to %s", other, nic, dev)
+			}
+			if _, clash := col[dev]; clash || strings.HasSuffix(dev, ":") {
+				return p.errorf(line, "NIC Legend maps %s to %s, which is not an RDMA device name", nic, dev)
+			}
+			m.NICLegend[nic] = dev
+			values[dev] = nic
+		}
+		i-- // the loop's i++ lands on the field that ended the block
+	}
+	return nil
 }
 
 // column resolves a device name or a NIC's RDMA name to its column name.
@@ -386,30 +633,53 @@ func (m *SMIMatrix) GPUs() []string {
 
 // NICs returns the NIC columns in column order, each under its RDMA device
 // name: through the NIC legend where there is one ("NIC0" → "mlx5_0"), as
-// named by the column otherwise (old format).
+// named by the column otherwise (old format; and NIC<n> when the file has
+// no legend: UnnamedNICs).
 func (m *SMIMatrix) NICs() []string {
 	var out []string
 	for _, d := range m.Devices {
 		if !smiIsGPU(d) {
-			out = append(out, m.rdmaName(d))
+			out = append(out, m.nicName(d))
 		}
 	}
 	return out
 }
 
-func (m *SMIMatrix) rdmaName(col string) string {
+// UnnamedNICs returns the NIC<n> columns that have no RDMA device name (a
+// file without its NIC Legend block).
+func (m *SMIMatrix) UnnamedNICs() []string {
+	var out []string
+	for _, d := range m.Devices {
+		if _, named := m.rdmaName(d); !named && !smiIsGPU(d) {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+func (m *SMIMatrix) nicName(col string) string {
 	if dev, ok := m.NICLegend[col]; ok {
 		return dev
 	}
 	return col
 }
 
-// NearestRDMA maps each GPU's index ("0" for GPU0) to the RDMA device
-// nearest to it: the NIC with the lowest Relation.Rank(), ties going to the
-// lowest name in natural order (mlx5_2 before mlx5_10). This is the JSON
-// object SGLang takes for --disaggregation-ib-device. GPUs are absent when
-// there is no NIC.
-func (m *SMIMatrix) NearestRDMA() map[string]string {
+// rdmaName returns a NIC column's RDMA device: its legend entry, or the
+// column itself in the old format; ok is false for a NIC<n> column
+// without a legend entry.
+func (m *SMIMatrix) rdmaName(col string) (string, bool) {
+	if dev, ok := m.NICLegend[col]; ok {
+		return dev, true
+	}
+	return col, !smiIsNICColumn(col)
+}
+
+// NearestNIC maps each GPU's index ("0" for GPU0) to the NIC nearest to
+// it, by column name when the NIC has no RDMA name, else by RDMA name: the
+// NIC with the lowest Relation.Rank(), ties going to the lowest name in
+// natural order (mlx5_2 before mlx5_10). GPUs are absent when there is no
+// NIC.
+func (m *SMIMatrix) NearestNIC() map[string]string {
 	out := map[string]string{}
 	for _, g := range m.GPUs() {
 		best, bestRank := "", 0
@@ -421,13 +691,31 @@ func (m *SMIMatrix) NearestRDMA() map[string]string {
 			if !ok {
 				continue
 			}
-			name := m.rdmaName(d)
+			name := m.nicName(d)
 			if best == "" || r.Rank() < bestRank || (r.Rank() == bestRank && naturalLess(name, best)) {
 				best, bestRank = name, r.Rank()
 			}
 		}
 		if best != "" {
 			out[strings.TrimPrefix(g, "GPU")] = best
+		}
+	}
+	return out
+}
+
+// NearestRDMA is NearestNIC restricted to GPUs whose nearest NIC has an
+// RDMA device name: the JSON object SGLang takes for
+// --disaggregation-ib-device. It is empty for a file whose NIC<n> columns
+// have no legend (UnnamedNICs), since a column name is no device.
+func (m *SMIMatrix) NearestRDMA() map[string]string {
+	out := map[string]string{}
+	unnamed := map[string]bool{}
+	for _, d := range m.UnnamedNICs() {
+		unnamed[d] = true
+	}
+	for g, nic := range m.NearestNIC() {
+		if !unnamed[nic] {
+			out[g] = nic
 		}
 	}
 	return out
@@ -440,15 +728,7 @@ func smiIsNICColumn(name string) bool { return smiNumbered(name, "NIC") }
 // smiNumbered reports whether name is prefix followed by decimal digits.
 func smiNumbered(name, prefix string) bool {
 	rest, ok := strings.CutPrefix(name, prefix)
-	if !ok || rest == "" {
-		return false
-	}
-	for _, c := range rest {
-		if c < '0' || c > '9' {
-			return false
-		}
-	}
-	return true
+	return ok && smiDigits(rest)
 }
 
 func smiValidCell(c string) bool {
@@ -459,14 +739,21 @@ func smiValidCell(c string) bool {
 	return smiNumbered(c, "NV")
 }
 
-// smiValidAffinity accepts N/A or a list such as 0-47,96-143.
+// smiValidAffinity accepts N/A or a list such as 0-47,96-143 (ranges
+// ascending, numbers of at most 9 digits).
 func smiValidAffinity(c string) bool {
-	if c == "N/A" {
-		return true
+	return slices.Contains(smiCellEnds(c, false, 0), len(c))
+}
+
+// smiNameLike reports whether a field can be a device name: a letter, then
+// letters, digits, '_', '.' or '-', and no relation name.
+func smiNameLike(s string) bool {
+	if s == "" || len(s) > 64 || !smiIsLetter(s[0]) || smiValidCell(s) {
+		return false
 	}
-	for _, part := range strings.Split(c, ",") {
-		lo, hi, isRange := strings.Cut(part, "-")
-		if !smiDigits(lo) || (isRange && !smiDigits(hi)) {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !smiIsLetter(c) && !smiIsDigit(c) && c != '_' && c != '.' && c != '-' {
 			return false
 		}
 	}
@@ -477,12 +764,22 @@ func smiDigits(s string) bool {
 	if s == "" {
 		return false
 	}
-	for _, c := range s {
-		if c < '0' || c > '9' {
+	for i := 0; i < len(s); i++ {
+		if !smiIsDigit(s[i]) {
 			return false
 		}
 	}
 	return true
+}
+
+func smiIsLetter(c byte) bool { return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') }
+
+// smiList names up to max items, then how many more.
+func smiList(items []string, max int) string {
+	if len(items) <= max {
+		return strings.Join(items, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(items[:max], ", "), len(items)-max)
 }
 
 // smiStripEscapes removes ANSI CSI sequences (ESC [ … final byte), which

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -28,6 +29,15 @@ type smiSample struct {
 	cell func(a, b string) string
 	// cells are spot checks (read off the text by hand).
 	cells []smiCell
+	// nearestNIC is NearestNIC() where it differs from nearest (NICs
+	// without RDMA names); unnamed is UnnamedNICs().
+	nearestNIC map[string]string
+	unnamed    []string
+	// notes are the parser's Notes, exactly.
+	notes []string
+	// gluedLabels: rows start with their name glued to their cells, which
+	// only reads when each row starts a line (no one-line variant).
+	gluedLabels bool
 }
 
 func smiSeq(prefix string, n int) []string {
@@ -305,6 +315,150 @@ var smiSamples = []smiSample{
 			{"GPU0", "GPU7", "NV8"},
 		},
 	},
+	{
+		// H20 VM pasted without its NIC Legend: the NICs keep their
+		// column names and have no RDMA name, so no SGLang map; GPUk is PIX
+		// to NIC(7-k).
+		file:       "nccl-tests-issue-321_8xH20_vm_8nic_nolegend_spaces.txt",
+		devices:    smiConcat(smiSeq("GPU", 8), smiSeq("NIC", 8)),
+		nics:       smiSeq("NIC", 8),
+		unnamed:    smiSeq("NIC", 8),
+		nearest:    map[string]string{},
+		nearestNIC: smiIndexMap("NIC7", "NIC6", "NIC5", "NIC4", "NIC3", "NIC2", "NIC1", "NIC0"),
+		cpu:        smiPerGPU(8, func(i int) string { return [2]string{"0-63", "64-127"}[i/4] }),
+		numa:       smiPerGPU(8, func(i int) string { return fmt.Sprint(i / 4) }),
+		gpuNUMA:    smiPerGPU(8, func(int) string { return "N/A" }),
+		cell: func(a, b string) string {
+			// NICs 4-7 sit on NUMA node 0 with GPUs 0-3.
+			node := func(d string) int {
+				if smiIsGPU(d) {
+					return smiDevIndex(d) / 4
+				}
+				return 1 - smiDevIndex(d)/4
+			}
+			switch {
+			case a == b:
+				return "X"
+			case smiIsGPU(a) && smiIsGPU(b):
+				return "NV18"
+			case smiIsGPU(a) != smiIsGPU(b) && smiDevIndex(a)+smiDevIndex(b) == 7:
+				return "PIX"
+			case node(a) == node(b):
+				return "NODE"
+			}
+			return "SYS"
+		},
+		cells: []smiCell{{"GPU0", "NIC7", "PIX"}, {"GPU4", "NIC3", "PIX"}, {"GPU0", "NIC4", "NODE"}, {"NIC0", "NIC4", "SYS"}},
+		notes: []string{"nccl-tests-issue-321_8xH20_vm_8nic_nolegend_spaces.txt:1: no NIC Legend block: NIC0, NIC1, NIC2, NIC3, NIC4, NIC5, NIC6, NIC7 keep their column names, their RDMA devices are unknown (no GPU → RDMA device map)"},
+	},
+	{
+		// Header printed with its column names glued together
+		// ("GPU0GPU1NIC0…NIC3CPU AffinityNUMA AffinityGPU NUMA ID"), rows
+		// intact; RoCE names rocep<bus>s0f<fn>.
+		file:    "gdr114-notes_2xV100_4nic_rocep_glued_header.txt",
+		devices: smiConcat(smiSeq("GPU", 2), smiSeq("NIC", 4)),
+		nics:    []string{"rocep4s0f0", "rocep4s0f1", "rocep137s0f0", "rocep137s0f1"},
+		legend:  smiLegend("rocep4s0f0", "rocep4s0f1", "rocep137s0f0", "rocep137s0f1"),
+		nearest: smiIndexMap("rocep4s0f0", "rocep137s0f0"),
+		cpu:     map[string]string{"GPU0": "0-13,28-41", "GPU1": "14-27,42-55"},
+		numa:    map[string]string{"GPU0": "0", "GPU1": "1"},
+		gpuNUMA: map[string]string{"GPU0": "N/A", "GPU1": "N/A"},
+		cell: func(a, b string) string {
+			side := func(d string) int { // GPU0 with NIC0/1, GPU1 with NIC2/3
+				if smiIsGPU(d) {
+					return smiDevIndex(d)
+				}
+				return smiDevIndex(d) / 2
+			}
+			switch {
+			case a == b:
+				return "X"
+			case side(a) != side(b):
+				return "SYS"
+			case smiIsGPU(a) || smiIsGPU(b):
+				return "PHB"
+			}
+			return "PIX"
+		},
+		notes: []string{`gdr114-notes_2xV100_4nic_rocep_glued_header.txt:1: header field "GPU0GPU1NIC0NIC1NIC2NIC3" read as GPU0 GPU1 NIC0 NIC1 NIC2 NIC3 (column names glued together)`},
+	},
+	{
+		// DGX-1 from a 2017 course page: the first header field glues
+		// GPU0…GPU7 and mlx5_0, cells SOC (pre-NODE drivers), CPU Affinity
+		// 1-1, NIC columns mlx5_0, mlx5_2, mlx5_1, mlx5_3.
+		file:    "rse-sheffield_dgx1_8xV100_4xmlx5_soc_glued_header.txt",
+		devices: smiConcat(smiSeq("GPU", 8), []string{"mlx5_0", "mlx5_2", "mlx5_1", "mlx5_3"}),
+		nics:    []string{"mlx5_0", "mlx5_2", "mlx5_1", "mlx5_3"},
+		nearest: smiIndexMap("mlx5_0", "mlx5_0", "mlx5_1", "mlx5_1", "mlx5_2", "mlx5_2", "mlx5_3", "mlx5_3"),
+		cpu:     smiPerGPU(8, func(int) string { return "1-1" }),
+		cell: func(a, b string) string {
+			sw := func(d string) int { // PCIe switch: GPU pair k with mlx5_k
+				if smiIsGPU(d) {
+					return smiDevIndex(d) / 2
+				}
+				return smiDevIndex(d)
+			}
+			mesh := map[string]bool{} // the hybrid cube mesh, one NVLink per pair
+			for _, p := range []string{"01", "02", "03", "04", "12", "13", "15", "23", "26", "37", "45", "46", "47", "56", "57", "67"} {
+				mesh["GPU"+p[:1]+" GPU"+p[1:]], mesh["GPU"+p[1:]+" GPU"+p[:1]] = true, true
+			}
+			switch {
+			case a == b:
+				return "X"
+			case mesh[a+" "+b]:
+				return "NV1"
+			case smiIsGPU(a) && smiIsGPU(b):
+				return "SOC"
+			case sw(a)/2 != sw(b)/2:
+				return "SOC"
+			case sw(a) == sw(b):
+				return "PIX"
+			}
+			return "PHB"
+		},
+		cells: []smiCell{{"GPU0", "mlx5_0", "PIX"}, {"GPU7", "mlx5_3", "PIX"}, {"GPU6", "mlx5_2", "PHB"}, {"GPU0", "GPU5", "SOC"}},
+		notes: []string{`rse-sheffield_dgx1_8xV100_4xmlx5_soc_glued_header.txt:1: header field "GPU0GPU1GPU2GPU3GPU4GPU5GPU6GPU7mlx5_0" read as GPU0 GPU1 GPU2 GPU3 GPU4 GPU5 GPU6 GPU7 mlx5_0 (column names glued together)`},
+	},
+	{
+		// An HTML table read as text: every cell glued, row names too. The
+		// relations read one way; "0-310N/A" reads as 0-31 0 N/A or 0-3 10
+		// N/A, so the affinity cells are left out and named in the notes.
+		file:        "ai-atlas-blog_3gpu_cells_glued_html_table.txt",
+		devices:     smiSeq("GPU", 3),
+		nearest:     map[string]string{},
+		cpu:         map[string]string{},
+		numa:        map[string]string{},
+		gpuNUMA:     map[string]string{},
+		gluedLabels: true,
+		cell: func(a, b string) string {
+			if a == b {
+				return "X"
+			}
+			return "NODE"
+		},
+		notes: []string{
+			`ai-atlas-blog_3gpu_cells_glued_html_table.txt:1: header field "GPU0GPU1GPU2" read as GPU0 GPU1 GPU2 (column names glued together)`,
+			`ai-atlas-blog_3gpu_cells_glued_html_table.txt:2: row GPU0, column "CPU Affinity": glued cells "XNODENODE0-310N/A" split more than one way (X NODE NODE 0-3 10 N/A, or X NODE NODE 0-31 0 N/A): the row's affinity cells are left out, its device cells read X NODE NODE`,
+			`ai-atlas-blog_3gpu_cells_glued_html_table.txt:3: row GPU1, column "CPU Affinity": glued cells "NODEXNODE0-310N/A" split more than one way (NODE X NODE 0-3 10 N/A, or NODE X NODE 0-31 0 N/A): the row's affinity cells are left out, its device cells read NODE X NODE`,
+			`ai-atlas-blog_3gpu_cells_glued_html_table.txt:4: row GPU2, column "CPU Affinity": glued cells "NODENODEX0-310N/A" split more than one way (NODE NODE X 0-3 10 N/A, or NODE NODE X 0-31 0 N/A): the row's affinity cells are left out, its device cells read NODE NODE X`,
+		},
+	},
+	{
+		// sglang#30401 with every run of whitespace, line breaks included,
+		// collapsed to one space (derived: see testdata/topo_m/README.md).
+		file:    "sglang-issue-30401_8xH100_8xmlx5_collapsed_oneline_derived.txt",
+		devices: smiConcat(smiSeq("GPU", 8), smiSeq("NIC", 8)),
+		nics:    smiSeq("mlx5_", 8),
+		legend:  smiLegend(smiSeq("mlx5_", 8)...),
+		nearest: smiIndexMap(smiSeq("mlx5_", 8)...),
+		cpu: smiPerGPU(8, func(i int) string {
+			return [2]string{"0-47,96-143", "48-95,144-191"}[i/4]
+		}),
+		numa:    smiPerGPU(8, func(i int) string { return fmt.Sprint(i / 4) }),
+		gpuNUMA: smiPerGPU(8, func(int) string { return "N/A" }),
+		cell:    smiHGX("NV18", "PIX", smiHalf),
+		notes:   []string{"sglang-issue-30401_8xH100_8xmlx5_collapsed_oneline_derived.txt:1: rows follow the header on the same line (line breaks lost); rows are told apart by their names"},
+	},
 }
 
 func smiReadFixture(t testing.TB, file string) []byte {
@@ -344,6 +498,19 @@ func TestParseNvidiaSMISamples(t *testing.T) {
 			if got := m.NearestRDMA(); !reflect.DeepEqual(got, s.nearest) {
 				t.Errorf("NearestRDMA() = %v, want %v", got, s.nearest)
 			}
+			wantNIC := s.nearestNIC
+			if wantNIC == nil {
+				wantNIC = s.nearest
+			}
+			if got := m.NearestNIC(); !reflect.DeepEqual(got, wantNIC) {
+				t.Errorf("NearestNIC() = %v, want %v", got, wantNIC)
+			}
+			if got := m.UnnamedNICs(); !reflect.DeepEqual(got, s.unnamed) {
+				t.Errorf("UnnamedNICs() = %v, want %v", got, s.unnamed)
+			}
+			if !reflect.DeepEqual(m.Notes, s.notes) {
+				t.Errorf("Notes:\n%s\nwant\n%s", strings.Join(m.Notes, "\n"), strings.Join(s.notes, "\n"))
+			}
 			for _, c := range []struct {
 				name      string
 				got, want map[string]string
@@ -379,7 +546,7 @@ func TestParseNvidiaSMISamples(t *testing.T) {
 						if ok || !nvOK || fmt.Sprintf("NV%d", n) != c.raw {
 							t.Errorf("%s/%s: Relation = %q, %v and NVLinks = %d, %v; want no relation and %s", pair[0], pair[1], rel, ok, n, nvOK, c.raw)
 						}
-					} else if !ok || string(rel) != c.raw || nvOK {
+					} else if want := strings.Replace(c.raw, "SOC", "SYS", 1); !ok || string(rel) != want || nvOK {
 						t.Errorf("%s/%s: Relation = %q, %v (NVLinks ok %v); want %s", pair[0], pair[1], rel, ok, nvOK, c.raw)
 					}
 				}
@@ -390,7 +557,9 @@ func TestParseNvidiaSMISamples(t *testing.T) {
 
 // Every sample parses to the same matrix however it was copied: tabs
 // expanded, CRLF, a prompt before it, an escape-coloured header, trailing
-// blanks, shell noise after it.
+// blanks, shell noise after it, runs of blanks collapsed to one space,
+// blank lines between the rows (a double-spaced paste), and every line
+// break from the header on lost (the notes then say so).
 func TestParseNvidiaSMIVariants(t *testing.T) {
 	variants := map[string]func(string) string{
 		"expand-tabs": smiExpandTabs,
@@ -407,6 +576,15 @@ func TestParseNvidiaSMIVariants(t *testing.T) {
 		"noise-after": func(s string) string {
 			return s + "\n\nulimit soft: 1048576\nNIC Legend mentioned in prose: yes\n$ \n"
 		},
+		"collapse-blanks": func(s string) string {
+			lines := strings.Split(s, "\n")
+			for i, l := range lines {
+				lines[i] = strings.Join(strings.Fields(l), " ")
+			}
+			return strings.Join(lines, "\n")
+		},
+		"double-spaced": func(s string) string { return strings.ReplaceAll(s, "\n", "\n\n") },
+		"one-line":      smiOneLine,
 	}
 	for _, s := range smiSamples {
 		text := string(smiReadFixture(t, s.file))
@@ -414,17 +592,37 @@ func TestParseNvidiaSMIVariants(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		base.Notes = nil
 		for name, f := range variants {
+			if name == "one-line" && s.gluedLabels {
+				continue // a row name glued to its cells is found only at the start of a line
+			}
 			m, err := ParseNvidiaSMI(strings.NewReader(f(text)), s.file)
 			if err != nil {
 				t.Errorf("%s %s: %v", s.file, name, err)
 				continue
 			}
+			if name == "one-line" && !slices.ContainsFunc(m.Notes, func(n string) bool { return strings.Contains(n, "line breaks lost") }) {
+				t.Errorf("%s %s: no note on the lost line breaks: %q", s.file, name, m.Notes)
+			}
+			m.Notes = nil
 			if !reflect.DeepEqual(m, base) {
 				t.Errorf("%s %s: parsed differently:\n%+v\nwant\n%+v", s.file, name, m, base)
 			}
 		}
 	}
+}
+
+// smiOneLine collapses every run of whitespace from the header line on,
+// line breaks included, to one space: a paste whose line breaks were lost.
+func smiOneLine(s string) string {
+	lines := strings.Split(s, "\n")
+	for i, l := range lines {
+		if f := strings.Fields(l); len(f) > 0 && strings.HasPrefix(f[0], "GPU0") {
+			return strings.Join(append(lines[:i:i], strings.Join(strings.Fields(strings.Join(lines[i:], "\n")), " ")), "\n")
+		}
+	}
+	return s
 }
 
 // smiExpandTabs expands tabs to 8-column stops, as a terminal copy does.
@@ -544,8 +742,18 @@ func TestParseNvidiaSMIErrors(t *testing.T) {
 	}{
 		{"empty", "", "bad.txt: no nvidia-smi topo -m header"},
 		{"no header", "GPU 0: NVIDIA H100\nLegend:\n", "bad.txt:2: no nvidia-smi topo -m header"},
-		{"ragged row", replaceLine(della, 3, func(s string) string { return strings.Replace(s, "SYS\t", "", 1) }),
-			"bad.txt:3: row GPU1 has 5 cells, want 6"},
+		{"shifted row", replaceLine(della, 3, func(s string) string { return strings.Replace(s, "SYS\t", "", 1) }),
+			"bad.txt:3: row GPU1 has 5 cells, want 6 (4 devices, 2 affinity columns): its X is under column GPU0, want GPU1 (columns shifted: a cell is missing or extra before it)"},
+		{"short row", replaceLine(della, 2, func(s string) string { return strings.Replace(s, "\t0-63", "", 1) }),
+			"bad.txt:2: row GPU0 has 5 cells, want 6 (4 devices, 2 affinity columns)"},
+		{"glued cells that no split fits", replaceLine(della, 2, func(s string) string { return strings.Replace(s, "SYS\tNODE\tSYS\t0-63", "SYSNODE\t0-63", 1) }),
+			`bad.txt:2: row GPU0, column GPU1: glued cells "SYSNODE": no split gives the row its cells (row GPU0 has 4 cells, want 6 (4 devices, 2 affinity columns))`},
+		{"glued cells split more than one way", "\tGPU0\tGPU1\tCPU Affinity\nGPU0\t X \tNV412-23\nGPU1\tNV4\t X \t12-23\n",
+			`bad.txt:2: row GPU0, column GPU1: glued cells "NV412-23" split more than one way (NV4 12-23, or NV41 2-23)`},
+		{"unknown cell glued to a row name", replaceLine(della, 3, func(s string) string { return strings.Replace(s, "GPU1\t", "GPU1FOO\t", 1) }),
+			`bad.txt:3: row "GPU1FOO" is not a column of the header at line 1`},
+		{"glued header that splits more than one way", "\tGPU0\txyxyz\nGPU0\tX\nxy\nxyz\nxyx\nyz\n",
+			`bad.txt:1: header field "xyxyz" splits into device names more than one way (xy xyz, or xyx yz)`},
 		{"ragged NIC row", replaceLine(della, 4, func(s string) string { return s + "SYS" }),
 			"bad.txt:4: row mlx5_0 has 5 cells, want 4 or 6"},
 		{"unknown cell", replaceLine(della, 2, func(s string) string { return strings.Replace(s, "SYS", "FOO", 1) }),
@@ -566,16 +774,24 @@ func TestParseNvidiaSMIErrors(t *testing.T) {
 			`bad.txt:2: row GPU0, column "CPU Affinity": "0-63x" is not a list`},
 		{"truncated", strings.Join(strings.Split(della, "\n")[:4], "\n"),
 			"bad.txt:4: matrix ends after 3 of 4 rows"},
-		{"blank inside matrix", replaceLine(della, 4, func(string) string { return "" }),
-			"bad.txt:4: blank line after 2 of 4 matrix rows"},
-		{"no NIC legend", h100[:strings.Index(h100, "NIC Legend:")],
-			"bad.txt:1: column NIC0 has no entry in a NIC Legend block"},
+		{"row missing", replaceLine(della, 4, func(string) string { return "" }),
+			`bad.txt:7: matrix ends after 3 of 4 rows (header at line 1) at "Legend:": no row for mlx5_0`},
+		{"row missing, one line", smiOneLine(replaceLine(della, 4, func(string) string { return "" })),
+			`bad.txt:1: matrix ends after 3 of 4 rows (header at line 1) at "Legend:": no row for mlx5_0`},
+		{"a row's cells after the last column", replaceLine(della, 4, func(s string) string { return s + "SYS\tSYS\tFOO" }),
+			`bad.txt:4: row mlx5_0, after the last column: unknown cell "FOO"`},
+		{"a NIC row with a bad affinity cell", replaceLine(della, 4, func(s string) string { return s + "SYS\tFOO" }),
+			`bad.txt:4: row mlx5_0, column "NUMA Affinity": "FOO" is not a list of numbers or N/A`},
 		{"partial NIC legend", strings.Replace(h100, "  NIC5: mlx5_5\n", "", 1),
 			"bad.txt:1: column NIC5 has no entry"},
 		{"legend names unknown NIC", strings.Replace(h100, "  NIC7: mlx5_7\n", "  NIC7: mlx5_7\n  NIC8: mlx5_8\n", 1),
 			"bad.txt:39: NIC Legend names NIC8, which is not a column"},
 		{"legend duplicate value", strings.Replace(h100, "NIC7: mlx5_7", "NIC7: mlx5_6", 1),
 			"bad.txt:38: NIC Legend maps both NIC6 and NIC7 to mlx5_6"},
+		{"legend maps to a column", strings.Replace(h100, "NIC7: mlx5_7", "NIC7: NIC6", 1),
+			"bad.txt:38: NIC Legend maps NIC7 to NIC6, which is not an RDMA device name"},
+		{"second legend", h100 + "\nNIC Legend:\n\n  NIC0: mlx5_0\n",
+			"bad.txt:40: second NIC Legend block"},
 		{"line too long", "\tGPU0\n" + strings.Repeat("x", smiMaxLine+1), "bad.txt:2: line longer than"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -587,6 +803,167 @@ func TestParseNvidiaSMIErrors(t *testing.T) {
 				t.Errorf("error = %q, want prefix %q", err, c.want)
 			}
 		})
+	}
+}
+
+// Real pastes that cannot be read whole are refused with the row, column
+// and field that end the reading.
+func TestParseNvidiaSMIRefusedSamples(t *testing.T) {
+	for _, c := range []struct{ file, want string }{
+		// The issue text as the index holds it stops inside the NIC0 row.
+		{"vllm-issue-13855_8xH100_12nic_glued_cells_truncated.txt",
+			"vllm-issue-13855_8xH100_12nic_glued_cells_truncated.txt:10: row NIC0 has 14 cells, want 20 or 23 (20 devices, 3 affinity columns)"},
+		// One line (breaks lost), glued cells, cut off inside GPU7's CPU Affinity.
+		{"vllm-issue-13855_wiki-copy_collapsed_oneline_truncated.txt",
+			`vllm-issue-13855_wiki-copy_collapsed_oneline_truncated.txt:1: row GPU7, column "CPU Affinity": "56-111,1..." is not a list of numbers or N/A`},
+	} {
+		t.Run(c.file, func(t *testing.T) {
+			m, err := ParseNvidiaSMI(bytes.NewReader(smiReadFixture(t, c.file)), c.file)
+			if err == nil {
+				t.Fatalf("no error; parsed %v", m.Devices)
+			}
+			if err.Error() != c.want {
+				t.Errorf("error = %q\nwant    %q", err, c.want)
+			}
+		})
+	}
+}
+
+// nvidia-smi itself printed vllm#13855's NIC8 column without a tab before
+// NIC9: "NIC8NIC9" in the header, "NODENODE" and "NODEPXB" in the rows of
+// GPU4-GPU7. Each of those rows reads one way, with 20 device cells.
+func TestSMIGluedRowsVLLM13855(t *testing.T) {
+	const file = "vllm-issue-13855_8xH100_12nic_glued_cells_truncated.txt"
+	p := &smiParser{name: file}
+	if err := p.read(bytes.NewReader(smiReadFixture(t, file))); err != nil {
+		t.Fatal(err)
+	}
+	var hdr []smiTok
+	for _, f := range strings.Fields(p.lines[0]) {
+		hdr = append(hdr, smiTok{s: f, line: 1})
+	}
+	devs, extras, err := p.parseHeader(hdr, p.rowNames(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := smiConcat(smiSeq("GPU", 8), smiSeq("NIC", 12)); !reflect.DeepEqual(devs, want) {
+		t.Fatalf("devices %v, want %v", devs, want)
+	}
+	if want := []string{"CPU Affinity", "NUMA Affinity", "GPU NUMA ID"}; !reflect.DeepEqual(extras, want) {
+		t.Fatalf("affinity columns %v, want %v", extras, want)
+	}
+	nv := func(gpu int) []string { // NV18 to every other GPU
+		out := make([]string, 8)
+		for i := range out {
+			out[i] = "NV18"
+		}
+		out[gpu] = "X"
+		return out
+	}
+	split := func(s string) []string { return strings.Fields(s) }
+	for _, c := range []struct {
+		line int
+		nics string // the 12 NIC cells, read off the text with the glued field split
+		note string
+	}{
+		{5, "NODE NODE NODE NODE NODE PXB SYS SYS SYS SYS SYS SYS", ""},
+		{6, "SYS SYS SYS SYS SYS SYS PXB NODE NODE NODE NODE NODE", `"NODENODE" as NODE NODE`},
+		{7, "SYS SYS SYS SYS SYS SYS NODE NODE NODE PXB NODE NODE", `"NODEPXB" as NODE PXB`},
+		{8, "SYS SYS SYS SYS SYS SYS NODE NODE NODE NODE PXB NODE", `"NODENODE" as NODE NODE`},
+		{9, "SYS SYS SYS SYS SYS SYS NODE NODE NODE NODE NODE PXB", `"NODENODE" as NODE NODE`},
+	} {
+		f := strings.Fields(p.lines[c.line-1])
+		row := smiRow{label: f[0], line: c.line}
+		for _, s := range f[1:] {
+			row.toks = append(row.toks, smiTok{s: s, line: c.line})
+		}
+		p.notes = nil
+		rel, aff, err := p.rowCells(row, devs, extras, false)
+		if err != nil {
+			t.Fatalf("line %d: %v", c.line, err)
+		}
+		gpu := smiDevIndex(row.label)
+		if want := append(nv(gpu), split(c.nics)...); !reflect.DeepEqual(rel, want) {
+			t.Errorf("row %s: %v\nwant %v", row.label, rel, want)
+		}
+		wantAff := []string{[2]string{"0-55,112-167", "56-111,168-223"}[gpu/4], fmt.Sprint(gpu / 4), "N/A"}
+		if !reflect.DeepEqual(aff, wantAff) {
+			t.Errorf("row %s affinity %v, want %v", row.label, aff, wantAff)
+		}
+		var wantNotes []string
+		if c.note != "" {
+			wantNotes = []string{fmt.Sprintf("%s:%d: row %s: glued cells read %s", file, c.line, row.label, c.note)}
+		}
+		if !reflect.DeepEqual(p.notes, wantNotes) {
+			t.Errorf("row %s notes %q, want %q", row.label, p.notes, wantNotes)
+		}
+	}
+}
+
+// Glued cells in a real file read back to the file's own cells; the note
+// names the field and how it was read.
+func TestParseNvidiaSMIGluedCells(t *testing.T) {
+	const file = "princeton_della-i14g20_2xA100_2xmlx5_oldformat.txt"
+	text := string(smiReadFixture(t, file))
+	base, err := ParseNvidiaSMI(strings.NewReader(text), file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ from, to, note string }{
+		{"SYS\t0-63\t0", "SYS0-630", ""}, // "0-630" could be one list, or 0-63 and 0, or 0-6 and 30: left out
+		{"\tSYS\t0-63", "\tSYS0-63", `princeton_della-i14g20_2xA100_2xmlx5_oldformat.txt:2: row GPU0: glued cells read "SYS0-63" as SYS 0-63`},
+		{"GPU1\tSYS\t X ", "GPU1SYSX", `princeton_della-i14g20_2xA100_2xmlx5_oldformat.txt:3: row GPU1: glued cells read "SYSX" as SYS X`},
+		{"mlx5_1\tSYS\tNODE\tSYS", "mlx5_1\tSYSNODESYS", `princeton_della-i14g20_2xA100_2xmlx5_oldformat.txt:5: row mlx5_1: glued cells read "SYSNODESYS" as SYS NODE SYS`},
+	} {
+		in := strings.Replace(text, c.from, c.to, 1)
+		if in == text {
+			t.Fatalf("%q not in %s", c.from, file)
+		}
+		m, err := ParseNvidiaSMI(strings.NewReader(in), file)
+		if err != nil {
+			t.Errorf("%q: %v", c.to, err)
+			continue
+		}
+		if c.note == "" {
+			if _, ok := m.CPUAffinity["GPU0"]; ok || len(m.Notes) != 1 || !strings.Contains(m.Notes[0], "split more than one way") {
+				t.Errorf("%q: CPU affinity %v, notes %q; want GPU0's left out and named", c.to, m.CPUAffinity, m.Notes)
+			}
+			continue
+		}
+		if !reflect.DeepEqual(m.Notes, []string{c.note}) {
+			t.Errorf("%q: notes %q, want %q", c.to, m.Notes, c.note)
+		}
+		m.Notes = nil
+		if !reflect.DeepEqual(m, base) {
+			t.Errorf("%q: parsed differently:\n%+v\nwant\n%+v", c.to, m, base)
+		}
+	}
+}
+
+// The H100 sample without its NIC Legend block keeps every relation; its
+// NICs have no RDMA name, so the SGLang map is empty and the notes say why.
+func TestParseNvidiaSMIWithoutNICLegend(t *testing.T) {
+	const file = "sglang-issue-30401_8xH100_8xmlx5_2numa_spaces.txt"
+	text := string(smiReadFixture(t, file))
+	full, err := ParseNvidiaSMI(strings.NewReader(text), file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := ParseNvidiaSMI(strings.NewReader(text[:strings.Index(text, "NIC Legend:")]), file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(m.Rel, full.Rel) || !reflect.DeepEqual(m.CPUAffinity, full.CPUAffinity) {
+		t.Error("relations or affinities differ from the full file")
+	}
+	if m.NICLegend != nil || len(m.NearestRDMA()) != 0 || !reflect.DeepEqual(m.UnnamedNICs(), smiSeq("NIC", 8)) {
+		t.Errorf("legend %v, NearestRDMA %v, UnnamedNICs %v", m.NICLegend, m.NearestRDMA(), m.UnnamedNICs())
+	}
+	if want := smiIndexMap(smiSeq("NIC", 8)...); !reflect.DeepEqual(m.NearestNIC(), want) {
+		t.Errorf("NearestNIC %v, want %v", m.NearestNIC(), want)
+	}
+	if len(m.Notes) != 1 || !strings.Contains(m.Notes[0], "no NIC Legend block") {
+		t.Errorf("notes %q", m.Notes)
 	}
 }
 
@@ -626,6 +1003,18 @@ func FuzzParseNvidiaSMI(f *testing.F) {
 				}
 				if (ab == "X") != (a == b) {
 					t.Fatalf("%s/%s = %q", a, b, ab)
+				}
+			}
+		}
+		for _, note := range m.Notes {
+			if !strings.HasPrefix(note, name+":") {
+				t.Fatalf("note does not start with the file name: %s", note)
+			}
+		}
+		for _, aff := range []map[string]string{m.CPUAffinity, m.NUMAAffinity, m.GPUNUMAID} {
+			for d, v := range aff {
+				if _, ok := m.Rel[[2]string{d, d}]; !ok || !smiValidAffinity(v) {
+					t.Fatalf("affinity %q of %q", v, d)
 				}
 			}
 		}
