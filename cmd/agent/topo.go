@@ -14,6 +14,9 @@ type topoOutput struct {
 	Source      string            `json:"source"` // "sysfs" or the nvidia-smi file
 	Matrix      *topology.Matrix  `json:"matrix,omitempty"`
 	IBDeviceMap map[string]string `json:"ib_device_map"` // SGLang --disaggregation-ib-device
+	// NearestNIC is each GPU's nearest NIC by column name, given when the
+	// file's NICs have no RDMA names (a paste without its NIC Legend).
+	NearestNIC  map[string]string `json:"nearest_nic,omitempty"`
 	Differences []string          `json:"differences,omitempty"`
 	Notes       []string          `json:"notes,omitempty"`
 }
@@ -68,6 +71,10 @@ has GPUs too, the two are compared and differences reported.`)
 		}
 		out.Source, out.Matrix = *smiFile, nil
 		out.IBDeviceMap = smi.NearestRDMA()
+		out.Notes = append(out.Notes, smi.Notes...)
+		if len(smi.UnnamedNICs()) > 0 {
+			out.NearestNIC = smi.NearestNIC()
+		}
 		if *asJSON {
 			return writeJSON(stdout, stderr, out)
 		}
@@ -85,6 +92,10 @@ has GPUs too, the two are compared and differences reported.`)
 	}
 	js, _ := json.Marshal(out.IBDeviceMap)
 	fmt.Fprintf(stdout, "GPU → nearest RDMA device (SGLang --disaggregation-ib-device): %s\n", js)
+	if out.NearestNIC != nil {
+		js, _ := json.Marshal(out.NearestNIC)
+		fmt.Fprintf(stdout, "GPU → nearest NIC column (the file names no RDMA device): %s\n", js)
+	}
 	for _, d := range out.Differences {
 		fmt.Fprintln(stdout, "difference:", d)
 	}

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -40,6 +42,57 @@ func TestTopoNvidiaSMISamples(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// topo -m as people paste it (topology/testdata/topo_m/README.md): what
+// reads is printed with the parser's notes, what does not is refused with
+// the parser's message.
+func TestTopoNvidiaSMIPastedForms(t *testing.T) {
+	const dir = "../../topology/testdata/topo_m/"
+	for _, c := range []struct {
+		file       string
+		ibMap      map[string]string
+		nearestNIC map[string]string
+		note       string
+	}{
+		{"nccl-tests-issue-321_8xH20_vm_8nic_nolegend_spaces.txt", map[string]string{},
+			map[string]string{"0": "NIC7", "1": "NIC6", "2": "NIC5", "3": "NIC4", "4": "NIC3", "5": "NIC2", "6": "NIC1", "7": "NIC0"},
+			"no NIC Legend block: NIC0, NIC1, NIC2, NIC3, NIC4, NIC5, NIC6, NIC7 keep their column names"},
+		{"gdr114-notes_2xV100_4nic_rocep_glued_header.txt", map[string]string{"0": "rocep4s0f0", "1": "rocep137s0f0"}, nil,
+			`header field "GPU0GPU1NIC0NIC1NIC2NIC3" read as GPU0 GPU1 NIC0 NIC1 NIC2 NIC3`},
+		{"sglang-issue-30401_8xH100_8xmlx5_collapsed_oneline_derived.txt", map[string]string{"0": "mlx5_0", "1": "mlx5_1", "2": "mlx5_2",
+			"3": "mlx5_3", "4": "mlx5_4", "5": "mlx5_5", "6": "mlx5_6", "7": "mlx5_7"}, nil, "line breaks lost"},
+	} {
+		t.Run(c.file, func(t *testing.T) {
+			var out, errb bytes.Buffer
+			if code := realMain([]string{"topo", "--json", "--nvidia-smi", dir + c.file}, &out, &errb); code != 0 {
+				t.Fatalf("exit %d: %s", code, errb.String())
+			}
+			var got topoOutput
+			if err := json.Unmarshal(out.Bytes(), &got); err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(got.IBDeviceMap, c.ibMap) || !reflect.DeepEqual(got.NearestNIC, c.nearestNIC) {
+				t.Errorf("ib_device_map %v, nearest_nic %v; want %v, %v", got.IBDeviceMap, got.NearestNIC, c.ibMap, c.nearestNIC)
+			}
+			if !slices.ContainsFunc(got.Notes, func(n string) bool { return strings.Contains(n, c.note) }) {
+				t.Errorf("no note %q in %q", c.note, got.Notes)
+			}
+		})
+	}
+	var out, errb bytes.Buffer
+	const nolegend = dir + "nccl-tests-issue-321_8xH20_vm_8nic_nolegend_spaces.txt"
+	if code := realMain([]string{"topo", "--nvidia-smi", nolegend}, &out, &errb); code != 0 ||
+		!strings.Contains(out.String(), `GPU → nearest NIC column (the file names no RDMA device): {"0":"NIC7",`) ||
+		!strings.Contains(out.String(), "GPU → nearest RDMA device (SGLang --disaggregation-ib-device): {}") {
+		t.Errorf("text output, exit %d:\n%s", code, out.String())
+	}
+	out.Reset()
+	const cut = "vllm-issue-13855_8xH100_12nic_glued_cells_truncated.txt"
+	if code := realMain([]string{"topo", "--nvidia-smi", dir + cut}, &out, &errb); code != exitCannotRun ||
+		!strings.Contains(errb.String(), "topo: "+dir+cut+":10: row NIC0 has 14 cells, want 20 or 23 (20 devices, 3 affinity columns)") {
+		t.Errorf("truncated paste: exit %d, stderr %q", code, errb.String())
 	}
 }
 
