@@ -113,6 +113,22 @@ func TestDeviceSetThenAllocAndCopy(t *testing.T) {
 	}
 }
 
+// A retained device is named at once, before any copy needs it: the
+// process may be gone by then.
+func TestDeviceNamedAtRetain(t *testing.T) {
+	w := newDevWorld(t, true)
+	w.retain(1, 3)
+	if w.asked[3] != 1 {
+		t.Errorf("DeviceMap asked %v at the retain of device 3", w.asked)
+	}
+	w.setCurrent(1, ctxOf(3))
+	w.h2d(1, 0x1234_0000)
+	w.want("named at retain", "0000:30:00.0")
+	if w.asked[3] != 1 {
+		t.Errorf("DeviceMap asked again: %v", w.asked)
+	}
+}
+
 // Two threads of one process on two devices (TP workers in one process, or
 // a loader thread beside the scheduler), and a copy whose device pointer
 // was allocated on the other thread's device.

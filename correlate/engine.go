@@ -667,6 +667,11 @@ func (e *Engine) apply(p *proc, c *event.Call, key uint64) {
 	case event.OpCtxRetain, event.OpCtxCreate, event.OpCtxSetCurrent, event.OpCtxPush, event.OpCtxPop,
 		event.OpCtxDestroy, event.OpDeviceBusID:
 		p.dev.apply(c)
+		if c.Op == event.OpCtxRetain || c.Op == event.OpCtxCreate {
+			// Name the device now, while the process surely lives: a
+			// DeviceMap reads its environment (docs/design.md, "Placement").
+			e.pciOf(p, c.Device)
+		}
 	case event.OpStreamSync:
 		if c.ReturnTime == 0 {
 			return

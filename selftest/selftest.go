@@ -52,7 +52,11 @@ type Config struct {
 	// KernelCopy runs the copy-kernel stand-in on a shared reference GPU
 	// and reads its counters through the reference NVML library.
 	KernelCopy bool
-	Timeout    time.Duration
+	// TPWorkers runs tp-workers on each runtime build: worker processes that
+	// each see every reference GPU and choose theirs per thread; every copy's
+	// GPU is compared.
+	TPWorkers bool
+	Timeout   time.Duration
 }
 
 // Result is one row of the selftest table.
@@ -216,6 +220,7 @@ func Run(ctx context.Context, cfg Config) (results []Result, stats agent.Stats, 
 		},
 		Sink:           col,
 		Logger:         cfg.Logger,
+		Devices:        refDevices("/proc", cfg.Logger),
 		OnExit:         col.OnExit,
 		OnRuntimeLayer: col.OnRuntimeLayer,
 		OnReady:        func() { close(ready) },
@@ -285,6 +290,11 @@ func Run(ctx context.Context, cfg Config) (results []Result, stats agent.Stats, 
 	}
 	if cfg.KernelCopy {
 		results = append(results, kernelCopyRun(ctx, cfg.RefDir, tmp, col, cfg, func() uint64 { return ag.Stats().Drops.Total() }))
+	}
+	if cfg.TPWorkers {
+		for _, rt := range cfg.Runtimes {
+			results = append(results, tpWorkersRun(ctx, kvpath, rt, tmp, col, cfg, func() uint64 { return ag.Stats().Drops.Total() })...)
+		}
 	}
 	for _, sc := range cfg.RDMA {
 		results = append(results, rdmaRun(ctx, cfg.RefDir, sc, tmp, col, cfg, func() uint64 { return ag.Stats().Drops.Total() })...)
@@ -482,6 +492,10 @@ func Compare(res *Result, truth []TruthCall, got []correlate.Transfer) {
 		if w.ExpectHostMem != string(g.HostMem) && (w.Direction == "H2D" || w.Direction == "D2H") {
 			res.MemoryErrs++
 			problem("record %d (%s %s): host memory want %s got %s", i, w.API, w.Direction, w.ExpectHostMem, g.HostMem)
+		}
+		if w.GPU != "" && w.Result == 0 && w.GPU != g.GPU {
+			res.OtherErrs++
+			problem("record %d (%s %s tid %d): gpu want %s got %q", i, w.API, w.Direction, w.TID, w.GPU, g.GPU)
 		}
 		// Each side's kind: a device side the call states, else what an
 		// observer can know of the address (truth.h in refpath/kvpath).

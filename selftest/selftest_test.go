@@ -13,7 +13,7 @@ import (
 func TestSelftest(t *testing.T) {
 	testenv.RequireRoot(t)
 	var out bytes.Buffer
-	results, stats, err := Run(context.Background(), Config{RefDir: testenv.RefDir(t), Out: &out, KernelCopy: true, NoDevice: true})
+	results, stats, err := Run(context.Background(), Config{RefDir: testenv.RefDir(t), Out: &out, KernelCopy: true, NoDevice: true, TPWorkers: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -24,7 +24,8 @@ func TestSelftest(t *testing.T) {
 	}
 	// late-attach, late-pool-pages, kernel-copy, no-device per runtime, two roles per RDMA
 	// scenario, hicache-spans
-	if want := 3 + (len(Scenarios)+1)*len(Runtimes) + 2*len(RDMAScenarios) + 1; len(results) != want {
+	// three tp-workers ranks per runtime build
+	if want := 3*len(Runtimes) + 3 + (len(Scenarios)+1)*len(Runtimes) + 2*len(RDMAScenarios) + 1; len(results) != want {
 		t.Fatalf("%d results, want %d", len(results), want)
 	}
 	// The overlap verdicts by design: pd-overlap and h2d-overlap flagged, the

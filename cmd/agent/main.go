@@ -131,12 +131,13 @@ func cmdSelftest(args []string, stdout, stderr io.Writer) int {
 	rdma := fs.String("rdma", strings.Join(selftest.RDMAScenarios, ","), "comma-separated RDMA scenarios (two processes each); empty for none")
 	kernelCopy := fs.Bool("kernel-copy", true, "run the copy-kernel stand-in and read its GPU counters through the reference NVML library")
 	noDevice := fs.Bool("no-device", true, "run no-device on each runtime build: cuInit fails, every runtime call fails before the driver, and the agent must attach the runtime layer to report them")
+	tpWorkers := fs.Bool("tp-workers", true, "run tp-workers on each runtime build: worker processes that each see every reference GPU and choose theirs per thread, every copy's GPU compared")
 	log, code := parse(fs, args, stderr)
 	if log == nil {
 		return code
 	}
 	cfg := selftest.Config{RefDir: *refDir, Out: stdout, Logger: log, Scenarios: splitList(*scenarios), RDMA: splitList(*rdma), KernelCopy: *kernelCopy,
-		NoDevice: *noDevice}
+		NoDevice: *noDevice, TPWorkers: *tpWorkers}
 	if *live {
 		cfg.Live = stdout
 	}

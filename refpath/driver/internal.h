@@ -64,6 +64,15 @@ enum rc_mem rc_vmm_kind(const void *p, size_t n);
 /* cuMemFree of what is not arena memory: a managed or stream-ordered allocation. */
 CUresult rc_vmm_free(CUdeviceptr dptr);
 
+/* device.c: contexts, and the device each device allocation was made on */
+int rc_current_device(void); /* the device of the context current on the calling thread, -1 none */
+void rc_note_alloc(const void *p, size_t len, int dev);
+void rc_note_free(const void *p);
+int rc_device_of(const void *p); /* the device of the allocation holding p, -1 unknown */
+/* lane.c: the devices (LW_REF_GPUS, or one) */
+int rc_device_count(void);
+const char *rc_device_name(int dev); /* its shared GPU's name, "" for private lanes; NULL: no such device */
+
 /* A copy: 2D in general (1D is height 1). */
 struct rc_xfer {
 	char *dst;

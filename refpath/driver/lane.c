@@ -1,5 +1,5 @@
 /*
- * The lane model: one "GPU" per process with two independent directional lanes,
+ * The lane model: each "GPU" of a process has two independent directional lanes,
  * inbound (H2D) and outbound (D2H), each with its own rate. Every chunk of a copy
  * reserves time on its direction's lane, so two same-direction copies share that
  * lane's rate (each slows down ~2x) while H2D and D2H run at full rate each
@@ -175,6 +175,79 @@ out:
  */
 #define CATCH_UP_NS 2000000ull
 
+/*
+ * The process's devices, by ordinal: their names and lanes. Device 0 is the lanes
+ * above (private, or LW_REF_GPU's) unless LW_REF_GPUS names the devices: then each is
+ * a shared GPU, in the PCI order of their identities (refcudaGPUIdentity), which is
+ * CUDA's order on a host of one GPU model.
+ */
+static struct dev_lanes {
+	char name[SHM_NAME_MAX];
+	struct lane *l;
+	uint64_t *bytes, *busy;
+} devs[MAX_GPUS];
+static int ndevs = 1;
+
+static uint32_t identity_key(const char *name)
+{
+	unsigned int domain, bus;
+	refcudaGPUIdentity(name, &domain, &bus);
+	return domain << 8 | bus;
+}
+
+static int by_identity(const void *a, const void *b)
+{
+	uint32_t x = identity_key(((const struct dev_lanes *)a)->name), y = identity_key(((const struct dev_lanes *)b)->name);
+	return x < y ? -1 : x > y;
+}
+
+/* LW_REF_GPUS=<name>,<name>...: the devices; 0 when unset or unusable (told why). */
+static int devices_init(double h2d_gbps, double d2h_gbps)
+{
+	const char *v = getenv("LW_REF_GPUS");
+	if (!v || !*v)
+		return 0;
+	char buf[MAX_GPUS * SHM_NAME_MAX];
+	snprintf(buf, sizeof buf, "%s", v);
+	int n = 0;
+	for (char *save = NULL, *name = strtok_r(buf, ",", &save); name; name = strtok_r(NULL, ",", &save)) {
+		struct shm_gpu *g = n < MAX_GPUS ? gpu_map(name, 1, h2d_gbps, d2h_gbps) : NULL;
+		if (!g) {
+			fprintf(stderr, "libcuda (reference): LW_REF_GPUS=%s: cannot map GPU %s (at most %d, names of [A-Za-z0-9._-])\n",
+				v, name, MAX_GPUS);
+			return 0;
+		}
+		snprintf(devs[n].name, SHM_NAME_MAX, "%s", name);
+		devs[n].l = g->l;
+		devs[n].bytes = g->h.bytes;
+		devs[n].busy = g->h.busy_until_ns;
+		n++;
+	}
+	qsort(devs, (size_t)n, sizeof devs[0], by_identity);
+	for (int i = 1; i < n; i++)
+		if (identity_key(devs[i].name) == identity_key(devs[i - 1].name))
+			fprintf(stderr, "libcuda (reference): GPUs %s and %s have one PCI identity\n", devs[i - 1].name, devs[i].name);
+	return n;
+}
+
+int rc_device_count(void)
+{
+	rc_init();
+	return ndevs;
+}
+
+const char *rc_device_name(int dev)
+{
+	return dev >= 0 && dev < ndevs ? devs[dev].name : NULL;
+}
+
+/* The device whose lanes a copy takes: the owner of its device side, else 0. */
+static const struct dev_lanes *xfer_device(const struct rc_xfer *x)
+{
+	int d = rc_device_of(x->dir == RC_H2D ? (const void *)x->dst : (const void *)x->src);
+	return &devs[d >= 0 && d < ndevs ? d : 0];
+}
+
 void rc_lane_init(double h2d_gbps, double d2h_gbps)
 {
 	/* 1 GB/s is 1 byte per ns */
@@ -192,6 +265,19 @@ void rc_lane_init(double h2d_gbps, double d2h_gbps)
 			fprintf(stderr, "libcuda (reference): LW_REF_GPU=%s: cannot map /dev/shm/lw-ref-%s, "
 					"using private lanes\n", name, name);
 		}
+	}
+	int n = devices_init(h2d_gbps, d2h_gbps);
+	if (n > 0) {
+		ndevs = n;
+		lanes = devs[0].l;
+		lane_bytes = devs[0].bytes;
+		lane_busy = devs[0].busy;
+		snprintf(own_gpu, sizeof own_gpu, "%s", devs[0].name);
+	} else {
+		snprintf(devs[0].name, SHM_NAME_MAX, "%s", own_gpu);
+		devs[0].l = lanes;
+		devs[0].bytes = lane_bytes;
+		devs[0].busy = lane_busy;
 	}
 }
 
@@ -281,7 +367,8 @@ static int chunk_next(struct chunk_iter *it, char **d, const char **s, size_t *n
 void rc_xfer_run(const struct rc_xfer *x, uint64_t *cursor)
 {
 	int li = x->dir == RC_H2D ? 0 : 1;
-	struct lane *lane = x->dir == RC_H2D || x->dir == RC_D2H ? &lanes[li] : NULL;
+	const struct dev_lanes *dv = xfer_device(x);
+	struct lane *lane = x->dir == RC_H2D || x->dir == RC_D2H ? &dv->l[li] : NULL;
 	char *stage = (x->staged && lane) ? staging_buffer() : NULL;
 	struct chunk_iter it = {.x = x};
 	char *d;
@@ -308,13 +395,13 @@ void rc_xfer_run(const struct rc_xfer *x, uint64_t *cursor)
 	 */
 	if (!chunk_next(&it, &d, &s, &n))
 		goto out;
-	uint64_t end = lane_reserve(lane, &lane_bytes[li], &lane_busy[li], n, cursor);
+	uint64_t end = lane_reserve(lane, &dv->bytes[li], &dv->busy[li], n, cursor);
 	for (;;) {
 		char *nd;
 		const char *ns;
 		size_t nn;
 		int more = chunk_next(&it, &nd, &ns, &nn);
-		uint64_t next_end = more ? lane_reserve(lane, &lane_bytes[li], &lane_busy[li], nn, cursor) : 0;
+		uint64_t next_end = more ? lane_reserve(lane, &dv->bytes[li], &dv->busy[li], nn, cursor) : 0;
 		sleep_until(end);
 		if (stage) {
 			/* pageable: bounce through the pinned staging buffer */
@@ -339,8 +426,10 @@ RC_API int refcudaDevicePointer(const void *p, size_t n, char *gpu, size_t gpule
 	rc_init();
 	if (!rc_is_device(p, n ? n : 1))
 		return 0;
-	if (gpu && gpulen)
-		snprintf(gpu, gpulen, "%s", own_gpu);
+	if (gpu && gpulen) {
+		int d = rc_device_of(p);
+		snprintf(gpu, gpulen, "%s", d >= 0 && d < ndevs ? devs[d].name : own_gpu);
+	}
 	return 1;
 }
 
@@ -354,6 +443,12 @@ static struct lane *lane_of(const char *gpu, int inbound, uint64_t **count, uint
 		*busy = &lane_busy[i];
 		return &lanes[i];
 	}
+	for (int d = 1; d < ndevs; d++) /* another of this process's devices */
+		if (!strcmp(gpu, devs[d].name)) {
+			*count = &devs[d].bytes[i];
+			*busy = &devs[d].busy[i];
+			return &devs[d].l[i];
+		}
 	/* another process's GPU: map it with the default rates (its owner resets them) */
 	struct shm_gpu *g = gpu_map(gpu, 0, 4, 4);
 	if (!g)

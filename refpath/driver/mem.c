@@ -212,10 +212,17 @@ RC_API CUresult cuMemFreeHost(void *p)
 
 /* ---- device arena: bump allocation plus a coalescing first-fit free list ---- */
 
+/* On the device of the context current on the calling thread (device.c). */
 RC_API CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
 {
 	RC_GATE();
-	return rc_dev_alloc(dptr, bytesize);
+	int dev = rc_current_device();
+	if (dev < 0)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	CUresult rc = rc_dev_alloc(dptr, bytesize);
+	if (rc == CUDA_SUCCESS)
+		rc_note_alloc((void *)(uintptr_t)*dptr, bytesize, dev);
+	return rc;
 }
 
 CUresult rc_dev_alloc(CUdeviceptr *dptr, size_t bytesize)
@@ -300,6 +307,7 @@ CUresult rc_dev_free(CUdeviceptr dptr)
 		rc = CUDA_ERROR_INVALID_VALUE;
 		goto out;
 	}
+	rc_note_free((void *)(uintptr_t)dptr);
 	/* Give the pages back so a long run does not keep touched memory. */
 	uintptr_t lo = ((uintptr_t)arena.base + off + 4095) & ~(uintptr_t)4095;
 	uintptr_t hi = ((uintptr_t)arena.base + off + len) & ~(uintptr_t)4095;

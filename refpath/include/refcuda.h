@@ -26,11 +26,14 @@ typedef struct CUevent_st *CUevent;
 typedef struct CUstream_st *cudaStream_t;
 typedef struct CUevent_st *cudaEvent_t;
 typedef unsigned long long CUdeviceptr;
-/* Contexts and arrays are opaque here: one device (0) per process, no CUDA arrays. */
+/* Contexts are the driver's (a primary context per device, made current per thread);
+ * arrays are opaque: no CUDA arrays here. A CUdevice is the device's ordinal, as in
+ * NVIDIA's driver (cuda.h: CUmemLocation.id is "a device ordinal"). */
 struct CUctx_st;
 struct CUarray_st;
 typedef struct CUctx_st *CUcontext;
 typedef struct CUarray_st *CUarray;
+typedef int CUdevice;
 
 /* Special stream handles accepted by every stream argument. */
 #define CU_STREAM_LEGACY ((CUstream)0x1)
@@ -47,6 +50,7 @@ typedef enum cudaError {
 	cudaErrorInvalidMemcpyDirection = 21,
 	cudaErrorNoDevice = 100,
 	cudaErrorInvalidDevice = 101,
+	cudaErrorDeviceUninitialized = 201, /* no context current: the driver's CUDA_ERROR_INVALID_CONTEXT */
 	cudaErrorInvalidResourceHandle = 400,
 	cudaErrorNotReady = 600,
 	cudaErrorHostMemoryAlreadyRegistered = 712,
@@ -61,6 +65,7 @@ typedef enum cudaError_enum {
 	CUDA_ERROR_NOT_INITIALIZED = 3,
 	CUDA_ERROR_NO_DEVICE = 100,
 	CUDA_ERROR_INVALID_DEVICE = 101,
+	CUDA_ERROR_INVALID_CONTEXT = 201,
 	CUDA_ERROR_INVALID_HANDLE = 400,
 	CUDA_ERROR_NOT_READY = 600,
 	CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED = 712,
@@ -271,8 +276,14 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned
 cudaError_t cudaStreamWaitEvent_ptsz(cudaStream_t stream, cudaEvent_t event, unsigned int flags);
 cudaError_t cudaDeviceSynchronize(void);
 cudaError_t cudaGetLastError(void);
+/* cudaSetDevice makes the device's primary context current on the calling thread
+ * through the driver (cuDevicePrimaryCtxRetain once per device, cuCtxSetCurrent), as
+ * CUDA 12's runtime does; a thread's first other call with no context current makes
+ * device 0's current (CUDA's implicit device). */
 cudaError_t cudaSetDevice(int device);
+cudaError_t cudaGetDevice(int *device);
 cudaError_t cudaGetDeviceCount(int *count);
+cudaError_t cudaDeviceGetPCIBusId(char *pciBusId, int len, int device);
 
 /* ================= driver: libcuda.so.1 ================= */
 CUresult cuInit(unsigned int Flags);
@@ -368,6 +379,29 @@ CUresult cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int Flags)
 CUresult cuStreamWaitEvent_ptsz(CUstream hStream, CUevent hEvent, unsigned int Flags);
 CUresult cuCtxSynchronize(void);
 
+/*
+ * Devices and contexts. The devices are the GPUs LW_REF_GPUS names (comma-separated
+ * reference GPU names, each with its own shared lanes), in the PCI order of their
+ * identities (refcudaGPUIdentity: a host of one model, so CUDA's default order is the
+ * PCI order); without it one GPU, LW_REF_GPU's or private lanes. Each thread has a
+ * context stack as in NVIDIA's driver: cuCtxSetCurrent replaces its top (NULL pops),
+ * push/pop, cuCtxCreate pushes, cuCtxDestroy pops it where current. cuMemAlloc
+ * allocates on the current context's device (CUDA_ERROR_INVALID_CONTEXT without one);
+ * a copy takes the lanes of the device owning its device side.
+ */
+CUresult cuDeviceGet(CUdevice *device, int ordinal);
+CUresult cuDeviceGetCount(int *count);
+CUresult cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev); /* "F123:45:00.0" */
+CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev);
+CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev);
+CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev);
+CUresult cuCtxDestroy_v2(CUcontext ctx);
+CUresult cuCtxSetCurrent(CUcontext ctx);
+CUresult cuCtxGetCurrent(CUcontext *pctx);
+CUresult cuCtxPushCurrent_v2(CUcontext ctx);
+CUresult cuCtxPopCurrent_v2(CUcontext *pctx);
+CUresult cuCtxGetDevice(CUdevice *device);
+
 /* ---- reference-only helpers exported by libcuda.so.1 (never probed) ---- */
 
 /*
@@ -442,8 +476,36 @@ struct refcudaLaneHead {
  */
 int refcudaDmabufRange(int fd, void **base, size_t *len);
 
-/* Cumulative bytes on this process's own GPU lane (shared or private). */
+/* Cumulative bytes on this process's own GPU lane (shared or private): device 0's. */
 uint64_t refcudaLaneBytes(int inbound);
+
+/*
+ * The PCI identity of the reference GPU named name, which the NVML stand-in reports
+ * too: domain 0xF000 | bits 8..19 of FNV-1a-64(name), bus its low byte, device 0,
+ * function 0. Domain 0xFxxx marks a reference GPU: no real host has one in sysfs.
+ */
+static inline uint64_t refcudaFNV1a(const char *a, const char *b)
+{
+	uint64_t h = 0xcbf29ce484222325ull;
+	for (const char *s = a; *s; s++)
+		h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
+	for (const char *s = b; *s; s++)
+		h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
+	return h;
+}
+static inline void refcudaGPUIdentity(const char *name, unsigned int *domain, unsigned int *bus)
+{
+	uint64_t h = refcudaFNV1a(name, "");
+	*domain = 0xf000u | (unsigned int)((h >> 8) & 0xfff);
+	*bus = (unsigned int)(h & 0xff);
+}
+
+/*
+ * Reference-only (never probed): the PCI address of device ordinal dev in sysfs form
+ * ("f123:45:00.0"), what an observer should report as the GPU of a copy on it; -1
+ * when there is no such device. The truth of the scenarios names GPUs with it.
+ */
+int refcudaDeviceBusId(int dev, char *buf, size_t len);
 
 /*
  * A copy-kernel stand-in (an SM copy kernel such as HiCache's `kernel` I/O backend):

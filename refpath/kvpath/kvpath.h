@@ -35,6 +35,7 @@ extern const struct scenario scenarios[];
 
 /* Scenarios in files of their own (rows in scenarios.c's table). */
 int sc_link_trains_up(const struct opts *o, struct result *res); /* linktrain.c */
+int sc_tp_workers(const struct opts *o, struct result *res);     /* tpworkers.c */
 int sc_late_pool_pages(const struct opts *o, struct result *res); /* late_pool_pages.c */
 int sc_vmm_pool_managed(const struct opts *o, struct result *res); /* vmm_pool_managed.c */
 

@@ -1029,6 +1029,7 @@ const struct scenario scenarios[] = {
 	{"no-device", sc_no_device, 1, 1 * MiB, 1},
 	{"link-trains-up", sc_link_trains_up, 32, 4 * MiB, 1}, /* 16 rounds x 2 streams x 32 x 4 MiB H2D */
 	{"vmm-pool-managed", sc_vmm_pool_managed, 1, 0, 1},
+	{"tp-workers", sc_tp_workers, 4, 1 * MiB, 1}, /* ranks x (4 + 3) copies of 1 MiB, on three GPUs */
 	{"callbench", sc_callbench, 1, 64, 0},
 	{NULL, NULL, 0, 0, 0},
 };

@@ -265,6 +265,8 @@ int truth_write(const char *path, const char *extra)
 		json_str(f, "op", r->op);
 		json_i(f, "result", r->ret);
 		if (is_copy(r->op)) {
+			if (r->gpu)
+				json_str(f, "gpu", r->gpu);
 			json_u(f, "dst", r->dst);
 			json_u(f, "src", r->src);
 			json_u(f, "bytes", r->bytes);

@@ -69,15 +69,9 @@ static struct {
 	int no_fields;
 } S = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
-static uint64_t fnv1a(const char *a, const char *b)
-{
-	uint64_t h = 0xcbf29ce484222325ull;
-	for (const char *s = a; *s; s++)
-		h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
-	for (const char *s = b; *s; s++)
-		h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
-	return h;
-}
+/* FNV-1a-64 and the PCI identity are refcuda.h's: the reference driver's
+ * cuDeviceGetPCIBusId names the same address. */
+#define fnv1a refcudaFNV1a
 
 static void link_env(const char *var, unsigned int *gen, unsigned int *width)
 {
@@ -142,8 +136,7 @@ static void scan(void)
 		snprintf(v->uuid, sizeof v->uuid, "GPU-%08x-%04x-%04x-%04x-%012llx", (unsigned)(a >> 32),
 			 (unsigned)(a >> 16) & 0xffff, (unsigned)a & 0xffff, (unsigned)(b >> 48),
 			 (unsigned long long)(b & 0xffffffffffffull));
-		v->domain = 0xf000u | (unsigned)((a >> 8) & 0xfff);
-		v->bus = (unsigned)(a & 0xff);
+		refcudaGPUIdentity(name, &v->domain, &v->bus);
 	}
 	closedir(d);
 	qsort(S.dev, S.n, sizeof S.dev[0], by_name);

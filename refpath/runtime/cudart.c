@@ -19,6 +19,14 @@
  *   cudaMemPoolCreate/Destroy      cuMemPoolCreate/Destroy (cudaMemPoolProps is laid out as CUmemPoolProps)
  *   other memory, stream, event    the matching cu* call (cudaEventRecordWithFlags: cuEventRecordWithFlags)
  *
+ * Devices, as CUDA 12's runtime handles them: cudaSetDevice(d) retains d's primary
+ * context (once per process and device: cuDevicePrimaryCtxRetain) and makes it
+ * current on the calling thread (cuCtxSetCurrent); a thread's first other runtime
+ * call asks the driver for its current context (cuCtxGetCurrent: a context the
+ * application made current with the driver API is used as it is) and, with none,
+ * makes device 0's current: CUDA's implicit device. The real runtime asks on every
+ * call, through its own table; this one asks once per thread.
+ *
  * Initialisation is sticky, like the real runtime's: the first runtime call runs
  * cuInit(0); if that fails, its error (CUDA_ERROR_NO_DEVICE -> cudaErrorNoDevice) is
  * kept and every later runtime call returns it without calling the driver again.
@@ -33,6 +41,12 @@
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static cudaError_t init_error; /* written once, under `once` */
 static __thread cudaError_t last_error;
+static __thread int thread_ready; /* the thread has a current context (set here or by the application) */
+
+/* The primary context of each device, retained once per process. */
+#define RT_MAX_DEVICES 8
+static pthread_mutex_t primary_mu = PTHREAD_MUTEX_INITIALIZER;
+static CUcontext primary[RT_MAX_DEVICES];
 
 /* Driver status to runtime status: the codes we use share their numeric values
  * (CUDA_ERROR_NO_DEVICE 100 = cudaErrorNoDevice, CUDA_ERROR_NOT_INITIALIZED 3 =
@@ -56,13 +70,64 @@ static cudaError_t ret(CUresult r)
 	return e;
 }
 
-/* Every runtime call starts here: after a failed initialisation it returns the
- * sticky error and the driver is never reached. */
-#define INIT()                                                       \
+static CUresult primary_ctx(int device, CUcontext *ctx)
+{
+	int n = 0;
+	CUresult r = cuDeviceGetCount(&n);
+	if (r != CUDA_SUCCESS)
+		return r;
+	if (device < 0 || device >= n || device >= RT_MAX_DEVICES)
+		return CUDA_ERROR_INVALID_DEVICE;
+	pthread_mutex_lock(&primary_mu);
+	if (!primary[device])
+		r = cuDevicePrimaryCtxRetain(&primary[device], device);
+	*ctx = primary[device];
+	pthread_mutex_unlock(&primary_mu);
+	return r;
+}
+
+static CUresult set_device(int device)
+{
+	CUcontext c = NULL;
+	CUresult r = primary_ctx(device, &c);
+	if (r == CUDA_SUCCESS)
+		r = cuCtxSetCurrent(c);
+	if (r == CUDA_SUCCESS)
+		thread_ready = 1;
+	return r;
+}
+
+/* A thread's first call: the context current on it, else device 0's. */
+static CUresult thread_context(void)
+{
+	CUcontext c = NULL;
+	CUresult r = cuCtxGetCurrent(&c);
+	if (r != CUDA_SUCCESS)
+		return r;
+	if (c) {
+		thread_ready = 1;
+		return CUDA_SUCCESS;
+	}
+	return set_device(0);
+}
+
+/* Every runtime call that uses a device starts here: after a failed initialisation
+ * it returns the sticky error and the driver is never reached; a thread's first
+ * call gets its context. INIT_PROCESS is the first half alone. */
+#define INIT_PROCESS()                                               \
 	do {                                                         \
 		pthread_once(&once, do_init);                        \
 		if (__builtin_expect(init_error != cudaSuccess, 0))  \
 			return ret((CUresult)init_error);            \
+	} while (0)
+#define INIT()                                                               \
+	do {                                                                 \
+		INIT_PROCESS();                                              \
+		if (__builtin_expect(!thread_ready, 0)) {                    \
+			CUresult ctx_rc_ = thread_context();                 \
+			if (ctx_rc_ != CUDA_SUCCESS)                         \
+				return ret(ctx_rc_);                         \
+		}                                                            \
 	} while (0)
 
 /* ---- 1D copies: the kind picks the driver function ---- */
@@ -211,30 +276,30 @@ RT_API cudaError_t cudaMemcpy2DAsync_ptsz(void *dst, size_t dpitch, const void *
 
 /* ---- peer and batch ---- */
 
-/* One device (0) per process: its context as the driver sees it. The driver has one
- * device and does not look at peer contexts, so the runtime passes none (NULL). */
-static CUcontext device_context(int device)
-{
-	(void)device;
-	return NULL;
-}
-
+/* A peer copy names each side's device: the driver call takes their primary contexts. */
 RT_API cudaError_t cudaMemcpyPeer(void *dst, int dstDevice, const void *src, int srcDevice, size_t count)
 {
 	INIT();
-	if (dstDevice != 0 || srcDevice != 0)
-		return ret((CUresult)cudaErrorInvalidDevice);
-	return ret(cuMemcpyPeer(DP(dst), device_context(dstDevice), DP(src), device_context(srcDevice), count));
+	CUcontext dc = NULL, sc = NULL;
+	CUresult r = primary_ctx(dstDevice, &dc);
+	if (r == CUDA_SUCCESS)
+		r = primary_ctx(srcDevice, &sc);
+	if (r != CUDA_SUCCESS)
+		return ret(r);
+	return ret(cuMemcpyPeer(DP(dst), dc, DP(src), sc, count));
 }
 
 RT_API cudaError_t cudaMemcpyPeerAsync(void *dst, int dstDevice, const void *src, int srcDevice, size_t count,
 				       cudaStream_t stream)
 {
 	INIT();
-	if (dstDevice != 0 || srcDevice != 0)
-		return ret((CUresult)cudaErrorInvalidDevice);
-	return ret(cuMemcpyPeerAsync(DP(dst), device_context(dstDevice), DP(src), device_context(srcDevice), count,
-				     stream));
+	CUcontext dc = NULL, sc = NULL;
+	CUresult r = primary_ctx(dstDevice, &dc);
+	if (r == CUDA_SUCCESS)
+		r = primary_ctx(srcDevice, &sc);
+	if (r != CUDA_SUCCESS)
+		return ret(r);
+	return ret(cuMemcpyPeerAsync(DP(dst), dc, DP(src), sc, count, stream));
 }
 
 /* The runtime's own argument check, then the driver (void * and CUdeviceptr arrays
@@ -506,10 +571,29 @@ RT_API cudaError_t cudaGetLastError(void)
 	return e;
 }
 
+/* CUDA 12: the device's primary context is initialised and current at once. */
 RT_API cudaError_t cudaSetDevice(int device)
 {
+	INIT_PROCESS();
+	return ret(set_device(device));
+}
+
+RT_API cudaError_t cudaGetDevice(int *device)
+{
 	INIT();
-	return device == 0 ? cudaSuccess : ret((CUresult)cudaErrorInvalidDevice);
+	if (!device)
+		return ret(CUDA_ERROR_INVALID_VALUE);
+	CUdevice d = 0;
+	CUresult r = cuCtxGetDevice(&d);
+	if (r == CUDA_SUCCESS)
+		*device = d;
+	return ret(r);
+}
+
+RT_API cudaError_t cudaDeviceGetPCIBusId(char *pciBusId, int len, int device)
+{
+	INIT_PROCESS();
+	return ret(cuDeviceGetPCIBusId(pciBusId, len, device));
 }
 
 /* Initialises like every call; with no usable driver the count is 0 and the
@@ -524,6 +608,5 @@ RT_API cudaError_t cudaGetDeviceCount(int *count)
 	}
 	if (!count)
 		return ret(CUDA_ERROR_INVALID_VALUE);
-	*count = 1;
-	return cudaSuccess;
+	return ret(cuDeviceGetCount(count));
 }

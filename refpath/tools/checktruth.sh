@@ -12,7 +12,7 @@
 # unknown direction exactly where a Default copy has a managed side.
 # Usage: checktruth.sh FILE...
 exec python3 - "$@" <<'PY'
-import json, sys
+import json, re, sys
 
 COPY_OPS = ("copy", "copy2d", "copy_peer", "copy_batch")
 KINDS = ("pinned", "pageable", "device", "managed", "unknown")
@@ -68,6 +68,29 @@ def problems(calls, end):
                 out.append("seq %s: a refused copy must expect its unregistered host memory pageable, without engine times" % c["seq"])
     elif failed:
         out.append("%d calls failed (seq %s...)" % (len(failed), failed[0].get("seq")))
+    if sc == "tp-workers":
+        out += tp_worker_problems(calls, end)
+    return out
+
+
+def tp_worker_problems(calls, end):
+    # a worker names the GPU of every copy (the parent makes no call); two devices
+    # at least; rank 0 asked every device's PCI bus id, the others none
+    out = []
+    if "rank" not in end:
+        return [] if not calls else ["the tp-workers parent made %d calls" % len(calls)]
+    gpus = set()
+    for c in calls:
+        if c["op"] in COPY_OPS:
+            g = c.get("gpu", "")
+            if not re.fullmatch(r"[0-9a-f]{4,}:[0-9a-f]{2}:[0-1][0-9a-f]\.[0-7]", g):
+                out.append("seq %s: copy without a PCI address in gpu (%r)" % (c["seq"], g))
+            gpus.add(g)
+    if len(gpus) < 2:
+        out.append("copies on %d GPUs, want at least 2" % len(gpus))
+    asked = sum(1 for c in calls if c["op"] == "device_pci_bus_id")
+    if asked != (end.get("devices") if end.get("rank") == 0 else 0):
+        out.append("rank %s asked %d bus ids" % (end.get("rank"), asked))
     return out
 
 

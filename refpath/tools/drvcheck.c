@@ -11,12 +11,18 @@
  *    pointers refused;
  *  - cuMemcpyPeer, cuMemcpyPeerAsync(_ptsz), cuMemcpyBatchAsync(_ptsz) (a bad entry:
  *    failIdx, nothing copied), cuEventRecordWithFlags(_ptsz);
- *  - a failed copy moves no lane bytes and uses up its engine-time record.
+ *  - a failed copy moves no lane bytes and uses up its engine-time record;
+ *  - devices and contexts on two GPUs (LW_REF_GPUS, set here): no allocation without a
+ *    current context, primary contexts, the per-thread stack (set current, push, pop,
+ *    create, destroy), allocations on the current device and PCI bus ids.
  */
 #include "refcuda.h"
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 static int failures;
 
@@ -58,9 +64,84 @@ int main(void)
 	EXPECT(cuMemHostAlloc(&(void *){NULL}, 4096, 0), CUDA_ERROR_NOT_INITIALIZED);
 	EXPECT(refcudaDriverCalls(), 7);
 	unsetenv("LW_REF_NO_DEVICE");
+	char gpus[2][48], list[100];
+	for (int i = 0; i < 2; i++)
+		snprintf(gpus[i], sizeof gpus[i], "drvcheck-%d-%d", (int)getpid(), i);
+	snprintf(list, sizeof list, "%s,%s", gpus[0], gpus[1]);
+	setenv("LW_REF_GPUS", list, 1);
 	EXPECT(cuInit(1), CUDA_ERROR_INVALID_VALUE);
 	EXPECT(cuInit(0), CUDA_SUCCESS);
 	EXPECT(refcudaDriverCalls(), 9);
+
+	/* ---- devices and contexts ---- */
+	EXPECT(cuMemAlloc_v2(&d, 4096), CUDA_ERROR_INVALID_CONTEXT); /* no context current */
+	int ndev = 0;
+	EXPECT(cuDeviceGetCount(&ndev), CUDA_SUCCESS);
+	EXPECT(ndev, 2);
+	CUdevice dv = -1;
+	EXPECT(cuDeviceGet(&dv, 1), CUDA_SUCCESS);
+	EXPECT(dv, 1);
+	EXPECT(cuDeviceGet(&dv, 2), CUDA_ERROR_INVALID_DEVICE);
+	char bus[2][16], want[16], name[48];
+	for (int i = 0; i < 2; i++) {
+		EXPECT(cuDeviceGetPCIBusId(bus[i], sizeof bus[i], i), CUDA_SUCCESS);
+		EXPECT(refcudaDeviceBusId(i, want, sizeof want), 0);
+		EXPECT(strcasecmp(bus[i], want), 0); /* the same address, as the driver and as sysfs write it */
+	}
+	EXPECT(strcmp(bus[0], bus[1]) < 0, 1); /* ordinals in PCI order */
+	EXPECT(cuDeviceGetPCIBusId(bus[0], 12, 0), CUDA_ERROR_INVALID_VALUE);
+	EXPECT(cuDeviceGetPCIBusId(bus[0], 16, 2), CUDA_ERROR_INVALID_DEVICE);
+	CUcontext c0 = NULL, c1 = NULL, c = NULL, again = NULL;
+	EXPECT(cuDevicePrimaryCtxRetain(&c0, 0), CUDA_SUCCESS);
+	EXPECT(cuDevicePrimaryCtxRetain(&c1, 1), CUDA_SUCCESS);
+	EXPECT(cuDevicePrimaryCtxRetain(&again, 0), CUDA_SUCCESS);
+	EXPECT(again == c0 && c0 != c1, 1); /* one primary context per device */
+	EXPECT(cuCtxGetCurrent(&c), CUDA_SUCCESS);
+	EXPECT(c == NULL, 1); /* retaining makes nothing current */
+	EXPECT(cuCtxPopCurrent_v2(&c), CUDA_ERROR_INVALID_CONTEXT);
+	EXPECT(cuCtxSetCurrent(c1), CUDA_SUCCESS);
+	EXPECT(cuCtxSetCurrent(c0), CUDA_SUCCESS); /* replaces the top */
+	EXPECT(cuCtxGetDevice(&dv), CUDA_SUCCESS);
+	EXPECT(dv, 0);
+	CUdeviceptr on1 = 0;
+	EXPECT(cuCtxPushCurrent_v2(c1), CUDA_SUCCESS);
+	EXPECT(cuMemAlloc_v2(&on1, 4096), CUDA_SUCCESS); /* on device 1 */
+	EXPECT(cuCtxPopCurrent_v2(&c), CUDA_SUCCESS);
+	EXPECT(c == c1, 1);
+	EXPECT(cuCtxGetDevice(&dv), CUDA_SUCCESS);
+	EXPECT(dv, 0); /* c0 again: the push did not replace it */
+	EXPECT(cuCtxCreate_v2(&c, 0, 1), CUDA_SUCCESS);
+	EXPECT(cuCtxGetDevice(&dv), CUDA_SUCCESS);
+	EXPECT(dv, 1);
+	EXPECT(cuCtxDestroy_v2(c), CUDA_SUCCESS); /* popped from this thread */
+	EXPECT(cuCtxSetCurrent(c), CUDA_ERROR_INVALID_CONTEXT);
+	EXPECT(cuCtxDestroy_v2(c0), CUDA_ERROR_INVALID_CONTEXT); /* a primary context is not destroyed */
+	EXPECT(cuCtxGetDevice(&dv), CUDA_SUCCESS);
+	EXPECT(dv, 0);
+	EXPECT(cuCtxSetCurrent(NULL), CUDA_SUCCESS); /* pops */
+	EXPECT(cuCtxGetCurrent(&c), CUDA_SUCCESS);
+	EXPECT(c == NULL, 1);
+	EXPECT(cuCtxSetCurrent(c0), CUDA_SUCCESS);
+	/* each allocation is its device's memory: its copies take that GPU's lanes */
+	CUdeviceptr on0 = 0;
+	EXPECT(cuMemAlloc_v2(&on0, 4096), CUDA_SUCCESS);
+	unsigned int dom, b;
+	for (int i = 0; i < 2; i++) {
+		name[0] = 0;
+		EXPECT(refcudaDevicePointer((void *)(uintptr_t)(i ? on1 : on0), 4096, name, sizeof name), 1);
+		refcudaGPUIdentity(name, &dom, &b);
+		snprintf(want, sizeof want, "%04x:%02x:00.0", dom, b);
+		EXPECT(strcasecmp(want, bus[i]), 0);
+	}
+	uint64_t in0 = refcudaLaneBytes(1);
+	EXPECT(cuMemcpyHtoD_v2(on1, "device one", 11), CUDA_SUCCESS);
+	EXPECT(refcudaLaneBytes(1) - in0, 0); /* device 0's lane did not carry it */
+	EXPECT(cuMemcpyHtoD_v2(on0, "device zero", 12), CUDA_SUCCESS);
+	EXPECT(refcudaLaneBytes(1) - in0, 12);
+	EXPECT(cuMemFree_v2(on0), CUDA_SUCCESS);
+	EXPECT(cuMemFree_v2(on1), CUDA_SUCCESS);
+	EXPECT(cuDevicePrimaryCtxRelease_v2(0), CUDA_SUCCESS);
+	EXPECT(cuDevicePrimaryCtxRelease_v2(1), CUDA_SUCCESS);
 
 	/* ---- buffers: one device allocation, pinned and pageable host memory ---- */
 	const size_t N = 1 << 20;
@@ -211,6 +292,11 @@ int main(void)
 	EXPECT(cuMemFreeHost(pin2), CUDA_SUCCESS);
 	EXPECT(cuMemFree_v2(d), CUDA_SUCCESS);
 	free(pageable);
+	for (int i = 0; i < 2; i++) {
+		char path[64];
+		snprintf(path, sizeof path, "/lw-ref-%s", gpus[i]);
+		shm_unlink(path);
+	}
 	if (failures) {
 		fprintf(stderr, "drvcheck: %d failed\n", failures);
 		return 1;

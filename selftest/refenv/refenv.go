@@ -5,9 +5,12 @@
 package refenv
 
 import (
+	"bytes"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
+	"strings"
 )
 
 // DefaultLaneGBs is the reference GPU's per-direction lane rate when
@@ -68,3 +71,47 @@ func NVMLNoPCIeFields() (key, value string) { return "LW_REF_NVML_NO_PCIE_FIELDS
 // NoDeviceEnv makes the reference driver's cuInit fail with
 // CUDA_ERROR_NO_DEVICE (100), as a real driver does on a host without a GPU.
 const NoDeviceEnv = "LW_REF_NO_DEVICE=1"
+
+// SharedGPUs gives a process the named reference GPUs as its CUDA devices
+// (LW_REF_GPUS), each with its shared lanes; ordinals follow the PCI order of
+// their identities (BusID), as CUDA orders GPUs of one model.
+func SharedGPUs(names ...string) string { return "LW_REF_GPUS=" + strings.Join(names, ",") }
+
+// BusID is the PCI address, in sysfs form, that the reference driver
+// (cuDeviceGetPCIBusId) and the NVML stand-in give the named reference GPU:
+// domain 0xF000 | bits 8..19 of FNV-1a-64(name), bus its low byte
+// (refcudaGPUIdentity, refpath/include/refcuda.h).
+func BusID(name string) string {
+	h := uint64(0xcbf29ce484222325)
+	for i := 0; i < len(name); i++ {
+		h = (h ^ uint64(name[i])) * 0x100000001b3
+	}
+	return fmt.Sprintf("%04x:%02x:00.0", 0xf000|(h>>8)&0xfff, h&0xff)
+}
+
+// GPUsOf names the reference GPUs process pid sees, from its environment
+// under procRoot: LW_REF_GPUS, else LW_REF_GPU; none for a process on
+// private lanes (its GPU has no PCI identity) or one that is gone.
+func GPUsOf(procRoot string, pid uint32) []string {
+	b, err := os.ReadFile(filepath.Join(procRoot, strconv.Itoa(int(pid)), "environ"))
+	if err != nil {
+		return nil
+	}
+	var one, many string
+	for _, kv := range bytes.Split(b, []byte{0}) {
+		k, v, _ := strings.Cut(string(kv), "=")
+		switch k {
+		case "LW_REF_GPUS":
+			many = v
+		case "LW_REF_GPU":
+			one = v
+		}
+	}
+	switch {
+	case many != "":
+		return strings.Split(many, ",")
+	case one != "":
+		return []string{one}
+	}
+	return nil
+}
