@@ -26,8 +26,9 @@ func cmdDiagnose(args []string, stdout, stderr io.Writer) int {
 host topology, PCIe link training, IOMMU mode, numactl, hugepages; then per process
 (--pid, or every process mapping a CUDA library) its NUMA binding and where its pinned
 pools live; with --sample, a live probe window that reports pageable copies,
-fragmentation and same-direction overlap. Each item is PASS, WARN, FAIL or SKIP with
-the reason and what to do. Exit code: 0 when nothing fails, 1 on a FAIL, 2 when
+fragmentation and same-direction overlap, and RDMA congestion per port and queue pair.
+Each item is PASS, WARN, FAIL or SKIP with the reason and what to do, or INFO for a
+listing that judges nothing. Exit code: 0 when nothing fails, 1 on a FAIL, 2 when
 diagnose itself could not run.`)
 	var pids pidList
 	var libs stringList

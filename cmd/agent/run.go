@@ -32,7 +32,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&mc.Listen, "web.listen-address", "127.0.0.1:9464", "address to serve Prometheus metrics on (loopback only by default; \"\" disables metrics and the evaluator)")
 	fs.StringVar(&mc.Path, "web.telemetry-path", "/metrics", "path under which metrics are served")
 	fs.DurationVar(&mc.EvaluateInterval, "evaluate-interval", agent.DefaultEvaluateInterval,
-		"how often the last interval's transfers are judged (pageable copies, fragmentation, same-direction overlap) into lanewatch_findings")
+		"how often the last interval's transfers are judged (pageable copies, fragmentation, same-direction overlap, RDMA congestion per port and queue pair) into lanewatch_findings")
 	fs.DurationVar(&mc.HostCheckInterval, "host-check-interval", time.Minute,
 		"how often the host and process checks of `agent diagnose` (links, IOMMU, NUMA binding, pool placement, pinned memory) refresh their findings")
 	fs.StringVar(&mc.GPU.Source, "gpu-counters", "auto", "GPU link counters: auto (DCGM, else NVML), dcgm, nvml or off; read once per evaluation")
