@@ -102,7 +102,7 @@ func (h *Host) linkCheck() Check {
 	}
 	c.Detail = joinLimited(lines, 6)
 	if unjudged > 0 {
-		c.Detail += fmt.Sprintf("; %d GPU link(s) not judged: a GPU trains down when idle, so its speed and width are judged only as read under load (GPU counters showing traffic around the read, or diagnose --sample)", unjudged)
+		c.Detail += fmt.Sprintf("; %d GPU link(s) not judged: a GPU trains down when idle, so its speed and width are judged only as read under load (GPU counters showing traffic around the read: agent run, or diagnose --sample, with DCGM or NVML)", unjudged)
 	}
 	return c
 }
@@ -118,3 +118,7 @@ func genWidth(gts float64, width int) string {
 	}
 	return g + " " + w
 }
+
+// LinkCheck is the host check of the PCIe links (HostChecks runs it in
+// order), for callers that judge the links alone, with h.Loads as read.
+func (h *Host) LinkCheck() Check { return h.linkCheck() }

@@ -36,6 +36,10 @@ type Config struct {
 	Logger    *slog.Logger
 	// OnSampleStart runs once the probes are attached, when the window opens.
 	OnSampleStart func()
+	// GPU says where the GPU counters read during --sample come from (the
+	// zero value: DCGM, else NVML): their link states read under load are
+	// what link-degraded judges GPUs by.
+	GPU agent.GPUConfig
 }
 
 // Run runs the checklist. An error means diagnose itself could not run.
@@ -59,6 +63,9 @@ func Run(ctx context.Context, cfg Config) (*checks.Report, error) {
 		if err != nil {
 			return nil, err
 		}
+	}
+	if win != nil {
+		host.Loads = win.links // GPU links are judged as read under load
 	}
 	r := &checks.Report{}
 	for _, c := range host.HostChecks(cfg.IBDevices) {
@@ -120,6 +127,7 @@ type window struct {
 	mu         sync.Mutex
 	pools      map[int][]checks.Pool
 	pinned     map[uint32]uint64
+	links      map[string]checks.LinkLoad // GPU link states read under load (watchLinks)
 }
 
 func (w *window) poolsOf(pid int) []checks.Pool {
@@ -225,6 +233,10 @@ func sample(ctx context.Context, cfg Config) (*window, error) {
 		cfg.Logger.Warn("RDMA counters unreadable", "err", err)
 	}
 	w.congestion = cong
+	// The GPU counters, if any, read through the window: link-degraded
+	// judges a GPU's link as read under load.
+	stopLinks := watchLinks(cfg.GPU)
+	defer func() { w.links = stopLinks() }()
 	select {
 	case <-ready:
 		w.start = probes.Now()

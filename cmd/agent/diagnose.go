@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/lanewatch/lanewatch/agent"
 	"github.com/lanewatch/lanewatch/checks"
 	"github.com/lanewatch/lanewatch/diagnose"
 )
@@ -38,13 +39,17 @@ diagnose itself could not run.`)
 	asJSON := fs.Bool("json", false, "print the checklist as JSON")
 	procRoot := fs.String("path.procfs", "/proc", "procfs mount point")
 	sysRoot := fs.String("path.sysfs", "/sys", "sysfs mount point (or a captured tree)")
+	var gpu agent.GPUConfig
+	fs.StringVar(&gpu.Source, "gpu-counters", "auto", "GPU counters read during --sample for the link check (GPU links are judged as read under load): auto (DCGM, else NVML), dcgm, nvml or off")
+	fs.StringVar(&gpu.NVMLLibrary, "nvml.library", "libnvidia-ml.so.1", "the NVML library to load at run time")
+	fs.StringVar(&gpu.DCGMAddress, "dcgm.address", "", "a standalone nv-hostengine (host:port); empty starts an embedded host engine")
 	var ib stringList
 	fs.Var(&ib, "ib-devices", `the RDMA devices the server uses, in any form of SGLang's --disaggregation-ib-device: a device or comma-separated list every GPU shares ("mlx5_0,mlx5_1"), a GPU → device(s) JSON object ('{"0":"mlx5_0","1":"mlx5_1,mlx5_2"}') or a file holding one (repeatable; checked for far NICs)`)
 	log, code := parse(fs, args, stderr)
 	if log == nil {
 		return code
 	}
-	cfg := diagnose.Config{ProcRoot: *procRoot, SysRoot: *sysRoot, PIDs: pids, Sample: *sample, Libs: libs, Logger: log}
+	cfg := diagnose.Config{ProcRoot: *procRoot, SysRoot: *sysRoot, PIDs: pids, Sample: *sample, Libs: libs, Logger: log, GPU: gpu}
 	var err error
 	if cfg.IBDevices, err = checks.ParseIBDevices(ib, os.ReadFile); err != nil {
 		fmt.Fprintln(stderr, err)
