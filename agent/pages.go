@@ -93,14 +93,13 @@ type cachedNode struct {
 // pageEntry is a transfer waiting for its pages, or a process exit
 // waiting for the transfers before it.
 type pageEntry struct {
-	t      correlate.Transfer
-	exit   func()
-	pages  [correlate.MaxPageSamples]uint64 // sampled page addresses
-	n      int
-	idx    [correlate.MaxPageSamples]int // each sample's page in the query
-	ready  bool                          // located, or given up: may be delivered
-	asked  bool                          // in a query now
-	failed bool
+	t     correlate.Transfer
+	exit  func()
+	pages [correlate.MaxPageSamples]uint64 // sampled page addresses
+	n     int
+	idx   [correlate.MaxPageSamples]int // each sample's page in the query
+	ready bool                          // located, or given up: may be delivered
+	asked bool                          // in a query now
 }
 
 func newPageStage(next correlate.Sink, cfg pageConfig) *pageStage {
@@ -170,7 +169,8 @@ func (s *pageStage) Transfer(t *correlate.Transfer) {
 	}
 	e.t, e.ready = *t, e.n == 0
 	if e.n > 0 && s.closing {
-		e.ready = true
+		e.ready = true // the worker is stopping: nothing will locate it
+		s.stats.Behind++
 	}
 	s.queue = append(s.queue, &e)
 	if !e.ready {
