@@ -140,3 +140,22 @@ func (c watchedCounters) Sample() (collectors.GPUSnapshot, error) {
 	}
 	return s, err
 }
+
+// LaneCapacity is the per-direction capacity in GB/s of a GPU link's lanes,
+// for the evaluator's lane judgements (EvaluatorConfig.LinkCapacity): the
+// host's, the trained maximum sysfs shows (checks.Host.LaneCapacity), else
+// the counters' maximum generation and width (w; a GPU sysfs does not
+// show); 0 unknown. Either may be nil.
+func LaneCapacity(host *checks.Host, w *LinkWatch) func(gpu string) float64 {
+	return func(gpu string) float64 {
+		if host != nil {
+			if gbs, _ := host.LaneCapacity(gpu); gbs > 0 {
+				return gbs
+			}
+		}
+		if w != nil {
+			return w.MaxGBs(gpu)
+		}
+		return 0
+	}
+}

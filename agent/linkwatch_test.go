@@ -7,6 +7,7 @@ import (
 
 	"github.com/lanewatch/lanewatch/checks"
 	"github.com/lanewatch/lanewatch/collectors"
+	"github.com/lanewatch/lanewatch/internal/sysfstest"
 	"github.com/lanewatch/lanewatch/topology"
 )
 
@@ -106,5 +107,39 @@ func TestWatchLinks(t *testing.T) {
 	}
 	if c.Source() != "nvml" || c.Close() != nil {
 		t.Error("the wrapper hides the counters' own methods")
+	}
+}
+
+// A lane's capacity is the host's trained maximum, else the counters' max.
+func TestLaneCapacity(t *testing.T) {
+	sys := sysfstest.Build(t, sysfstest.Host{
+		Nodes: []sysfstest.Node{{CPUs: "0-3", Distance: "10"}},
+		Funcs: []sysfstest.Func{
+			{BDF: "0000:00:01.1", HB: "pci0000:00", Class: "0x060400", Vendor: "0x1022", Device: "0x14ab", NUMA: "0",
+				Cur: "2.5 GT/s PCIe", Max: "32.0 GT/s PCIe", CurW: "16", MaxW: "16"},
+			{BDF: "0000:01:00.0", Parent: "0000:00:01.1", Class: "0x030000", Vendor: "0x10de", Device: "0x26b1", NUMA: "0",
+				Cur: "2.5 GT/s PCIe", Max: "16.0 GT/s PCIe", CurW: "16", MaxW: "16"}, // idle at Gen1
+		},
+	})
+	host, err := checks.ReadHost("/proc", sys, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := NewLinkWatch(3 * time.Second)
+	r := reading(0, 0, 1, 8)
+	r.GPUs[0].BusID, r.GPUs[0].MaxLinkGen, r.GPUs[0].MaxLinkWidth = "f123:45:00.0", 3, 8
+	w.Add(r)
+	capacity := LaneCapacity(host, w)
+	for gpu, want := range map[string]float64{
+		"0000:01:00.0": topology.LinkGBs(16, 16), // sysfs: Gen4 x16, not the idle Gen1
+		"f123:45:00.0": topology.LinkGBs(8, 8),   // the counters' max
+		"0000:09:00.0": 0,
+	} {
+		if got := capacity(gpu); got != want {
+			t.Errorf("%s: %v, want %v", gpu, got, want)
+		}
+	}
+	if got := LaneCapacity(nil, nil)("0000:01:00.0"); got != 0 {
+		t.Errorf("no host, no counters: %v", got)
 	}
 }
