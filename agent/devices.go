@@ -83,9 +83,13 @@ func DeviceMap(procRoot string, gpus []collectors.CUDAGPU, log *slog.Logger) cor
 	}
 }
 
-// hostDevices is this host's DeviceMap: its CUDA GPUs from one sample of
-// the GPU counters when there are some (nil: none), else from sysfs.
-func hostDevices(procRoot, sysRoot string, gpu collectors.GPUCounters, log *slog.Logger) correlate.DeviceMap {
+// HostDeviceMap is this host's DeviceMap: its CUDA GPUs from one sample of
+// the GPU counters when there are some (nil: none), else from sysfs; nil
+// when neither can be read (only what processes say names their GPUs).
+func HostDeviceMap(procRoot, sysRoot string, gpu collectors.GPUCounters, log *slog.Logger) correlate.DeviceMap {
+	if log == nil {
+		log = slog.Default()
+	}
 	var readings []collectors.GPUReading
 	source := "sysfs"
 	if gpu != nil {

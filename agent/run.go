@@ -95,7 +95,7 @@ func Run(ctx context.Context, cfg RunConfig) (err error) {
 	}
 	mx.onVerdict = tr.verdict
 	if cfg.Trace.Devices == nil {
-		cfg.Trace.Devices = hostDevices(cfg.Trace.ProcRoot, cfg.SysRoot, mx.gpu, log)
+		cfg.Trace.Devices = HostDeviceMap(cfg.Trace.ProcRoot, cfg.SysRoot, mx.gpu, log)
 	}
 
 	cfg.Trace.Sink = tr.tee(mx.tee(jsonl))

@@ -220,7 +220,9 @@ func sample(ctx context.Context, cfg Config) (*window, error) {
 	}
 	ready := make(chan struct{})
 	ag, err := agent.New(agent.Config{ProcRoot: cfg.ProcRoot, PIDs: cfg.PIDs, Libs: cfg.Libs, Sink: w.transfers, Logger: cfg.Logger,
-		OnCall: onCall, OnReady: func() { close(ready) }})
+		OnCall: onCall, OnReady: func() { close(ready) },
+		// each copy's GPU (docs/design.md, "Which GPU"), from sysfs
+		Devices: agent.HostDeviceMap(cfg.ProcRoot, cfg.SysRoot, nil, cfg.Logger)})
 	if err != nil {
 		close(queue)
 		return nil, fmt.Errorf("start probes: %w", err)
