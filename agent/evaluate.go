@@ -10,6 +10,7 @@ import (
 	"github.com/lanewatch/lanewatch/checks"
 	"github.com/lanewatch/lanewatch/collectors"
 	"github.com/lanewatch/lanewatch/correlate"
+	"github.com/lanewatch/lanewatch/probes"
 )
 
 // DefaultEvaluateInterval is how often `agent run` judges its transfers.
@@ -58,8 +59,19 @@ type EvaluatorConfig struct {
 	GPUNode func(bdf string) int
 	// Publish receives every verdict, on the evaluator's goroutine.
 	Publish func(Verdict)
-	// GPU counters, read once per window; nil: none on this host.
-	GPU collectors.GPUCounters
+	// GPU counters; nil: none on this host. They are read every
+	// CounterInterval (1 s when zero, at most Interval), so the overlap
+	// rule can take the link's rate while flows contended rather than the
+	// window's average (correlate.SameDirectionOverlap).
+	GPU             collectors.GPUCounters
+	CounterInterval time.Duration
+	// LinkCapacity is the per-direction capacity in GB/s of a GPU link no
+	// placed process names (a transfer's own GPU), 0 unknown; nil: only
+	// the placements' capacities are known.
+	LinkCapacity func(gpu string) float64
+	// Now is CLOCK_MONOTONIC in ns, the probes' clock (probes.Now when nil),
+	// to stamp the counter samples on the transfers' time line.
+	Now func() uint64
 }
 
 // Evaluator judges the transfers of each interval with the checks diagnose
@@ -74,6 +86,11 @@ type Evaluator struct {
 	start   time.Time
 	prevGPU *collectors.GPUSnapshot
 	host    func() []correlate.Finding
+	// lastCounters is the latest counter reading and when it was taken
+	// (CLOCK_MONOTONIC ns): each reading adds the rate since it to the
+	// current window.
+	lastCounters   *collectors.GPUSnapshot
+	lastCountersAt uint64
 }
 
 // SetHostFindings adds the host-level findings (Agent.HostJudge) to every
@@ -100,6 +117,13 @@ func NewEvaluator(cfg EvaluatorConfig) *Evaluator {
 	if cfg.Publish == nil {
 		cfg.Publish = func(Verdict) {}
 	}
+	if cfg.CounterInterval <= 0 {
+		cfg.CounterInterval = time.Second
+	}
+	cfg.CounterInterval = min(cfg.CounterInterval, cfg.Interval)
+	if cfg.Now == nil {
+		cfg.Now = probes.Now
+	}
 	return &Evaluator{cfg: cfg, cur: checks.NewWindow(), start: time.Now()}
 }
 
@@ -110,14 +134,49 @@ func (e *Evaluator) Transfer(t *correlate.Transfer) { e.cur.Transfer(t) }
 func (e *Evaluator) Run(ctx context.Context) {
 	t := time.NewTicker(e.cfg.Interval)
 	defer t.Stop()
+	var counters <-chan time.Time
+	if e.cfg.GPU != nil {
+		c := time.NewTicker(e.cfg.CounterInterval)
+		defer c.Stop()
+		counters = c.C
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case <-counters:
+			e.SampleCounters()
 		case now := <-t.C:
 			e.cfg.Publish(e.Evaluate(now))
 		}
 	}
+}
+
+// SampleCounters reads the GPU counters once and adds each lane's rate
+// since the previous reading to the current window, stamped with the
+// CLOCK_MONOTONIC interval it covers; it returns the reading (false:
+// none). Run calls it every CounterInterval, and Evaluate once before it
+// closes a window; calls must not run concurrently with those.
+func (e *Evaluator) SampleCounters() (collectors.GPUSnapshot, bool) {
+	if e.cfg.GPU == nil {
+		return collectors.GPUSnapshot{}, false
+	}
+	before := e.cfg.Now()
+	snap, err := e.cfg.GPU.Sample()
+	after := e.cfg.Now()
+	if err != nil {
+		return snap, false
+	}
+	at := before + (after-before)/2
+	if e.lastCounters != nil && at > e.lastCountersAt {
+		rates, _ := collectors.GPURates(*e.lastCounters, snap)
+		for _, r := range rates {
+			e.cur.AddCounterSample(r.BusID, checks.Inbound, e.lastCountersAt, at, r.RxBps)
+			e.cur.AddCounterSample(r.BusID, checks.Outbound, e.lastCountersAt, at, r.TxBps)
+		}
+	}
+	e.lastCounters, e.lastCountersAt = &snap, at
+	return snap, true
 }
 
 type laneKey struct{ gpu, dir string }
@@ -126,6 +185,7 @@ type laneKey struct{ gpu, dir string }
 // the closed one.
 func (e *Evaluator) Evaluate(now time.Time) Verdict {
 	begin := time.Now()
+	snap, read := e.SampleCounters() // the window's last counter samples, before it closes
 	win := e.cur.Rotate()
 	e.mu.Lock()
 	span := now.Sub(e.start)
@@ -135,12 +195,7 @@ func (e *Evaluator) Evaluate(now time.Time) Verdict {
 
 	v := Verdict{At: now, Window: span}
 	lanes := map[laneKey]*LaneRate{}
-	measured := e.measure()
-	m := map[[2]string]float64{}
-	for k, l := range measured {
-		m[[2]string{k.gpu, k.dir}] = l.Measured
-	}
-	win.SetMeasured(m)
+	measured := e.measure(snap, read)
 	placed := map[uint32]checks.Placement{}
 	for _, pid := range win.PIDs() {
 		pl := e.cfg.Place(pid)
@@ -148,7 +203,7 @@ func (e *Evaluator) Evaluate(now time.Time) Verdict {
 		pages := win.PagesCheck(fmt.Sprintf("pid %d", pid), pid, pl, e.cfg.GPUNode)
 		v.Checks = append(v.Checks, pages)
 		v.Findings = append(v.Findings, pages.Findings...)
-		for _, c := range win.Checks(fmt.Sprintf("pid %d", pid), pid, pl) {
+		for _, c := range win.Checks(fmt.Sprintf("pid %d", pid), pid) {
 			v.Checks = append(v.Checks, c)
 			v.Findings = append(v.Findings, c.Findings...)
 		}
@@ -164,6 +219,18 @@ func (e *Evaluator) Evaluate(now time.Time) Verdict {
 				lanes[k].Demand += float64(win.LaneBytes(pid, dir)) / span.Seconds()
 			}
 		}
+	}
+	// Same-direction overlap: one judgement per GPU link, over the flows of
+	// every process that crossed it (docs/design.md 1.1).
+	placeOf := func(pid uint32) checks.Placement {
+		if pl, ok := placed[pid]; ok {
+			return pl
+		}
+		return e.cfg.Place(pid)
+	}
+	for _, c := range win.OverlapChecks(placeOf, e.cfg.LinkCapacity, span) {
+		v.Checks = append(v.Checks, c)
+		v.Findings = append(v.Findings, c.Findings...)
 	}
 	for k, m := range measured {
 		l := lanes[k]
@@ -212,15 +279,11 @@ func (e *Evaluator) Evaluate(now time.Time) Verdict {
 	return v
 }
 
-// measure reads the GPU counters and turns them into per-lane rates since
-// the previous window.
-func (e *Evaluator) measure() map[laneKey]LaneRate {
+// measure turns the counter reading that closes a window (read: there is
+// one) into per-lane rates since the one that closed the previous window.
+func (e *Evaluator) measure(snap collectors.GPUSnapshot, read bool) map[laneKey]LaneRate {
 	out := map[laneKey]LaneRate{}
-	if e.cfg.GPU == nil {
-		return out
-	}
-	snap, err := e.cfg.GPU.Sample()
-	if err != nil {
+	if !read {
 		return out
 	}
 	prev := e.prevGPU

@@ -24,7 +24,6 @@ func copies(w *Window, dir string, stream uint64, n int, size, start uint64) uin
 // the old all-directions count got wrong, each with the findings it must
 // give and the directions they name.
 func TestFragmentationPerDirection(t *testing.T) {
-	pl := Placement{GPU: "0000:17:00.0", InboundGBs: 25, OutboundGBs: 25}
 	for _, tc := range []struct {
 		name   string
 		fill   func(w *Window)
@@ -61,7 +60,7 @@ func TestFragmentationPerDirection(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			w := NewWindow()
 			tc.fill(w)
-			c := checkByName(t, w.Checks("pid 7", 7, pl), CheckFragmentation)
+			c := checkByName(t, w.Checks("pid 7", 7), CheckFragmentation)
 			var got []string
 			for _, f := range c.Findings {
 				got = append(got, f.Subject)

@@ -84,7 +84,7 @@ func (h *Host) ProcessChecks(pid int, pools []Pool, window *Window) []Check {
 	out = append(out, h.poolCheck(scope, pid, gpu, gpuNode, why, pools, window != nil))
 	if window != nil {
 		out = append(out, window.PagesCheck(scope, uint32(pid), h.Place(uint32(pid)), h.GPUNode))
-		out = append(out, window.Checks(scope, uint32(pid), h.Place(uint32(pid)))...)
+		out = append(out, window.Checks(scope, uint32(pid))...)
 	}
 	return out
 }

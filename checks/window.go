@@ -36,9 +36,13 @@ type Window struct {
 	mu    sync.Mutex
 	procs map[uint32]*procWindow
 	rdmas []correlate.Transfer // completed work requests, for latency trends (bounded)
-	// measured is what GPU counters say crossed each lane ("gpu\x00dir" →
-	// bytes/s); the overlap rule prefers it to the probes' own sum.
-	measured map[string]float64
+	// links are the flows on each direction of each GPU link, every
+	// process's, for the overlap rule (overlap.go); linkSpans counts their
+	// intervals against maxLinkSpans.
+	links     map[linkFlowKey]*linkFlow
+	linkSpans int
+	// counters are the GPU counters' samples per lane ({gpu, dir}).
+	counters map[[2]string][]correlate.CounterSample
 }
 
 // maxRDMAKept bounds the work requests a window keeps for latency.
@@ -153,6 +157,7 @@ func (w *Window) Transfer(t *correlate.Transfer) {
 		p.dirs[t.Direction] = d
 	}
 	d.add(t.Bytes, t.SubmitNs, end)
+	w.linkCopy(t)
 	switch t.Direction {
 	case correlate.DirH2D:
 		p.addFlow(flowKey{pid: t.PID, stream: t.Stream, kind: t.Direction, dir: Inbound}, t.SubmitNs, end, t.Bytes)
@@ -165,6 +170,9 @@ func (w *Window) Transfer(t *correlate.Transfer) {
 // into a peer's GPU memory is inbound there; read into or received by this
 // process's GPU memory is inbound here; written or sent from it, outbound.
 func (w *Window) rdma(t *correlate.Transfer) {
+	if t.CompleteNs == 0 || t.Status == "success" { // a failed request moved an unknown part of its bytes
+		w.linkRDMA(t)
+	}
 	if t.CompleteNs == 0 || t.Status != "success" {
 		return
 	}
@@ -215,23 +223,12 @@ func (w *Window) RDMAs() []correlate.Transfer {
 	return append([]correlate.Transfer(nil), w.rdmas...)
 }
 
-// SetMeasured gives the window what GPU counters measured per lane, bytes
-// per second, keyed by GPU and lane (Inbound, Outbound).
-func (w *Window) SetMeasured(m map[[2]string]float64) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.measured = map[string]float64{}
-	for k, v := range m {
-		w.measured[k[0]+"\x00"+k[1]] = v
-	}
-}
-
 // Rotate hands back the window collected so far and starts a new one in w.
 func (w *Window) Rotate() *Window {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	old := &Window{procs: w.procs, rdmas: w.rdmas, measured: w.measured}
-	w.procs, w.rdmas = map[uint32]*procWindow{}, nil
+	old := &Window{procs: w.procs, rdmas: w.rdmas, links: w.links, linkSpans: w.linkSpans, counters: w.counters}
+	w.procs, w.rdmas, w.links, w.linkSpans, w.counters = map[uint32]*procWindow{}, nil, nil, 0, nil
 	return old
 }
 
@@ -306,10 +303,10 @@ const (
 	CheckOverlap       = "same-direction overlap"
 )
 
-// Checks judges one process's window. pl places it on its GPU; the overlap
-// check needs that GPU and its capacity, and is SKIPped with pl.Why when
-// the GPU is unknown.
-func (w *Window) Checks(scope string, pid uint32, pl Placement) []Check {
+// Checks judges one process's window: pageable copies and fragmentation.
+// Same-direction overlap is judged per GPU link, over every process's
+// flows (OverlapChecks).
+func (w *Window) Checks(scope string, pid uint32) []Check {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	p := w.procs[pid]
@@ -317,7 +314,6 @@ func (w *Window) Checks(scope string, pid uint32, pl Placement) []Check {
 		return []Check{
 			Skipped(scope, CheckPageable, "no transfer seen in the sample window"),
 			Skipped(scope, CheckFragmentation, "no transfer seen in the sample window"),
-			Skipped(scope, CheckOverlap, "no transfer seen in the sample window"),
 		}
 	}
 	var out []Check
@@ -331,7 +327,7 @@ func (w *Window) Checks(scope string, pid uint32, pl Placement) []Check {
 	}
 	out = append(out, c)
 
-	return append(out, p.fragmentationCheck(scope, pid), w.overlapCheck(scope, p, pl))
+	return append(out, p.fragmentationCheck(scope, pid))
 }
 
 // fragmentationCheck judges each direction's copies on its own (seed 000
@@ -353,97 +349,4 @@ func (p *procWindow) fragmentationCheck(scope string, pid uint32) Check {
 	}
 	c.Detail = strings.Join(parts, "; ")
 	return c
-}
-
-// Overlap is the window's same-direction-overlap check of one process.
-func (w *Window) Overlap(scope string, pid uint32, pl Placement) Check {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	p := w.procs[pid]
-	if p == nil {
-		return Skipped(scope, CheckOverlap, "no transfer seen in the sample window")
-	}
-	return w.overlapCheck(scope, p, pl)
-}
-
-// overlapCheck looks for flows that shared one lane of the process's GPU
-// link at the same time (seed 000: contention only on the same segment in
-// the same direction). Without the GPU there is no link to judge.
-func (w *Window) overlapCheck(scope string, p *procWindow, pl Placement) Check {
-	if pl.GPU == "" {
-		return Skipped(scope, CheckOverlap, "%s", pl.Why)
-	}
-	c := Check{Scope: scope, Name: CheckOverlap, Status: Pass,
-		Detail: "no two flows moved bytes in the same direction of the GPU link at the same time"}
-	for _, dir := range []string{Inbound, Outbound} {
-		o := overlap(p.flows, dir)
-		if o.Transfers < 2 {
-			continue
-		}
-		o.Segment, o.Direction = "PCIe link of GPU "+pl.GPU, dir
-		o.CapacityGBs = pl.InboundGBs
-		if dir == Outbound {
-			o.CapacityGBs = pl.OutboundGBs
-		}
-		measured, ok := w.measured[pl.GPU+"\x00"+dir]
-		if ok { // counters saw what crossed the link, probed or not
-			o.DemandGBs = measured / 1e9
-		}
-		if f := correlate.SameDirectionOverlap(o); f != nil {
-			if ok {
-				f.Evidence = append(f.Evidence, "demand measured by the GPU's PCIe counters")
-			}
-			c.Findings = append(c.Findings, *f)
-			c.Detail = fmt.Sprintf("%d flows overlapped %s", o.Transfers, dir)
-		}
-	}
-	return c
-}
-
-// overlap finds the largest set of flows busy at once on one lane, their
-// combined achieved rate, and names them.
-func overlap(flows map[flowKey]*busy, dir string) correlate.Overlap {
-	type edge struct {
-		at    uint64
-		delta int
-		rate  float64
-		name  string
-	}
-	var edges []edge
-	for k, b := range flows {
-		if k.dir != dir || b.end <= b.start {
-			continue
-		}
-		r := float64(b.bytes) / float64(b.end-b.start)
-		name := fmt.Sprintf("pid %d stream %#x %s", k.pid, k.stream, k.kind)
-		if k.rdma {
-			name = fmt.Sprintf("pid %d QP %d %s", k.pid, k.stream, k.kind)
-		}
-		edges = append(edges, edge{b.start, 1, r, name}, edge{b.end, -1, -r, name})
-	}
-	sort.Slice(edges, func(i, j int) bool {
-		if edges[i].at != edges[j].at {
-			return edges[i].at < edges[j].at
-		}
-		return edges[i].delta < edges[j].delta // an end before a start at the same instant
-	})
-	var o correlate.Overlap
-	n, rate := 0, 0.0
-	live := map[string]bool{}
-	for _, e := range edges {
-		n += e.delta
-		rate += e.rate
-		live[e.name] = e.delta > 0
-		if n > o.Transfers {
-			o.Transfers, o.DemandGBs = n, rate
-			o.Flows = o.Flows[:0]
-			for name, on := range live {
-				if on {
-					o.Flows = append(o.Flows, name)
-				}
-			}
-			sort.Strings(o.Flows)
-		}
-	}
-	return o
 }

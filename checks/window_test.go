@@ -63,7 +63,11 @@ func TestSampleChecksOnRecordings(t *testing.T) {
 		t.Run(c.file, func(t *testing.T) {
 			s, pid := replay(t, c.file)
 			var r Report
-			for _, ch := range s.Checks("pid", pid, Placement{GPU: "0000:17:00.0", InboundGBs: 4, OutboundGBs: 4}) {
+			for _, ch := range s.Checks("pid", pid) {
+				r.Add(ch)
+			}
+			place := func(uint32) Placement { return Placement{GPU: "0000:17:00.0", InboundGBs: 4, OutboundGBs: 4} }
+			for _, ch := range s.OverlapChecks(place, nil, 0) { // one per GPU link: the recording's one GPU
 				r.Add(ch)
 			}
 			for name, want := range map[string]Status{"pageable copies": c.pageable, "fragmentation": c.fragments, "same-direction overlap": c.overlap} {

@@ -414,42 +414,6 @@ func Fragmentation(pid uint32, direction string, sizes SizeHistogram, achievedGB
 		ev, "")
 }
 
-// Overlap is demand in one direction of one segment while several transfers overlapped.
-type Overlap struct {
-	Segment     string
-	Direction   string
-	Flows       []string // what overlapped, e.g. "pid 42 stream 0x55 H2D", "pid 43 QP 7 WRITE_IMM"
-	Transfers   int
-	DemandGBs   float64 // the overlapping transfers' combined achieved rate
-	CapacityGBs float64 // 0 = unknown
-}
-
-// saturated is the share of a lane's capacity the overlapping flows must
-// reach together. Under contention their achieved rates add up to the
-// capacity (what each alone would have wanted is not observable), so a
-// saturated lane is the evidence that the demand exceeded it.
-const saturated = 0.75
-
-// SameDirectionOverlap fires when two or more flows were in flight on the
-// same segment in the same direction at once and together saturated it:
-// they share that direction's bandwidth (seed 000, rule 2). Opposite
-// directions are separate lanes and never meet here. Without a known
-// capacity there is no evidence of contention, so nothing fires.
-func SameDirectionOverlap(o Overlap) *Finding {
-	if o.Transfers < 2 || o.CapacityGBs <= 0 || o.DemandGBs < saturated*o.CapacityGBs {
-		return nil
-	}
-	ev := []string{fmt.Sprintf("%d flows in flight together on %s (%s)", o.Transfers, o.Segment, o.Direction)}
-	if len(o.Flows) > 0 {
-		ev = append(ev, "flows: "+strings.Join(o.Flows, "; "))
-	}
-	ev = append(ev, fmt.Sprintf("together %.2f GB/s against %.2f GB/s capacity: the lane is saturated", o.DemandGBs, o.CapacityGBs))
-	return newFinding("same-direction-overlap", SevWarn, o.Segment,
-		fmt.Sprintf("%d flows share the %s direction of %s at the same time", o.Transfers, o.Direction, o.Segment),
-		ev,
-		"")
-}
-
 // SizeHistogram counts copies in power-of-two size buckets (bucket i holds
 // sizes in [2^i, 2^(i+1))).
 type SizeHistogram [48]uint64

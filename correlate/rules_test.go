@@ -300,16 +300,20 @@ func TestPageableAndOverlap(t *testing.T) {
 		t.Errorf("%+v", f)
 	}
 	// The seed's example: H2D and an RDMA receive on a 55 GB/s inbound lane.
+	// (overlap_test.go measures the shapes; this is the decision alone.)
 	base := Overlap{Segment: "link:0000:17:00.0", Direction: "down", Transfers: 2, DemandGBs: 55, CapacityGBs: 55,
-		Flows: []string{"pid 1 stream 0x10 H2D", "pid 2 QP 7 WRITE_IMM"}}
+		Flows: []string{"pid 1 stream 0x10 H2D", "pid 2 QP 7 WRITE_IMM"}, BusyNs: 10e6, ContendedNs: 8e6, WindowNs: 100e6}
 	if f := SameDirectionOverlap(base); f == nil || !strings.Contains(strings.Join(f.Evidence, " "), "together 55.00 GB/s against 55.00 GB/s") ||
 		!strings.Contains(strings.Join(f.Evidence, " "), "pid 2 QP 7 WRITE_IMM") {
 		t.Errorf("saturated lane: %+v", f)
 	}
 	for name, o := range map[string]Overlap{
-		"single flow":        {Transfers: 1, DemandGBs: 55, CapacityGBs: 55},
-		"lane not saturated": {Transfers: 2, DemandGBs: 5, CapacityGBs: 55},
-		"capacity unknown":   {Transfers: 2, DemandGBs: 55},
+		"single flow":        {Transfers: 1, DemandGBs: 55, CapacityGBs: 55, BusyNs: 10e6, ContendedNs: 8e6},
+		"lane not saturated": {Transfers: 2, DemandGBs: 5, CapacityGBs: 55, BusyNs: 10e6, ContendedNs: 8e6},
+		"capacity unknown":   {Transfers: 2, DemandGBs: 55, BusyNs: 10e6, ContendedNs: 8e6},
+		"brief overlap":      {Transfers: 2, DemandGBs: 55, CapacityGBs: 55, BusyNs: 10e6, ContendedNs: 2e6},
+		"sliver of a window": {Transfers: 2, DemandGBs: 55, CapacityGBs: 55, BusyNs: 10e6, ContendedNs: 8e6, WindowNs: 10e9},
+		"nothing in flight":  {Transfers: 2, DemandGBs: 55, CapacityGBs: 55},
 	} {
 		if f := SameDirectionOverlap(o); f != nil {
 			t.Errorf("%s fired: %+v", name, f)
@@ -349,7 +353,7 @@ func TestLinkUnderused(t *testing.T) {
 // The registry is complete and every rule function reports a registered
 // rule: each name once, with severities, a checklist item, a remediation and
 // where it is judged; the package makes findings of registry rules only
-// (rules.go and the files of the larger rules, congestion.go).
+// (rules.go and the files of the larger rules: congestion.go, overlap.go).
 func TestRuleRegistry(t *testing.T) {
 	files, err := filepath.Glob("*.go")
 	if err != nil {

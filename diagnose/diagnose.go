@@ -74,9 +74,16 @@ func Run(ctx context.Context, cfg Config) (*checks.Report, error) {
 	if win != nil {
 		r.Add(host.PinnedPressure(win.pinnedBytes(), "the processes seen in the window"))
 		r.Add(win.congestionCheck(cfg))
+		// Same-direction overlap, once per GPU link, over every process's
+		// flows in the window (docs/design.md 1.1).
+		capacity := func(gpu string) float64 { gbs, _ := host.LaneCapacity(gpu); return gbs }
+		for _, c := range win.transfers.OverlapChecks(host.Place, capacity, cfg.Sample) {
+			r.Add(c)
+		}
 	} else {
 		r.Add(checks.Skipped(checks.HostScope, "pinned memory", "pinned pools are seen as they are registered: rerun with --sample"))
 		r.Add(checks.Skipped(checks.HostScope, checks.CheckCongestion, "needs a live window (--sample) to compare counter rates with latency"))
+		r.Add(checks.Skipped(checks.HostScope, checks.CheckOverlap, "needs a live window (--sample): flows are judged by when they were in flight"))
 	}
 	for _, pid := range targets(cfg, win) {
 		var pools []checks.Pool

@@ -9,7 +9,6 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/lanewatch/lanewatch/checks"
 	"github.com/lanewatch/lanewatch/correlate"
 	"github.com/lanewatch/lanewatch/event"
 	"github.com/lanewatch/lanewatch/selftest/refenv"
@@ -18,10 +17,6 @@ import (
 // RDMAScenarios run two processes (prefill and decode roles) on the
 // reference RDMA provider; pd-overlap must be flagged, the rest not.
 var RDMAScenarios = []string{"pd-transfer", "pd-overlap", "pd-send-duplex", "rdma-read"}
-
-// overlapExpected says which scenarios make two flows share one direction
-// of a GPU link: the rest must not be flagged (opposite directions never are).
-var overlapExpected = map[string]bool{"h2d-overlap": true, "pd-overlap": true}
 
 // rdmaRun runs one RDMA scenario and returns a result per role.
 func rdmaRun(ctx context.Context, refDir, scenario, tmp string, col *Collector, cfg Config, drops func() uint64) []Result {
@@ -69,8 +64,14 @@ func rdmaRun(ctx context.Context, refDir, scenario, tmp string, col *Collector, 
 		compareRDMA(&res, truths[role], got[role])
 		out = append(out, res)
 	}
-	if pid, ok := pids["decode"]; ok {
-		checkOverlap(&out[1], scenario, pid, all)
+	if _, ok := pids["decode"]; ok {
+		var procs []scenarioProc
+		for _, role := range roles {
+			if pid, ok := pids[role]; ok {
+				procs = append(procs, scenarioProc{pid: pid, gpu: refenv.NVMLName(refenv.RDMAGPU(role)), truth: truths[role]})
+			}
+		}
+		checkOverlap(&out[1], scenario, procs, all)
 	}
 	return out
 }
@@ -207,31 +208,6 @@ func compareRDMA(res *Result, truth []TruthCall, got []correlate.Transfer) {
 		slices.Sort(truthLat)
 		slices.Sort(agentLat)
 		res.Latency = fmt.Sprintf("p50 %s/%s p99 %s/%s", us(correlate.Percentile(agentLat, 50)), us(correlate.Percentile(truthLat, 50)), us(correlate.Percentile(agentLat, 99)), us(correlate.Percentile(truthLat, 99)))
-	}
-}
-
-// checkOverlap runs the same-direction-overlap rule over every flow of the
-// scenario on the decode process's GPU link and compares with expectations.
-func checkOverlap(res *Result, scenario string, pid uint32, transfers []correlate.Transfer) {
-	w := checks.NewWindow()
-	for i := range transfers {
-		w.Transfer(&transfers[i])
-	}
-	// The scenario's processes share one reference GPU, whose lanes run at
-	// the reference rate: the selftest places them there itself.
-	lane := refenv.LaneGBs()
-	pl := checks.Placement{GPU: fmt.Sprintf("of pid %d", pid), InboundGBs: lane, OutboundGBs: lane}
-	fired := false
-	for _, f := range w.Overlap(fmt.Sprintf("pid %d", pid), pid, pl).Findings {
-		fired = true
-		res.Problems = append(res.Problems[:len(res.Problems):len(res.Problems)], "finding: "+f.Summary+"; "+strings.Join(f.Evidence, "; "))
-	}
-	res.Overlap = "none"
-	if fired {
-		res.Overlap = "flagged"
-	}
-	if fired != overlapExpected[scenario] {
-		res.OverlapErr = true
 	}
 }
 

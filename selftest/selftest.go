@@ -30,7 +30,7 @@ import (
 // Scenarios the selftest runs on each runtime build, after late-attach and
 // late-pool-pages (PagesScenario).
 var Scenarios = []string{"hicache-load", "pageable-load", "fragmented-load", "writeback-duplex",
-	"h2d-overlap", "default-kind", "api-coverage", "failing-copies", "vmm-pool-managed"}
+	"h2d-overlap", "no-overlap", "big-and-trickle", "default-kind", "api-coverage", "failing-copies", "vmm-pool-managed"}
 
 // Runtimes are the two builds of the reference runtime: with and without a
 // CET prologue, so both probe-site choices are exercised.
@@ -45,6 +45,7 @@ type Config struct {
 	Scenarios []string // default Scenarios
 	Runtimes  []string // default Runtimes
 	RDMA      []string // default RDMAScenarios
+	Pairs     []string // default PairScenarios
 	// NoDevice runs the no-device scenario on each runtime build: a driver
 	// whose cuInit fails, so every runtime call fails in the runtime and only
 	// the runtime layer the agent then attaches can report it.
@@ -176,6 +177,9 @@ func Run(ctx context.Context, cfg Config) (results []Result, stats agent.Stats, 
 	if cfg.RDMA == nil {
 		cfg.RDMA = RDMAScenarios
 	}
+	if cfg.Pairs == nil {
+		cfg.Pairs = PairScenarios
+	}
 	if cfg.Timeout == 0 {
 		cfg.Timeout = 30 * time.Second
 	}
@@ -258,7 +262,7 @@ func Run(ctx context.Context, cfg Config) (results []Result, stats agent.Stats, 
 		}
 		got := col.Take(p.pid)
 		Compare(&res, truth, got)
-		checkOverlap(&res, name, p.pid, got)
+		checkOverlap(&res, name, []scenarioProc{{pid: p.pid, gpu: privateGPU(p.pid), truth: truth}}, got)
 		checkPages(&res, name, p.pid, p.truth, got)
 		results = append(results, res)
 		return nil
@@ -298,6 +302,9 @@ func Run(ctx context.Context, cfg Config) (results []Result, stats agent.Stats, 
 	}
 	for _, sc := range cfg.RDMA {
 		results = append(results, rdmaRun(ctx, cfg.RefDir, sc, tmp, col, cfg, func() uint64 { return ag.Stats().Drops.Total() })...)
+	}
+	for _, sc := range cfg.Pairs {
+		results = append(results, pairRun(ctx, kvpath, sc, tmp, col, cfg, func() uint64 { return ag.Stats().Drops.Total() })...)
 	}
 	if slices.Contains(cfg.Scenarios, "hicache-load") { // span output: request and layer attribution (selftest_spans.go)
 		results = append(results, spansCheck(ctx, kvpath, filepath.Join(tmp, "spans-hicache-load.jsonl"), col, cfg))

@@ -22,14 +22,15 @@ func TestSelftest(t *testing.T) {
 	if !ok {
 		t.Fatal("selftest failed")
 	}
-	// late-attach, late-pool-pages, kernel-copy, no-device per runtime, two roles per RDMA
-	// scenario, hicache-spans
+	// late-attach, late-pool-pages, kernel-copy, no-device per runtime, two
+	// roles per RDMA scenario, two processes per pair scenario, hicache-spans
 	// three tp-workers ranks per runtime build
-	if want := 3*len(Runtimes) + 3 + (len(Scenarios)+1)*len(Runtimes) + 2*len(RDMAScenarios) + 1; len(results) != want {
+	if want := 3*len(Runtimes) + 3 + (len(Scenarios)+1)*len(Runtimes) + 2*len(RDMAScenarios) + 2*len(PairScenarios) + 1; len(results) != want {
 		t.Fatalf("%d results, want %d", len(results), want)
 	}
-	// The overlap verdicts by design: pd-overlap and h2d-overlap flagged, the
-	// duplex scenarios (opposite directions) not. OK() already failed on a
+	// The overlap verdicts by design: h2d-overlap, pd-overlap and
+	// two-proc-lane flagged; the duplex scenarios (opposite directions),
+	// no-overlap and big-and-trickle not. OK() already failed on a
 	// wrong verdict; say which it was.
 	// late-pool-pages: remote-numa-pool found from the copies' pages, the
 	// pool never seen registered (OK() failed on any mismatch).
@@ -40,7 +41,9 @@ func TestSelftest(t *testing.T) {
 	}
 	for _, r := range results {
 		want := overlapExpected[r.Scenario]
-		if r.Overlap != "" && (r.Overlap == "flagged") != want {
+		// "~": completions proven late on this run, the agent judged by its
+		// evidence and checkOverlap compared it with the truth's
+		if r.Overlap != "" && r.Overlap != "-" && !strings.HasSuffix(r.Overlap, "~") && (r.Overlap == "flagged") != want {
 			t.Errorf("%s %s: overlap %s", r.Scenario, r.Runtime, r.Overlap)
 		}
 	}

@@ -129,6 +129,7 @@ func cmdSelftest(args []string, stdout, stderr io.Writer) int {
 	live := fs.Bool("live", false, "print every transfer as the agent reports it")
 	scenarios := fs.String("scenarios", strings.Join(selftest.Scenarios, ","), "comma-separated CUDA scenarios to run after late-attach")
 	rdma := fs.String("rdma", strings.Join(selftest.RDMAScenarios, ","), "comma-separated RDMA scenarios (two processes each); empty for none")
+	pairs := fs.String("pairs", strings.Join(selftest.PairScenarios, ","), "comma-separated scenarios of two kvpath processes on one shared reference GPU; empty for none")
 	kernelCopy := fs.Bool("kernel-copy", true, "run the copy-kernel stand-in and read its GPU counters through the reference NVML library")
 	noDevice := fs.Bool("no-device", true, "run no-device on each runtime build: cuInit fails, every runtime call fails before the driver, and the agent must attach the runtime layer to report them")
 	tpWorkers := fs.Bool("tp-workers", true, "run tp-workers on each runtime build: worker processes that each see every reference GPU and choose theirs per thread, every copy's GPU compared")
@@ -136,7 +137,7 @@ func cmdSelftest(args []string, stdout, stderr io.Writer) int {
 	if log == nil {
 		return code
 	}
-	cfg := selftest.Config{RefDir: *refDir, Out: stdout, Logger: log, Scenarios: splitList(*scenarios), RDMA: splitList(*rdma), KernelCopy: *kernelCopy,
+	cfg := selftest.Config{RefDir: *refDir, Out: stdout, Logger: log, Scenarios: splitList(*scenarios), RDMA: splitList(*rdma), Pairs: splitList(*pairs), KernelCopy: *kernelCopy,
 		NoDevice: *noDevice, TPWorkers: *tpWorkers}
 	if *live {
 		cfg.Live = stdout

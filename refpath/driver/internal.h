@@ -29,6 +29,9 @@ static inline uint64_t rc_now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+/* mover.c: a thread that stands for hardware moving bytes asks for SCHED_FIFO */
+void rc_mover_thread(void);
+
 /* init.c */
 void rc_init(void); /* the driver's own state (arena, lanes, streams); cuInit and the helpers run it */
 

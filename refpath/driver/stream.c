@@ -106,6 +106,7 @@ static void op_run(struct op *o, uint64_t *cursor)
 static void *engine_main(void *arg)
 {
 	struct CUstream_st *s = arg;
+	rc_mover_thread(); /* a copy engine: the scheduler must not idle the lane (mover.c) */
 	struct op batch[ENGINE_BATCH];
 	uint64_t cursor = 0; /* see lane.c: back-to-back copies leave no gap */
 	int stop = 0;

@@ -39,6 +39,11 @@ int sc_tp_workers(const struct opts *o, struct result *res);     /* tpworkers.c 
 int sc_late_pool_pages(const struct opts *o, struct result *res); /* late_pool_pages.c */
 int sc_vmm_pool_managed(const struct opts *o, struct result *res); /* vmm_pool_managed.c */
 
+/* overlap.c: the shapes of same-direction overlap */
+int sc_no_overlap(const struct opts *o, struct result *res);
+int sc_big_and_trickle(const struct opts *o, struct result *res);
+int sc_two_proc_lane(const struct opts *o, struct result *res);
+
 /* main.c: the --hold point between setup and copies */
 void hold_point(const struct opts *o);
 

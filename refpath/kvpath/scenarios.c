@@ -1029,6 +1029,9 @@ const struct scenario scenarios[] = {
 	{"no-device", sc_no_device, 1, 1 * MiB, 1},
 	{"link-trains-up", sc_link_trains_up, 32, 4 * MiB, 1}, /* 16 rounds x 2 streams x 32 x 4 MiB H2D */
 	{"vmm-pool-managed", sc_vmm_pool_managed, 1, 0, 1},
+	{"no-overlap", sc_no_overlap, 16, 1 * MiB, 1},         /* 4 phases A B A B of 16 x 1 MiB H2D */
+	{"big-and-trickle", sc_big_and_trickle, 64, 1 * MiB, 1}, /* 64 x 1 MiB H2D and 4 x 4 KiB */
+	{"two-proc-lane", sc_two_proc_lane, 64, 1 * MiB, 1},     /* per process: 64 x 1 MiB H2D, in lockstep */
 	{"tp-workers", sc_tp_workers, 4, 1 * MiB, 1}, /* ranks x (4 + 3) copies of 1 MiB, on three GPUs */
 	{"callbench", sc_callbench, 1, 64, 0},
 	{NULL, NULL, 0, 0, 0},

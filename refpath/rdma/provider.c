@@ -21,6 +21,7 @@
  */
 #include "wire.h"
 #include <dlfcn.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/uio.h>
@@ -491,6 +492,9 @@ done:
 static void *nic_main(void *arg)
 {
 	(void)arg;
+	/* the NIC is hardware: no CPU scheduler delays it (refpath/driver/mover.c) */
+	struct sched_param sp = {.sched_priority = 1};
+	(void)pthread_setschedparam(pthread_self(), SCHED_FIFO, &sp);
 	prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
 	prctl(PR_SET_NAME, "refrdma-nic", 0, 0, 0);
 	pthread_mutex_lock(&nic.mu);

@@ -13,7 +13,8 @@
  * Scenarios:
  *   pd-transfer     prefill WRITE_WITH_IMMs N pages from its GPU into decode's GPU
  *   pd-overlap      the same from pinned host memory, alone, then while decode runs
- *                   the hicache-load pattern (both inbound on gpu-decode)
+ *                   the hicache-load pattern (both inbound on gpu-decode), the two in
+ *                   lockstep (LOCKSTEP_AHEAD): in flight together by construction
  *   pd-send-duplex  decode RDMA_WRITEs out of its GPU (outbound) while loading (inbound)
  *   rdma-read       decode READs pages from prefill's GPU into its own (inbound), then
  *                   one READ with a bad rkey (IBV_WC_REM_ACCESS_ERR)
@@ -61,6 +62,9 @@ struct rdv {
 	char gpu[2][WIRE_GPU_MAX];
 	uint64_t t_first_post[MAX_PHASE];
 	double gbps[MAX_PHASE];
+	/* pd-overlap's concurrent phase, in lockstep: decode's H2D copies submitted and
+	 * prefill's WRITE_WITH_IMMs posted so far */
+	uint64_t h2d_submitted, rdma_posted;
 };
 _Static_assert(sizeof(struct rdv) <= WIRE_APP_BYTES, "rendezvous too big");
 
@@ -97,6 +101,27 @@ static void barrier(uint32_t k, const char *what)
 		if (truth_now_ns() > deadline)
 			die("timed out after %us waiting for the %s role (%s)", O.timeout_s, role_names[other], what);
 		nap_us(100);
+	}
+}
+
+/*
+ * Lockstep of pd-overlap's concurrent phase: neither flow is submitted more than
+ * LOCKSTEP_AHEAD pages ahead of the other, so the two are in flight together by
+ * construction (the NIC and the copy engines are movers that no CPU load delays,
+ * refpath/driver/mover.c), however late either role is scheduled.
+ */
+#define LOCKSTEP_AHEAD 6
+
+/* Waits until *c >= want (the other role's progress), or fails like barrier(). */
+static void wait_count(const uint64_t *c, uint64_t want, const char *what)
+{
+	uint64_t deadline = truth_now_ns() + (uint64_t)O.timeout_s * 1000000000ull;
+	while (__atomic_load_n(c, __ATOMIC_ACQUIRE) < want) {
+		if (__atomic_load_n(&R->failed, __ATOMIC_ACQUIRE))
+			die("the %s role failed (waiting for %s)", role_names[other], what);
+		if (truth_now_ns() > deadline)
+			die("timed out after %us waiting for the %s role (%s)", O.timeout_s, role_names[other], what);
+		nap_us(20);
 	}
 }
 
@@ -540,7 +565,7 @@ static void verbs_close(void)
  * last WR) are signaled. Returns the number of signaled WRs.
  */
 static int post_pages(enum ibv_wr_opcode op, char *loc, struct ibv_mr *lm, size_t pages, size_t pb, int phase,
-		      uint64_t wr_id0)
+		      uint64_t wr_id0, int lockstep)
 {
 	struct ibv_send_wr wr[CHAIN];
 	struct ibv_sge sge[CHAIN][2];
@@ -573,7 +598,11 @@ static int post_pages(enum ibv_wr_opcode op, char *loc, struct ibv_mr *lm, size_
 			wr[k].wr.rdma.remote_addr = R->addr[other] + p * pb;
 			wr[k].wr.rdma.rkey = R->rkey[other];
 		}
+		if (lockstep && p0 + (size_t)n > LOCKSTEP_AHEAD)
+			wait_count(&R->h2d_submitted, p0 + (size_t)n - LOCKSTEP_AHEAD, "decode's H2D copies");
 		post_send(wr, phase);
+		if (lockstep)
+			__atomic_store_n(&R->rdma_posted, p0 + (size_t)n, __ATOMIC_RELEASE);
 	}
 	return sig;
 }
@@ -635,7 +664,8 @@ static int sc_pd_write(int overlap)
 				barrier(25, "decode's H2D alone"); /* decode ran its loads alone meanwhile */
 			uint64_t t0 = truth_now_ns();
 			R->t_first_post[ph] = 0;
-			int sig = post_pages(IBV_WR_RDMA_WRITE_WITH_IMM, src, mr, N, B, ph, 0x10000 + (uint64_t)ph * 0x1000);
+			int sig = post_pages(IBV_WR_RDMA_WRITE_WITH_IMM, src, mr, N, B, ph, 0x10000 + (uint64_t)ph * 0x1000,
+					     overlap && ph == 1);
 			uint64_t t1 = reap_sends(sig, "WRITE_WITH_IMM send completions");
 			rd[ph] = rate(total, t0, t1);
 			barrier(11 + (uint32_t)ph * 10, "decode verified");
@@ -674,16 +704,24 @@ static int sc_pd_write(int overlap)
 			h2d[0] = h2d_gbps("alone");
 			hicache_reset(&h);
 			barrier(25, "decode's H2D alone");
-			hicache_enqueue(&h, "concurrent");
+			/* both at once, in lockstep with prefill's posts */
+			for (size_t i = 0; i < h.layers; i++) {
+				if (i >= LOCKSTEP_AHEAD)
+					wait_count(&R->rdma_posted, i + 1 - LOCKSTEP_AHEAD, "prefill's WRITE_WITH_IMMs");
+				copy_async(h.dev + i * h.lb, h.pool + i * h.lb, h.lb, h.s, (int)i, "concurrent");
+				__atomic_store_n(&R->h2d_submitted, i + 1, __ATOMIC_RELEASE);
+			}
 		}
 		uint64_t t1 = reap_imm_pages(N, B, "RECV_RDMA_WITH_IMM completions");
-		/* consumable only now: the completion is the publish point */
-		verify(dst, N, B, 1, "WRITE_WITH_IMM");
-		rd[ph] = rate(total, R->t_first_post[ph], t1);
 		if (overlap && ph == 1) {
+			/* the copies' completion is proven as soon as the receives are: a sync
+			 * delayed by the checks below would stretch their time in flight */
 			hicache_finish(&h, "concurrent");
 			h2d[1] = h2d_gbps("concurrent");
 		}
+		/* consumable only now: the completion is the publish point */
+		verify(dst, N, B, 1, "WRITE_WITH_IMM");
+		rd[ph] = rate(total, R->t_first_post[ph], t1);
 		barrier(11 + (uint32_t)ph * 10, "decode verified");
 	}
 	if (overlap)
@@ -756,7 +794,7 @@ static int sc_pd_send_duplex(void)
 			hicache_enqueue(&h, "concurrent");
 		}
 		uint64_t t0 = truth_now_ns();
-		int sig = post_pages(IBV_WR_RDMA_WRITE, src, mr, N, B, ph, 0x40000 + (uint64_t)ph * 0x1000);
+		int sig = post_pages(IBV_WR_RDMA_WRITE, src, mr, N, B, ph, 0x40000 + (uint64_t)ph * 0x1000, 0);
 		uint64_t t1 = reap_sends(sig, "RDMA_WRITE send completions");
 		rd[ph] = rate(total, t0, t1);
 		struct ibv_sge s = {(uintptr_t)msg, 64, mm->lkey};
@@ -806,7 +844,7 @@ static int sc_rdma_read(void)
 	struct ibv_mr *mr = reg_mr(PD, dst, total, IBV_ACCESS_LOCAL_WRITE);
 	connect_qp(NULL);
 	uint64_t t0 = truth_now_ns();
-	int sig = post_pages(IBV_WR_RDMA_READ, dst, mr, N, B, 0, 0x50000);
+	int sig = post_pages(IBV_WR_RDMA_READ, dst, mr, N, B, 0, 0x50000, 0);
 	uint64_t t1 = reap_sends(sig, "RDMA_READ completions");
 	verify(dst, N, B, 3, "RDMA_READ");
 	double rd = rate(total, t0, t1);

@@ -36,6 +36,14 @@ func LaneGBs() float64 {
 // LaneFile is the shared-memory file of a named reference GPU's lanes.
 func LaneFile(name string) string { return "/dev/shm/lw-ref-" + name }
 
+// PairFile is the shared-memory file in which the two processes of a pair
+// scenario on the named reference GPU keep in lockstep
+// (refpath/kvpath/overlap.c); the last one out removes it.
+func PairFile(name string) string { return "/dev/shm/lw-ref-" + name + "-pair" }
+
+// RDMAGPU is the reference GPU rdmapath gives a role (prefill, decode).
+func RDMAGPU(role string) string { return "gpu-" + role }
+
 // NVMLName is the name the NVML stand-in gives the named reference GPU.
 func NVMLName(name string) string { return "ref-" + name }
 

@@ -1,0 +1,21 @@
+/*
+ * Movers: the threads that stand for hardware moving bytes (a stream's copy engine
+ * here, the RDMA provider's NIC thread in rdma/provider.c). Hardware is not delayed
+ * by the CPU scheduler, and the lane model charges a mover's lateness to the lane
+ * (a chunk reserved more than CATCH_UP_NS after the previous one ended leaves a
+ * gap), so on a machine whose CPUs are all busy an ordinary thread would make the
+ * lanes run well below their rate: two flows meant to saturate a lane would not.
+ * A mover therefore asks for SCHED_FIFO at the lowest priority. It sleeps between
+ * chunks and spends a fraction of the lane's time copying, so it never holds a CPU;
+ * the kernel's RT throttling bounds it anyway. Without the privilege (no root,
+ * CAP_SYS_NICE or RLIMIT_RTPRIO) it stays an ordinary thread and the lanes may fall
+ * behind under load, which the scenarios' own rates then show.
+ */
+#include "internal.h"
+#include <sched.h>
+
+void rc_mover_thread(void)
+{
+	struct sched_param p = {.sched_priority = 1};
+	(void)pthread_setschedparam(pthread_self(), SCHED_FIFO, &p);
+}

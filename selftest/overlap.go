@@ -1,0 +1,366 @@
+package selftest
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/lanewatch/lanewatch/checks"
+	"github.com/lanewatch/lanewatch/correlate"
+	"github.com/lanewatch/lanewatch/selftest/refenv"
+)
+
+// overlapExpected is each scenario's designed same-direction-overlap
+// verdict: two flows sharing one direction of one GPU link, in flight
+// together, saturating it. Every other scenario must not be flagged
+// (opposite directions, flows one after another, a trickle beside a big
+// flow never are).
+var overlapExpected = map[string]bool{"h2d-overlap": true, "pd-overlap": true, "two-proc-lane": true}
+
+// PairScenarios run two kvpath processes on one shared reference GPU,
+// released together (two rows each, like the RDMA roles).
+var PairScenarios = []string{"two-proc-lane"}
+
+// scenarioProc is one process of a scenario, the reference GPU whose lanes
+// it used, and its truth.
+type scenarioProc struct {
+	pid   uint32
+	gpu   string
+	truth []TruthCall
+}
+
+// privateGPU names the reference GPU of a process with private lanes.
+func privateGPU(pid uint32) string { return fmt.Sprintf("private GPU of pid %d", pid) }
+
+// checkOverlap checks a scenario's same-direction-overlap verdict against
+// its truth (docs/design.md 6, "The reference data path"). The rule
+// (correlate.SameDirectionOverlap) is applied three times:
+//
+//   - to the agent's records, through checks.Window, judged per GPU link as
+//     `agent run` and `agent diagnose` judge them;
+//   - to the evidence view of the truth: each transfer in flight from its
+//     call's entry to the return of the call that proved it done (the
+//     stream synchronisation, the poll that returned its completion). The
+//     agent stamps inside those calls, so this is its own evidence, to
+//     microseconds; the agent must agree with it exactly;
+//   - to the lanes view: from the call's return to the moment the copy
+//     engine finished it (the poll's start for RDMA), which no lateness of
+//     the scenario's threads stretches; it must show the designed shape
+//     (overlapExpected), or the scenario says it did not produce it.
+//
+// When the two views differ, the completions were proven late on this run
+// (a loaded machine delayed the threads that synchronise or poll): the
+// agent is right to judge by its evidence, the row passes and says so, and
+// its verdict is marked "~".
+func checkOverlap(res *Result, scenario string, procs []scenarioProc, transfers []correlate.Transfer) {
+	lane := refenv.LaneGBs()
+	gpuOf := map[uint32]string{}
+	for _, p := range procs {
+		gpuOf[p.pid] = p.gpu
+	}
+	place := func(pid uint32) checks.Placement {
+		if g, ok := gpuOf[pid]; ok {
+			return checks.Placement{GPU: g, InboundGBs: lane, OutboundGBs: lane}
+		}
+		return checks.Placement{Why: fmt.Sprintf("pid %d is not a process of %s", pid, scenario)}
+	}
+	w := checks.NewWindow()
+	for i := range transfers {
+		w.Transfer(&transfers[i])
+	}
+	links, unknown := w.LinkOverlaps(place, nil, 0)
+	agent := firedLinks(links)
+	for _, pid := range slices.Sorted(maps.Keys(unknown)) {
+		res.OtherErrs++
+		res.Problems = append(res.Problems, "overlap: "+unknown[pid])
+	}
+	evidence, lanes := truthOverlaps(procs, lane, false), truthOverlaps(procs, lane, true)
+	byEvidence, byLanes := firedLinks(evidence), firedLinks(lanes)
+
+	res.Overlap = "none"
+	if agent != "" {
+		res.Overlap = "flagged"
+	}
+	note := func(format string, args ...any) {
+		res.Problems = append(res.Problems[:len(res.Problems):len(res.Problems)], fmt.Sprintf(format, args...))
+	}
+	for _, l := range links {
+		if l.Finding != nil {
+			note("finding: %s; %s", l.Finding.Summary, strings.Join(l.Finding.Evidence, "; "))
+		}
+	}
+	want := overlapExpected[scenario]
+	if agent != byEvidence {
+		res.OverlapErr = true
+		note("overlap: the agent flagged [%s], the rule on the truth's stamps [%s]: agent %s; truth %s", agent, byEvidence,
+			overlapText(links), overlapText(evidence))
+	}
+	if (byLanes != "") != want {
+		res.OverlapErr = true
+		verb := "did not produce its designed overlap"
+		if !want {
+			verb = "produced an overlap it was not designed to"
+		}
+		note("overlap: the scenario %s on this run: lanes %s", verb, overlapText(lanes))
+	}
+	switch {
+	case byEvidence != byLanes:
+		res.Overlap += "~"
+		note("finding: completions proven late on this run: the lanes [%s] %s; the evidence [%s] %s",
+			byLanes, overlapText(lanes), byEvidence, overlapText(evidence))
+	case want:
+		note("finding: overlap as the truth measured it: %s", overlapText(evidence))
+	}
+}
+
+// firedLinks names the links whose overlap fired, "gpu direction", sorted
+// and joined.
+func firedLinks(links []checks.LinkOverlap) string {
+	var out []string
+	for _, l := range links {
+		if l.Finding != nil {
+			out = append(out, l.GPU+" "+l.Direction)
+		}
+	}
+	slices.Sort(out)
+	return strings.Join(out, ", ")
+}
+
+func overlapText(links []checks.LinkOverlap) string {
+	var out []string
+	for _, l := range links {
+		if l.Overlap.TimedFlows > 1 || l.Finding != nil {
+			out = append(out, l.GPU+" "+l.Overlap.Text())
+		}
+	}
+	if len(out) == 0 {
+		return "no link with two flows"
+	}
+	return strings.Join(out, "; ")
+}
+
+// truthOverlaps judges the rule on flows built from the truth, each
+// transfer in flight over the outer or the inner end of its brackets.
+func truthOverlaps(procs []scenarioProc, lane float64, inner bool) []checks.LinkOverlap {
+	type key struct{ gpu, dir, flow string }
+	flows := map[key]*correlate.Flow{}
+	add := func(gpu, dir, name string, start, end, bytes uint64) {
+		k := key{gpu, dir, name}
+		if flows[k] == nil {
+			flows[k] = &correlate.Flow{Name: name}
+		}
+		flows[k].Add(start, end, bytes)
+	}
+	peerOf := func(pid uint32) (scenarioProc, bool) {
+		for _, p := range procs {
+			if p.pid != pid {
+				return p, true
+			}
+		}
+		return scenarioProc{}, false
+	}
+	for _, p := range procs {
+		for _, c := range truthCopies(p.truth, inner) {
+			add(p.gpu, c.dir, fmt.Sprintf("pid %d stream %#x %s", p.pid, c.stream, c.kind), c.start, c.end, c.bytes)
+		}
+		peer, _ := peerOf(p.pid)
+		for _, r := range truthRequests(p.truth, inner) {
+			owner, gpu := p.pid, p.gpu
+			if r.peerLink {
+				owner, gpu = peer.pid, peer.gpu
+			}
+			if owner == 0 {
+				continue
+			}
+			add(gpu, r.dir, fmt.Sprintf("pid %d QP %d %s", p.pid, r.qp, r.kind), r.start, r.end, r.bytes)
+		}
+	}
+	type lk struct{ gpu, dir string }
+	byLink := map[lk][]key{}
+	for k := range flows {
+		byLink[lk{k.gpu, k.dir}] = append(byLink[lk{k.gpu, k.dir}], k)
+	}
+	var out []checks.LinkOverlap
+	for _, l := range slices.SortedFunc(maps.Keys(byLink), func(a, b lk) int { return cmp.Or(cmp.Compare(a.gpu, b.gpu), cmp.Compare(a.dir, b.dir)) }) {
+		keys := byLink[l]
+		slices.SortFunc(keys, func(a, b key) int { return cmp.Compare(a.flow, b.flow) })
+		t := correlate.LinkTraffic{Segment: "PCIe link of GPU " + l.gpu, Direction: l.dir, CapacityGBs: lane}
+		for _, k := range keys {
+			t.Flows = append(t.Flows, *flows[k])
+		}
+		o := correlate.MeasureOverlap(t)
+		out = append(out, checks.LinkOverlap{GPU: l.gpu, Direction: l.dir, Overlap: o, Finding: correlate.SameDirectionOverlap(o)})
+	}
+	return out
+}
+
+// truthSpan is one transfer of the truth on a GPU link, with one end of
+// its brackets.
+type truthSpan struct {
+	dir, kind         string
+	stream            uint64
+	qp                uint32
+	peerLink          bool // the link is the peer's GPU's (the remote side's memory)
+	start, end, bytes uint64
+}
+
+// truthCopies are a process's H2D and D2H copies, in submission order. The
+// agent stamps a copy's submission inside the call (TCallNs..TReturnNs) and
+// its completion no earlier than the engine finished it and no later than
+// the first synchronisation of its stream after it returned; a copy that no
+// such synchronisation follows has no bracket (the agent may leave it
+// without a completion) and is left out of the time judgement (end 0).
+func truthCopies(truth []TruthCall, inner bool) []truthSpan {
+	var out []truthSpan
+	for i, c := range truth {
+		if !c.IsCopy() || c.Result != 0 || (c.Direction != "H2D" && c.Direction != "D2H") {
+			continue
+		}
+		s := truthSpan{dir: checks.Inbound, kind: c.Direction, stream: c.Stream, bytes: c.Bytes, start: c.TCallNs}
+		if c.Direction == "D2H" {
+			s.dir = checks.Outbound
+		}
+		var proof uint64
+		for _, y := range truth[i+1:] {
+			if y.Op == "stream_sync" && y.Stream == c.Stream && c.Stream > 2 && y.Result == 0 {
+				proof = y.TReturnNs
+				break
+			}
+		}
+		if proof != 0 {
+			s.end = proof
+			if inner {
+				s.start, s.end = c.TReturnNs, max(c.EngineEndNs, c.TReturnNs+1)
+			}
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// truthRequests are a process's RDMA work requests that crossed a GPU link,
+// in post order, with the brackets of their post and of the poll that
+// returned their completion (an unsignaled request completes with the next
+// signaled one of its queue, seed 002 §4.3). Failed requests are left out,
+// as the agent leaves them.
+func truthRequests(truth []TruthCall, inner bool) []truthSpan {
+	done := map[[3]uint64]TruthCall{}
+	for _, t := range truth {
+		if t.Op == "completion" {
+			done[wrKey(t.CQ == "recv", t.QPNum, t.WRID)] = t
+		}
+	}
+	var sends []TruthCall
+	for _, t := range truth {
+		if t.Op == "post_send" {
+			sends = append(sends, t)
+		}
+	}
+	var out []truthSpan
+	for _, t := range truth {
+		if t.Op != "post_send" && t.Op != "post_recv" {
+			continue
+		}
+		recv := t.Op == "post_recv"
+		c, ok := done[wrKey(recv, t.QPNum, t.WRID)]
+		if !recv && !t.Signaled { // the next signaled request of its queue completes it
+			ok = false
+			for _, n := range sends {
+				if n.QPNum == t.QPNum && n.Seq > t.Seq && n.Signaled {
+					c, ok = done[wrKey(false, n.QPNum, n.WRID)]
+					break
+				}
+			}
+		}
+		s := truthSpan{kind: wrDirection(t), qp: t.QPNum, bytes: t.Bytes}
+		if recv {
+			s.bytes = c.ByteLen
+		}
+		if ok && c.Status != 0 {
+			continue
+		}
+		s.start = t.TPostNs
+		if ok {
+			s.end = c.TPollNs
+			if inner {
+				s.start, s.end = t.TPostEnd, max(c.TPollBeg, t.TPostEnd+1)
+			}
+		}
+		// the links it crosses, as the agent places them (checks.rdmaLanes)
+		into := s.kind == correlate.DirRDMARead || recv
+		if t.LocalMem == "device" {
+			s.dir, s.peerLink = laneDir(into), false
+			out = append(out, s)
+		}
+		if t.RemoteMem == "device" && s.kind != correlate.DirSend {
+			s.dir, s.peerLink = laneDir(!into), true
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func laneDir(into bool) string {
+	if into {
+		return checks.Inbound
+	}
+	return checks.Outbound
+}
+
+// pairRun runs one pair scenario: two kvpath processes with their lanes on
+// one shared reference GPU, released together, one row each; the second
+// row carries the overlap verdict over both processes' transfers.
+func pairRun(ctx context.Context, kvpath, scenario, tmp string, col *Collector, cfg Config, drops func() uint64) []Result {
+	gpu := fmt.Sprintf("selftest-%d-%s", os.Getpid(), scenario)
+	defer os.Remove(refenv.LaneFile(gpu))
+	defer os.Remove(refenv.PairFile(gpu))
+	before := drops()
+	names := []string{"proc-a", "proc-b"}
+	var procs []*proc
+	var problems []string
+	for _, n := range names {
+		p, err := startHeld(ctx, kvpath, scenario, filepath.Join(tmp, scenario+"-"+n+".jsonl"), []string{refenv.SharedGPU(gpu)})
+		if err != nil {
+			problems = append(problems, err.Error())
+			break
+		}
+		procs = append(procs, p)
+	}
+	for _, p := range procs {
+		if err := p.release(); err != nil {
+			problems = append(problems, err.Error())
+		}
+	}
+	var out []Result
+	var all []correlate.Transfer
+	var sp []scenarioProc
+	for i, p := range procs {
+		res := Result{Scenario: scenario, Runtime: names[i], PID: p.pid, Problems: slices.Clone(problems)}
+		if err := p.wait(col, cfg.Timeout); err != nil {
+			res.Problems = append(res.Problems, err.Error())
+		}
+		truth, err := ReadTruthFile(p.truth)
+		if err != nil {
+			res.Problems = append(res.Problems, err.Error())
+		}
+		got := col.Take(p.pid)
+		Compare(&res, truth, got)
+		all = append(all, got...)
+		sp = append(sp, scenarioProc{pid: p.pid, gpu: refenv.NVMLName(gpu), truth: truth})
+		out = append(out, res)
+	}
+	if len(out) == 0 {
+		return []Result{{Scenario: scenario, Runtime: names[0], Problems: problems}}
+	}
+	dropped := drops() - before
+	for i := range out {
+		out[i].Drops = dropped
+	}
+	checkOverlap(&out[len(out)-1], scenario, sp, all)
+	return out
+}
