@@ -36,7 +36,7 @@ func TestPageNodes(t *testing.T) {
 		{[]int{0, 1, 1}, "N1", "[0,1,1]", map[int]uint64{0: 334, 1: 666}},
 		{[]int{1, 0}, "N0", "[1,0]", map[int]uint64{0: 500, 1: 500}}, // tie: lowest node
 		{[]int{3, 2, 0}, "N0", "[3,2,0]", map[int]uint64{3: 334, 2: 333, 0: 333}},
-		{[]int{-14, 2}, "N2", "[2]", map[int]uint64{2: 1000}}, // a page without a node (-ENOENT) is not a sample
+		{[]int{-14, 2}, "N2", "[2]", map[int]uint64{2: 1000}},         // a page without a node (-ENOENT) is not a sample
 		{[]int{1, 1, 1, 0}, "N1", "[1,1,1]", map[int]uint64{1: 1000}}, // past MaxPageSamples: dropped
 	} {
 		p := PagesOn(tc.nodes...)
