@@ -27,7 +27,10 @@ var overlapExpected = map[string]bool{"h2d-overlap": true, "pd-overlap": true, "
 var PairScenarios = []string{"two-proc-lane"}
 
 // scenarioProc is one process of a scenario, the reference GPU whose lanes
-// it used, and its truth.
+// it used, and its truth. gpu is the GPU's PCI address (refenv.BusID) on
+// shared lanes — the agent names each copy's GPU by it — and privateGPU's
+// name on private lanes, which have no PCI identity: the agent's copies then
+// name no GPU and are placed by their process.
 type scenarioProc struct {
 	pid   uint32
 	gpu   string
@@ -351,7 +354,7 @@ func pairRun(ctx context.Context, kvpath, scenario, tmp string, col *Collector, 
 		got := col.Take(p.pid)
 		Compare(&res, truth, got)
 		all = append(all, got...)
-		sp = append(sp, scenarioProc{pid: p.pid, gpu: refenv.NVMLName(gpu), truth: truth})
+		sp = append(sp, scenarioProc{pid: p.pid, gpu: refenv.BusID(gpu), truth: truth})
 		out = append(out, res)
 	}
 	if len(out) == 0 {

@@ -68,7 +68,7 @@ func rdmaRun(ctx context.Context, refDir, scenario, tmp string, col *Collector, 
 		var procs []scenarioProc
 		for _, role := range roles {
 			if pid, ok := pids[role]; ok {
-				procs = append(procs, scenarioProc{pid: pid, gpu: refenv.NVMLName(refenv.RDMAGPU(role)), truth: truths[role]})
+				procs = append(procs, scenarioProc{pid: pid, gpu: refenv.BusID(refenv.RDMAGPU(role)), truth: truths[role]})
 			}
 		}
 		checkOverlap(&out[1], scenario, procs, all)
