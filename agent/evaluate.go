@@ -215,9 +215,27 @@ func (e *Evaluator) Evaluate(now time.Time) Verdict {
 			if lanes[k] == nil {
 				lanes[k] = &LaneRate{GPU: pl.GPU, Direction: dir, Capacity: gbs * 1e9}
 			}
-			if span > 0 {
-				lanes[k].Demand += float64(win.LaneBytes(pid, dir)) / span.Seconds()
+		}
+	}
+	// Demand on each lane: every copy on the link of the GPU it names, else
+	// its process's placement (docs/design.md, "Which GPU").
+	placeDemand := func(pid uint32) checks.Placement {
+		if pl, ok := placed[pid]; ok {
+			return pl
+		}
+		return e.cfg.Place(pid)
+	}
+	for k, b := range win.LinkBytes(placeDemand) {
+		l := lanes[laneKey{k[0], k[1]}]
+		if l == nil {
+			l = &LaneRate{GPU: k[0], Direction: k[1]}
+			if e.cfg.LinkCapacity != nil {
+				l.Capacity = e.cfg.LinkCapacity(k[0]) * 1e9
 			}
+			lanes[laneKey{k[0], k[1]}] = l
+		}
+		if span > 0 {
+			l.Demand += float64(b) / span.Seconds()
 		}
 	}
 	// Same-direction overlap: one judgement per GPU link, over the flows of
