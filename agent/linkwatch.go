@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"log/slog"
 	"sync"
 	"time"
 
@@ -158,4 +159,16 @@ func LaneCapacity(host *checks.Host, w *LinkWatch) func(gpu string) float64 {
 		}
 		return 0
 	}
+}
+
+// capacityHost is the host whose sysfs gives lane capacities (a link's
+// trained maximum, docs/design.md 1.1); nil, said once, when it cannot be
+// read: the GPU counters' maxima are then the only ones.
+func capacityHost(procRoot, sysRoot string, log *slog.Logger) *checks.Host {
+	host, err := checks.ReadHost(procRoot, sysRoot, "")
+	if err != nil {
+		log.Warn("link capacities unknown from sysfs: only the GPU counters' maxima are", "err", err)
+		return nil
+	}
+	return host
 }

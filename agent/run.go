@@ -224,7 +224,7 @@ func listenMetrics(cfg RunConfig, place func(uint32) checks.Placement, log *slog
 		log.Warn("GPU NUMA nodes unknown: remote-numa-pool is not judged on the pages copies read", "err", err)
 	}
 	m.eval = NewEvaluator(EvaluatorConfig{Interval: mc.EvaluateInterval, Place: place, Publish: m.publish, GPU: gpu, Congestion: cong,
-		GPUNode: gpuNode})
+		GPUNode: gpuNode, LinkCapacity: LaneCapacity(capacityHost(procRoot, cfg.SysRoot, log), m.links)})
 	scrapers := map[string]exporters.Collector{
 		"rdma_ports": collectors.NewInfiniBandMetrics(cfg.SysRoot),
 		"host":       collectors.NewHostMetrics(cfg.Trace.ProcRoot, cfg.SysRoot),

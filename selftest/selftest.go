@@ -53,6 +53,10 @@ type Config struct {
 	// KernelCopy runs the copy-kernel stand-in on a shared reference GPU
 	// and reads its counters through the reference NVML library.
 	KernelCopy bool
+	// LinkTrains runs link-trains-up once per entry: a reference GPU whose
+	// link idles below its maximum and trains up under load (or not), read
+	// through the reference NVML library (linktrain.go).
+	LinkTrains []LinkTrain
 	// TPWorkers runs tp-workers on each runtime build: worker processes that
 	// each see every reference GPU and choose theirs per thread; every copy's
 	// GPU is compared.
@@ -294,6 +298,9 @@ func Run(ctx context.Context, cfg Config) (results []Result, stats agent.Stats, 
 	}
 	if cfg.KernelCopy {
 		results = append(results, kernelCopyRun(ctx, cfg.RefDir, tmp, col, cfg, func() uint64 { return ag.Stats().Drops.Total() }))
+	}
+	for _, lt := range cfg.LinkTrains {
+		results = append(results, linkTrainRun(ctx, cfg.RefDir, tmp, col, cfg, func() uint64 { return ag.Stats().Drops.Total() }, lt))
 	}
 	if cfg.TPWorkers {
 		for _, rt := range cfg.Runtimes {

@@ -132,6 +132,7 @@ func cmdSelftest(args []string, stdout, stderr io.Writer) int {
 	pairs := fs.String("pairs", strings.Join(selftest.PairScenarios, ","), "comma-separated scenarios of two kvpath processes on one shared reference GPU; empty for none")
 	kernelCopy := fs.Bool("kernel-copy", true, "run the copy-kernel stand-in and read its GPU counters through the reference NVML library")
 	noDevice := fs.Bool("no-device", true, "run no-device on each runtime build: cuInit fails, every runtime call fails before the driver, and the agent must attach the runtime layer to report them")
+	linkTrain := fs.Bool("link-train", true, "run link-trains-up: a reference GPU whose NVML link idles at Gen1 and trains to its maximum under load; the lane capacity must be the trained maximum and no link or overlap finding appear")
 	tpWorkers := fs.Bool("tp-workers", true, "run tp-workers on each runtime build: worker processes that each see every reference GPU and choose theirs per thread, every copy's GPU compared")
 	log, code := parse(fs, args, stderr)
 	if log == nil {
@@ -139,6 +140,9 @@ func cmdSelftest(args []string, stdout, stderr io.Writer) int {
 	}
 	cfg := selftest.Config{RefDir: *refDir, Out: stdout, Logger: log, Scenarios: splitList(*scenarios), RDMA: splitList(*rdma), Pairs: splitList(*pairs), KernelCopy: *kernelCopy,
 		NoDevice: *noDevice, TPWorkers: *tpWorkers}
+	if *linkTrain {
+		cfg.LinkTrains = []selftest.LinkTrain{selftest.LinkTrainsUp}
+	}
 	if *live {
 		cfg.Live = stdout
 	}
