@@ -42,24 +42,29 @@ func privateGPU(pid uint32) string { return fmt.Sprintf("private GPU of pid %d",
 
 // checkOverlap checks a scenario's same-direction-overlap verdict against
 // its truth (docs/design.md 6, "The reference data path"). The rule
-// (correlate.SameDirectionOverlap) is applied three times:
+// (correlate.SameDirectionOverlap) is applied four times:
 //
 //   - to the agent's records, through checks.Window, judged per GPU link as
 //     `agent run` and `agent diagnose` judge them;
-//   - to the evidence view of the truth: each transfer in flight from its
-//     call's entry to the return of the call that proved it done (the
-//     stream synchronisation, the poll that returned its completion). The
-//     agent stamps inside those calls, so this is its own evidence, to
-//     microseconds; the agent must agree with it exactly;
+//   - to the truth's flows (which process, stream or queue pair, direction
+//     and GPU each transfer belongs to, as the scenario knows them) at the
+//     agent's own stamps, each checked to lie inside the truth's brackets
+//     of it: the agent must give the same verdict, so its flows, links and
+//     their time judgement are the truth's;
+//   - to the evidence view: each transfer in flight from its call's entry
+//     to the return of the call that proved it done (the stream
+//     synchronisation, the poll that returned its completion), the
+//     brackets around the agent's stamps;
 //   - to the lanes view: from the call's return to the moment the copy
 //     engine finished it (the poll's start for RDMA), which no lateness of
 //     the scenario's threads stretches; it must show the designed shape
-//     (overlapExpected), or the scenario says it did not produce it.
+//     (overlapExpected), or the row says the scenario did not produce it.
 //
-// When the two views differ, the completions were proven late on this run
-// (a loaded machine delayed the threads that synchronise or poll): the
-// agent is right to judge by its evidence, the row passes and says so, and
-// its verdict is marked "~".
+// The verdict is marked "~" when the views differ: the completions were
+// proven late on this run (a loaded machine delayed the threads that
+// synchronise or poll), or the agent's stamps and the brackets around them
+// lie on either side of a threshold. The agent judges by its evidence, as it
+// must; the row says what each view measured.
 func checkOverlap(res *Result, scenario string, procs []scenarioProc, transfers []correlate.Transfer) {
 	lane := refenv.LaneGBs()
 	gpuOf := map[uint32]string{}
@@ -78,19 +83,26 @@ func checkOverlap(res *Result, scenario string, procs []scenarioProc, transfers 
 	}
 	links, unknown := w.LinkOverlaps(place, nil, 0)
 	agent := firedLinks(links)
+	note := func(format string, args ...any) {
+		res.Problems = append(res.Problems[:len(res.Problems):len(res.Problems)], fmt.Sprintf(format, args...))
+	}
 	for _, pid := range slices.Sorted(maps.Keys(unknown)) {
 		res.OtherErrs++
-		res.Problems = append(res.Problems, "overlap: "+unknown[pid])
+		note("overlap: %s", unknown[pid])
 	}
-	evidence, lanes := truthOverlaps(procs, lane, false), truthOverlaps(procs, lane, true)
-	byEvidence, byLanes := firedLinks(evidence), firedLinks(lanes)
+	stamps := agentStamps(transfers)
+	matched, bad := truthOverlaps(procs, lane, atStamps, stamps)
+	for _, b := range bad {
+		res.OtherErrs++
+		note("overlap: %s", b)
+	}
+	evidence, _ := truthOverlaps(procs, lane, atEvidence, stamped{})
+	lanes, _ := truthOverlaps(procs, lane, atLanes, stamped{})
+	byStamps, byEvidence, byLanes := firedLinks(matched), firedLinks(evidence), firedLinks(lanes)
 
 	res.Overlap = "none"
 	if agent != "" {
 		res.Overlap = "flagged"
-	}
-	note := func(format string, args ...any) {
-		res.Problems = append(res.Problems[:len(res.Problems):len(res.Problems)], fmt.Sprintf(format, args...))
 	}
 	for _, l := range links {
 		if l.Finding != nil {
@@ -98,10 +110,10 @@ func checkOverlap(res *Result, scenario string, procs []scenarioProc, transfers 
 		}
 	}
 	want := overlapExpected[scenario]
-	if agent != byEvidence {
+	if agent != byStamps {
 		res.OverlapErr = true
-		note("overlap: the agent flagged [%s], the rule on the truth's stamps [%s]: agent %s; truth %s", agent, byEvidence,
-			overlapText(links), overlapText(evidence))
+		note("overlap: the agent flagged [%s], the rule on the truth's flows at the agent's stamps [%s]: agent %s; truth %s",
+			agent, byStamps, overlapText(links), overlapText(matched))
 	}
 	if (byLanes != "") != want {
 		res.OverlapErr = true
@@ -112,6 +124,10 @@ func checkOverlap(res *Result, scenario string, procs []scenarioProc, transfers 
 		note("overlap: the scenario %s on this run: lanes %s", verb, overlapText(lanes))
 	}
 	switch {
+	case byStamps != byEvidence:
+		res.Overlap += "~"
+		note("finding: the agent's stamps [%s] and the truth's brackets around them [%s] lie on either side of a threshold: stamps %s; brackets %s",
+			byStamps, byEvidence, overlapText(matched), overlapText(evidence))
 	case byEvidence != byLanes:
 		res.Overlap += "~"
 		note("finding: completions proven late on this run: the lanes [%s] %s; the evidence [%s] %s",
@@ -147,9 +163,49 @@ func overlapText(links []checks.LinkOverlap) string {
 	return strings.Join(out, "; ")
 }
 
+// view says which time each transfer of a truth flow gets.
+type view int
+
+const (
+	atEvidence view = iota // the call's entry to the return of the call that proved it done
+	atLanes                // the call's return to the engine's end (RDMA: the poll's start)
+	atStamps               // the agent's own stamps of the same record
+)
+
+// stamped are the agent's records of a scenario, to match with the truth's:
+// each process's copies in the order Compare matches them, and the work
+// requests by queue pair and wr_id.
+type stamped struct {
+	copies map[uint32][]correlate.Transfer
+	wrs    map[uint32]map[[3]uint64]correlate.Transfer
+}
+
+func agentStamps(transfers []correlate.Transfer) stamped {
+	st := stamped{copies: map[uint32][]correlate.Transfer{}, wrs: map[uint32]map[[3]uint64]correlate.Transfer{}}
+	for _, g := range transfers {
+		switch {
+		case g.Op == "post_send" || g.Op == "post_recv":
+			if st.wrs[g.PID] == nil {
+				st.wrs[g.PID] = map[[3]uint64]correlate.Transfer{}
+			}
+			st.wrs[g.PID][wrKey(g.Op == "post_recv", g.QPNum, g.WRID)] = g
+		case !g.Failed():
+			st.copies[g.PID] = append(st.copies[g.PID], g)
+		}
+	}
+	for _, cs := range st.copies {
+		slices.SortStableFunc(cs, func(a, b correlate.Transfer) int {
+			return cmp.Or(cmp.Compare(a.SubmitNs, b.SubmitNs), cmp.Compare(a.BatchIndex, b.BatchIndex))
+		})
+	}
+	return st
+}
+
 // truthOverlaps judges the rule on flows built from the truth, each
-// transfer in flight over the outer or the inner end of its brackets.
-func truthOverlaps(procs []scenarioProc, lane float64, inner bool) []checks.LinkOverlap {
+// transfer in flight over the time the view gives it. At the agent's
+// stamps, bad lists the records whose stamps lie outside the truth's
+// brackets or that the agent lacks.
+func truthOverlaps(procs []scenarioProc, lane float64, v view, st stamped) (out []checks.LinkOverlap, bad []string) {
 	type key struct{ gpu, dir, flow string }
 	flows := map[key]*correlate.Flow{}
 	add := func(gpu, dir, name string, start, end, bytes uint64) {
@@ -168,11 +224,15 @@ func truthOverlaps(procs []scenarioProc, lane float64, inner bool) []checks.Link
 		return scenarioProc{}, false
 	}
 	for _, p := range procs {
-		for _, c := range truthCopies(p.truth, inner) {
+		copies, b := truthCopies(p.truth, v, st.copies[p.pid])
+		bad = append(bad, b...)
+		for _, c := range copies {
 			add(p.gpu, c.dir, fmt.Sprintf("pid %d stream %#x %s", p.pid, c.stream, c.kind), c.start, c.end, c.bytes)
 		}
 		peer, _ := peerOf(p.pid)
-		for _, r := range truthRequests(p.truth, inner) {
+		reqs, b := truthRequests(p.truth, v, st.wrs[p.pid])
+		bad = append(bad, b...)
+		for _, r := range reqs {
 			owner, gpu := p.pid, p.gpu
 			if r.peerLink {
 				owner, gpu = peer.pid, peer.gpu
@@ -188,7 +248,6 @@ func truthOverlaps(procs []scenarioProc, lane float64, inner bool) []checks.Link
 	for k := range flows {
 		byLink[lk{k.gpu, k.dir}] = append(byLink[lk{k.gpu, k.dir}], k)
 	}
-	var out []checks.LinkOverlap
 	for _, l := range slices.SortedFunc(maps.Keys(byLink), func(a, b lk) int { return cmp.Or(cmp.Compare(a.gpu, b.gpu), cmp.Compare(a.dir, b.dir)) }) {
 		keys := byLink[l]
 		slices.SortFunc(keys, func(a, b key) int { return cmp.Compare(a.flow, b.flow) })
@@ -199,7 +258,10 @@ func truthOverlaps(procs []scenarioProc, lane float64, inner bool) []checks.Link
 		o := correlate.MeasureOverlap(t)
 		out = append(out, checks.LinkOverlap{GPU: l.gpu, Direction: l.dir, Overlap: o, Finding: correlate.SameDirectionOverlap(o)})
 	}
-	return out
+	if len(bad) > 4 {
+		bad = append(bad[:4], fmt.Sprintf("and %d more", len(bad)-4))
+	}
+	return out, bad
 }
 
 // truthSpan is one transfer of the truth on a GPU link, with one end of
@@ -217,11 +279,17 @@ type truthSpan struct {
 // its completion no earlier than the engine finished it and no later than
 // the first synchronisation of its stream after it returned; a copy that no
 // such synchronisation follows has no bracket (the agent may leave it
-// without a completion) and is left out of the time judgement (end 0).
-func truthCopies(truth []TruthCall, inner bool) []truthSpan {
-	var out []truthSpan
+// without a completion) and is left out of the time judgement (end 0). At
+// the agent's stamps (got: its copies in Compare's order), a stamp outside
+// those brackets is bad.
+func truthCopies(truth []TruthCall, v view, got []correlate.Transfer) (out []truthSpan, bad []string) {
+	n := 0 // the copy's place among the process's copies that did not fail
 	for i, c := range truth {
-		if !c.IsCopy() || c.Result != 0 || (c.Direction != "H2D" && c.Direction != "D2H") {
+		if !c.IsCopy() || c.Result != 0 {
+			continue
+		}
+		n++
+		if c.Direction != "H2D" && c.Direction != "D2H" {
 			continue
 		}
 		s := truthSpan{dir: checks.Inbound, kind: c.Direction, stream: c.Stream, bytes: c.Bytes, start: c.TCallNs}
@@ -235,23 +303,38 @@ func truthCopies(truth []TruthCall, inner bool) []truthSpan {
 				break
 			}
 		}
-		if proof != 0 {
+		switch v {
+		case atEvidence:
 			s.end = proof
-			if inner {
+		case atLanes:
+			if proof != 0 {
 				s.start, s.end = c.TReturnNs, max(c.EngineEndNs, c.TReturnNs+1)
+			}
+		case atStamps:
+			if n > len(got) {
+				bad = append(bad, fmt.Sprintf("seq %d (%s %d B): no record of the agent", c.Seq, c.API, c.Bytes))
+				continue
+			}
+			g := got[n-1]
+			s.start, s.end = g.SubmitNs, g.CompleteNs
+			if g.SubmitNs < c.TCallNs || g.SubmitNs > c.TReturnNs || (g.CompleteNs != 0 && g.CompleteNs < c.EngineEndNs) ||
+				(proof != 0 && g.CompleteNs > proof) {
+				bad = append(bad, fmt.Sprintf("seq %d (%s %d B): stamped %d..%d, the truth brackets [%d,%d]..[%d,%d]", c.Seq, c.API, c.Bytes,
+					g.SubmitNs, g.CompleteNs, c.TCallNs, c.TReturnNs, c.EngineEndNs, proof))
 			}
 		}
 		out = append(out, s)
 	}
-	return out
+	return out, bad
 }
 
 // truthRequests are a process's RDMA work requests that crossed a GPU link,
 // in post order, with the brackets of their post and of the poll that
 // returned their completion (an unsignaled request completes with the next
-// signaled one of its queue, seed 002 §4.3). Failed requests are left out,
-// as the agent leaves them.
-func truthRequests(truth []TruthCall, inner bool) []truthSpan {
+// signaled one of its queue, seed 002 §4.3); at the agent's stamps (got, by
+// queue pair and wr_id), the agent's, which compareRDMA checks against the
+// same brackets. Failed requests are left out, as the agent leaves them.
+func truthRequests(truth []TruthCall, v view, got map[[3]uint64]correlate.Transfer) (out []truthSpan, bad []string) {
 	done := map[[3]uint64]TruthCall{}
 	for _, t := range truth {
 		if t.Op == "completion" {
@@ -264,7 +347,6 @@ func truthRequests(truth []TruthCall, inner bool) []truthSpan {
 			sends = append(sends, t)
 		}
 	}
-	var out []truthSpan
 	for _, t := range truth {
 		if t.Op != "post_send" && t.Op != "post_recv" {
 			continue
@@ -287,12 +369,23 @@ func truthRequests(truth []TruthCall, inner bool) []truthSpan {
 		if ok && c.Status != 0 {
 			continue
 		}
-		s.start = t.TPostNs
-		if ok {
-			s.end = c.TPollNs
-			if inner {
+		switch v {
+		case atEvidence:
+			s.start = t.TPostNs
+			if ok {
+				s.end = c.TPollNs
+			}
+		case atLanes:
+			if ok {
 				s.start, s.end = t.TPostEnd, max(c.TPollBeg, t.TPostEnd+1)
 			}
+		case atStamps:
+			g, seen := got[wrKey(recv, t.QPNum, t.WRID)]
+			if !seen {
+				bad = append(bad, fmt.Sprintf("%s QP %d wr %d: no record of the agent", t.Op, t.QPNum, t.WRID))
+				continue
+			}
+			s.start, s.end = g.SubmitNs, g.CompleteNs
 		}
 		// the links it crosses, as the agent places them (checks.rdmaLanes)
 		into := s.kind == correlate.DirRDMARead || recv
@@ -305,7 +398,7 @@ func truthRequests(truth []TruthCall, inner bool) []truthSpan {
 			out = append(out, s)
 		}
 	}
-	return out
+	return out, bad
 }
 
 func laneDir(into bool) string {
