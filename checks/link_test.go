@@ -115,10 +115,15 @@ func TestLaneCapacityIsTheTrainedMaximum(t *testing.T) {
 		t.Fatalf("Place = %+v", pl)
 	}
 	// Two 10 GB/s flows on it are 63% of the lane, not "saturating" 4 GB/s.
-	o := correlate.Overlap{Segment: "link:0000:01:00.0", Direction: "down", Transfers: 2, DemandGBs: 20, CapacityGBs: pl.InboundGBs,
-		Flows: []string{"stream 1", "stream 2"}}
-	if f := correlate.SameDirectionOverlap(o); f != nil {
+	// (100 ms each, in flight together: 1 GB at 10 GB/s)
+	two := correlate.LinkTraffic{Segment: "link:0000:01:00.0", Direction: "down", CapacityGBs: pl.InboundGBs, Flows: []correlate.Flow{
+		{Name: "stream 1", Spans: []correlate.Span{{Start: 1, End: 100e6 + 1, Bytes: 1e9}}},
+		{Name: "stream 2", Spans: []correlate.Span{{Start: 1, End: 100e6 + 1, Bytes: 1e9}}}}}
+	if f := correlate.SameDirectionOverlap(correlate.MeasureOverlap(two)); f != nil {
 		t.Errorf("two 10 GB/s flows on a Gen4 x16 link idling at Gen1: %+v", f)
+	}
+	if two.CapacityGBs = 4; correlate.SameDirectionOverlap(correlate.MeasureOverlap(two)) == nil {
+		t.Error("against the idle reading's 4 GB/s they would saturate it: the comparison above would then mean nothing")
 	}
 	if gbs, why := linkHost(t, gen1, "8", gen4, "16", gen4, "8").LaneCapacity("0000:01:00.0"); gbs != topology.LinkGBs(16, 8) ||
 		!strings.Contains(why, "slot 0000:00:01.1 Gen4 x8") {
