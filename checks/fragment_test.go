@@ -35,7 +35,7 @@ func TestFragmentationPerDirection(t *testing.T) {
 		}, []string{"pid 7 H2D"}, []string{"H2D: 2048 copies"}},
 		{".item() reads next to large H2D loads", func(w *Window) {
 			at := copies(w, correlate.DirH2D, 1, 64, 32<<20, 1) // 64 layer loads of 32 MiB
-			copies(w, correlate.DirD2H, 2, 4096, 8, at)        // a scalar read per decode step
+			copies(w, correlate.DirD2H, 2, 4096, 8, at)         // a scalar read per decode step
 		}, nil, []string{"D2H: 4096 copies", "H2D: 64 copies"}},
 		{"a D2H write-back in pieces next to large H2D loads", func(w *Window) {
 			at := copies(w, correlate.DirH2D, 1, 64, 32<<20, 1)

@@ -171,4 +171,3 @@ func TestNICCheckForms(t *testing.T) {
 		}
 	}
 }
-

@@ -57,7 +57,7 @@ type procWindow struct {
 	unknown       int
 	dirs          map[string]*dirStats // per direction: fragmentation is judged in each on its own
 	first, last   uint64               // earliest submission, latest completion (ns)
-	flows         map[flowKey]*busy // flows on this process's GPU link, its own and its peers'
+	flows         map[flowKey]*busy    // flows on this process's GPU link, its own and its peers'
 
 	pages map[string]*pageTally // H2D and D2H bytes by GPU and node of the host pages (pages.go)
 }

@@ -38,9 +38,9 @@ import (
 var updateNVMLSymbols = flag.Bool("update-nvml-symbols", false, "rewrite testdata/nvml/symbols.txt from what the NVML collector binds")
 
 const (
-	nvmlChildEnv     = "LW_NVML_CHILD" // the library the child process opens
-	nvmlChildPrefix  = "nvml-child: "  // the child's result line on stdout
-	nvmlSymbolsFile  = "testdata/nvml/symbols.txt"
+	nvmlChildEnv    = "LW_NVML_CHILD" // the library the child process opens
+	nvmlChildPrefix = "nvml-child: "  // the child's result line on stdout
+	nvmlSymbolsFile = "testdata/nvml/symbols.txt"
 )
 
 // nvmlChildResult is what a child process saw.
