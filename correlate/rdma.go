@@ -116,14 +116,18 @@ type RDMAStats struct {
 type rdmaTracker struct {
 	mrs    map[pidPtr]*memRegion
 	byLKey map[pidPtr]*memRegion // pid, lkey
-	byRKey map[uint32]*memRegion // rkeys are unique per device: on one host, the owner is known
+	// byRKey holds the live regions of every process by rkey. An rkey is
+	// unique per device only: regions of two devices (or of two processes
+	// on the reference NIC) may share one, and the remote address then
+	// decides (remoteRegion).
+	byRKey map[uint32][]*memRegion
 	queues map[queueKey][]postedWR
 	lat    map[LatencyKey][]uint64
 	stats  RDMAStats
 }
 
 func newRDMATracker() *rdmaTracker {
-	return &rdmaTracker{mrs: map[pidPtr]*memRegion{}, byLKey: map[pidPtr]*memRegion{}, byRKey: map[uint32]*memRegion{},
+	return &rdmaTracker{mrs: map[pidPtr]*memRegion{}, byLKey: map[pidPtr]*memRegion{}, byRKey: map[uint32][]*memRegion{},
 		queues: map[queueKey][]postedWR{}, lat: map[LatencyKey][]uint64{}, stats: RDMAStats{ByStatus: map[string]uint64{}}}
 }
 
@@ -164,7 +168,7 @@ func (r *rdmaTracker) register(e *Engine, c *event.Call) {
 	}
 	r.mrs[pidPtr{c.PID, mr.mr}] = mr
 	r.byLKey[pidPtr{c.PID, uint64(mr.lkey)}] = mr
-	r.byRKey[mr.rkey] = mr
+	r.byRKey[mr.rkey] = append(r.byRKey[mr.rkey], mr)
 }
 
 func (r *rdmaTracker) forget(mr *memRegion) {
@@ -172,9 +176,32 @@ func (r *rdmaTracker) forget(mr *memRegion) {
 	if r.byLKey[pidPtr{mr.pid, uint64(mr.lkey)}] == mr {
 		delete(r.byLKey, pidPtr{mr.pid, uint64(mr.lkey)})
 	}
-	if r.byRKey[mr.rkey] == mr {
+	if rs := slices.DeleteFunc(r.byRKey[mr.rkey], func(x *memRegion) bool { return x == mr }); len(rs) > 0 {
+		r.byRKey[mr.rkey] = rs
+	} else {
 		delete(r.byRKey, mr.rkey)
 	}
+}
+
+// remoteRegion is the live region a work request's rkey and remote address
+// name: the one region with that rkey whose range holds the address, or the
+// only region with that rkey; nil when none, or when several could be it
+// (the owner is then unknown, never guessed).
+func (r *rdmaTracker) remoteRegion(rkey uint32, addr uint64) *memRegion {
+	rs := r.byRKey[rkey]
+	if len(rs) == 1 {
+		return rs[0]
+	}
+	var found *memRegion
+	for _, mr := range rs {
+		if addr >= mr.addr && addr-mr.addr < mr.length {
+			if found != nil {
+				return nil
+			}
+			found = mr
+		}
+	}
+	return found
 }
 
 // side classifies one end of a work request from the region its key names.
@@ -205,12 +232,12 @@ func (r *rdmaTracker) post(e *Engine, c *event.Call, recv bool) {
 			dir = wrOpcodes[w.opcode].dir
 		}
 		t.Direction = dir
-		remote := r.byRKey[c.RDMA.RKey]
+		var remote *memRegion
+		if dir != DirSend { // a send lands in the peer's posted receive: its rkey field means nothing
+			remote = r.remoteRegion(c.RDMA.RKey, c.RDMA.RemoteAddr)
+		}
 		if remote != nil && remote.pid != c.PID {
 			t.PeerPID = remote.pid
-		}
-		if dir == DirSend {
-			remote = nil // a send lands in the peer's posted receive, not at an rkey
 		}
 		l, rm := r.side(local, c.RDMA.Local), r.side(remote, c.RDMA.RemoteAddr)
 		t.Src, t.Dst = l, rm
@@ -227,7 +254,7 @@ func (r *rdmaTracker) post(e *Engine, c *event.Call, recv bool) {
 	case local != nil && local.mem == event.MemDevice:
 		t.GPU = e.memGPU(c.PID, local.at(c.RDMA.Local))
 	case !recv && t.PeerPID != 0 && (t.Src.Mem == event.MemDevice || t.Dst.Mem == event.MemDevice):
-		t.GPU = e.memGPU(t.PeerPID, r.byRKey[c.RDMA.RKey].at(c.RDMA.RemoteAddr))
+		t.GPU = e.memGPU(t.PeerPID, r.remoteRegion(c.RDMA.RKey, c.RDMA.RemoteAddr).at(c.RDMA.RemoteAddr))
 	}
 	k := queueKey{c.PID, c.RDMA.QPNum, recv}
 	q := r.queues[k]

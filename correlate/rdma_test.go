@@ -93,3 +93,45 @@ func TestPercentile(t *testing.T) {
 		t.Error(Percentile(s, 50), Percentile(s, 99))
 	}
 }
+
+// An rkey is unique per device only: two processes' regions may share one.
+// The remote address then names the owner; where it cannot, the peer and
+// the remote memory are unknown, never the wrong process. A send's rkey
+// field means nothing and names no peer.
+func TestRDMASharedRKey(t *testing.T) {
+	var got []Transfer
+	e := NewEngine(Config{Sink: SinkFunc(func(tr *Transfer) { got = append(got, *tr) })})
+	const poster, a, b = 10, 20, 30
+	e.reg.AddPinned(poster, 0x1000_0000, 1<<20)
+	e.reg.AddDevice(a, 0x7000_0000, 1<<20)
+	e.reg.AddPinned(b, 0x9000_0000, 1<<20)
+	reg := func(pid uint32, mr, addr uint64, lkey, rkey uint32) {
+		e.Handle(call(t, "ibv_reg_mr_iova2", event.Call{Kind: event.KindCall, PID: pid, TID: pid,
+			Time: 1, ReturnTime: 2, Ptr: addr, Size: 1 << 20, RDMA: event.RDMA{MR: mr, LKey: lkey, RKey: rkey}}))
+	}
+	reg(poster, 0xa1, 0x1000_0000, 1, 2)
+	reg(a, 0xb1, 0x7000_0000, 3, 77)
+	reg(b, 0xc1, 0x9000_0000, 4, 77) // the same rkey, another device's
+	post := func(wrid uint64, opcode uint32, remote uint64) {
+		e.Handle(call(t, "provider:post_send", event.Call{Kind: event.KindWR, PID: poster, TID: poster, Time: 100 + wrid, Bytes: 4096,
+			RDMA: event.RDMA{QPNum: 5, WRID: wrid, Opcode: opcode, SendFlags: 2, Local: 0x1000_0000, LKey: 1, NumSGE: 1,
+				RemoteAddr: remote, RKey: 77}}))
+	}
+	post(1, 0, 0x7000_1000) // RDMA_WRITE into a's region
+	post(2, 0, 0x9000_2000) // into b's
+	post(3, 0, 0x5000_0000) // in neither: either could own the rkey
+	post(4, 2, 0x7000_1000) // SEND: its rkey field is not read
+	e.Flush()
+	want := []struct {
+		peer uint32
+		mem  event.MemKind
+	}{{a, event.MemDevice}, {b, event.MemPinned}, {0, event.MemUnknown}, {0, event.MemUnknown}}
+	if len(got) != len(want) {
+		t.Fatalf("%d records: %+v", len(got), got)
+	}
+	for i, w := range want {
+		if got[i].PeerPID != w.peer || got[i].Dst.Mem != w.mem {
+			t.Errorf("wr %d: peer %d remote %s, want peer %d remote %s", got[i].WRID, got[i].PeerPID, got[i].Dst.Mem, w.peer, w.mem)
+		}
+	}
+}
