@@ -64,6 +64,9 @@ type Stats struct {
 	// AttachFailures counts files exporting probed symbols whose probes
 	// could not be attached.
 	AttachFailures uint64
+	// CallerUnclassified counts driver calls whose caller neither the probe
+	// nor the process's maps could place (named by the driver's symbol).
+	CallerUnclassified uint64
 	// Pages counts the page lookups of host↔device copies.
 	Pages PageStats
 }
@@ -99,6 +102,11 @@ type Agent struct {
 	rescans   atomic.Uint64
 	attachErr atomic.Uint64 // files whose probes could not be attached
 	targets   map[int]bool  // PIDs as a set; nil means all
+
+	// callers classifies the driver calls the probes could not (the
+	// reading goroutine's); callerErrs counts those it could not either.
+	callers    *callerRanges
+	callerErrs atomic.Uint64
 
 	finalMu sync.Mutex
 	final   *Stats // the last counters, once Run has detached everything
@@ -146,6 +154,7 @@ func New(cfg Config) (*Agent, error) {
 		runtimeLayer: make(chan runtimeLayerReq, 256),
 		exited:       make(chan int, 1024),
 		pidProbes:    map[int][]*probes.PIDProbes{},
+		callers:      newCallerRanges(cfg.ProcRoot),
 	}
 	if len(cfg.PIDs) > 0 {
 		a.targets = map[int]bool{}
@@ -388,6 +397,7 @@ func (a *Agent) handle(c *event.Call) {
 		a.procMu.Lock()
 		delete(a.procs, int(c.PID))
 		a.procMu.Unlock()
+		a.callers.forget(c.PID)
 		select {
 		case a.exited <- int(c.PID):
 		default: // the periodic rescan notices it
@@ -425,6 +435,14 @@ func (a *Agent) handle(c *event.Call) {
 				a.log.Warn("runtime-layer queue full: this process's failing runtime calls are not traced", "pid", c.PID)
 			}
 		}
+	}
+	if c.CallerUnresolved && c.Caller != 0 {
+		via, err := a.callers.viaRuntime(c.PID, c.Caller)
+		if err != nil {
+			a.callerErrs.Add(1)
+			a.log.Debug("caller of a driver call not classified: reported under the driver's name", "pid", c.PID, "err", err)
+		}
+		c.ViaRuntime = via
 	}
 	if a.cfg.OnCall != nil {
 		a.cfg.OnCall(c)
@@ -464,7 +482,7 @@ func (a *Agent) Stats() Stats {
 	es := a.engine.Stats()
 	a.engineMu.Unlock()
 	return Stats{Events: a.events.Load(), Drops: d, Links: a.probes.Links(), Files: len(a.probes.Files()), Engine: es, Rescans: a.rescans.Load(),
-		AttachFailures: a.attachErr.Load(), Pages: a.pages.Stats()}
+		AttachFailures: a.attachErr.Load(), CallerUnclassified: a.callerErrs.Load(), Pages: a.pages.Stats()}
 }
 
 func (a *Agent) close() error {

@@ -316,7 +316,7 @@ func (m *metrics) health() exporters.Health {
 	}
 	st := m.agent.Stats()
 	return exporters.Health{Events: st.Events, Drops: st.Drops, AttachedProbes: m.agent.AttachedProbes(),
-		AttachFailures: st.AttachFailures, Pending: m.agent.Pending(), PageLookups: st.Pages.ByResult()}
+		AttachFailures: st.AttachFailures, CallerUnclassified: st.CallerUnclassified, Pending: m.agent.Pending(), PageLookups: st.Pages.ByResult()}
 }
 
 // publish hands a verdict to the metrics and logs what it holds: every

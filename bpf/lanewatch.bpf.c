@@ -15,6 +15,8 @@
 #include "x86_types.h"
 #include "lanewatch.h"
 
+#define LW_EBUSY 16 /* errno EBUSY */
+
 char LICENSE[] SEC("license") = "GPL";
 
 /* The enums of lanewatch.h reach Go through bpf2go -type, which needs them in
@@ -157,22 +159,28 @@ static long find_code(struct task_struct *task, struct vm_area_struct *vma, void
 	return 0;
 }
 
-/* via_runtime says whether the caller lies in a CUDA runtime library: a
+/* caller_flags says whether the caller lies in a CUDA runtime library: a
  * driver call the runtime made is reported under the runtime call
  * (docs/design.md, "One pair per call"). Decided here, while the process
  * lives, from the thread's cache of ranges, or once per range from the
  * process's mappings. */
-static __always_inline __u32 via_runtime(struct lw_slots *s, __u64 caller)
+static __always_inline __u8 caller_flags(struct lw_slots *s, __u64 caller)
 {
 	for (int i = 0; i < LW_NRANGES; i++)
 		if (caller >= s->code[i].start && caller < s->code[i].end)
-			return s->code[i].runtime;
+			return s->code[i].runtime ? LW_F_VIA_RUNTIME : 0;
 	struct lw_code_range r = {};
-	if (bpf_find_vma(bpf_get_current_task_btf(), caller, find_code, &r, 0) || r.end <= r.start)
+	long err = bpf_find_vma(bpf_get_current_task_btf(), caller, find_code, &r, 0);
+	/* bpf_find_vma only try-locks the mmap lock: a thread of the process
+	 * mapping or unmapping memory makes it answer -EBUSY. Nothing cached;
+	 * the agent reads the process's maps instead. */
+	if (err == -LW_EBUSY)
+		return LW_F_CALLER_UNRESOLVED;
+	if (err || r.end <= r.start)
 		return 0;
 	__u32 i = s->next_code++ & (LW_NRANGES - 1);
 	s->code[i] = r;
-	return r.runtime;
+	return r.runtime ? LW_F_VIA_RUNTIME : 0;
 }
 
 /* slots_of is the thread's in-flight calls, created on a thread's first
@@ -187,8 +195,8 @@ static __always_inline struct lw_slots *slots_of(__u64 create)
 static __always_inline void classify(struct lw_slots *s, struct lw_event *e, __u64 caller)
 {
 	e->caller = caller;
-	if (caller && via_runtime(s, caller))
-		e->flags |= LW_F_VIA_RUNTIME;
+	if (caller)
+		e->flags |= caller_flags(s, caller);
 }
 
 /* enter keeps a call's arguments in the thread's slot for its return. The

@@ -32,7 +32,9 @@ enum lw_drop_reason {
 
 /* Bits of lw_event.flags. */
 enum lw_event_flag {
-	LW_F_VIA_RUNTIME = 1, /* the caller is code of a CUDA runtime library (libcudart*) */
+	LW_F_VIA_RUNTIME = 1,       /* the caller is code of a CUDA runtime library (libcudart*) */
+	LW_F_CALLER_UNRESOLVED = 2, /* bpf_find_vma could not look (the process's mmap lock was taken):
+				     * user space classifies caller from the process's maps */
 };
 
 struct lw_event {

@@ -46,6 +46,9 @@ type Call struct {
 	// it from the process's mappings before the engine sees the call.
 	Caller     uint64
 	ViaRuntime bool
+	// CallerUnresolved: the probe could not look Caller up (the process's
+	// mmap lock was busy); the agent decides ViaRuntime from its maps.
+	CallerUnresolved bool
 
 	Dst, Src uint64
 	Bytes    uint64

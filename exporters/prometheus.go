@@ -47,7 +47,10 @@ type Health struct {
 	Drops          event.Drops    // events lost or damaged in BPF, by reason
 	AttachedProbes map[string]int // library file (path as attached) → probe sites attached in it
 	AttachFailures uint64         // files whose probes could not be attached
-	Pending        int            // transfers not yet emitted: copies awaiting a proof of completion, RDMA requests awaiting their completion
+	// CallerUnclassified counts driver calls neither the probe nor the
+	// process's maps could place (reported under the driver's name).
+	CallerUnclassified uint64
+	Pending            int // transfers not yet emitted: copies awaiting a proof of completion, RDMA requests awaiting their completion
 	// PageLookups counts host↔device copies by what became of locating
 	// their host pages (PageLookupResults; docs/design.md, "Pages, not
 	// registrations"); nil: no locator ran.
@@ -178,6 +181,8 @@ var (
 		"Probe sites attached, by library file name.", []string{"library"}, nil)
 	descAttachFailures = prometheus.NewDesc("lanewatch_attach_failures_total",
 		"Files exporting probed symbols whose probes could not be attached.", nil, nil)
+	descCallerUnclassified = prometheus.NewDesc("lanewatch_caller_unclassified_total",
+		"Driver calls whose caller neither the probe nor the process's maps could place: reported under the driver's name, not the runtime call's.", nil, nil)
 	descPageLookups = prometheus.NewDesc("lanewatch_page_lookups_total",
 		"Host<->device copies by what became of locating the NUMA node of their host pages: located (move_pages), cached, "+
 			"no_node (not resident, not mapped, process gone), failed, over_budget, behind (the locator could not keep up).",
@@ -301,7 +306,7 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descTransfers, descTransferBytes, descTransferSize, descFailed, descWRs, descWRLatency,
 		descFindings, descLaneDemand, descLaneCapacity, descLaneMeasured, descLaneUnattributed, descGPUCounters,
 		descEvalDuration, descEvalTime,
-		descEvents, descDrops, descAttached, descAttachFailures, descPending, descPageLookups} {
+		descEvents, descDrops, descAttached, descAttachFailures, descCallerUnclassified, descPending, descPageLookups} {
 		ch <- d
 	}
 }
@@ -404,6 +409,7 @@ func collectHealth(ch chan<- prometheus.Metric, h Health) {
 		ch <- prometheus.MustNewConstMetric(descAttached, prometheus.GaugeValue, float64(n), lib)
 	}
 	ch <- prometheus.MustNewConstMetric(descAttachFailures, prometheus.CounterValue, float64(h.AttachFailures))
+	ch <- prometheus.MustNewConstMetric(descCallerUnclassified, prometheus.CounterValue, float64(h.CallerUnclassified))
 	ch <- prometheus.MustNewConstMetric(descPending, prometheus.GaugeValue, float64(h.Pending))
 	if h.PageLookups != nil {
 		for _, r := range PageLookupResults {

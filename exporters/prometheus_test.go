@@ -70,6 +70,7 @@ lanewatch_findings{rule="far-nic",severity="warn"} 0
 lanewatch_findings{rule="fragmented-copies",severity="warn"} 0
 lanewatch_findings{rule="iommu-translated",severity="warn"} 0
 lanewatch_findings{rule="link-degraded",severity="fail"} 0
+lanewatch_findings{rule="link-degraded",severity="info"} 0
 lanewatch_findings{rule="link-underused",severity="warn"} 0
 lanewatch_findings{rule="numa-bind-skipped",severity="warn"} 0
 lanewatch_findings{rule="pageable-copy",severity="fail"} 2

@@ -119,6 +119,7 @@ func Decode(raw []byte, c *event.Call) error {
 	}
 	c.Caller = ev.Caller
 	c.ViaRuntime = ev.Flags&uint8(lanewatchLwEventFlagLW_F_VIA_RUNTIME) != 0
+	c.CallerUnresolved = ev.Flags&uint8(lanewatchLwEventFlagLW_F_CALLER_UNRESOLVED) != 0
 	c.Stream, c.Event, c.Flags = arg(p.Args.Stream), arg(p.Args.Event), arg(p.Args.Flags)
 	c.Ptr, c.Size = arg(p.Args.Ptr), arg(p.Args.Size)
 	if p.Out {

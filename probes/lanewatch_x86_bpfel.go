@@ -75,7 +75,8 @@ type lanewatchLwEvent struct {
 type lanewatchLwEventFlag uint32
 
 const (
-	lanewatchLwEventFlagLW_F_VIA_RUNTIME lanewatchLwEventFlag = 1
+	lanewatchLwEventFlagLW_F_VIA_RUNTIME       lanewatchLwEventFlag = 1
+	lanewatchLwEventFlagLW_F_CALLER_UNRESOLVED lanewatchLwEventFlag = 2
 )
 
 type lanewatchLwEventKind uint32

@@ -113,3 +113,26 @@ func TestCookieOutStr(t *testing.T) {
 		}
 	}
 }
+
+// The caller flags: classified by the probe, or left to the agent when
+// the probe could not look (the process's mmap lock was busy).
+func TestDecodeCallerFlags(t *testing.T) {
+	for _, f := range []struct {
+		flags           uint8
+		via, unresolved bool
+	}{
+		{0, false, false},
+		{uint8(lanewatchLwEventFlagLW_F_VIA_RUNTIME), true, false},
+		{uint8(lanewatchLwEventFlagLW_F_CALLER_UNRESOLVED), false, true},
+	} {
+		ev := lanewatchLwEvent{Kind: uint8(lanewatchLwEventKindLW_EV_CALL), Flags: f.flags, Probe: uint16(rowOf(t, "cuMemcpyHtoDAsync_v2")),
+			Pid: 7, Tid: 8, TsNs: 100, RetTsNs: 200, Caller: 0x7f00_1234}
+		var c event.Call
+		if err := Decode(unsafe.Slice((*byte)(unsafe.Pointer(&ev)), unsafe.Sizeof(ev)), &c); err != nil {
+			t.Fatal(err)
+		}
+		if c.ViaRuntime != f.via || c.CallerUnresolved != f.unresolved || c.Caller != 0x7f00_1234 {
+			t.Errorf("flags %#x: via %v unresolved %v caller %#x", f.flags, c.ViaRuntime, c.CallerUnresolved, c.Caller)
+		}
+	}
+}
