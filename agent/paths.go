@@ -63,7 +63,13 @@ func (p *Paths) Path(t *correlate.Transfer) (exporters.Path, bool) {
 		return exporters.Path{}, false
 	}
 	out := exporters.Path{GPU: gpu, NUMANode: -1}
+	// The host end is the node of the pages the copy moved when they were
+	// located (docs/design.md, "Pages, not registrations"); otherwise the
+	// path is drawn from the GPU's own node and the node left unknown.
 	node := max(f.NUMANode, 0)
+	if n, ok := t.NUMANode.Get(); ok {
+		node, out.NUMANode = n, n
+	}
 	var path topology.Path
 	var err error
 	if inbound {
@@ -75,8 +81,8 @@ func (p *Paths) Path(t *correlate.Transfer) (exporters.Path, bool) {
 		return exporters.Path{}, false
 	}
 	for _, s := range path.Segments {
-		if s.Kind == topology.SegDRAM || s.Kind == topology.SegSocket {
-			continue
+		if (s.Kind == topology.SegDRAM || s.Kind == topology.SegSocket) && out.NUMANode < 0 {
+			continue // they depend on the pages' node, not located for this copy
 		}
 		out.Segments = append(out.Segments, s.Name+"("+s.Dir+")")
 		if s.CapacityGBs > 0 && (out.Bottleneck == "" || s.CapacityGBs*1e9 < out.CapacityBps) {

@@ -54,6 +54,41 @@ func TestPathsOnAGPUHost(t *testing.T) {
 	}
 }
 
+// A copy whose host pages were located on the far node crosses the socket
+// link: its path says so, and names the node.
+func TestPathsFromLocatedPages(t *testing.T) {
+	sys := sysfstest.Build(t, sysfstest.Host{
+		Nodes: []sysfstest.Node{{CPUs: "0", Distance: "10 21"}, {CPUs: "1", Distance: "21 10"}},
+		Funcs: []sysfstest.Func{
+			{BDF: "0000:17:00.0", HB: "pci0000:17", Class: "0x060400", Vendor: "0x1000", Device: "0xc030", NUMA: "0",
+				Cur: "32.0 GT/s PCIe", Max: "32.0 GT/s PCIe", CurW: "16", MaxW: "16"},
+			{BDF: "0000:18:00.0", Parent: "0000:17:00.0", Class: "0x030200", Vendor: "0x10de", Device: "0x2330", NUMA: "0",
+				Cur: "32.0 GT/s PCIe", Max: "32.0 GT/s PCIe", CurW: "16", MaxW: "16"},
+		},
+	})
+	place, err := agent.HostPlacement("/proc", sys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := agent.NewPaths(sys, place)
+	if err != nil {
+		t.Fatal(err)
+	}
+	near := correlate.Transfer{PID: 1, Direction: correlate.DirH2D, GPU: "0000:18:00.0", NUMANode: correlate.NodeOf(0)}
+	far := near
+	far.NUMANode = correlate.NodeOf(1)
+	for _, c := range []struct {
+		t      correlate.Transfer
+		node   int
+		socket bool
+	}{{near, 0, false}, {far, 1, true}} {
+		got, ok := p.Path(&c.t)
+		if !ok || got.NUMANode != c.node || strings.Contains(strings.Join(got.Segments, " "), "socket") != c.socket {
+			t.Errorf("pages on node %d: %+v %v", c.node, got, ok)
+		}
+	}
+}
+
 // This machine's sysfs shows no GPU: a transfer has no path, rather than
 // one on a GPU the host does not have.
 func TestPathsWithoutAGPU(t *testing.T) {
