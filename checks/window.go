@@ -251,8 +251,9 @@ func (w *Window) LaneBytes(pid uint32, dir string) uint64 {
 }
 
 // LaneFacts gathers what the probes saw on one lane of one GPU during the
-// window: how much of it a transfer was in flight (the union of the flows'
-// busy intervals), pageable and small copies.
+// window: how much of it a transfer was in flight (the union of the real
+// in-flight spans of every flow on that lane, every process's, as the
+// overlap rule keeps them), pageable and small copies.
 func (w *Window) LaneFacts(gpu, dir string, gpuOf func(uint32) string, span time.Duration) correlate.LaneFacts {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -267,9 +268,18 @@ func (w *Window) LaneFacts(gpu, dir string, gpuOf func(uint32) string, span time
 			f.SmallCopies += d.sizes.CountBelow(64 << 10)
 			f.All += d.sizes.Count()
 		}
-		for k, b := range p.flows {
-			if k.dir == dir && b.end > b.start {
-				iv = append(iv, [2]uint64{b.start, b.end})
+	}
+	for k, lf := range w.links {
+		g := k.gpu
+		if g == "" {
+			g = gpuOf(k.owner)
+		}
+		if g != gpu || k.dir != dir {
+			continue
+		}
+		for _, sp := range lf.Spans {
+			if sp.End > sp.Start {
+				iv = append(iv, [2]uint64{sp.Start, sp.End})
 			}
 		}
 	}

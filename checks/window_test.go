@@ -105,3 +105,23 @@ func TestLaneFactsUnderused(t *testing.T) {
 		t.Errorf("another GPU's lane: %+v", g)
 	}
 }
+
+// Two short bursts at the start and the end of a window: the lane was busy
+// a fifth of it, not all of it from the first copy to the last, so
+// link-underused does not blame the host for an idle lane.
+func TestLaneFactsBusyIsTimeInFlight(t *testing.T) {
+	s := NewWindow()
+	const sec = uint64(1e9)
+	for _, at := range []uint64{0, 9 * sec / 10} {
+		s.Transfer(&correlate.Transfer{PID: 7, Stream: 0x10, Direction: correlate.DirH2D, HostMem: event.MemPinned, Bytes: 1 << 20,
+			SubmitNs: at, CompleteNs: at + sec/10})
+	}
+	f := s.LaneFacts("0000:17:00.0", Inbound, func(uint32) string { return "0000:17:00.0" }, time.Second)
+	if f.BusyFraction < 0.19 || f.BusyFraction > 0.21 {
+		t.Fatalf("busy %.2f of the window, want 0.20: %+v", f.BusyFraction, f)
+	}
+	f.MeasuredBps, f.CapacityBps = 20e6, 4e9
+	if fd := correlate.LinkUnderused(f); fd != nil {
+		t.Errorf("fired on a lane idle 80%% of the window: %+v", fd)
+	}
+}
