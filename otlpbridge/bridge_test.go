@@ -25,75 +25,6 @@ func rs(res []*commonpb.KeyValue, spans ...*tracepb.Span) []*tracepb.ResourceSpa
 	return []*tracepb.ResourceSpans{{ScopeSpans: []*tracepb.ScopeSpans{{Spans: spans}}}}
 }
 
-func TestIndexAttribution(t *testing.T) {
-	now := time.Now().UnixNano()
-	x := NewIndex(IndexConfig{})
-	// SGLang: the thread span arrives before its root (roots end last).
-	x.Add(rs(nil, span(1, 11, "Scheduler", now, now+100, kv("pid", "77"))))
-	x.Add(rs(nil, span(1, 10, "Req abc", now-10, now+110, kv("rid", "abc"), kv("bootstrap_room", "5"))))
-	// vLLM: two overlapping requests of any process.
-	x.Add(rs(nil, span(2, 20, "llm_request", now+1000, now+2000, kv("gen_ai.request.id", "r1")),
-		span(3, 30, "llm_request", now+1500, now+2500, kv("gen_ai.request.id", "r2"))))
-	a := x.Attribute(9, 77, now+50)
-	if a.Request != "abc" || a.Parent.SpanID[0] != 11 || a.Parent.TraceID[0] != 1 || a.Batch != 0 {
-		t.Errorf("thread span: %+v", a)
-	}
-	if a := x.Attribute(9, 78, now+50); a.Rule != "" {
-		t.Errorf("other thread, no process span: %+v", a)
-	}
-	if a := x.Attribute(9, 78, now+1200); a.Request != "r1" || a.Parent.SpanID[0] != 20 {
-		t.Errorf("one vLLM request: %+v", a)
-	}
-	a = x.Attribute(9, 78, now+1700)
-	if a.Batch != 2 || len(a.Requests) != 2 || a.Requests[0] != "r1" || a.Requests[1] != "r2" || a.Request != "" {
-		t.Errorf("batch: %+v", a)
-	}
-	st := x.Stats()
-	if st.Spans != 4 || st.Indexed != 4 || st.Live != 3 {
-		t.Errorf("stats %+v", st)
-	}
-}
-
-func TestIndexEviction(t *testing.T) {
-	now := time.Now().UnixNano()
-	x := NewIndex(IndexConfig{MaxSpans: 2, Window: time.Minute})
-	x.Add(rs(nil, span(1, 1, "s", now-int64(2*time.Minute), now-int64(2*time.Minute)+1, kv("pid", "5"))))
-	x.Add(rs(nil, span(1, 2, "s", now, now+1, kv("pid", "5")), span(1, 3, "s", now, now+1, kv("pid", "5")), span(1, 4, "s", now, now+1, kv("pid", "5"))))
-	st := x.Stats()
-	if st.Evicted != 1 || st.CapEvicts != 1 || st.Live != 2 {
-		t.Errorf("stats %+v", st)
-	}
-}
-
-func TestParseRule(t *testing.T) {
-	for _, tc := range []struct {
-		in string
-		ok bool
-	}{
-		{`name=trt,span=^request$,scope=process,request=request.id,process=process.pid`, true},
-		{`name=t,span=a\,b,scope=thread,thread=tid`, true},
-		{`name=t,span=x,scope=thread`, false},
-		{`name=t,span=(,scope=trace,request=r`, false},
-		{`span=x,scope=trace,request=r`, false},
-		{`name=t,span=x,scope=galaxy,request=r`, false},
-		{`name=t,span=x,scope=trace,request=r,colour=blue`, false},
-	} {
-		r, err := ParseRule(tc.in)
-		if (err == nil) != tc.ok {
-			t.Errorf("%q: err %v", tc.in, err)
-		}
-		if tc.ok && tc.in[7:8] == "a" && !r.Span.MatchString("a,b") {
-			t.Errorf("%q: escaped comma lost: %v", tc.in, r.Span)
-		}
-	}
-}
-
-func FuzzParseRule(f *testing.F) {
-	f.Add(`name=t,span=^Req ,scope=trace,request=rid`)
-	f.Add(`name=t,span=a\,b,scope=thread,thread=pid`)
-	f.Fuzz(func(t *testing.T, s string) { ParseRule(s) })
-}
-
 // TestHTTPForwardUnchanged: an OTLP/JSON body is forwarded byte for byte to an
 // HTTP/JSON upstream, and its spans (hex ids) are indexed.
 func TestHTTPForwardUnchanged(t *testing.T) {
@@ -104,7 +35,8 @@ func TestHTTPForwardUnchanged(t *testing.T) {
 		got = b.Bytes()
 	}))
 	defer up.Close()
-	b, err := New(Config{HTTPListen: "127.0.0.1:0", Upstream: Upstream{Endpoint: up.URL + "/v1/traces", Protocol: "http/json", Timeout: time.Second}})
+	b, err := New(Config{HTTPListen: "127.0.0.1:0", Upstream: Upstream{Endpoint: up.URL + "/v1/traces", Protocol: "http/json", Timeout: time.Second},
+		Index: IndexConfig{Procs: fakeProcs{hosts: map[uint32]string{1: "0f1e2d3c4b5a69788796a5b4c3d2e1f0"}}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,7 +44,8 @@ func TestHTTPForwardUnchanged(t *testing.T) {
 	defer b.Close()
 	now := time.Now().UnixNano()
 	body := fmt.Appendf(nil, `{"resourceSpans":[{"scopeSpans":[{"spans":[{"traceId":"0102030405060708090a0b0c0d0e0f10","spanId":"1112131415161718",`+
-		`"name":"Scheduler","startTimeUnixNano":"%d","endTimeUnixNano":%d,"attributes":[{"key":"pid","value":{"intValue":"42"}}]}]}]}]}`, now, now+1000)
+		`"name":"Scheduler [TP 0] (host:0f1e2d3c | pid:42)","startTimeUnixNano":"%d","endTimeUnixNano":%d,"attributes":[{"key":"tp_rank","value":{"intValue":"0"}},`+
+		`{"key":"host_id","value":{"stringValue":"0f1e2d3c4b5a69788796a5b4c3d2e1f0"}},{"key":"pid","value":{"intValue":"42"}},{"key":"thread_label","value":{"stringValue":"Scheduler"}}]}]}]}]}`, now, now+1000)
 	resp, err := http.Post("http://"+b.HTTPAddr().String()+"/v1/traces", "application/json", bytes.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
@@ -122,7 +55,7 @@ func TestHTTPForwardUnchanged(t *testing.T) {
 		t.Fatalf("status %s, upstream got %q", resp.Status, got)
 	}
 	a := b.Index().Attribute(1, 42, now+500)
-	if a.Parent.SpanID != [8]byte{0x11, 0x12, 0x13, 0x14, 0x15, 0x16, 0x17, 0x18} || a.Parent.TraceID[15] != 0x10 {
+	if a.Rule != "sglang-thread" || a.Scope != ScopeOfThread || a.Parent.SpanID != [8]byte{0x11, 0x12, 0x13, 0x14, 0x15, 0x16, 0x17, 0x18} || a.Parent.TraceID[15] != 0x10 {
 		t.Errorf("JSON span not indexed with its hex ids: %+v", a)
 	}
 }

@@ -1,0 +1,382 @@
+package otlpbridge
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
+
+	"github.com/lanewatch/lanewatch/otlpbridge/shapes"
+)
+
+// fakeProcs is a host's processes: machine ids as each process sees them
+// and parents.
+type fakeProcs struct {
+	hosts   map[uint32]string
+	parents map[uint32]uint32
+}
+
+func (f fakeProcs) HostID(pid uint32) (string, bool) { h, ok := f.hosts[pid]; return h, ok }
+func (f fakeProcs) Parent(pid uint32) (uint32, bool) { p, ok := f.parents[pid]; return p, ok }
+
+func sref(r shapes.Ref) SpanRef { return SpanRef{TraceID: r.TraceID, SpanID: r.SpanID} }
+
+const (
+	hostA = "8f3c1e0b9a7d4c2e91f0a6b5c4d3e2f1" // this host's /etc/machine-id
+	hostB = "17d2e3f4a5b6c7d8e9f0a1b2c3d4e5f6" // the decode host's
+)
+
+// base is the fixtures' time origin; the index is told arrival times
+// explicitly, so nothing depends on the clock.
+var base = time.Unix(1_760_000_000, 0)
+
+func at(ms int64) int64 { return base.UnixNano() + ms*int64(time.Millisecond) }
+
+// add indexes spans of one process, arriving at ms.
+func add(x *Index, ms int64, res *tracepb.ResourceSpans) {
+	x.AddAt([]*tracepb.ResourceSpans{res}, time.Unix(0, at(ms)))
+}
+
+func sg(spans ...*tracepb.Span) *tracepb.ResourceSpans {
+	return shapes.Batch(shapes.SGLangResource(), shapes.SGLangScope, spans...)
+}
+
+// want is what one transfer must be attributed to.
+type want struct {
+	rule, scope, request, room string
+	parent                     shapes.Ref // zero: not checked
+	batch                      []string   // batch request ids in order
+	open                       bool
+	reason                     string
+}
+
+func check(t *testing.T, name string, a Attribution, w want) {
+	t.Helper()
+	var errs []string
+	if a.Rule != w.rule || a.Scope != w.scope || a.Request != w.request || a.Room != w.room || a.Open != w.open || a.Reason != w.reason {
+		errs = append(errs, fmt.Sprintf("rule/scope/request/room/open/reason %q/%q/%q/%q/%v/%q, want %q/%q/%q/%q/%v/%q",
+			a.Rule, a.Scope, a.Request, a.Room, a.Open, a.Reason, w.rule, w.scope, w.request, w.room, w.open, w.reason))
+	}
+	if w.parent != (shapes.Ref{}) && a.Parent != sref(w.parent) {
+		errs = append(errs, fmt.Sprintf("parent %x/%x, want %x/%x", a.Parent.TraceID, a.Parent.SpanID, w.parent.TraceID, w.parent.SpanID))
+	}
+	if !slices.Equal(a.Requests, w.batch) || a.Batch != len(w.batch) {
+		errs = append(errs, fmt.Sprintf("batch %d %q, want %q", a.Batch, a.Requests, w.batch))
+	}
+	for _, e := range errs {
+		t.Errorf("%s: %s", name, e)
+	}
+}
+
+// TestSGLangCurrentUnified: a unified server of the current release. The
+// request span is in the tokenizer process and ends last; the scheduler's
+// thread spans (pid = the scheduler thread, the process's main thread) span
+// arrival to completion, queueing included; prefill_forward and
+// decode_forward (decode_loop inside) narrow them. Two requests: A is in
+// its prefill while B waits, then both decode in one batch.
+func TestSGLangCurrentUnified(t *testing.T) {
+	ids := shapes.NewIDs(1)
+	s := shapes.SGLang{Version: shapes.SGLangCurrent, IDs: ids}
+	sched := shapes.SGLangThread{Label: "Scheduler", TID: 4242, HostID: hostA, TP: shapes.Rank(0), PP: shapes.Rank(0)}
+	tok := shapes.SGLangThread{Label: "Tokenizer", TID: 4100, HostID: hostA}
+	x := NewIndex(IndexConfig{Procs: fakeProcs{hosts: map[uint32]string{4242: hostA, 4100: hostA}}})
+
+	type req struct {
+		rid                  string
+		root, thread, pf, df shapes.Ref
+		loops                []shapes.Ref
+		spans                []*tracepb.Span
+	}
+	mk := func(rid string, arrive, fwd, prefilled, done int64) *req {
+		r := &req{rid: rid}
+		var rs []*tracepb.Span
+		r.root, rs = s.Request("unified", rid, 0, nil, at(arrive), at(done+2))
+		tokRef, tokSpan := s.Thread(r.root, tok, at(arrive), at(arrive+1))
+		_, tokenize := s.Slice(tokRef, "tokenize", at(arrive), at(arrive+1))
+		var th, rp, wt, pf, df *tracepb.Span
+		r.thread, th = s.Thread(r.root, sched, at(arrive+1), at(done))
+		_, rp = s.Slice(r.thread, "request_process", at(arrive+1), at(arrive+1))
+		_, wt = s.Slice(r.thread, "prefill_waiting", at(arrive+1), at(fwd))
+		r.pf, pf = s.Slice(r.thread, "prefill_forward", at(fwd), at(prefilled))
+		r.df, df = s.Slice(r.thread, "decode_forward", at(prefilled), at(done))
+		r.spans = append(rs, tokSpan, tokenize, th, rp, wt, pf, df)
+		for i := prefilled; i+10 <= done; i += 10 {
+			ref, loop := s.Slice(r.df, "decode_loop", at(i), at(i+10), shapes.Int("decode_ct", (i-prefilled)/10))
+			r.loops = append(r.loops, ref)
+			r.spans = append(r.spans, loop)
+		}
+		return r
+	}
+	a := mk("1a2b3c4d5e6f47a8b9c0d1e2f3a4b5c6", 0, 10, 100, 200)
+	b := mk("9f8e7d6c5b4a49382716f5e4d3c2b1a0", 5, 100, 150, 230)
+	for _, r := range []*req{a, b} {
+		add(x, 300, sg(r.spans...))
+	}
+	// A's prefill: B waits on the same thread and does not join.
+	check(t, "A prefill", x.Attribute(4242, 4242, at(50)), want{rule: "sglang-thread", scope: ScopeOfThread, request: a.rid, parent: a.pf})
+	// Both decode: a batch of two, linked to each one's decode_loop.
+	check(t, "batch decode", x.Attribute(4242, 4242, at(165)), want{rule: "sglang-thread", scope: ScopeOfThread,
+		batch: []string{a.rid, b.rid}})
+	if at := x.Attribute(4242, 4242, at(165)); !slices.Equal(at.Links, []SpanRef{sref(a.loops[6]), sref(b.loops[1])}) {
+		t.Errorf("batch links %x, want A's and B's decode_loop", at.Links)
+	}
+	// Only B decodes: A's thread span ended.
+	check(t, "B alone", x.Attribute(4242, 4242, at(215)), want{rule: "sglang-thread", scope: ScopeOfThread, request: b.rid, parent: b.loops[6]})
+	// A tokenizer transfer belongs to its thread's request.
+	check(t, "tokenizer", x.Attribute(4100, 4100, at(0)), want{rule: "sglang-thread", scope: ScopeOfThread, request: a.rid})
+	// Another thread of the process, no span of its own (older releases'
+	// forward thread): the scheduler's spans, process scope.
+	check(t, "other thread", x.Attribute(4242, 4250, at(50)), want{rule: "sglang-thread", scope: ScopeOfProcess, request: a.rid, parent: a.pf})
+	check(t, "after", x.Attribute(4242, 4242, at(400)), want{reason: ReasonNotCovered})
+}
+
+// TestSGLangCurrentDisaggregated: prefill on this host, decode on another,
+// both exporting here; their scheduler threads happen to have the same id.
+// The decode host's spans never name a local thread. mooncake's Sender
+// trace (its rid the bootstrap room) joins the prefill request by the room;
+// its worker thread registered no label.
+func TestSGLangCurrentDisaggregated(t *testing.T) {
+	ids := shapes.NewIDs(2)
+	s := shapes.SGLang{Version: shapes.SGLangCurrent, IDs: ids}
+	const room = 0x5a3c9e1f77d2b4
+	pre := shapes.SGLangThread{Label: "Prefill Scheduler", TID: 7000, HostID: hostA, TP: shapes.Rank(0), PP: shapes.Rank(0), DP: shapes.Rank(0)}
+	dec := shapes.SGLangThread{Label: "Decode Scheduler", TID: 7000, HostID: hostB, TP: shapes.Rank(0), PP: shapes.Rank(0)}
+	worker := shapes.SGLangThread{Label: "unknown", TID: 7011, HostID: hostA}
+	client := shapes.Ref{TraceID: ids.Trace(), SpanID: ids.Span()}
+	procs := fakeProcs{hosts: map[uint32]string{7000: hostA, 7011: hostA}}
+	x := NewIndex(IndexConfig{Procs: procs})
+
+	const rid = "c0ffee00112233445566778899aabbcc"
+	preReq, preSpans := s.Request("prefill", rid, room, &client, at(0), at(120))
+	preTh, th := s.Thread(preReq, pre, at(1), at(110))
+	prefill, pf := s.Slice(preTh, "prefill_forward", at(20), at(60))
+	_, kv := s.Slice(preTh, "prefill_transfer_kv_cache", at(60), at(110))
+	decReq, decSpans := s.Request("decode", rid, room, &client, at(2), at(400))
+	decTh, dth := s.Thread(decReq, dec, at(3), at(390))
+	_, df := s.Slice(decTh, "decode_forward", at(115), at(390))
+
+	mc, mcSpans := s.MooncakeSender(room, at(55), at(105))
+	mcTh, mth := s.Thread(mc, pre, at(55), at(105))
+	wTh, wth := s.Thread(mc, worker, at(61), at(100))
+	send, ws := s.Slice(wTh, "mooncake_worker_send", at(61), at(100))
+	_ = mcTh
+
+	// mooncake's spans end first: its worker copies wait for the request.
+	add(x, 106, sg(append(mcSpans, mth, wth, ws)...))
+	check(t, "mooncake before the request", x.Attribute(7000, 7011, at(70)),
+		want{rule: "sglang-thread", scope: ScopeOfThread, room: "0x5a3c9e1f77d2b4", parent: send, open: true})
+	add(x, 121, sg(append(preSpans, th, pf, kv)...))
+	add(x, 401, sg(append(decSpans, dth, df)...))
+	check(t, "mooncake worker", x.Attribute(7000, 7011, at(70)),
+		want{rule: "sglang-thread", scope: ScopeOfThread, request: rid, room: "0x5a3c9e1f77d2b4", parent: send})
+	check(t, "prefill forward", x.Attribute(7000, 7000, at(30)),
+		want{rule: "sglang-thread", scope: ScopeOfThread, request: rid, room: "0x5a3c9e1f77d2b4", parent: prefill})
+	// The decode host's thread 7000 is not this host's: not used.
+	check(t, "decode host's thread", x.Attribute(7000, 7000, at(200)), want{reason: ReasonOtherHost})
+	// With the process's host unknown (no machine-id in its root), every
+	// host's thread spans are used, and said so in the log.
+	y := NewIndex(IndexConfig{Procs: fakeProcs{}})
+	add(y, 401, sg(append(decSpans, dth, df)...))
+	check(t, "host unknown", y.Attribute(7000, 7000, at(200)), want{rule: "sglang-thread", scope: ScopeOfThread, request: rid, room: "0x5a3c9e1f77d2b4"})
+}
+
+// TestSGLangHiCache: --trace-modules hicache adds separate traces on
+// background threads, pid the native thread id; the prefetch transfer names
+// its request, a backup none.
+func TestSGLangHiCache(t *testing.T) {
+	ids := shapes.NewIDs(3)
+	s := shapes.SGLang{Version: shapes.SGLangCurrent, IDs: ids}
+	sched := shapes.SGLangThread{Label: "Scheduler", TID: 5100, HostID: hostA, TP: shapes.Rank(0)}
+	prefetch := shapes.SGLangThread{TID: 5133, HostID: hostA, TP: shapes.Rank(0)} // no label: hicache_scheduler
+	io := shapes.SGLangThread{TID: 5134, HostID: hostA, TP: shapes.Rank(0)}
+	backup := shapes.SGLangThread{TID: 5135, HostID: hostA, TP: shapes.Rank(0)}
+	x := NewIndex(IndexConfig{Procs: fakeProcs{hosts: map[uint32]string{5100: hostA}}})
+	const rid = "0b1c2d3e4f5a46b7c8d9e0f1a2b3c4d5"
+	hashes := []string{"a1b2", "c3d4", "e5f6"}
+	_, q := s.HiCache(shapes.HiCacheOp{Stage: "hicache_l3_prefetch_query", Thread: prefetch, ID: 17}, nil, at(0), at(3))
+	tr, xfer := s.HiCache(shapes.HiCacheOp{Stage: "hicache_l3_prefetch_transfer", Thread: io, ID: 17, RequestID: rid, Hashes: hashes}, nil, at(3), at(40))
+	bk, back := s.HiCache(shapes.HiCacheOp{Stage: "hicache_l3_backup", Thread: backup, ID: 18, Hashes: hashes}, nil, at(50), at(90))
+	add(x, 100, sg(q, xfer, back))
+	check(t, "prefetch transfer", x.Attribute(5100, 5134, at(10)), want{rule: "sglang-hicache", scope: ScopeOfThread, request: rid, parent: tr})
+	check(t, "backup", x.Attribute(5100, 5135, at(60)), want{rule: "sglang-hicache", scope: ScopeOfThread, parent: bk})
+	check(t, "query thread, later", x.Attribute(5100, 5133, at(10)), want{reason: ReasonNotCovered})
+	_ = sched
+}
+
+// TestSGLangOct2025: a Bootstrap Room span under the client's traceparent,
+// the request span under it with the full rid, role "" for a unified
+// server (rooms 0 when none).
+func TestSGLangOct2025(t *testing.T) {
+	ids := shapes.NewIDs(4)
+	s := shapes.SGLang{Version: shapes.SGLangOct2025, IDs: ids}
+	sched := shapes.SGLangThread{Label: "Scheduler", TID: 6200, HostID: hostA, TP: shapes.Rank(1)}
+	x := NewIndex(IndexConfig{Procs: fakeProcs{hosts: map[uint32]string{6200: hostA}}})
+	const rid = "2_77aa88bb99cc4dd0ae1bf2c3d4e5f607" // multi-tokenizer worker 2
+	req, rs := s.Request("null", rid, 0, nil, at(0), at(100))
+	if rs[1].GetName() != " Req 77aa88bb" || rs[0].GetName() != "Bootstrap Room 0x0" {
+		t.Fatalf("names %q %q", rs[0].GetName(), rs[1].GetName())
+	}
+	th, ts := s.Thread(req, sched, at(1), at(90))
+	fw, fs := s.Slice(th, "prefill_forward", at(10), at(40))
+	add(x, 101, sg(append(rs, ts, fs)...))
+	check(t, "forward", x.Attribute(6200, 6200, at(20)), want{rule: "sglang-thread", scope: ScopeOfThread, request: rid, parent: fw})
+	// PD: the room on the Bootstrap Room span joins prefill and decode.
+	y := NewIndex(IndexConfig{Procs: fakeProcs{hosts: map[uint32]string{6200: hostA}}})
+	req, rs = s.Request("prefill", "5566", 0x1f, nil, at(0), at(100))
+	if rs[1].GetName() != "prefill Req 5566" {
+		t.Fatalf("name %q", rs[1].GetName())
+	}
+	_, ts = s.Thread(req, shapes.SGLangThread{Label: "Prefill Scheduler", TID: 6200, HostID: hostA, TP: shapes.Rank(0)}, at(1), at(90))
+	add(y, 101, sg(append(rs, ts)...))
+	check(t, "prefill room", y.Attribute(6200, 6200, at(20)), want{rule: "sglang-thread", scope: ScopeOfThread, request: "5566", room: "0x1f"})
+}
+
+// TestSGLangSept2025: the first release: a root `Req …` (rid, an int or
+// "None" bootstrap_room) in the tokenizer process; the scheduler is the
+// process's main thread and the forward ran in an overlap thread that no
+// span names: process scope through the scheduler's pid.
+func TestSGLangSept2025(t *testing.T) {
+	ids := shapes.NewIDs(5)
+	s := shapes.SGLang{Version: shapes.SGLangSept2025, IDs: ids}
+	sched := shapes.SGLangThread{Label: "Scheduler", TID: 3300, HostID: hostA, TP: shapes.Rank(0)}
+	x := NewIndex(IndexConfig{Procs: fakeProcs{hosts: map[uint32]string{3300: hostA}}})
+	const rid = "4e5f6a7b8c9d40e1f2a3b4c5d6e7f809"
+	req, rs := s.Request("", rid, 0, nil, at(0), at(100))
+	if rs[0].GetName() != "Req 4e5f6a7b" || len(rs[0].GetParentSpanId()) != 0 {
+		t.Fatalf("root %q parent %x", rs[0].GetName(), rs[0].GetParentSpanId())
+	}
+	th, ts := s.Thread(req, sched, at(2), at(95))
+	add(x, 101, sg(append(rs, ts)...))
+	check(t, "overlap thread", x.Attribute(3300, 3317, at(50)), want{rule: "sglang-thread", scope: ScopeOfProcess, request: rid, parent: th})
+	check(t, "scheduler", x.Attribute(3300, 3300, at(50)), want{rule: "sglang-thread", scope: ScopeOfThread, request: rid, parent: th})
+	// Another process's thread 3317 with the same timing: not this request.
+	check(t, "other process", x.Attribute(3400, 3317, at(50)), want{reason: ReasonNotCovered})
+	// A room as an int.
+	y := NewIndex(IndexConfig{Procs: fakeProcs{hosts: map[uint32]string{3300: hostA}}})
+	req, rs = s.Request("", rid, 0x2a, nil, at(0), at(100))
+	_, ts = s.Thread(req, sched, at(2), at(95))
+	add(y, 101, sg(append(rs, ts)...))
+	check(t, "int room", y.Attribute(3300, 3300, at(50)), want{rule: "sglang-thread", scope: ScopeOfThread, request: rid, room: "0x2a"})
+}
+
+// TestLateRequest: spans are exported when they end. A thread span that
+// arrives before its request span leaves the request open; so does a
+// request whose slices arrived before its thread span: transfers made
+// after it started wait for it (Open), whoever covers them so far.
+func TestLateRequest(t *testing.T) {
+	ids := shapes.NewIDs(6)
+	s := shapes.SGLang{Version: shapes.SGLangCurrent, IDs: ids}
+	sched := shapes.SGLangThread{Label: "Scheduler", TID: 800, HostID: hostA, TP: shapes.Rank(0)}
+	x := NewIndex(IndexConfig{Procs: fakeProcs{hosts: map[uint32]string{800: hostA}}})
+	reqA, rsA := s.Request("unified", "aaaa0001", 0, nil, at(0), at(100))
+	thA, tsA := s.Thread(reqA, sched, at(1), at(90))
+	reqB, rsB := s.Request("unified", "bbbb0002", 0, nil, at(30), at(500))
+	thB, tsB := s.Thread(reqB, sched, at(31), at(490))
+	_, waitB := s.Slice(thB, "prefill_waiting", at(31), at(40))
+
+	add(x, 91, sg(tsA)) // the scheduler's span first
+	check(t, "thread before request", x.Attribute(800, 800, at(20)), want{rule: "sglang-thread", scope: ScopeOfThread, parent: thA, open: true})
+	add(x, 101, sg(rsA...))
+	check(t, "request arrived", x.Attribute(800, 800, at(20)), want{rule: "sglang-thread", scope: ScopeOfThread, request: "aaaa0001", parent: thA})
+	add(x, 41, sg(waitB)) // B's first stage, its thread span still running
+	check(t, "B open, before B", x.Attribute(800, 800, at(20)), want{rule: "sglang-thread", scope: ScopeOfThread, request: "aaaa0001", parent: thA})
+	check(t, "B open, after B started", x.Attribute(800, 800, at(35)), want{rule: "sglang-thread", scope: ScopeOfThread, request: "aaaa0001", parent: thA, open: true})
+	if st := x.Stats(); st.Open != 1 {
+		t.Errorf("open requests %d, want 1", st.Open)
+	}
+	add(x, 491, sg(tsB))
+	add(x, 501, sg(rsB...))
+	check(t, "B arrived", x.Attribute(800, 800, at(35)), want{rule: "sglang-thread", scope: ScopeOfThread, batch: []string{"aaaa0001", "bbbb0002"}})
+	if st := x.Stats(); st.Open != 0 {
+		t.Errorf("open requests %d, want 0", st.Open)
+	}
+}
+
+// TestVLLMInstances: current vLLM: llm_request in the API server
+// (vllm.process_id), the copies in EngineCore and its workers. Two
+// instances on one host, requests overlapping in time: each transfer gets
+// its own instance's requests only. Older vLLM (no process attribute)
+// covers any process.
+func TestVLLMInstances(t *testing.T) {
+	ids := shapes.NewIDs(7)
+	procs := fakeProcs{parents: map[uint32]uint32{
+		1000: 1, 1001: 1000, 1002: 1001, 1003: 1001, // instance 1: API server, EngineCore, two workers
+		2000: 1, 2001: 2000, 2002: 2001, // instance 2
+		3000: 1, // something else
+	}}
+	x := NewIndex(IndexConfig{Procs: procs})
+	r1, s1 := shapes.VLLMSpan(shapes.VLLMCurrent, ids, shapes.VLLMRequest{ID: "cmpl-5f1c2a7e9b3d4c8e-0", Arrival: at(0), Finish: at(300),
+		PromptTokens: 512, Gen: 64, TTFT: 0.05, E2E: 0.3, Prefill: 0.04, Decode: 0.25, Inference: 0.29, MaxTokens: 64})
+	r2, s2 := shapes.VLLMSpan(shapes.VLLMCurrent, ids, shapes.VLLMRequest{ID: "chatcmpl-0d9e8f7a6b5c4d3e", Arrival: at(50), Finish: at(250),
+		PromptTokens: 128, Gen: 32, Temperature: 0.7, TopP: 0.9, N: 1})
+	x.AddAt([]*tracepb.ResourceSpans{
+		shapes.Batch(shapes.VLLMResource(shapes.VLLMCurrent, 1000), shapes.VLLMScope(shapes.VLLMCurrent), s1),
+		shapes.Batch(shapes.VLLMResource(shapes.VLLMCurrent, 2000), shapes.VLLMScope(shapes.VLLMCurrent), s2),
+	}, time.Unix(0, at(301)))
+	check(t, "instance 1 worker", x.Attribute(1002, 1002, at(100)), want{rule: "vllm-request", scope: ScopeOfProcess, request: "cmpl-5f1c2a7e9b3d4c8e-0", parent: r1})
+	check(t, "instance 1 EngineCore", x.Attribute(1001, 1001, at(100)), want{rule: "vllm-request", scope: ScopeOfProcess, request: "cmpl-5f1c2a7e9b3d4c8e-0", parent: r1})
+	check(t, "instance 2 worker", x.Attribute(2002, 2002, at(100)), want{rule: "vllm-request", scope: ScopeOfProcess, request: "chatcmpl-0d9e8f7a6b5c4d3e", parent: r2})
+	// Instance 1 between requests: one may be running still (llm_request
+	// comes at its end).
+	check(t, "instance 1 idle", x.Attribute(1003, 1003, at(400)), want{reason: ReasonNotCovered, open: true})
+	// Outside both trees: neither instance's requests.
+	check(t, "other process", x.Attribute(3000, 3000, at(100)), want{reason: ReasonNotCovered})
+
+	y := NewIndex(IndexConfig{Procs: procs})
+	o1, os1 := shapes.VLLMSpan(shapes.VLLMOlder, ids, shapes.VLLMRequest{ID: "cmpl-aa-0", Arrival: at(0), Finish: at(300)})
+	o2, os2 := shapes.VLLMSpan(shapes.VLLMOlder, ids, shapes.VLLMRequest{ID: "cmpl-bb-0", Arrival: at(50), Finish: at(250)})
+	y.AddAt([]*tracepb.ResourceSpans{shapes.Batch(shapes.VLLMResource(shapes.VLLMOlder, 0), shapes.VLLMScope(shapes.VLLMOlder), os1, os2)},
+		time.Unix(0, at(301)))
+	check(t, "older, one", y.Attribute(1002, 1002, at(20)), want{rule: "vllm-request", scope: ScopeOfAny, request: "cmpl-aa-0", parent: o1})
+	check(t, "older, batch", y.Attribute(3000, 3000, at(100)), want{rule: "vllm-request", scope: ScopeOfAny, batch: []string{"cmpl-aa-0", "cmpl-bb-0"}})
+	_ = o2
+}
+
+func TestNoSpans(t *testing.T) {
+	x := NewIndex(IndexConfig{Procs: fakeProcs{}})
+	check(t, "empty", x.Attribute(1, 1, at(0)), want{reason: ReasonNoSpans})
+}
+
+func TestIndexEviction(t *testing.T) {
+	ids := shapes.NewIDs(8)
+	s := shapes.SGLang{Version: shapes.SGLangCurrent, IDs: ids}
+	th := shapes.SGLangThread{Label: "Scheduler", TID: 5, HostID: hostA}
+	x := NewIndex(IndexConfig{MaxSpans: 2, Window: time.Minute, Procs: fakeProcs{}})
+	req, rs := s.Request("unified", "old", 0, nil, at(0), at(1))
+	_, old := s.Thread(req, th, at(0), at(1))
+	add(x, 2, sg(append(rs, old)...))
+	var spans []*tracepb.Span
+	for range 3 {
+		_, sp := s.Thread(req, th, at(120_000), at(120_001))
+		spans = append(spans, sp)
+	}
+	add(x, 120_002, sg(spans...))
+	st := x.Stats()
+	if st.Evicted != 2 || st.CapEvicts != 1 || st.Live != 2 {
+		t.Errorf("stats %+v: want the old request and thread span evicted by age, one by the cap, 2 live", st)
+	}
+	if a := x.Attribute(5, 5, at(0)); a.Rule != "" {
+		t.Errorf("evicted span still answers: %+v", a)
+	}
+}
+
+// TestOpenExpires: a request whose parent never arrives stops holding
+// transfers after the window.
+func TestOpenExpires(t *testing.T) {
+	ids := shapes.NewIDs(9)
+	s := shapes.SGLang{Version: shapes.SGLangCurrent, IDs: ids}
+	x := NewIndex(IndexConfig{Window: time.Minute, Procs: fakeProcs{}})
+	req, _ := s.Request("unified", "lost", 0, nil, at(0), at(10))
+	th, _ := s.Thread(req, shapes.SGLangThread{Label: "Scheduler", TID: 9, HostID: hostA}, at(0), at(10))
+	_, sl := s.Slice(th, "request_process", at(0), at(1))
+	add(x, 2, sg(sl))
+	if a := x.Attribute(9, 9, at(5)); !a.Open {
+		t.Errorf("open request not said: %+v", a)
+	}
+	add(x, 70_000, sg())
+	if a, st := x.Attribute(9, 9, at(5)), x.Stats(); a.Open || st.OpenExpired != 1 {
+		t.Errorf("after the window: %+v, %+v", a, st)
+	}
+}
