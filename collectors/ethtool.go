@@ -3,61 +3,18 @@ package collectors
 import (
 	"fmt"
 	"io"
-	"strconv"
 	"strings"
 
 	"github.com/safchain/ethtool"
 
-	"github.com/lanewatch/lanewatch/internal/ktext"
+	"github.com/lanewatch/lanewatch/collectors/ethtooltext"
 )
 
-// ParseEthtoolStats parses saved `ethtool -S IFACE` output: an optional
-// header ("NIC statistics:") and one "name: value" line per statistic, with
-// or without the indentation ethtool prints. A name may itself hold ": "
-// (bnxt prints "[0]: rx_ucast_packets: 5"), so the value is what follows the
-// last ": ". name is used in errors ("name:line: ..."). A line that is not a
-// header and has no unsigned value, or a statistic given twice, is an error.
+// ParseEthtoolStats parses saved `ethtool -S IFACE` output (ethtooltext.Parse):
+// an optional header ("NIC statistics:") and one "name: value" line per
+// statistic; name is used in errors ("name:line: ...").
 func ParseEthtoolStats(r io.Reader, name string) (map[string]uint64, error) {
-	stats := map[string]uint64{}
-	first := map[string]int{}
-	err := ktext.Lines(r, name, 1<<16, func(line int, text string) error {
-		text = strings.TrimSpace(text)
-		if isEthtoolHeader(text) {
-			return nil
-		}
-		i := strings.LastIndex(text, ": ")
-		if i <= 0 {
-			return fmt.Errorf("want \"name: value\", got %q", text)
-		}
-		key, val := strings.TrimSpace(text[:i]), strings.TrimSpace(text[i+2:])
-		if key == "" {
-			return fmt.Errorf("statistic without a name: %q", text)
-		}
-		if val == "" || val[0] < '0' || val[0] > '9' {
-			return fmt.Errorf("%s: %q is not an unsigned number", key, val)
-		}
-		v, err := strconv.ParseUint(val, 10, 64)
-		if err != nil {
-			return fmt.Errorf("%s: %q is not a uint64", key, val)
-		}
-		if l, dup := first[key]; dup {
-			return fmt.Errorf("%s given twice (first at line %d)", key, l)
-		}
-		first[key] = line
-		stats[key] = v
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	return stats, nil
-}
-
-// isEthtoolHeader tells a section header ("NIC statistics:", "Standard
-// stats for eth0:": words and a final colon) from a statistic without a
-// value ("rx_packets:", an error).
-func isEthtoolHeader(s string) bool {
-	return strings.HasSuffix(s, ":") && strings.Contains(s, " ") && !strings.Contains(s, ": ")
+	return ethtooltext.Parse(r, name)
 }
 
 // ReadEthtoolStats reads the driver statistics of a network device in the

@@ -1,14 +1,12 @@
 package collectors
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"reflect"
 	"runtime"
 	"strings"
 	"sync/atomic"
@@ -68,66 +66,6 @@ func TestParseEthtoolStatsSamples(t *testing.T) {
 			}
 		})
 	}
-}
-
-func TestParseEthtoolStatsForms(t *testing.T) {
-	in := "NIC statistics:\n     rx_packets: 5\n[0]: rx_ucast_packets: 7\r\n\n  tx_bytes:   9  \n"
-	st, err := ParseEthtoolStats(strings.NewReader(in), "x")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if want := map[string]uint64{"rx_packets": 5, "[0]: rx_ucast_packets": 7, "tx_bytes": 9}; !reflect.DeepEqual(st, want) {
-		t.Errorf("%v, want %v", st, want)
-	}
-}
-
-func TestParseEthtoolStatsErrors(t *testing.T) {
-	for _, tt := range []struct{ in, want string }{
-		{"rx_packets: 5\ntx_packets 6\n", "s.txt:2: want \"name: value\""},
-		{"rx_packets: -5\n", "s.txt:1: rx_packets: \"-5\" is not an unsigned number"},
-		{"rx_packets: five\n", "s.txt:1: rx_packets: \"five\""},
-		{"rx_packets: 18446744073709551616\n", "s.txt:1: rx_packets: \"18446744073709551616\" is not a uint64"},
-		{"a: 1\nb: 2\na: 3\n", "s.txt:3: a given twice (first at line 1)"},
-		{": 1\n", "s.txt:1: want \"name: value\""},
-		{"NIC statistics:\nrx_packets:\n", "s.txt:2: want \"name: value\""},
-		{"x: 1 2\n", "s.txt:1: x: \"1 2\" is not a uint64"},
-	} {
-		_, err := ParseEthtoolStats(strings.NewReader(tt.in), "s.txt")
-		if err == nil || !strings.Contains(err.Error(), tt.want) {
-			t.Errorf("%q: error %v, want %q", tt.in, err, tt.want)
-		}
-	}
-}
-
-func FuzzParseEthtoolStats(f *testing.F) {
-	files, _ := filepath.Glob(filepath.Join("testdata", "ethtool", "*.txt"))
-	for _, p := range files {
-		b, err := os.ReadFile(p)
-		if err != nil {
-			f.Fatal(err)
-		}
-		f.Add(b)
-	}
-	f.Add([]byte("NIC statistics:\n[0]: rx: 1\n"))
-	f.Fuzz(func(t *testing.T, data []byte) {
-		st, err := ParseEthtoolStats(bytes.NewReader(data), "fuzz.txt")
-		if err != nil {
-			if !strings.HasPrefix(err.Error(), "fuzz.txt:") {
-				t.Fatalf("error %q does not name the file", err)
-			}
-			return
-		}
-		// every line that is not blank or a header is one statistic
-		var n int
-		for l := range strings.SplitSeq(string(data), "\n") {
-			if l = strings.TrimSpace(l); l != "" && !isEthtoolHeader(l) {
-				n++
-			}
-		}
-		if len(st) != n {
-			t.Fatalf("%d statistics from %d lines", len(st), n)
-		}
-	})
 }
 
 func TestReadEthtoolStatsBadName(t *testing.T) {
