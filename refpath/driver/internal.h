@@ -96,6 +96,18 @@ void rc_xfer_run(const struct rc_xfer *x, uint64_t *cursor);
 struct CUstream_st *rc_stream_resolve(CUstream s, int per_thread);
 int rc_submit_copy(struct rc_xfer *x, CUstream s, unsigned int flags);
 void rc_copy_records_skip(size_t n); /* a failed copy call uses up its n engine-time records */
+/* kernel.c: a launch whose parameters were copied at the call, run by its stream's
+ * engine (which sets l.cursor) and freed there. */
+struct rc_launch {
+	refcudaKernelFn fn;
+	struct refcudaKernelLaunch l;
+	struct refcudaCopyTimes *times; /* ground truth (refcudaSetCopyRecords), NULL when not armed */
+	void *params[REFCUDA_MAX_PARAMS];
+	unsigned char data[]; /* the parameters' copies: params[i] points into it */
+};
+/* Queues a launch on the stream (taking the thread's next time record); the
+ * engine runs it in stream order and frees it. */
+CUresult rc_submit_kernel(struct rc_launch *k, CUstream s, int per_thread);
 /* Queues fn(arg) on the stream: it runs once the work submitted before it is done. */
 CUresult rc_stream_enqueue_fn(CUstream s, int per_thread, void (*fn)(uintptr_t), uintptr_t arg);
 void rc_streams_init(void);

@@ -516,31 +516,25 @@ RC_API uint64_t refcudaLaneBytes(int inbound)
 }
 
 /*
- * The copy-kernel stand-in: an SM kernel that loads from (or stores to) host memory
- * moves its bytes over the same PCIe lane as a copy engine, so it is paced and
- * counted by the lane model like one, but it is not a copy call: it runs here, in
- * the calling thread, and no CUDA copy entry point (nothing a probe sees) is on
- * its path. The host side is read or written directly (mapped pinned memory).
+ * An SM's loads and stores (refcuda.h): a kernel that reads host memory over PCIe (or
+ * writes it) moves its bytes over the same lane as a copy engine, so they are paced
+ * and counted by the lane model like a copy's chunks. It runs on the kernel's stream
+ * engine, in the engine's lane cursor: no copy entry point is on its path.
  */
-RC_API CUresult refcudaKernelCopy(void *dst, const void *src, size_t n, int inbound)
+RC_API CUresult refcudaSMCopy(const struct refcudaKernelLaunch *l, void *dst, const void *src, size_t n)
 {
 	rc_init();
 	if (!n)
 		return CUDA_SUCCESS;
-	if (!dst || !src)
+	if (!l || !dst || !src)
 		return CUDA_ERROR_INVALID_VALUE;
-	const void *dev = inbound ? dst : src, *host = inbound ? src : dst;
-	if (!rc_is_device(dev, n) || rc_is_device(host, 1))
+	int dd = rc_is_device(dst, n), sd = rc_is_device(src, n);
+	if (!dd && !sd)
 		return CUDA_ERROR_INVALID_VALUE;
-	if (!slack_set) {
-		prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
-		slack_set = 1;
-	}
 	struct rc_xfer x = {
 		.dst = dst, .src = src, .dpitch = n, .spitch = n, .width = n, .height = 1,
-		.dir = inbound ? RC_H2D : RC_D2H,
+		.dir = dd && sd ? RC_D2D : dd ? RC_H2D : RC_D2H,
 	};
-	uint64_t cursor = 0;
-	rc_xfer_run(&x, &cursor);
+	rc_xfer_run(&x, l->cursor);
 	return CUDA_SUCCESS;
 }

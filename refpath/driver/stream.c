@@ -15,7 +15,7 @@
 #define QUEUE_CAP 4096u
 #define ENGINE_BATCH 32u
 
-enum op_type { OP_COPY, OP_EVENT_RECORD, OP_WAIT_EVENT, OP_FN, OP_STOP };
+enum op_type { OP_COPY, OP_EVENT_RECORD, OP_WAIT_EVENT, OP_FN, OP_KERNEL, OP_STOP };
 
 struct CUevent_st {
 	uint32_t magic;
@@ -33,6 +33,7 @@ struct op {
 	uint64_t gen;
 	void (*fn)(uintptr_t); /* OP_FN: a stream-ordered free */
 	uintptr_t arg;
+	struct rc_launch *k; /* OP_KERNEL */
 };
 
 struct CUstream_st {
@@ -99,6 +100,16 @@ static void op_run(struct op *o, uint64_t *cursor)
 		break;
 	case OP_FN:
 		o->fn(o->arg);
+		break;
+	case OP_KERNEL:
+		/* the kernel's SMs load and store in this engine's lane cursor */
+		o->k->l.cursor = cursor;
+		if (o->k->times)
+			o->k->times->start_ns = rc_now_ns();
+		o->k->fn(&o->k->l, o->k->params);
+		if (o->k->times)
+			o->k->times->end_ns = rc_now_ns();
+		free(o->k);
 		break;
 	}
 }
@@ -298,6 +309,21 @@ int rc_submit_copy(struct rc_xfer *x, CUstream stream, unsigned int flags)
 	uint64_t t = stream_enqueue(s, &o);
 	if (!(flags & REFCUDA_ASYNC))
 		stream_wait(s, t);
+	return CUDA_SUCCESS;
+}
+
+CUresult rc_submit_kernel(struct rc_launch *k, CUstream stream, int per_thread)
+{
+	k->times = NULL;
+	if (times_left) {
+		k->times = times_next++;
+		times_left--;
+	}
+	struct CUstream_st *s = rc_stream_resolve(stream, per_thread);
+	if (!s)
+		return CUDA_ERROR_INVALID_HANDLE;
+	struct op o = {.type = OP_KERNEL, .k = k};
+	stream_enqueue(s, &o);
 	return CUDA_SUCCESS;
 }
 

@@ -48,6 +48,7 @@ typedef enum cudaError {
 	cudaErrorMemoryAllocation = 2,
 	cudaErrorInitializationError = 3,
 	cudaErrorInvalidMemcpyDirection = 21,
+	cudaErrorInvalidDeviceFunction = 98, /* a launch of a host function no fatbin registered */
 	cudaErrorNoDevice = 100,
 	cudaErrorInvalidDevice = 101,
 	cudaErrorDeviceUninitialized = 201, /* no context current: the driver's CUDA_ERROR_INVALID_CONTEXT */
@@ -65,11 +66,14 @@ typedef enum cudaError_enum {
 	CUDA_ERROR_NOT_INITIALIZED = 3,
 	CUDA_ERROR_NO_DEVICE = 100,
 	CUDA_ERROR_INVALID_DEVICE = 101,
+	CUDA_ERROR_INVALID_IMAGE = 200,
 	CUDA_ERROR_INVALID_CONTEXT = 201,
 	CUDA_ERROR_INVALID_HANDLE = 400,
+	CUDA_ERROR_NOT_FOUND = 500,
 	CUDA_ERROR_NOT_READY = 600,
 	CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED = 712,
 	CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED = 713,
+	CUDA_ERROR_NOT_SUPPORTED = 801,
 	CUDA_ERROR_UNKNOWN = 999,
 } CUresult;
 
@@ -220,6 +224,98 @@ struct cudaMemcpyAttributes {
 	unsigned int flags;
 };
 
+/*
+ * Kernels: modules and libraries, their functions and kernels, launches (cuda.h 12.4
+ * and driver_types.h layouts; the agent reads a launch config's stream at byte 32).
+ */
+struct CUmod_st;
+struct CUfunc_st;
+struct CUlib_st;
+struct CUkern_st;
+typedef struct CUmod_st *CUmodule;
+typedef struct CUfunc_st *CUfunction;
+typedef struct CUlib_st *CUlibrary;
+typedef struct CUkern_st *CUkernel;
+typedef int CUjit_option;
+typedef int CUlibraryOption;
+typedef struct CUlaunchAttribute_st CUlaunchAttribute; /* accepted, not read: attributes are hints here */
+typedef struct CUlaunchConfig_st {
+	unsigned int gridDimX, gridDimY, gridDimZ;
+	unsigned int blockDimX, blockDimY, blockDimZ;
+	unsigned int sharedMemBytes;
+	CUstream hStream;
+	CUlaunchAttribute *attrs;
+	unsigned int numAttrs;
+} CUlaunchConfig;
+typedef struct dim3 {
+	unsigned int x, y, z;
+} dim3;
+typedef struct uint3 {
+	unsigned int x, y, z;
+} uint3;
+typedef struct cudaLaunchConfig_st {
+	dim3 gridDim;
+	dim3 blockDim;
+	size_t dynamicSmemBytes;
+	cudaStream_t stream;
+	void *attrs; /* cudaLaunchAttribute *: hints, not read */
+	unsigned int numAttrs;
+} cudaLaunchConfig_t;
+#ifndef __cplusplus
+_Static_assert(offsetof(CUlaunchConfig, sharedMemBytes) == 24, "CUlaunchConfig.sharedMemBytes");
+_Static_assert(offsetof(CUlaunchConfig, hStream) == 32, "CUlaunchConfig.hStream");
+_Static_assert(offsetof(cudaLaunchConfig_t, dynamicSmemBytes) == 24, "cudaLaunchConfig_t.dynamicSmemBytes");
+_Static_assert(offsetof(cudaLaunchConfig_t, stream) == 32, "cudaLaunchConfig_t.stream");
+#endif
+
+/*
+ * What nvcc puts in a host object for its device code (fatbinary_section.h): a wrapper
+ * with NVIDIA's magic and version around the fatbin data. A real fatbin holds SASS and
+ * PTX, which nothing here can run; the reference's data is a struct refcudaImage: each
+ * kernel's (mangled) name, the C function that stands for its device code, and the
+ * sizes of its parameters (as a cubin's parameter info tells the driver how many
+ * bytes to copy at a launch). cuModuleLoadData and cuLibraryLoadData take that data;
+ * anything else is CUDA_ERROR_INVALID_IMAGE.
+ */
+#define FATBINC_MAGIC 0x466243b1
+typedef struct {
+	int magic;
+	int version;
+	const unsigned long long *data;
+	void *filename_or_fatbins;
+} __fatBinC_Wrapper_t;
+
+#define REFCUDA_IMAGE_MAGIC 0x6b666572u /* "refk" */
+#define REFCUDA_MAX_PARAMS 32
+struct refcudaKernelLaunch;
+/* A kernel's device code: params[i] points to the launch's copy of parameter i. */
+typedef void (*refcudaKernelFn)(const struct refcudaKernelLaunch *l, void *const *params);
+struct refcudaImageKernel {
+	const char *name;
+	refcudaKernelFn fn;
+	unsigned int nparams;
+	unsigned int param_size[REFCUDA_MAX_PARAMS];
+};
+struct refcudaImage {
+	unsigned int magic;
+	unsigned int count;
+	const struct refcudaImageKernel *kernels;
+};
+/* What a kernel runs with, on its stream's engine. */
+struct refcudaKernelLaunch {
+	unsigned int grid[3], block[3], shared;
+	int device;       /* the device it runs on */
+	uint64_t *cursor; /* the engine's lane cursor (lane.c) */
+};
+/*
+ * An SM's loads and stores inside a kernel: n bytes from src to dst, one side this
+ * process's device memory. Paced and counted on the lane of the GPU owning the device
+ * side (inbound when the host side is the source), like a copy engine's chunks: a
+ * copy kernel moves bytes over PCIe as DMA does, it is only the mover that differs.
+ * CUDA_ERROR_INVALID_VALUE when neither side is device memory.
+ */
+CUresult refcudaSMCopy(const struct refcudaKernelLaunch *l, void *dst, const void *src, size_t n);
+
 /* ================= runtime: libcudart.so.12 ================= */
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind);
 cudaError_t cudaMemcpy_ptds(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind);
@@ -284,6 +380,29 @@ cudaError_t cudaSetDevice(int device);
 cudaError_t cudaGetDevice(int *device);
 cudaError_t cudaGetDeviceCount(int *count);
 cudaError_t cudaDeviceGetPCIBusId(char *pciBusId, int len, int device);
+/*
+ * Kernels, as nvcc-generated code reaches the runtime: a constructor registers each
+ * fatbin and the host stub of each of its kernels with the kernel's device name
+ * (__cudaRegisterFunction); `k<<<g, b, s, st>>>(args)` pushes the launch
+ * configuration and calls k's host stub, which pops it and calls cudaLaunchKernel
+ * with its own address. The runtime loads the fatbin into the current context once
+ * (cuModuleLoadData), asks the function's handle once per context
+ * (cuModuleGetFunction with the registered name) and launches it with cuLaunchKernel
+ * (cudaLaunchKernelExC: cuLaunchKernelEx), as NVIDIA's 11.8 and 12.4 runtimes do.
+ */
+void **__cudaRegisterFatBinary(void *fatCubin);
+void __cudaRegisterFatBinaryEnd(void **fatCubinHandle);
+void __cudaUnregisterFatBinary(void **fatCubinHandle);
+void __cudaRegisterFunction(void **fatCubinHandle, const char *hostFun, char *deviceFun, const char *deviceName,
+			    int thread_limit, uint3 *tid, uint3 *bid, dim3 *bDim, dim3 *gDim, int *wSize);
+unsigned int __cudaPushCallConfiguration(dim3 gridDim, dim3 blockDim, size_t sharedMem, void *stream);
+cudaError_t __cudaPopCallConfiguration(dim3 *gridDim, dim3 *blockDim, size_t *sharedMem, void *stream);
+cudaError_t cudaLaunchKernel(const void *func, dim3 gridDim, dim3 blockDim, void **args, size_t sharedMem,
+			     cudaStream_t stream);
+cudaError_t cudaLaunchKernel_ptsz(const void *func, dim3 gridDim, dim3 blockDim, void **args, size_t sharedMem,
+				  cudaStream_t stream);
+cudaError_t cudaLaunchKernelExC(const cudaLaunchConfig_t *config, const void *func, void **args);
+cudaError_t cudaLaunchKernelExC_ptsz(const cudaLaunchConfig_t *config, const void *func, void **args);
 
 /* ================= driver: libcuda.so.1 ================= */
 CUresult cuInit(unsigned int Flags);
@@ -378,6 +497,30 @@ CUresult cuEventSynchronize(CUevent hEvent);
 CUresult cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int Flags);
 CUresult cuStreamWaitEvent_ptsz(CUstream hStream, CUevent hEvent, unsigned int Flags);
 CUresult cuCtxSynchronize(void);
+/* Modules belong to the context current when they are loaded, and so do their
+ * functions; a library is context-independent, its kernels too: a CUkernel launches
+ * (cast to CUfunction, as CUDA 12 allows) in the current context, and
+ * cuKernelGetFunction gives its function there. A handle asked twice is the same. */
+CUresult cuModuleLoadData(CUmodule *module, const void *image);
+CUresult cuModuleUnload(CUmodule hmod);
+CUresult cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name);
+CUresult cuLibraryLoadData(CUlibrary *library, const void *code, CUjit_option *jitOptions, void **jitOptionsValues,
+			   unsigned int numJitOptions, CUlibraryOption *libraryOptions, void **libraryOptionValues,
+			   unsigned int numLibraryOptions);
+CUresult cuLibraryUnload(CUlibrary library);
+CUresult cuLibraryGetKernel(CUkernel *pKernel, CUlibrary library, const char *name);
+CUresult cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel);
+/* The parameters are copied at the call (kernelParams[i] points to parameter i); the
+ * kernel runs on the stream's engine in stream order. extra is not supported
+ * (CUDA_ERROR_NOT_SUPPORTED). */
+CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ,
+			unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes,
+			CUstream hStream, void **kernelParams, void **extra);
+CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ,
+			     unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ,
+			     unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra);
+CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra);
+CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra);
 
 /*
  * Devices and contexts. The devices are the GPUs LW_REF_GPUS names (comma-separated
@@ -413,8 +556,9 @@ unsigned long long refcudaDriverCalls(void);
 
 /*
  * Ground-truth timing: the next n copy calls made by the calling thread into the
- * driver (one record per 1D/2D/peer copy, one per batch entry) write when their
- * engine started and finished into recs[0..n-1] (CLOCK_MONOTONIC ns). Values are
+ * driver (one record per 1D/2D/peer copy, one per batch entry, one per kernel
+ * launch) write when their engine started and finished into recs[0..n-1]
+ * (CLOCK_MONOTONIC ns). Values are
  * valid once the copy's stream has been synchronised. Zero means the copy never
  * ran: a copy call that fails still uses up its record(s); a call that never
  * reaches the driver (the runtime refused it) does not. refcudaSetCopyRecords(NULL,
@@ -448,7 +592,7 @@ void refcudaLaneTransfer(const char *gpu, int inbound, size_t bytes);
  * GPU's cumulative lane byte counters: bytes[0] counts bytes that crossed the
  * inbound lane (host to device: the GPU's PCIe RX), bytes[1] the outbound lane (TX).
  * A chunk is counted when its lane time is reserved, by every copy that takes a lane
- * (runtime/driver copies, refcudaKernelCopy, the RDMA provider), and never reset
+ * (runtime/driver copies, kernels' refcudaSMCopy, the RDMA provider), and never reset
  * while the file exists. busy_until_ns[i] is the end (CLOCK_MONOTONIC ns) of the
  * last lane time reserved on lane i: the lane carries traffic until then, which is
  * how the NVML stand-in knows whether the GPU's link is idle. Read them with
@@ -507,15 +651,6 @@ static inline void refcudaGPUIdentity(const char *name, unsigned int *domain, un
  */
 int refcudaDeviceBusId(int dev, char *buf, size_t len);
 
-/*
- * A copy-kernel stand-in (an SM copy kernel such as HiCache's `kernel` I/O backend):
- * moves n bytes between host and this process's device memory on the GPU's inbound
- * (inbound != 0: host src, device dst) or outbound lane, paced by the lane model and
- * counted by it, synchronously in the calling thread, without going through any
- * CUDA copy entry point (nothing a copy probe sees). CUDA_ERROR_INVALID_VALUE when
- * the device side is not in the device arena or the host side is.
- */
-CUresult refcudaKernelCopy(void *dst, const void *src, size_t n, int inbound);
 
 #ifdef __cplusplus
 }

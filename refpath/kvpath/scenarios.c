@@ -8,6 +8,7 @@
  */
 #include "calls.h"
 #include "kvpath.h"
+#include "sglkernel.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -755,58 +756,89 @@ static int sc_callbench(const struct opts *o, struct result *res)
 
 /* ---------------- copy-kernel stand-in ---------------- */
 
-static void kernel_copy(void *dst, const void *src, size_t n, int inbound, int layer)
+static char kernel_gpu[32]; /* the PCI address of device 0, the scenario's GPU */
+
+/* One sgl-kernel transfer_kv_per_layer launch on stream s: pages [first, first+n)
+ * of item bytes of K and V, moved by the kernel between two pools laid out alike
+ * (page p of layer buffer k at k + p*item). The truth names the kernel, its stream,
+ * layer, GPU and the bytes it moved (the scenario knows which way). */
+static void kernel_copy(char *dst_k, const char *src_k, char *dst_v, const char *src_v, const int64_t *idx,
+			int64_t n, int64_t item, int inbound, cudaStream_t s, int layer)
 {
-	struct truth_rec *r = truth_copy_unarmed("refcudaKernelCopy", "kernel_copy", dst, src, n, -1, NULL, layer);
-	r->has_stream = 0;
-	TCALL(r, refcudaKernelCopy(dst, src, n, inbound));
+	struct truth_rec *r = truth_copy_unarmed("cudaLaunchKernel", "kernel_copy", dst_k, src_k, (uint64_t)(2 * n * item),
+						 inbound ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost, s, layer);
+	r->kernel = sgl_transfer_kernel_name;
+	r->gpu = kernel_gpu;
+	truth_arm_times(&r, 1);
+	TCALL(r, sgl_transfer_kv_per_layer(src_k, dst_k, src_v, dst_v, idx, idx, n, item, 2, 4, s));
 }
 
 /*
- * Bytes moved on the GPU's lanes by no probed call, like SM copy kernels (HiCache's
- * `kernel` I/O backend): `layers` kernel copies of layer_bytes into the GPU (64 MiB
- * by default) and layers/2 out of it (32 MiB), with a few ordinary cudaMemcpyAsync
- * copies (probed) of layer_bytes/8 in between, 4 H2D and 2 D2H. Run it with
- * LW_REF_GPU=<name> so the lanes, and their byte counters, are in
- * /dev/shm/lw-ref-<name> where the NVML stand-in reads them. The end line has the
- * bytes per direction: lane_bytes (the lane counters' increase during the
- * scenario), kernel_bytes and copy_bytes (what the scenario moved each way).
+ * HiCache's `kernel` I/O backend: the bytes go over the GPU's lanes by SM copy
+ * kernels, not by copy calls. `layers` loads of layer_bytes (half K, half V, 8 pages
+ * each) into the GPU, one sgl-kernel transfer_kv_per_layer launch per layer on the
+ * load stream with an event recorded after each layer (64 MiB by default); then
+ * layers/2 writebacks out of it on a write stream (32 MiB); a few ordinary
+ * cudaMemcpyAsync copies (probed) of layer_bytes/8 beside them, 4 H2D on the load
+ * stream and 2 D2H on the write stream. Run it with LW_REF_GPU=<name> so the lanes,
+ * and their byte counters, are in /dev/shm/lw-ref-<name> where the NVML stand-in
+ * reads them. The end line has the bytes per direction: lane_bytes (the lane
+ * counters' increase during the scenario), kernel_bytes and copy_bytes (what the
+ * scenario moved each way), and launches.
  */
 static int sc_kernel_copy(const struct opts *o, struct result *res)
 {
+	const int64_t pages = 8;
 	size_t lb = o->layer_bytes, total = lb * (size_t)o->layers, cb = lb / 8 ? lb / 8 : 1;
+	int64_t item = (int64_t)(lb / 2 / (size_t)pages);
 	int nout = o->layers / 2 ? o->layers / 2 : 1;
 	char *in = pool_mmap(total, 0x33), *out = pool_mmap(total, 0);
 	host_register(in, total, 0);
 	host_register(out, total, 0);
 	char *dev = dev_alloc(total);
-	cudaStream_t s = new_stream();
+	/* the page indices, in device memory as sgl-kernel's are (written as a kernel would) */
+	int64_t *idx = (int64_t *)dev_alloc((size_t)pages * sizeof *idx);
+	for (int64_t p = 0; p < pages; p++)
+		idx[p] = p;
+	cudaStream_t s = new_stream(), w = new_stream();
+	cudaEvent_t ev;
+	CHECK(cudaEventCreate(&ev));
+	if (refcudaDeviceBusId(0, kernel_gpu, sizeof kernel_gpu) != 0) {
+		fprintf(stderr, "kernel-copy: no device 0\n");
+		return 1;
+	}
 	const char *gpu = getenv("LW_REF_GPU");
 	hold_point(o);
 
 	uint64_t in0 = refcudaLaneBytes(1), out0 = refcudaLaneBytes(0);
 	uint64_t kin = 0, kout = 0, cin = 0, cout = 0;
+	int launches = 0;
 	for (int i = 0; i < o->layers; i++) {
-		kernel_copy(dev + (size_t)i * lb, in + (size_t)i * lb, lb, 1, i);
+		char *hk = in + (size_t)i * lb, *dk = dev + (size_t)i * lb;
+		kernel_copy(dk, hk, dk + lb / 2, hk + lb / 2, idx, pages, item, 1, s, i);
 		kin += lb;
+		launches++;
 		if (i < 4) {
-			copy_async(dev + (size_t)i * lb, in + (size_t)i * lb, cb, cudaMemcpyHostToDevice, s, i, NULL);
+			copy_async(dk, hk, cb, cudaMemcpyHostToDevice, s, i, NULL);
 			cin += cb;
 		}
+		event_record(ev, s, i);
 	}
 	stream_sync(s, NULL);
 	int bad = verify(dev, in, total, "kernel copy in");
-	memset(dev, 0x44, total); /* what the kernels write back */
+	memset(dev, 0x44, total); /* what the layers' compute left in the device pool */
 	for (int i = 0; i < nout; i++) {
-		kernel_copy(out + (size_t)i * lb, dev + (size_t)i * lb, lb, 0, i);
+		char *hk = out + (size_t)i * lb, *dk = dev + (size_t)i * lb;
+		kernel_copy(hk, dk, hk + lb / 2, dk + lb / 2, idx, pages, item, 0, w, -1);
 		kout += lb;
+		launches++;
 		if (i < 2) {
 			copy_async(out + total - (size_t)(i + 1) * cb, dev + total - (size_t)(i + 1) * cb, cb,
-				   cudaMemcpyDeviceToHost, s, i, NULL);
+				   cudaMemcpyDeviceToHost, w, -1, NULL);
 			cout += cb;
 		}
 	}
-	stream_sync(s, NULL);
+	stream_sync(w, NULL);
 	bad |= verify(out, dev, (size_t)nout * lb, "kernel copy out");
 	uint64_t lin = refcudaLaneBytes(1) - in0, lout = refcudaLaneBytes(0) - out0;
 
@@ -818,16 +850,19 @@ static int sc_kernel_copy(const struct opts *o, struct result *res)
 			(unsigned long long)(kout + cout));
 		bad = 1;
 	}
-	fprintf(stderr, "kernel-copy: lanes H2D %llu D2H %llu bytes (kernel %llu/%llu, copies %llu/%llu)%s%s\n",
+	fprintf(stderr, "kernel-copy: lanes H2D %llu D2H %llu bytes (kernel %llu/%llu in %d launches, copies %llu/%llu)%s%s\n",
 		(unsigned long long)lin, (unsigned long long)lout, (unsigned long long)kin, (unsigned long long)kout,
-		(unsigned long long)cin, (unsigned long long)cout, shared ? " on gpu " : "", shared ? gpu : "");
+		launches, (unsigned long long)cin, (unsigned long long)cout, shared ? " on gpu " : "", shared ? gpu : "");
 	snprintf(res->extra, sizeof res->extra,
 		 "\"gpu\":\"%s\",\"lane_bytes\":{\"h2d\":%llu,\"d2h\":%llu},\"kernel_bytes\":{\"h2d\":%llu,\"d2h\":%llu},"
-		 "\"copy_bytes\":{\"h2d\":%llu,\"d2h\":%llu}",
+		 "\"copy_bytes\":{\"h2d\":%llu,\"d2h\":%llu},\"launches\":%d",
 		 shared ? gpu : "", (unsigned long long)lin, (unsigned long long)lout, (unsigned long long)kin,
-		 (unsigned long long)kout, (unsigned long long)cin, (unsigned long long)cout);
+		 (unsigned long long)kout, (unsigned long long)cin, (unsigned long long)cout, launches);
 
+	CHECK(cudaEventDestroy(ev));
 	CHECK(cudaStreamDestroy(s));
+	CHECK(cudaStreamDestroy(w));
+	dev_free(idx);
 	dev_free(dev);
 	host_unregister(in);
 	host_unregister(out);

@@ -286,13 +286,18 @@ int truth_write(const char *path, const char *extra)
 				json_u(f, "height", r->height);
 			}
 		} else if (!strcmp(r->op, "kernel_copy")) {
-			/* a copy kernel's transfer: on the lanes, but made by no probed call */
+			/* a copy kernel's launch: its bytes cross the lanes, moved by SMs,
+			 * in the direction the scenario knows (the kernel's name does not say) */
+			json_str(f, "kernel", r->kernel);
+			json_str(f, "mover", "sm");
+			if (r->gpu)
+				json_str(f, "gpu", r->gpu);
 			json_u(f, "dst", r->dst);
 			json_u(f, "src", r->src);
 			json_u(f, "bytes", r->bytes);
 			json_str(f, "direction", r->direction);
 			json_str(f, "host_mem", r->host_mem);
-			fputs(",\"probed\":false", f);
+			json_u(f, "stream", r->stream);
 		} else {
 			if (r->ptr)
 				json_u(f, "ptr", r->ptr);

@@ -31,6 +31,7 @@ struct truth_rec {
 	int has_stream, has_event, has_flags;
 	const char *phase; /* optional: e.g. "alone" / "concurrent" */
 	const char *gpu;   /* copies: the PCI address (sysfs form) of the GPU whose link it crossed, NULL unstated */
+	const char *kernel; /* kernel_copy: the launched kernel's (mangled) name */
 	uint64_t t_call_ns, t_return_ns;
 };
 

@@ -18,6 +18,9 @@
  *   cudaFreeAsync[_ptsz]           cuMemFreeAsync[_ptsz]
  *   cudaMemPoolCreate/Destroy      cuMemPoolCreate/Destroy (cudaMemPoolProps is laid out as CUmemPoolProps)
  *   other memory, stream, event    the matching cu* call (cudaEventRecordWithFlags: cuEventRecordWithFlags)
+ *   cudaLaunchKernel[_ptsz]        cuLaunchKernel[_ptsz] (all eleven arguments), with the CUfunction of
+ *                                  cuModuleGetFunction(registered device name), asked once per context
+ *   cudaLaunchKernelExC[_ptsz]     cuLaunchKernelEx[_ptsz]
  *
  * Devices, as CUDA 12's runtime handles them: cudaSetDevice(d) retains d's primary
  * context (once per process and device: cuDevicePrimaryCtxRetain) and makes it
@@ -34,6 +37,7 @@
 #include "refcuda.h"
 #include <pthread.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #define RT_API __attribute__((noinline, visibility("default")))
 #define DP(p) ((CUdeviceptr)(uintptr_t)(p))
@@ -609,4 +613,179 @@ RT_API cudaError_t cudaGetDeviceCount(int *count)
 	if (!count)
 		return ret(CUDA_ERROR_INVALID_VALUE);
 	return ret(cuDeviceGetCount(count));
+}
+
+/* ---- kernels: what nvcc-generated code calls (refcuda.h) ---- */
+
+/*
+ * Registrations come from constructors, before main and before any CUDA call: they
+ * only record what was registered, as the real runtime does; the driver is reached
+ * at a kernel's first launch in a context: the fatbin is loaded there once
+ * (cuModuleLoadData) and the function asked once (cuModuleGetFunction with the
+ * device name __cudaRegisterFunction gave), as the 11.8 and 12.4 runtimes do.
+ */
+#define RT_MAX_FUNCS 1024
+struct rt_fatbin {
+	const __fatBinC_Wrapper_t *w;
+	CUmodule mod[RT_MAX_DEVICES]; /* per device: its primary context's module */
+};
+struct rt_func {
+	const void *host; /* the host stub */
+	const char *name; /* the device function's (mangled) name */
+	struct rt_fatbin *fb;
+	CUfunction f[RT_MAX_DEVICES];
+};
+static pthread_mutex_t reg_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct rt_func funcs[RT_MAX_FUNCS];
+static int nfuncs;
+
+RT_API void **__cudaRegisterFatBinary(void *fatCubin)
+{
+	const __fatBinC_Wrapper_t *w = fatCubin;
+	if (!w || w->magic != FATBINC_MAGIC || w->version != 1)
+		return NULL;
+	struct rt_fatbin *fb = calloc(1, sizeof *fb);
+	if (fb)
+		fb->w = w;
+	return (void **)fb;
+}
+
+RT_API void __cudaRegisterFatBinaryEnd(void **fatCubinHandle)
+{
+	(void)fatCubinHandle;
+}
+
+/* At exit: the functions of the fatbin are forgotten; its modules go with the
+ * process (the driver may be gone already). */
+RT_API void __cudaUnregisterFatBinary(void **fatCubinHandle)
+{
+	struct rt_fatbin *fb = (struct rt_fatbin *)fatCubinHandle;
+	if (!fb)
+		return;
+	pthread_mutex_lock(&reg_mu);
+	for (int i = 0; i < nfuncs; i++)
+		if (funcs[i].fb == fb)
+			funcs[i] = (struct rt_func){0};
+	pthread_mutex_unlock(&reg_mu);
+}
+
+RT_API void __cudaRegisterFunction(void **fatCubinHandle, const char *hostFun, char *deviceFun, const char *deviceName,
+				   int thread_limit, uint3 *tid, uint3 *bid, dim3 *bDim, dim3 *gDim, int *wSize)
+{
+	(void)deviceFun, (void)thread_limit, (void)tid, (void)bid, (void)bDim, (void)gDim, (void)wSize;
+	if (!fatCubinHandle || !hostFun || !deviceName)
+		return;
+	pthread_mutex_lock(&reg_mu);
+	if (nfuncs < RT_MAX_FUNCS)
+		funcs[nfuncs++] = (struct rt_func){.host = hostFun, .name = deviceName, .fb = (struct rt_fatbin *)fatCubinHandle};
+	pthread_mutex_unlock(&reg_mu);
+}
+
+/* `k<<<g, b, s, st>>>(...)`: the call site pushes the configuration, k's host stub pops it. */
+static __thread struct {
+	dim3 grid, block;
+	size_t shared;
+	void *stream;
+	int set;
+} call_config;
+
+RT_API unsigned int __cudaPushCallConfiguration(dim3 gridDim, dim3 blockDim, size_t sharedMem, void *stream)
+{
+	call_config.grid = gridDim;
+	call_config.block = blockDim;
+	call_config.shared = sharedMem;
+	call_config.stream = stream;
+	call_config.set = 1;
+	return 0;
+}
+
+RT_API cudaError_t __cudaPopCallConfiguration(dim3 *gridDim, dim3 *blockDim, size_t *sharedMem, void *stream)
+{
+	if (!call_config.set)
+		return ret(CUDA_ERROR_INVALID_VALUE);
+	*gridDim = call_config.grid;
+	*blockDim = call_config.block;
+	*sharedMem = call_config.shared;
+	*(void **)stream = call_config.stream;
+	call_config.set = 0;
+	return cudaSuccess;
+}
+
+/* The CUfunction of host stub func in the current context: loaded and asked at its
+ * first launch there. */
+static cudaError_t function_of(const void *func, CUfunction *f)
+{
+	CUdevice dev = 0;
+	CUresult r = cuCtxGetDevice(&dev);
+	if (r != CUDA_SUCCESS)
+		return ret(r);
+	if (dev < 0 || dev >= RT_MAX_DEVICES)
+		return ret(CUDA_ERROR_INVALID_DEVICE);
+	pthread_mutex_lock(&reg_mu);
+	struct rt_func *rf = NULL;
+	for (int i = 0; i < nfuncs && !rf; i++)
+		if (funcs[i].host == func)
+			rf = &funcs[i];
+	if (!rf) {
+		pthread_mutex_unlock(&reg_mu);
+		return ret((CUresult)cudaErrorInvalidDeviceFunction);
+	}
+	if (!rf->fb->mod[dev])
+		r = cuModuleLoadData(&rf->fb->mod[dev], rf->fb->w->data);
+	if (r == CUDA_SUCCESS && !rf->f[dev])
+		r = cuModuleGetFunction(&rf->f[dev], rf->fb->mod[dev], rf->name);
+	*f = rf->f[dev];
+	pthread_mutex_unlock(&reg_mu);
+	return ret(r);
+}
+
+static cudaError_t launch(const void *func, dim3 g, dim3 b, void **args, size_t shared, cudaStream_t s, int pt)
+{
+	INIT();
+	CUfunction f = NULL;
+	cudaError_t e = function_of(func, &f);
+	if (e != cudaSuccess)
+		return e;
+	if (pt)
+		return ret(cuLaunchKernel_ptsz(f, g.x, g.y, g.z, b.x, b.y, b.z, (unsigned int)shared, s, args, NULL));
+	return ret(cuLaunchKernel(f, g.x, g.y, g.z, b.x, b.y, b.z, (unsigned int)shared, s, args, NULL));
+}
+
+RT_API cudaError_t cudaLaunchKernel(const void *func, dim3 gridDim, dim3 blockDim, void **args, size_t sharedMem,
+				    cudaStream_t stream)
+{
+	return launch(func, gridDim, blockDim, args, sharedMem, stream, 0);
+}
+
+RT_API cudaError_t cudaLaunchKernel_ptsz(const void *func, dim3 gridDim, dim3 blockDim, void **args, size_t sharedMem,
+					 cudaStream_t stream)
+{
+	return launch(func, gridDim, blockDim, args, sharedMem, stream, 1);
+}
+
+static cudaError_t launch_ex(const cudaLaunchConfig_t *config, const void *func, void **args, int pt)
+{
+	INIT();
+	if (!config)
+		return ret(CUDA_ERROR_INVALID_VALUE);
+	CUfunction f = NULL;
+	cudaError_t e = function_of(func, &f);
+	if (e != cudaSuccess)
+		return e;
+	CUlaunchConfig c = {
+		.gridDimX = config->gridDim.x, .gridDimY = config->gridDim.y, .gridDimZ = config->gridDim.z,
+		.blockDimX = config->blockDim.x, .blockDimY = config->blockDim.y, .blockDimZ = config->blockDim.z,
+		.sharedMemBytes = (unsigned int)config->dynamicSmemBytes, .hStream = config->stream,
+	};
+	return ret(pt ? cuLaunchKernelEx_ptsz(&c, f, args, NULL) : cuLaunchKernelEx(&c, f, args, NULL));
+}
+
+RT_API cudaError_t cudaLaunchKernelExC(const cudaLaunchConfig_t *config, const void *func, void **args)
+{
+	return launch_ex(config, func, args, 0);
+}
+
+RT_API cudaError_t cudaLaunchKernelExC_ptsz(const cudaLaunchConfig_t *config, const void *func, void **args)
+{
+	return launch_ex(config, func, args, 1);
 }

@@ -14,7 +14,13 @@
  *  - a failed copy moves no lane bytes and uses up its engine-time record;
  *  - devices and contexts on two GPUs (LW_REF_GPUS, set here): no allocation without a
  *    current context, primary contexts, the per-thread stack (set current, push, pop,
- *    create, destroy), allocations on the current device and PCI bus ids.
+ *    create, destroy), allocations on the current device and PCI bus ids;
+ *  - kernels as a driver-API program (Triton, a custom loader) launches them: a module
+ *    of the current context and its function (one handle per name), a library's
+ *    kernel and its function per context, cuLaunchKernel(_ptsz) and cuLaunchKernelEx
+ *    with a function or a CUkernel, parameters copied at the call, the kernel's bytes
+ *    on the lanes, its time record; a bad image, an unknown name, another context's
+ *    function, extra, an empty grid refused.
  */
 #include "refcuda.h"
 #include <fcntl.h>
@@ -41,6 +47,17 @@ static uint64_t lanes(void)
 {
 	return refcudaLaneBytes(1) + refcudaLaneBytes(0);
 }
+
+/* A kernel of the image below: copy(dst, src, n) by SM loads and stores. */
+static void k_copy(const struct refcudaKernelLaunch *l, void *const *params)
+{
+	refcudaSMCopy(l, *(void **)params[0], *(const void **)params[1], *(size_t *)params[2]);
+}
+
+static const struct refcudaImageKernel image_kernels[] = {
+	{.name = "_Z6k_copyPvPKvm", .fn = k_copy, .nparams = 3, .param_size = {8, 8, 8}},
+};
+static const struct refcudaImage image = {.magic = REFCUDA_IMAGE_MAGIC, .count = 1, .kernels = image_kernels};
 
 static void fill(char *p, size_t n, unsigned seed)
 {
@@ -286,6 +303,76 @@ int main(void)
 	EXPECT(cuEventRecordWithFlags(e, s, 0x80), CUDA_ERROR_INVALID_VALUE);
 	EXPECT(cuEventRecordWithFlags(NULL, s, 0), CUDA_ERROR_INVALID_HANDLE);
 	EXPECT(cuEventDestroy_v2(e), CUDA_SUCCESS);
+
+	/* ---- kernels through the driver API ---- */
+	const char *kname = image_kernels[0].name;
+	CUmodule mod = NULL;
+	CUfunction f = NULL, f2 = NULL;
+	EXPECT(cuModuleLoadData(&mod, "not an image"), CUDA_ERROR_INVALID_IMAGE);
+	EXPECT(cuModuleLoadData(&mod, &image), CUDA_SUCCESS);
+	EXPECT(cuModuleGetFunction(&f, mod, "_Z4nopev"), CUDA_ERROR_NOT_FOUND);
+	EXPECT(cuModuleGetFunction(&f, mod, kname), CUDA_SUCCESS);
+	EXPECT(cuModuleGetFunction(&f2, mod, kname), CUDA_SUCCESS);
+	EXPECT(f == f2, 1); /* one handle per module and name */
+	fill(pin, N, 3);
+	memset(dev, 0, N);
+	void *kdst = dev, *ksrc = pin;
+	size_t kn = N / 2;
+	void *kp[3] = {&kdst, &ksrc, &kn};
+	struct refcudaCopyTimes krec[2];
+	refcudaSetCopyRecords(krec, 2);
+	l0 = lanes();
+	EXPECT(cuLaunchKernel(f, 0, 1, 1, 32, 1, 1, 0, s, kp, NULL), CUDA_ERROR_INVALID_VALUE); /* uses up krec[0] */
+	EXPECT(cuLaunchKernel(f, 1, 1, 1, 32, 1, 1, 0, s, kp, NULL), CUDA_SUCCESS);
+	kn = 1; /* copied at the call: the launch above still moves N/2 */
+	EXPECT(cuStreamSynchronize(s), CUDA_SUCCESS);
+	EXPECT(lanes() - l0, N / 2);
+	EXPECT(memcmp(dev, pin, N / 2), 0);
+	EXPECT(krec[0].end_ns, 0);
+	EXPECT(krec[1].end_ns >= krec[1].start_ns && krec[1].start_ns > 0, 1);
+	EXPECT(cuLaunchKernel(f, 1, 1, 1, 32, 1, 1, 0, s, kp, (void **)kp), CUDA_ERROR_NOT_SUPPORTED);
+	EXPECT(cuLaunchKernel((CUfunction)pin, 1, 1, 1, 32, 1, 1, 0, s, kp, NULL), CUDA_ERROR_INVALID_HANDLE);
+	CUlaunchConfig cfg = {.gridDimX = 1, .gridDimY = 1, .gridDimZ = 1, .blockDimX = 64, .blockDimY = 1, .blockDimZ = 1,
+			      .hStream = s};
+	kn = 4096;
+	kdst = dev + N;
+	EXPECT(cuLaunchKernelEx(&cfg, f, kp, NULL), CUDA_SUCCESS);
+	cfg.hStream = NULL;
+	kdst = dev + N + 4096;
+	EXPECT(cuLaunchKernelEx_ptsz(&cfg, f, kp, NULL), CUDA_SUCCESS);
+	EXPECT(cuLaunchKernel_ptsz(f, 1, 1, 1, 32, 1, 1, 0, NULL, kp, NULL), CUDA_SUCCESS);
+	EXPECT(cuStreamSynchronize(s), CUDA_SUCCESS);
+	EXPECT(cuStreamSynchronize_ptsz(NULL), CUDA_SUCCESS);
+	EXPECT(memcmp(dev + N, pin, 8192), 0);
+	CUlibrary lib = NULL;
+	CUkernel k = NULL, k2 = NULL;
+	EXPECT(cuLibraryLoadData(&lib, "nope", NULL, NULL, 0, NULL, NULL, 0), CUDA_ERROR_INVALID_IMAGE);
+	EXPECT(cuLibraryLoadData(&lib, &image, NULL, NULL, 0, NULL, NULL, 0), CUDA_SUCCESS);
+	EXPECT(cuLibraryGetKernel(&k, lib, "_Z4nopev"), CUDA_ERROR_NOT_FOUND);
+	EXPECT(cuLibraryGetKernel(&k, lib, kname), CUDA_SUCCESS);
+	EXPECT(cuLibraryGetKernel(&k2, lib, kname), CUDA_SUCCESS);
+	EXPECT(k == k2, 1);
+	EXPECT(cuKernelGetFunction(&f2, k), CUDA_SUCCESS);
+	CUfunction again_f = NULL;
+	EXPECT(cuKernelGetFunction(&again_f, k), CUDA_SUCCESS);
+	EXPECT(again_f == f2 && f2 != f, 1);
+	kdst = dev + 2 * N;
+	EXPECT(cuLaunchKernel((CUfunction)k, 1, 1, 1, 32, 1, 1, 0, s, kp, NULL), CUDA_SUCCESS); /* a CUkernel, CUDA 12 */
+	EXPECT(cuStreamSynchronize(s), CUDA_SUCCESS);
+	EXPECT(memcmp(dev + 2 * N, pin, 4096), 0);
+	/* another context: the module's function is not its; the kernel has one there */
+	CUcontext kc1 = NULL;
+	EXPECT(cuDevicePrimaryCtxRetain(&kc1, 1), CUDA_SUCCESS);
+	EXPECT(cuCtxPushCurrent_v2(kc1), CUDA_SUCCESS);
+	EXPECT(cuLaunchKernel(f, 1, 1, 1, 32, 1, 1, 0, s, kp, NULL), CUDA_ERROR_INVALID_HANDLE);
+	EXPECT(cuKernelGetFunction(&again_f, k), CUDA_SUCCESS);
+	EXPECT(again_f != f2, 1);
+	EXPECT(cuCtxPopCurrent_v2(&kc1), CUDA_SUCCESS);
+	EXPECT(cuDevicePrimaryCtxRelease_v2(1), CUDA_SUCCESS);
+	EXPECT(cuLibraryUnload(lib), CUDA_SUCCESS);
+	EXPECT(cuModuleUnload(mod), CUDA_SUCCESS);
+	EXPECT(cuModuleUnload(NULL), CUDA_ERROR_INVALID_HANDLE);
+	refcudaSetCopyRecords(NULL, 0);
 
 	EXPECT(cuStreamDestroy_v2(s), CUDA_SUCCESS);
 	EXPECT(cuMemFreeHost(pin), CUDA_SUCCESS);
