@@ -2,48 +2,35 @@ package selftest
 
 import (
 	"context"
-	"crypto/rand"
 	"fmt"
+	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
 	collectorpb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
-	resourcepb "go.opentelemetry.io/proto/otlp/resource/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/lanewatch/lanewatch/correlate"
 	"github.com/lanewatch/lanewatch/exporters"
 	"github.com/lanewatch/lanewatch/otlpbridge"
+	"github.com/lanewatch/lanewatch/otlpbridge/shapes"
 )
 
 // SpanRequest is one request of the server-shaped spans made from a truth
 // file, with the span a transfer of it must hang under.
 type SpanRequest struct {
 	ID     string
-	Parent otlpbridge.SpanRef // the thread span (SGLang) or the request span (vLLM)
+	Parent otlpbridge.SpanRef // the innermost span of the request covering the copy: a forward slice, a thread span (SGLang) or the request span (vLLM)
 }
 
-func strAttr(k, v string) *commonpb.KeyValue {
-	return &commonpb.KeyValue{Key: k, Value: &commonpb.AnyValue{Value: &commonpb.AnyValue_StringValue{StringValue: v}}}
-}
-
-func intAttr(k string, v int64) *commonpb.KeyValue {
-	return &commonpb.KeyValue{Key: k, Value: &commonpb.AnyValue{Value: &commonpb.AnyValue_IntValue{IntValue: v}}}
-}
-
-func newRef() (r otlpbridge.SpanRef) {
-	rand.Read(r.TraceID[:])
-	rand.Read(r.SpanID[:])
-	return r
-}
-
-func spanOf(ref otlpbridge.SpanRef, parent []byte, name string, start, end int64, attrs ...*commonpb.KeyValue) *tracepb.Span {
-	return &tracepb.Span{TraceId: ref.TraceID[:], SpanId: ref.SpanID[:], ParentSpanId: parent, Name: name,
-		Kind: tracepb.Span_SPAN_KIND_INTERNAL, StartTimeUnixNano: uint64(start), EndTimeUnixNano: uint64(end), Attributes: attrs}
+func ref(r shapes.Ref) otlpbridge.SpanRef {
+	return otlpbridge.SpanRef{TraceID: r.TraceID, SpanID: r.SpanID}
 }
 
 // copies returns the truth's copies in order.
@@ -57,24 +44,27 @@ func copies(truth []TruthCall) []TruthCall {
 	return out
 }
 
-// SGLangSpans makes what SGLang --enable-trace exports for a scenario run
-// in two requests: the copies of the first half of the layers serve request
-// 0, the rest request 1. Each request has a root span `Req <rid>` (rid,
-// bootstrap_room) and a scheduler-thread child span whose `pid` attribute
-// is the copying thread's id, covering its copies. offset converts the
-// truth's CLOCK_MONOTONIC ns to Unix ns. It returns the spans and, per copy
-// of the truth in order, the request it serves.
-func SGLangSpans(truth []TruthCall, offset int64) (*collectorpb.ExportTraceServiceRequest, []SpanRequest) {
-	cs := copies(truth)
-	if len(cs) == 0 {
-		return &collectorpb.ExportTraceServiceRequest{}, nil
+// HostID is this host's id as SGLang computes it (trace.py _get_host_id:
+// /etc/machine-id), "unknown" when there is none (SGLang would then use a
+// MAC address the agent cannot read).
+func HostID() string {
+	b, err := os.ReadFile("/etc/machine-id")
+	if id := strings.TrimSpace(string(b)); err == nil && id != "" {
+		return id
 	}
+	return "unknown"
+}
+
+// twoRequests splits the truth's copies between two requests: the first
+// half of the layers serves request 0, the rest request 1. It returns the
+// copies, the groups (indexes into them) and the instant between the groups.
+func twoRequests(truth []TruthCall) (cs []TruthCall, groups [2][]int, mid int64) {
+	cs = copies(truth)
 	maxLayer := 0
 	for _, c := range cs {
 		maxLayer = max(maxLayer, c.Layer)
 	}
 	split := maxLayer/2 + 1
-	var groups [2][]int
 	for i, c := range cs {
 		g := 0
 		if c.Layer >= split {
@@ -82,65 +72,108 @@ func SGLangSpans(truth []TruthCall, offset int64) (*collectorpb.ExportTraceServi
 		}
 		groups[g] = append(groups[g], i)
 	}
-	// The two thread spans meet halfway between the groups' copies.
-	var mid int64
 	if len(groups[0]) > 0 && len(groups[1]) > 0 {
 		mid = (int64(cs[groups[0][len(groups[0])-1]].TReturnNs) + int64(cs[groups[1][0]].TCallNs)) / 2
 	}
+	return cs, groups, mid
+}
+
+// SGLangSpans makes what the current SGLang (--enable-trace, the
+// observability/trace.py form: otlpbridge/shapes) exports for a scenario
+// run as two requests on one unified server: the copies of the first half
+// of the layers serve request 0, the rest request 1. Both requests are in
+// the scheduler for the whole run (thread spans `Scheduler [TP 0]
+// (host:… | pid:TID)`, pid the copying thread, arrival to completion);
+// request 0's prefill_forward covers its copies while request 1 waits
+// (prefill_waiting), then request 1's prefill_forward covers the rest. The
+// request spans ` Req …` come from the tokenizer (another thread). offset
+// converts the truth's CLOCK_MONOTONIC ns to Unix ns. It returns the spans
+// and, per copy of the truth in order, the request it serves and the
+// forward slice it must hang under.
+func SGLangSpans(truth []TruthCall, offset int64) (*collectorpb.ExportTraceServiceRequest, []SpanRequest) {
+	return sglangSpans(truth, offset, shapes.SGLangCurrent)
+}
+
+// SGLangSpansSept2025 is SGLangSpans in the first release's form: a root
+// `Req …` per request and thread spans that meet halfway between the
+// groups, the copies hanging under the thread span.
+func SGLangSpansSept2025(truth []TruthCall, offset int64) (*collectorpb.ExportTraceServiceRequest, []SpanRequest) {
+	return sglangSpans(truth, offset, shapes.SGLangSept2025)
+}
+
+func sglangSpans(truth []TruthCall, offset int64, v shapes.SGLangVersion) (*collectorpb.ExportTraceServiceRequest, []SpanRequest) {
+	cs, groups, mid := twoRequests(truth)
+	if len(cs) == 0 {
+		return &collectorpb.ExportTraceServiceRequest{}, nil
+	}
+	s := shapes.SGLang{Version: v, IDs: shapes.NewIDs(uint32(cs[0].PID))}
+	sched := shapes.SGLangThread{Label: "Scheduler", TID: cs[0].TID, HostID: HostID(), TP: shapes.Rank(0)}
+	tok := shapes.SGLangThread{Label: "Tokenizer", TID: cs[0].PID + 1_000_000, HostID: sched.HostID} // another process's thread
+	first, last := int64(cs[0].TCallNs)-1000+offset, int64(cs[len(cs)-1].TReturnNs)+1000+offset
 	per := make([]SpanRequest, len(cs))
 	var spans []*tracepb.Span
 	for g, idx := range groups {
 		if len(idx) == 0 {
 			continue
 		}
-		start, end := int64(cs[idx[0]].TCallNs)-1000, int64(cs[idx[len(idx)-1]].TReturnNs)+1000
+		start, end := int64(cs[idx[0]].TCallNs)-1000+offset, int64(cs[idx[len(idx)-1]].TReturnNs)+1000+offset
 		if mid != 0 {
 			if g == 0 {
-				end = mid
+				end = mid + offset
 			} else {
-				start = mid + 1
+				start = mid + 1 + offset
 			}
 		}
-		rid := fmt.Sprintf("selftest-%d-%d", cs[0].PID, g)
-		root := newRef()
-		thread := otlpbridge.SpanRef{TraceID: root.TraceID}
-		rand.Read(thread.SpanID[:])
-		spans = append(spans,
-			spanOf(thread, root.SpanID[:], "Scheduler", start+offset, end+offset, intAttr("pid", int64(cs[0].TID)), strAttr("thread_label", "scheduler")),
-			spanOf(root, nil, "Req "+rid[len(rid)-8:], start+offset-5000, end+offset+5000, strAttr("rid", rid), intAttr("bootstrap_room", int64(1000+g))))
+		rid := fmt.Sprintf("5e1f7e57%08x%016x", cs[0].PID, g)
+		req, rs := s.Request("unified", rid, 0, nil, first-5000, last+5000)
+		_, tsp := s.Thread(req, tok, first-5000, first-4000)
+		spans = append(append(spans, rs...), tsp)
+		var parent shapes.Ref
+		if v == shapes.SGLangSept2025 {
+			th, sp := s.Thread(req, sched, start, end)
+			spans = append(spans, sp)
+			parent = th
+		} else {
+			th, sp := s.Thread(req, sched, first-2000, last+2000)
+			spans = append(spans, sp)
+			if g == 1 && start > first {
+				_, w := s.Slice(th, "prefill_waiting", first-2000, start)
+				spans = append(spans, w)
+			}
+			fw, f := s.Slice(th, "prefill_forward", start, end)
+			spans = append(spans, f)
+			parent = fw
+		}
 		for _, i := range idx {
-			per[i] = SpanRequest{ID: rid, Parent: thread}
+			per[i] = SpanRequest{ID: rid, Parent: ref(parent)}
 		}
 	}
-	return &collectorpb.ExportTraceServiceRequest{ResourceSpans: []*tracepb.ResourceSpans{{
-		Resource:   &resourcepb.Resource{Attributes: []*commonpb.KeyValue{strAttr("service.name", "sglang")}},
-		ScopeSpans: []*tracepb.ScopeSpans{{Scope: &commonpb.InstrumentationScope{Name: "sglang"}, Spans: spans}},
-	}}}, per
+	return &collectorpb.ExportTraceServiceRequest{ResourceSpans: []*tracepb.ResourceSpans{
+		shapes.Batch(shapes.SGLangResource(), shapes.SGLangScope, spans...)}}, per
 }
 
-// VLLMSpans makes n overlapping vLLM `llm_request` spans of the scenario's
-// process (resource process.pid), each covering every copy: a batch.
+// VLLMSpans makes n overlapping `llm_request` spans of the current vLLM
+// (otlpbridge/shapes), each covering every copy: a batch. The scenario's
+// process stands for the API server (resource vllm.process_id), so its
+// copies are in the instance's process tree.
 func VLLMSpans(truth []TruthCall, offset int64, n int) (*collectorpb.ExportTraceServiceRequest, []SpanRequest) {
 	cs := copies(truth)
 	if len(cs) == 0 {
 		return &collectorpb.ExportTraceServiceRequest{}, nil
 	}
+	ids := shapes.NewIDs(uint32(cs[0].PID) ^ 0x5a5a)
 	start, end := int64(cs[0].TCallNs)-10_000, int64(cs[len(cs)-1].TReturnNs)+10_000
 	var spans []*tracepb.Span
 	var reqs []SpanRequest
 	for i := range n {
-		id := fmt.Sprintf("cmpl-selftest-%d-%d", cs[0].PID, i)
-		ref := newRef()
-		spans = append(spans, spanOf(ref, nil, "llm_request", start+offset-int64(i)*1000, end+offset+int64(i)*1000,
-			strAttr("gen_ai.request.id", id), intAttr("gen_ai.usage.prompt_tokens", 128),
-			&commonpb.KeyValue{Key: "gen_ai.latency.time_to_first_token", Value: &commonpb.AnyValue{Value: &commonpb.AnyValue_DoubleValue{DoubleValue: 0.05}}}))
-		reqs = append(reqs, SpanRequest{ID: id, Parent: ref})
+		id := fmt.Sprintf("cmpl-5e1f7e57%08x%08x-0", cs[0].PID, i)
+		r, sp := shapes.VLLMSpan(shapes.VLLMCurrent, ids, shapes.VLLMRequest{ID: id, Arrival: start + offset - int64(i)*1000,
+			Finish: end + offset + int64(i)*1000, PromptTokens: 128, Gen: 16, TTFT: 0.05, E2E: 0.1, Prefill: 0.04, Decode: 0.05, Inference: 0.09})
+		spans = append(spans, sp)
+		reqs = append(reqs, SpanRequest{ID: id, Parent: ref(r)})
 	}
-	return &collectorpb.ExportTraceServiceRequest{ResourceSpans: []*tracepb.ResourceSpans{{
-		Resource: &resourcepb.Resource{Attributes: []*commonpb.KeyValue{strAttr("service.name", "vllm"),
-			intAttr("process.pid", int64(cs[0].PID))}},
-		ScopeSpans: []*tracepb.ScopeSpans{{Scope: &commonpb.InstrumentationScope{Name: "vllm.tracing"}, Spans: spans}},
-	}}}, reqs
+	return &collectorpb.ExportTraceServiceRequest{ResourceSpans: []*tracepb.ResourceSpans{
+		shapes.Batch(shapes.VLLMResource(shapes.VLLMCurrent, cs[0].PID), shapes.VLLMScope(shapes.VLLMCurrent), spans...)}}, reqs
 }
 
 // TransferSpans returns the spans lanewatch exported (resource
@@ -186,7 +219,8 @@ func attrText(kvs []*commonpb.KeyValue, key string) (string, bool) {
 
 // CheckSGLangSpans checks lanewatch's transfer spans of process pid against
 // the truth: one transfer per span (each layer is its own run), in the
-// request's trace under its thread span, with the truth's request and layer.
+// request's trace under the request's innermost span covering it (its
+// forward slice, or its thread span), with the truth's request and layer.
 // It returns the problems found (none: passed) and how many copies it matched.
 func CheckSGLangSpans(spans []*tracepb.Span, truth []TruthCall, per []SpanRequest) (problems []string, matched int) {
 	cs := copies(truth)
@@ -221,7 +255,7 @@ func CheckSGLangSpans(spans []*tracepb.Span, truth []TruthCall, per []SpanReques
 		case string(sp.GetTraceId()) != string(want.Parent.TraceID[:]):
 			problems = append(problems, fmt.Sprintf("layer %d: trace %x, want the request's %x", layer, sp.GetTraceId(), want.Parent.TraceID))
 		case string(sp.GetParentSpanId()) != string(want.Parent.SpanID[:]):
-			problems = append(problems, fmt.Sprintf("layer %d: parent %x, want the thread span %x", layer, sp.GetParentSpanId(), want.Parent.SpanID))
+			problems = append(problems, fmt.Sprintf("layer %d: parent %x, want the request's span %x", layer, sp.GetParentSpanId(), want.Parent.SpanID))
 		case rid != want.ID:
 			problems = append(problems, fmt.Sprintf("layer %d: request %q, want %q", layer, rid, want.ID))
 		default:
@@ -230,6 +264,43 @@ func CheckSGLangSpans(spans []*tracepb.Span, truth []TruthCall, per []SpanReques
 	}
 	if len(seen) != len(cs) {
 		problems = append(problems, fmt.Sprintf("%d of %d copies have a span", len(seen), len(cs)))
+	}
+	return problems, matched
+}
+
+// CheckAttribution attributes the agent's transfers of the truth's process
+// with index x and compares each with the request and span per names for
+// its copy (one copy per layer, as in hicache-load). wall converts
+// CLOCK_MONOTONIC ns to Unix ns.
+func CheckAttribution(x *otlpbridge.Index, got []correlate.Transfer, truth []TruthCall, per []SpanRequest, wall func(uint64) int64) (problems []string, matched int) {
+	cs := copies(truth)
+	if len(cs) == 0 {
+		return []string{"truth has no copies"}, 0
+	}
+	byLayer := map[int]int{}
+	for i, c := range cs {
+		byLayer[c.Layer] = i
+	}
+	for i := range got {
+		t := &got[i]
+		if t.PID != cs[0].PID || t.Failed() || !(TruthCall{Op: t.Op}).IsCopy() {
+			continue
+		}
+		j, ok := byLayer[t.Layer]
+		if !ok {
+			problems = append(problems, fmt.Sprintf("transfer at %d: layer %d not in the truth", t.SubmitNs, t.Layer))
+			continue
+		}
+		a, want := x.Attribute(t.PID, t.TID, wall(t.SubmitNs)), per[j]
+		if a.Request != want.ID || a.Parent != want.Parent {
+			problems = append(problems, fmt.Sprintf("layer %d: request %q under %x, want %q under %x (%s, %s)", t.Layer, a.Request,
+				a.Parent.SpanID, want.ID, want.Parent.SpanID, a.Rule, a.Scope))
+			continue
+		}
+		matched++
+	}
+	if matched != len(cs) {
+		problems = append(problems, fmt.Sprintf("%d of %d copies attributed", matched, len(cs)))
 	}
 	return problems, matched
 }
@@ -311,6 +382,15 @@ func spansCheck(ctx context.Context, kvpath, truthPath string, col *Collector, c
 	}
 	problems, matched := CheckSGLangSpans(TransferSpans(reqs), truth, per)
 	res.WantRecords, res.Got = len(copies(truth)), matched
+	// The first release's form (root `Req …`, no slices), on the same
+	// transfers, through the rules alone.
+	sept, perSept := SGLangSpansSept2025(truth, clock.Offset())
+	x := otlpbridge.NewIndex(otlpbridge.IndexConfig{Logger: cfg.Logger})
+	x.Add(sept.GetResourceSpans())
+	older, _ := CheckAttribution(x, got, truth, perSept, clock.Wall)
+	for _, p := range older {
+		problems = append(problems, "September 2025 form: "+p)
+	}
 	res.OtherErrs += len(problems)
 	if len(problems) > 5 {
 		problems = problems[:5]
