@@ -30,6 +30,8 @@ const enum lw_copy2d_arg *unused_copy2d_arg __attribute__((unused));
 const enum lw_event_flag *unused_event_flag __attribute__((unused));
 const enum lw_outstr *unused_outstr __attribute__((unused));
 const enum lw_prop_arg *unused_prop_arg __attribute__((unused));
+const enum lw_name *unused_name __attribute__((unused));
+const enum lw_launch_arg *unused_launch_arg __attribute__((unused));
 
 /* The reader drains on its own timer and is woken only when the ring holds
  * wakeup_bytes unread. A wakeup costs microseconds on a VM, and asking the
@@ -258,14 +260,50 @@ int lw_call_enter(struct pt_regs *ctx)
 	return 0;
 }
 
-SEC("uretprobe.multi")
-int lw_call_return(struct pt_regs *ctx)
+/* emit_name sends the name a call was given, in LW_EV_NAME pieces headed
+ * like the call (enum lw_name), before the call's own event: user space
+ * joins them to it by thread. A piece that cannot be read ends the name
+ * (counted); the call then names nothing. */
+static __always_inline void emit_name(struct lw_event *in)
+{
+	__u64 name = in->args[LW_NAME_ARG];
+	if (!name)
+		return;
+	__u64 ts = bpf_ktime_get_ns();
+	for (__u32 i = 0; i < LW_NAME_PIECES; i++) {
+		struct lw_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+		if (!e) {
+			count_drop(LW_DROP_RING_FULL, 1);
+			return;
+		}
+		__builtin_memcpy(e, in, sizeof(*e));
+		e->kind = LW_EV_NAME;
+		e->batch_index = i;
+		e->ret_ts_ns = ts;
+		long n = bpf_probe_read_user_str(e->args, LW_NAME_PIECE, (void *)(name + i * (LW_NAME_PIECE - 1)));
+		if (n <= 0) {
+			count_drop(LW_DROP_READ_FAULT, 1);
+			bpf_ringbuf_discard(e, 0);
+			return;
+		}
+		e->ret = n;
+		bpf_ringbuf_submit(e, submit_flags());
+		if (n < LW_NAME_PIECE)
+			return;
+	}
+}
+
+/* call_return emits a call kept at entry with its result; with_name, the
+ * name it was given first (enum lw_name), when it succeeded. */
+static __always_inline int call_return(struct pt_regs *ctx, int with_name)
 {
 	__u64 cookie = bpf_get_attach_cookie(ctx);
 	struct lw_slots *s;
 	struct lw_event *in = saved_entry(cookie, &s);
 	if (!in)
 		return 0;
+	if (with_name && (__u32)ctx->ax == 0)
+		emit_name(in);
 	struct lw_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
 	if (!e) {
 		count_drop(LW_DROP_RING_FULL, 1);
@@ -298,6 +336,41 @@ int lw_call_return(struct pt_regs *ctx)
 	    bpf_probe_read_user(&e->args[LW_OUTSTR_ARG], LW_OUTSTR_BYTES, (void *)ptr))
 		count_drop(LW_DROP_READ_FAULT, 1);
 	bpf_ringbuf_submit(e, submit_flags());
+	return 0;
+}
+
+SEC("uretprobe.multi")
+int lw_call_return(struct pt_regs *ctx)
+{
+	return call_return(ctx, 0);
+}
+
+/* cuModuleGetFunction and cuLibraryGetKernel (handle out, parent, const
+ * char *name): the handle's name, read here at return (the driver has just
+ * read it, so its pages are in), goes out ahead of the call. */
+SEC("uretprobe.multi")
+int lw_name_return(struct pt_regs *ctx)
+{
+	return call_return(ctx, 1);
+}
+
+/* cuLaunchKernelEx(config, f, ...) and cudaLaunchKernelExC(config, func,
+ * ...): the grid, block, shared memory and stream are in the config (enum
+ * lw_launch_arg), read at entry; the result at return. */
+SEC("uprobe.multi")
+int lw_launch_ex_enter(struct pt_regs *ctx)
+{
+	struct lw_event *e = enter(ctx, bpf_get_attach_cookie(ctx), 0);
+	if (!e)
+		return 0;
+	__u64 w[LW_LAUNCH_CONFIG_BYTES / 8] = {};
+	if (bpf_probe_read_user(w, sizeof(w), (void *)e->args[0]))
+		count_drop(LW_DROP_READ_FAULT, 1);
+	e->args[LW_LAUNCH_DIMS] = w[0];
+	e->args[LW_LAUNCH_DIMS + 1] = w[1];
+	e->args[LW_LAUNCH_DIMS + 2] = w[2];
+	e->args[LW_LAUNCH_SHMEM] = w[3];
+	e->args[LW_LAUNCH_STREAM] = w[LW_LAUNCH_STREAM_OFF / 8];
 	return 0;
 }
 

@@ -14,6 +14,7 @@ enum lw_event_kind {
 	LW_EV_EXIT = 4,        /* a process's leader thread exited (sched_process_exit) */
 	LW_EV_WR = 5,          /* one work request of an ibv_post_send/ibv_post_recv chain */
 	LW_EV_WC = 6,          /* one completion returned by ibv_poll_cq */
+	LW_EV_NAME = 7,        /* a piece of the name a call was given (enum lw_name), before the call's own event */
 };
 
 #define LW_MAX_WR 16        /* work requests decoded per post call; the rest are counted */
@@ -108,6 +109,34 @@ enum lw_cookie_shift {
 enum lw_outstr {
 	LW_OUTSTR_ARG = 6,    /* first argument slot of the copy */
 	LW_OUTSTR_BYTES = 16, /* bytes copied: args[6] and args[7] */
+};
+
+/* The name a call was given (cuModuleGetFunction, cuLibraryGetKernel: a
+ * kernel's name, their third argument), read at return by lw_name_return
+ * and emitted before the call's own event in LW_EV_NAME pieces: each piece
+ * holds, from args[0], the NUL-terminated string read at name +
+ * (LW_NAME_PIECE - 1) * batch_index, and ret is bpf_probe_read_user_str's
+ * answer (the bytes it wrote, NUL included: LW_NAME_PIECE means the piece
+ * is full and the name may go on). Names are rare (once per kernel and
+ * module or library), so a name costs a few events, never a larger one. */
+enum lw_name {
+	LW_NAME_ARG = 2,    /* the argument holding the name */
+	LW_NAME_PIECE = 72, /* bytes per piece: args[0..8] */
+	LW_NAME_PIECES = 8, /* pieces per name: 568 characters; a longer name is cut */
+};
+
+/* cuLaunchKernelEx(const CUlaunchConfig *config, f, params, extra) and
+ * cudaLaunchKernelExC(const cudaLaunchConfig_t *config, func, args): both
+ * configs open with grid and block dimensions (six 4-byte words), the
+ * shared memory bytes at 24 and the stream at 32 (cuda.h 12.4,
+ * cuda_runtime_api.h; a Go test checks). lw_launch_ex_enter reads those
+ * 40 bytes at entry into argument slots the calls do not use. */
+enum lw_launch_arg {
+	LW_LAUNCH_DIMS = 4,          /* args[4..6]: gridX|gridY<<32, gridZ|blockX<<32, blockY|blockZ<<32 */
+	LW_LAUNCH_SHMEM = 7,         /* args[7]: shared memory bytes (the low half for CUlaunchConfig) */
+	LW_LAUNCH_STREAM = 8,        /* args[8]: the stream */
+	LW_LAUNCH_CONFIG_BYTES = 40, /* bytes read from the config */
+	LW_LAUNCH_STREAM_OFF = 32,   /* the stream's offset in either config */
 };
 
 /* struct CUDA_MEMCPY2D (cuda.h, 128 bytes), read whole by the 2D copy

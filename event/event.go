@@ -18,7 +18,15 @@ const (
 	KindExit                       // a process exited
 	KindWR                         // one work request of a post_send/post_recv chain
 	KindWC                         // one completion returned by poll_cq
+	// KindName is a piece of the name a call was given (a kernel's name
+	// at cuModuleGetFunction, cuLibraryGetKernel): NamePiece holds it, Ret
+	// how many bytes were read (NUL included), BatchIndex which piece.
+	// The pieces of a name come before the call's own event, on its thread.
+	KindName
 )
+
+// NamePieceBytes is the size of one piece of a name (KindName).
+const NamePieceBytes = 72
 
 // Call is one decoded probe hit: the raw arguments already mapped to what
 // the call means. Fields a call does not have are zero.
@@ -75,6 +83,14 @@ type Call struct {
 
 	BatchIndex uint32 // position in a batch copy, a WR chain or a poll's completions
 	BatchCount uint64
+
+	// Kernel launches (OpLaunch): the grid and block dimensions as the
+	// call states them. Handle is the launched function (a CUfunction or
+	// CUkernel at the driver, the host stub's address at the runtime).
+	Grid, Block [3]uint32
+	// NamePiece is one piece of a name (KindName): NUL-terminated within
+	// Ret bytes.
+	NamePiece [NamePieceBytes]byte
 
 	RDMA RDMA // verbs and provider events
 }
@@ -179,6 +195,12 @@ const (
 	OpMemMap         // the VMM allocation Handle mapped at [Ptr, Ptr+Size) from Offset
 	OpMemUnmap       // the mappings in [Ptr, Ptr+Size) go away
 	OpDmabufExport   // device memory [Ptr, Ptr+Size) exported as a dma-buf fd: Handle (out); Flags the handle type
+
+	// Kernels (docs/design.md, "Kernel movers"): launches and the calls
+	// that give a kernel handle its name.
+	OpLaunch         // a kernel launched on Stream: Handle the function (driver) or host stub (runtime), Grid, Block
+	OpKernelName     // a handle named: Handle (out) the new CUfunction or CUkernel, Ptr its module or library; the name came in KindName pieces
+	OpKernelFunction // a CUkernel's CUfunction in the current context: Handle (out) the function, Ptr the kernel
 )
 
 var opNames = [...]string{
@@ -194,6 +216,7 @@ var opNames = [...]string{
 	OpManagedAlloc: "managed_alloc", OpPoolAlloc: "pool_alloc", OpPoolCreate: "pool_create", OpPoolDestroy: "pool_destroy",
 	OpMemCreate: "mem_create", OpMemRelease: "mem_release", OpAddressReserve: "address_reserve",
 	OpAddressFree: "address_free", OpMemMap: "mem_map", OpMemUnmap: "mem_unmap", OpDmabufExport: "dmabuf_export",
+	OpLaunch: "launch", OpKernelName: "kernel_name", OpKernelFunction: "kernel_function",
 }
 
 // String is the op's name as records carry it ("copy", "post_send").
@@ -214,7 +237,12 @@ func (o Op) IsCopy() bool { return o >= OpCopy && o <= OpCopyBatch }
 
 // IsCUDA reports whether the op is a CUDA runtime or driver call the engine
 // correlates (copies, memory, ordering, initialisation).
-func (o Op) IsCUDA() bool { return o >= OpCopy && o <= OpInit || o.IsContext() || o.IsMemory() }
+func (o Op) IsCUDA() bool {
+	return o >= OpCopy && o <= OpInit || o.IsContext() || o.IsMemory() || o.IsKernel()
+}
+
+// IsKernel reports whether the op launches or names a kernel.
+func (o Op) IsKernel() bool { return o >= OpLaunch && o <= OpKernelFunction }
 
 // IsContext reports whether the op selects or names a device or context.
 func (o Op) IsContext() bool { return o >= OpCtxRetain && o <= OpDeviceBusID }

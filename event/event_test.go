@@ -4,21 +4,22 @@ import "testing"
 
 func TestOpNames(t *testing.T) {
 	seen := map[string]Op{}
-	for op := OpCopy; op <= OpDmabufExport; op++ {
+	for op := OpCopy; op <= OpKernelFunction; op++ {
 		name := op.String()
 		if name == "unknown" || seen[name] != 0 {
 			t.Errorf("op %d: name %q (also op %d)", op, name, seen[name])
 		}
 		seen[name] = op
 	}
-	for _, op := range []Op{0, OpDmabufExport + 1, 255} {
+	for _, op := range []Op{0, OpKernelFunction + 1, 255} {
 		if op.String() != "unknown" {
 			t.Errorf("op %d named %q", op, op.String())
 		}
 	}
 	if !OpCopyBatch.IsCopy() || OpHostAlloc.IsCopy() || !OpStreamWaitEvent.IsCUDA() || OpLinkerUpdate.IsCUDA() ||
 		!OpCtxSetCurrent.IsCUDA() || !OpDeviceBusID.IsContext() || OpPollCQ.IsCUDA() || OpInit.IsContext() ||
-		!OpMemMap.IsCUDA() || !OpManagedAlloc.IsMemory() || OpDeviceBusID.IsMemory() || OpManagedAlloc.IsContext() {
+		!OpMemMap.IsCUDA() || !OpManagedAlloc.IsMemory() || OpDeviceBusID.IsMemory() || OpManagedAlloc.IsContext() ||
+		!OpLaunch.IsCUDA() || !OpKernelFunction.IsKernel() || OpLaunch.IsMemory() || OpLaunch.IsCopy() || OpDmabufExport.IsKernel() {
 		t.Error("IsCopy/IsCUDA boundaries moved")
 	}
 }

@@ -20,6 +20,7 @@ var kinds = func() (k [8]event.Kind) {
 	k[lanewatchLwEventKindLW_EV_EXIT] = event.KindExit
 	k[lanewatchLwEventKindLW_EV_WR] = event.KindWR
 	k[lanewatchLwEventKindLW_EV_WC] = event.KindWC
+	k[lanewatchLwEventKindLW_EV_NAME] = event.KindName
 	return k
 }()
 
@@ -34,7 +35,8 @@ var facts = func() []rowFacts {
 	for i, p := range Table {
 		out[i] = rowFacts{
 			perThread: strings.HasSuffix(p.Symbol, "_ptsz") || strings.HasSuffix(p.Symbol, "_ptds"),
-			returns:   p.Program == ProgEntryReturn || p.Program == ProgBatch || p.Program == ProgCopy2D || p.Program == ProgProp,
+			returns: p.Program == ProgEntryReturn || p.Program == ProgBatch || p.Program == ProgCopy2D || p.Program == ProgProp ||
+				p.Program == ProgName || p.Program == ProgLaunchEx,
 		}
 	}
 	return out
@@ -100,6 +102,14 @@ func Decode(raw []byte, c *event.Call) error {
 	p := &Table[ev.Probe]
 	describe(c, ev.Probe)
 	a := &ev.Args
+	if kind == event.KindName {
+		// lw_name_return put a piece of the name in args[0..]: bytes in
+		// memory order, as the host's (little-endian) words hold them.
+		for i := range c.NamePiece {
+			c.NamePiece[i] = byte(a[i/8] >> (8 * (i % 8)))
+		}
+		return nil
+	}
 	arg := func(i int) uint64 {
 		if i < 0 || i >= len(a) {
 			return 0
@@ -145,6 +155,9 @@ func Decode(raw []byte, c *event.Call) error {
 			c.BusID[i] = byte(a[at+i/8] >> (8 * (i % 8)))
 		}
 	}
+	if p.Dims != DimsNone {
+		decodeDims(p.Dims, a, c)
+	}
 	switch kind {
 	case event.KindWR:
 		decodeWR(ev, c)
@@ -162,6 +175,23 @@ func Decode(raw []byte, c *event.Call) error {
 		c.BatchCount = arg(p.Args.Count)
 	}
 	return nil
+}
+
+// decodeDims reads a launch's grid and block dimensions (Probe.Dims).
+func decodeDims(d Dims, a *[9]uint64, c *event.Call) {
+	lo, hi := func(w uint64) uint32 { return uint32(w) }, func(w uint64) uint32 { return uint32(w >> 32) }
+	switch d {
+	case DimsArgs: // six unsigned ints: each argument's low half
+		c.Grid = [3]uint32{lo(a[1]), lo(a[2]), lo(a[3])}
+		c.Block = [3]uint32{lo(a[4]), lo(a[5]), lo(a[6])}
+	case DimsDim3: // struct dim3 {x, y, z} by value: x|y<<32 in one register, z in the next
+		c.Grid = [3]uint32{lo(a[1]), hi(a[1]), lo(a[2])}
+		c.Block = [3]uint32{lo(a[3]), hi(a[3]), lo(a[4])}
+	case DimsConfig: // the config's first 24 bytes, copied by lw_launch_ex_enter
+		const at = int(lanewatchLwLaunchArgLW_LAUNCH_DIMS)
+		c.Grid = [3]uint32{lo(a[at]), hi(a[at]), lo(a[at+1])}
+		c.Block = [3]uint32{hi(a[at+1]), lo(a[at+2]), hi(a[at+2])}
+	}
 }
 
 // CUmemorytype values (cuda.h).

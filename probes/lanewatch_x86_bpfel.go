@@ -88,6 +88,25 @@ const (
 	lanewatchLwEventKindLW_EV_EXIT        lanewatchLwEventKind = 4
 	lanewatchLwEventKindLW_EV_WR          lanewatchLwEventKind = 5
 	lanewatchLwEventKindLW_EV_WC          lanewatchLwEventKind = 6
+	lanewatchLwEventKindLW_EV_NAME        lanewatchLwEventKind = 7
+)
+
+type lanewatchLwLaunchArg uint32
+
+const (
+	lanewatchLwLaunchArgLW_LAUNCH_DIMS         lanewatchLwLaunchArg = 4
+	lanewatchLwLaunchArgLW_LAUNCH_SHMEM        lanewatchLwLaunchArg = 7
+	lanewatchLwLaunchArgLW_LAUNCH_STREAM       lanewatchLwLaunchArg = 8
+	lanewatchLwLaunchArgLW_LAUNCH_CONFIG_BYTES lanewatchLwLaunchArg = 40
+	lanewatchLwLaunchArgLW_LAUNCH_STREAM_OFF   lanewatchLwLaunchArg = 32
+)
+
+type lanewatchLwName uint32
+
+const (
+	lanewatchLwNameLW_NAME_ARG    lanewatchLwName = 2
+	lanewatchLwNameLW_NAME_PIECE  lanewatchLwName = 72
+	lanewatchLwNameLW_NAME_PIECES lanewatchLwName = 8
 )
 
 type lanewatchLwOutstr uint32
@@ -156,6 +175,8 @@ const (
 	lanewatchProgLwCopy2dEnter    = "lw_copy2d_enter"
 	lanewatchProgLwExec           = "lw_exec"
 	lanewatchProgLwExit           = "lw_exit"
+	lanewatchProgLwLaunchExEnter  = "lw_launch_ex_enter"
+	lanewatchProgLwNameReturn     = "lw_name_return"
 	lanewatchProgLwPollCqReturn   = "lw_poll_cq_return"
 	lanewatchProgLwPostRecv       = "lw_post_recv"
 	lanewatchProgLwPostSend       = "lw_post_send"
@@ -166,6 +187,8 @@ const (
 	lanewatchVarUnusedDropReason  = "unused_drop_reason"
 	lanewatchVarUnusedEventFlag   = "unused_event_flag"
 	lanewatchVarUnusedEventKind   = "unused_event_kind"
+	lanewatchVarUnusedLaunchArg   = "unused_launch_arg"
+	lanewatchVarUnusedName        = "unused_name"
 	lanewatchVarUnusedOutstr      = "unused_outstr"
 	lanewatchVarUnusedPropArg     = "unused_prop_arg"
 	lanewatchVarUnusedWcArg       = "unused_wc_arg"
@@ -215,17 +238,19 @@ type lanewatchSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type lanewatchProgramSpecs struct {
-	LwBatch        *ebpf.ProgramSpec `ebpf:"lw_batch"`
-	LwCall         *ebpf.ProgramSpec `ebpf:"lw_call"`
-	LwCallEnter    *ebpf.ProgramSpec `ebpf:"lw_call_enter"`
-	LwCallReturn   *ebpf.ProgramSpec `ebpf:"lw_call_return"`
-	LwCopy2dEnter  *ebpf.ProgramSpec `ebpf:"lw_copy2d_enter"`
-	LwExec         *ebpf.ProgramSpec `ebpf:"lw_exec"`
-	LwExit         *ebpf.ProgramSpec `ebpf:"lw_exit"`
-	LwPollCqReturn *ebpf.ProgramSpec `ebpf:"lw_poll_cq_return"`
-	LwPostRecv     *ebpf.ProgramSpec `ebpf:"lw_post_recv"`
-	LwPostSend     *ebpf.ProgramSpec `ebpf:"lw_post_send"`
-	LwPropEnter    *ebpf.ProgramSpec `ebpf:"lw_prop_enter"`
+	LwBatch         *ebpf.ProgramSpec `ebpf:"lw_batch"`
+	LwCall          *ebpf.ProgramSpec `ebpf:"lw_call"`
+	LwCallEnter     *ebpf.ProgramSpec `ebpf:"lw_call_enter"`
+	LwCallReturn    *ebpf.ProgramSpec `ebpf:"lw_call_return"`
+	LwCopy2dEnter   *ebpf.ProgramSpec `ebpf:"lw_copy2d_enter"`
+	LwExec          *ebpf.ProgramSpec `ebpf:"lw_exec"`
+	LwExit          *ebpf.ProgramSpec `ebpf:"lw_exit"`
+	LwLaunchExEnter *ebpf.ProgramSpec `ebpf:"lw_launch_ex_enter"`
+	LwNameReturn    *ebpf.ProgramSpec `ebpf:"lw_name_return"`
+	LwPollCqReturn  *ebpf.ProgramSpec `ebpf:"lw_poll_cq_return"`
+	LwPostRecv      *ebpf.ProgramSpec `ebpf:"lw_post_recv"`
+	LwPostSend      *ebpf.ProgramSpec `ebpf:"lw_post_send"`
+	LwPropEnter     *ebpf.ProgramSpec `ebpf:"lw_prop_enter"`
 }
 
 // lanewatchMapSpecs contains maps before they are loaded into the kernel.
@@ -247,6 +272,8 @@ type lanewatchVariableSpecs struct {
 	UnusedDropReason  *ebpf.VariableSpec `ebpf:"unused_drop_reason"`
 	UnusedEventFlag   *ebpf.VariableSpec `ebpf:"unused_event_flag"`
 	UnusedEventKind   *ebpf.VariableSpec `ebpf:"unused_event_kind"`
+	UnusedLaunchArg   *ebpf.VariableSpec `ebpf:"unused_launch_arg"`
+	UnusedName        *ebpf.VariableSpec `ebpf:"unused_name"`
 	UnusedOutstr      *ebpf.VariableSpec `ebpf:"unused_outstr"`
 	UnusedPropArg     *ebpf.VariableSpec `ebpf:"unused_prop_arg"`
 	UnusedWcArg       *ebpf.VariableSpec `ebpf:"unused_wc_arg"`
@@ -297,6 +324,8 @@ type lanewatchVariables struct {
 	UnusedDropReason  *ebpf.Variable `ebpf:"unused_drop_reason"`
 	UnusedEventFlag   *ebpf.Variable `ebpf:"unused_event_flag"`
 	UnusedEventKind   *ebpf.Variable `ebpf:"unused_event_kind"`
+	UnusedLaunchArg   *ebpf.Variable `ebpf:"unused_launch_arg"`
+	UnusedName        *ebpf.Variable `ebpf:"unused_name"`
 	UnusedOutstr      *ebpf.Variable `ebpf:"unused_outstr"`
 	UnusedPropArg     *ebpf.Variable `ebpf:"unused_prop_arg"`
 	UnusedWcArg       *ebpf.Variable `ebpf:"unused_wc_arg"`
@@ -308,17 +337,19 @@ type lanewatchVariables struct {
 //
 // It can be passed to loadLanewatchObjects or ebpf.CollectionSpec.LoadAndAssign.
 type lanewatchPrograms struct {
-	LwBatch        *ebpf.Program `ebpf:"lw_batch"`
-	LwCall         *ebpf.Program `ebpf:"lw_call"`
-	LwCallEnter    *ebpf.Program `ebpf:"lw_call_enter"`
-	LwCallReturn   *ebpf.Program `ebpf:"lw_call_return"`
-	LwCopy2dEnter  *ebpf.Program `ebpf:"lw_copy2d_enter"`
-	LwExec         *ebpf.Program `ebpf:"lw_exec"`
-	LwExit         *ebpf.Program `ebpf:"lw_exit"`
-	LwPollCqReturn *ebpf.Program `ebpf:"lw_poll_cq_return"`
-	LwPostRecv     *ebpf.Program `ebpf:"lw_post_recv"`
-	LwPostSend     *ebpf.Program `ebpf:"lw_post_send"`
-	LwPropEnter    *ebpf.Program `ebpf:"lw_prop_enter"`
+	LwBatch         *ebpf.Program `ebpf:"lw_batch"`
+	LwCall          *ebpf.Program `ebpf:"lw_call"`
+	LwCallEnter     *ebpf.Program `ebpf:"lw_call_enter"`
+	LwCallReturn    *ebpf.Program `ebpf:"lw_call_return"`
+	LwCopy2dEnter   *ebpf.Program `ebpf:"lw_copy2d_enter"`
+	LwExec          *ebpf.Program `ebpf:"lw_exec"`
+	LwExit          *ebpf.Program `ebpf:"lw_exit"`
+	LwLaunchExEnter *ebpf.Program `ebpf:"lw_launch_ex_enter"`
+	LwNameReturn    *ebpf.Program `ebpf:"lw_name_return"`
+	LwPollCqReturn  *ebpf.Program `ebpf:"lw_poll_cq_return"`
+	LwPostRecv      *ebpf.Program `ebpf:"lw_post_recv"`
+	LwPostSend      *ebpf.Program `ebpf:"lw_post_send"`
+	LwPropEnter     *ebpf.Program `ebpf:"lw_prop_enter"`
 }
 
 func (p *lanewatchPrograms) Close() error {
@@ -330,6 +361,8 @@ func (p *lanewatchPrograms) Close() error {
 		p.LwCopy2dEnter,
 		p.LwExec,
 		p.LwExit,
+		p.LwLaunchExEnter,
+		p.LwNameReturn,
 		p.LwPollCqReturn,
 		p.LwPostRecv,
 		p.LwPostSend,

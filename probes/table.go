@@ -34,6 +34,18 @@ const (
 	ProgPostRecv                       // entry; walks the ibv_recv_wr chain
 	ProgPollCQ                         // entry kept, one event per completion at return
 	ProgProp                           // entry reads a CUmemLocation from the struct at the last argument; the result at return
+	ProgName                           // entry kept; at return the name argument (LW_NAME_ARG) goes out in pieces, then the result
+	ProgLaunchEx                       // entry reads the launch config at argument 0 (grid, block, stream); the result at return
+)
+
+// Dims says where a launch row finds its grid and block dimensions.
+type Dims uint8
+
+const (
+	DimsNone   Dims = iota
+	DimsArgs        // six unsigned arguments from argument 1 (cuLaunchKernel)
+	DimsDim3        // two dim3 passed by value from argument 1, each in two registers (cudaLaunchKernel)
+	DimsConfig      // the config lw_launch_ex_enter read (enum lw_launch_arg)
 )
 
 // noArg marks an argument a call does not have.
@@ -80,6 +92,8 @@ type Probe struct {
 	// Runtime is the runtime call that reaches this driver row, the API a
 	// copy made through the runtime is reported under ("cudaMemcpyAsync").
 	Runtime string
+	// Dims: a launch row's grid and block dimensions.
+	Dims Dims
 }
 
 // ProviderPrefix names rows attached by file offset: the provider functions
@@ -368,5 +382,54 @@ func buildTable() []Probe {
 	// cudaMemPoolCreate(cudaMemPool_t *memPool, const cudaMemPoolProps *props): laid out as CUmemPoolProps
 	add(prop(outHandle(rt("cudaMemPoolCreate", event.OpPoolCreate, ProgEntryReturn, 0, handleArgs(0), 2))))
 	add(rt("cudaMemPoolDestroy", event.OpPoolDestroy, ProgEntryReturn, 0, handleArgs(0), 1))
+
+	// --- Kernels (docs/design.md, "Kernel movers"): launches, and the
+	// calls that give a kernel handle its name. Read in the 11.8 and 12.4
+	// runtimes: cudaLaunchKernel[_ptsz] calls cuLaunchKernel[_ptsz] (all
+	// eleven arguments) with a CUfunction the runtime got once per context
+	// and kernel from cuModuleGetFunction(&f, module, the name
+	// __cudaRegisterFunction registered); cudaLaunchKernelExC[_ptsz] calls
+	// cuLaunchKernelEx[_ptsz]. 12.4 also resolves cuLibraryGetKernel and
+	// cuKernelGetFunction, which programs on the driver API (and CUDA 12's
+	// CUkernel handles, launchable as functions) use. A launch costs its
+	// process one entry+return pair. ---
+	launchArgs := func(handle, stream int) Args {
+		a := handleArgs(handle)
+		a.Stream = stream
+		return a
+	}
+	dims := func(p Probe, d Dims) Probe { p.Dims = d; return p }
+	// cuLaunchKernel(CUfunction f, gridX, gridY, gridZ, blockX, blockY,
+	// blockZ, unsigned sharedMemBytes, CUstream hStream, void **params,
+	// void **extra): blockZ, the shared memory and the stream on the stack.
+	add(twins(dims(driver("cuLaunchKernel", "cudaLaunchKernel", event.OpLaunch, 0, launchArgs(0, 8), 9), DimsArgs), "_ptsz", "_ptsz")...)
+	// cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **params, void **extra)
+	ex := dims(driver("cuLaunchKernelEx", "cudaLaunchKernelExC", event.OpLaunch, 0, launchArgs(1, int(lanewatchLwLaunchArgLW_LAUNCH_STREAM)), 2), DimsConfig)
+	ex.Program = ProgLaunchEx
+	add(twins(ex, "_ptsz", "_ptsz")...)
+	// cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name) and
+	// cuLibraryGetKernel(CUkernel *pKernel, CUlibrary library, const char *name):
+	// the new handle (out), its parent, the name (third: LW_NAME_ARG).
+	named := func(sym string) Probe {
+		a := handleArgs(0)
+		a.Ptr = 1
+		p := outHandle(driver(sym, "", event.OpKernelName, 0, a, 3))
+		p.Program = ProgName
+		return p
+	}
+	add(named("cuModuleGetFunction"), named("cuLibraryGetKernel"))
+	// cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel)
+	kf := handleArgs(0)
+	kf.Ptr = 1
+	add(outHandle(driver("cuKernelGetFunction", "", event.OpKernelFunction, 0, kf, 2)))
+	// The runtime forms, attached only where the driver failed to
+	// initialise: the launched function is the host stub.
+	// cudaLaunchKernel(const void *func, dim3 gridDim, dim3 blockDim, void
+	// **args, size_t sharedMem, cudaStream_t stream): each dim3 in two
+	// registers, the shared memory and the stream on the stack.
+	add(withForms(dims(rt("cudaLaunchKernel", event.OpLaunch, ProgEntryReturn, 0, launchArgs(0, 7), 8), DimsDim3), "_ptsz")...)
+	// cudaLaunchKernelExC(const cudaLaunchConfig_t *config, const void *func, void **args)
+	rex := dims(rt("cudaLaunchKernelExC", event.OpLaunch, ProgLaunchEx, 0, launchArgs(1, int(lanewatchLwLaunchArgLW_LAUNCH_STREAM)), 2), DimsConfig)
+	add(withForms(rex, "_ptsz")...)
 	return t
 }

@@ -15,7 +15,10 @@ func TestTableArgsWithinNArgs(t *testing.T) {
 	for id, p := range Table {
 		v := reflect.ValueOf(p.Args)
 		for i := 0; i < v.NumField(); i++ {
-			if idx := int(v.Field(i).Int()); idx >= p.NArgs && p.Program != ProgCopy2D {
+			idx := int(v.Field(i).Int())
+			filled := p.Program == ProgCopy2D || // lw_copy2d_enter fills its slots
+				p.Program == ProgLaunchEx && idx == int(lanewatchLwLaunchArgLW_LAUNCH_STREAM) // lw_launch_ex_enter too
+			if idx >= p.NArgs && !filled {
 				t.Errorf("row %d %s: %s is argument %d, the program reads %d", id, p.Symbol, v.Type().Field(i).Name, idx, p.NArgs)
 			}
 		}
