@@ -56,7 +56,8 @@ type TracesConfig struct {
 	Upstream               otlpbridge.Upstream
 	Index                  otlpbridge.IndexConfig
 	Spans                  exporters.SpanMode
-	Hold                   time.Duration
+	Hold                   time.Duration // a transfer waits this for the server's spans
+	MaxHold                time.Duration // ... and at most this while a request that may cover it is open
 }
 
 // Run traces until ctx is done, then detaches every probe, flushes every
@@ -89,7 +90,7 @@ func Run(ctx context.Context, cfg RunConfig) (err error) {
 		return err
 	}
 	closers = append(closers, tr.stop)
-	mx, err := listenMetrics(cfg, place, log)
+	mx, err := listenMetrics(cfg, place, tr.spans, log)
 	if err != nil {
 		return err
 	}
@@ -180,7 +181,7 @@ type metrics struct {
 }
 
 // listenMetrics builds the metrics and binds the listener.
-func listenMetrics(cfg RunConfig, place func(uint32) checks.Placement, log *slog.Logger) (*metrics, error) {
+func listenMetrics(cfg RunConfig, place func(uint32) checks.Placement, spans *exporters.Spans, log *slog.Logger) (*metrics, error) {
 	mc := cfg.Metrics
 	if mc.Listen == "" {
 		return &metrics{}, nil
@@ -231,6 +232,9 @@ func listenMetrics(cfg RunConfig, place func(uint32) checks.Placement, log *slog
 	}
 	if gpu != nil {
 		scrapers["gpu"] = collectors.NewGPUMetrics(gpu)
+	}
+	if spans != nil {
+		scrapers["spans"] = exporters.SpansCollector{S: spans}
 	}
 	reg := exporters.NewRegistry(m.exp, scrapers, log)
 	if m.ln, err = net.Listen("tcp", mc.Listen); err != nil {
@@ -367,6 +371,14 @@ func startTraces(cfg RunConfig, place func(uint32) checks.Placement, log *slog.L
 	t := &traces{log: log, done: make(chan struct{})}
 	ctx, cancel := context.WithCancel(context.Background())
 	t.cancel = cancel
+	if tc.Index.Procs == nil {
+		// The server's processes as the agent's procfs shows them: their
+		// machine ids (SGLang's host_id) and parents (vLLM's process tree).
+		tc.Index.Procs = otlpbridge.NewProcFS(cfg.Trace.ProcRoot)
+	}
+	if tc.Index.Logger == nil {
+		tc.Index.Logger = log
+	}
 	if tc.GRPCListen != "" || tc.HTTPListen != "" {
 		br, err := otlpbridge.New(otlpbridge.Config{GRPCListen: tc.GRPCListen, HTTPListen: tc.HTTPListen, Upstream: tc.Upstream,
 			Logger: log, Index: tc.Index})
@@ -396,7 +408,8 @@ func startTraces(cfg RunConfig, place func(uint32) checks.Placement, log *slog.L
 	tp := exporters.NewTracerProvider(res, exp)
 	t.stopTP = tp.Shutdown
 	clock := otlpbridge.NewClock()
-	sc := exporters.SpansConfig{Tracer: tp.Tracer("github.com/lanewatch/lanewatch"), Mode: tc.Spans, Wall: clock.Wall, Hold: tc.Hold, Logger: log}
+	sc := exporters.SpansConfig{Tracer: tp.Tracer("github.com/lanewatch/lanewatch"), Mode: tc.Spans, Wall: clock.Wall, Hold: tc.Hold,
+		MaxHold: tc.MaxHold, Logger: log}
 	if place != nil {
 		if paths, err := NewPaths(cfg.SysRoot, place); err != nil {
 			log.Warn("transfer spans without topology", "err", err)
@@ -425,7 +438,7 @@ func startTraces(cfg RunConfig, place func(uint32) checks.Placement, log *slog.L
 			}
 		}
 	}()
-	log.Info("transfer spans", "mode", tc.Spans, "upstream", tc.Upstream.Endpoint, "hold", tc.Hold)
+	log.Info("transfer spans", "mode", tc.Spans, "upstream", tc.Upstream.Endpoint, "hold", tc.Hold, "max_hold", max(tc.MaxHold, tc.Hold))
 	return t, nil
 }
 
@@ -452,8 +465,14 @@ func (t *traces) shutdown() error {
 	if t.spans != nil {
 		t.spans.Release(time.Time{})
 		st := t.spans.Stats()
-		t.log.Info("transfer spans", "transfers", st.Transfers, "spans", st.Spans, "attributed", st.Attributed, "batch", st.Batched,
-			"early_release", st.EarlyRelease)
+		var none []any
+		for _, r := range exporters.UnattributedReasons {
+			if n := st.Unattributed[r]; n > 0 {
+				none = append(none, "unattributed_"+r, n)
+			}
+		}
+		t.log.Info("transfer spans", append([]any{"transfers", st.Transfers, "spans", st.Spans, "attributed", st.Attributed, "batch", st.Batched,
+			"late", st.Late, "incomplete", st.Incomplete, "early_release", st.EarlyRelease}, none...)...)
 	}
 	if t.stopTP != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -464,7 +483,8 @@ func (t *traces) shutdown() error {
 		errs = append(errs, t.bridge.Close())
 		st := t.bridge.Stats()
 		t.log.Info("OTLP bridge", "requests", st.Requests, "bad", st.BadRequests, "forwarded", st.Forwarded, "forward_errors", st.ForwardErrors,
-			"spans", st.Index.Spans, "indexed", st.Index.Indexed, "evicted", st.Index.Evicted, "cap_evicted", st.Index.CapEvicts)
+			"spans", st.Index.Spans, "indexed", st.Index.Indexed, "evicted", st.Index.Evicted, "cap_evicted", st.Index.CapEvicts,
+			"open_requests", st.Index.Open, "open_expired", st.Index.OpenExpired, "open_dropped", st.Index.OpenDropped)
 	}
 	return errors.Join(errs...)
 }

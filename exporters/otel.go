@@ -1,9 +1,11 @@
 package exporters
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -64,6 +66,10 @@ const (
 	AttrRequest      = attribute.Key("lanewatch.request.id")
 	AttrLayer        = attribute.Key("lanewatch.layer")
 	AttrAttribution  = attribute.Key("lanewatch.attribution")
+	AttrAttrScope    = attribute.Key("lanewatch.attribution.scope")
+	AttrAttrReason   = attribute.Key("lanewatch.attribution.reason")
+	AttrIncomplete   = attribute.Key("lanewatch.attribution.incomplete")
+	AttrRoom         = attribute.Key("lanewatch.request.bootstrap_room")
 	AttrBatchCount   = attribute.Key("lanewatch.batch.count")
 	AttrBatchIDs     = attribute.Key("lanewatch.batch.request_ids")
 	AttrFindingRule  = attribute.Key("lanewatch.finding.rule")
@@ -92,6 +98,20 @@ type Attributor interface {
 	Attribute(pid, tid uint32, unixNs int64) otlpbridge.Attribution
 }
 
+// Reasons a transfer span names no request (lanewatch.attribution.reason,
+// lanewatch_span_unattributed_total), besides the index's own
+// (otlpbridge.Reason*).
+const (
+	ReasonNoAttributor = "no_attributor" // no OTLP bridge: nothing to attribute with
+	ReasonOpenTimeout  = "open_timeout"  // a request that may cover it was still open after MaxHold
+	ReasonMemory       = "memory"        // released while waiting, to keep held transfers under MaxPending
+	ReasonOpenAtExit   = "open_at_exit"  // still waiting when the agent stopped
+)
+
+// UnattributedReasons are every reason a transfer span names no request.
+var UnattributedReasons = []string{ReasonNoAttributor, otlpbridge.ReasonNoSpans, otlpbridge.ReasonNotCovered, otlpbridge.ReasonOtherHost,
+	ReasonOpenTimeout, ReasonMemory, ReasonOpenAtExit}
+
 // SpansConfig configures Spans.
 type SpansConfig struct {
 	Tracer     trace.Tracer
@@ -102,10 +122,15 @@ type SpansConfig struct {
 	Wall func(mono uint64) int64
 	// Hold is how long a transfer waits for the server's spans (they are
 	// exported only once they end, after the SDK's batch delay) before it
-	// is attributed and exported. Default 15 s.
+	// is attributed. Default 15 s.
 	Hold time.Duration
-	// MaxPending caps held transfers; past it the oldest are released early
-	// (counted). Default 1<<18.
+	// MaxHold is how long a transfer waits at most, past Hold, while the
+	// attributor says a request that may cover it is still open (its
+	// spans come when it ends). Default 5 min; never less than Hold.
+	MaxHold time.Duration
+	// MaxPending caps held transfers (waiting for Hold or for an open
+	// request); past it the oldest waiting ones, then the oldest held, are
+	// released early (counted). Default 1<<18.
 	MaxPending int
 	Logger     *slog.Logger
 }
@@ -117,12 +142,22 @@ type SpansStats struct {
 	Attributed   uint64 // transfers attributed to one request
 	Batched      uint64 // transfers attributed to a batch of requests
 	EarlyRelease uint64 // transfers released before Hold because MaxPending was hit
+	Late         uint64 // transfers that waited past Hold for an open request
+	Incomplete   uint64 // transfers attributed while a request that may cover them was still open (MaxHold, memory, exit)
+	Waiting      int    // transfers now waiting past Hold for an open request
+	Held         int    // transfers now held (waiting for Hold or for an open request)
+	// Unattributed counts the transfers whose span names no request, by
+	// reason (UnattributedReasons).
+	Unattributed map[string]uint64
 }
 
 // Spans is a correlate.Sink that turns transfers into OTel spans, backdated
 // to the transfers' kernel timestamps and placed in the request's trace.
 // Transfer only queues; Release (called by the agent on its own ticker)
-// makes the spans.
+// makes the spans. A transfer waits Hold for the server's spans, then as
+// long as the attributor says a request that may cover it is still open
+// (at most MaxHold, within MaxPending): spans are exported when they end,
+// a request's after its transfers (docs/design.md §7, "Spans").
 // Transfer may be called from any goroutine; Release from one at a time.
 type Spans struct {
 	activeFindings map[string]bool // rule+subject of the findings active at the last evaluation
@@ -130,13 +165,25 @@ type Spans struct {
 
 	mu      sync.Mutex
 	pending []correlate.Transfer
+	nwait   int // len(waiting), for Stats and the budget
 	stats   SpansStats
 
-	work  []correlate.Transfer // Release's batch, reused
-	runs  map[runKey]*run
-	order []*run
-	free  []*run
-	attrs []attribute.KeyValue
+	// Release's own, one goroutine at a time.
+	work    []correlate.Transfer
+	waiting []held // past Hold, a request still open; in submit order
+	ready   []held
+	lastGen uint64
+	runs    map[runKey]*run
+	order   []*run
+	free    []*run
+	attrs   []attribute.KeyValue
+}
+
+// held is a transfer with its latest attribution.
+type held struct {
+	t      correlate.Transfer
+	a      otlpbridge.Attribution
+	reason string // why it leaves open (ReasonOpenTimeout, …), "" not
 }
 
 // NewSpans returns a span exporter.
@@ -144,6 +191,10 @@ func NewSpans(cfg SpansConfig) *Spans {
 	if cfg.Hold <= 0 {
 		cfg.Hold = 15 * time.Second
 	}
+	if cfg.MaxHold <= 0 {
+		cfg.MaxHold = 5 * time.Minute
+	}
+	cfg.MaxHold = max(cfg.MaxHold, cfg.Hold)
 	if cfg.MaxPending <= 0 {
 		cfg.MaxPending = 1 << 18
 	}
@@ -153,7 +204,7 @@ func NewSpans(cfg SpansConfig) *Spans {
 	if cfg.Mode == "" {
 		cfg.Mode = SpansBatched
 	}
-	return &Spans{cfg: cfg, runs: map[runKey]*run{}, activeFindings: map[string]bool{}}
+	return &Spans{cfg: cfg, runs: map[runKey]*run{}, activeFindings: map[string]bool{}, stats: SpansStats{Unattributed: map[string]uint64{}}}
 }
 
 // Transfer queues a copy of t. It never blocks on export.
@@ -171,39 +222,133 @@ func (s *Spans) Transfer(t *correlate.Transfer) {
 func (s *Spans) Stats() SpansStats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.stats
+	st := s.stats
+	st.Waiting, st.Held = s.nwait, s.nwait+len(s.pending)
+	st.Unattributed = make(map[string]uint64, len(s.stats.Unattributed))
+	for k, v := range s.stats.Unattributed {
+		st.Unattributed[k] = v
+	}
+	return st
 }
 
-// Release makes the spans of the transfers submitted before now-Hold (or
-// of every held transfer when now is zero) and returns how many spans.
+// Release makes the spans of the transfers submitted before now-Hold whose
+// requests are settled, of those waiting longer than MaxHold, and of every
+// held transfer when now is zero (the agent stops); it returns how many
+// spans.
 func (s *Spans) Release(now time.Time) int {
+	flush := now.IsZero()
+	forced := 0 // the first ones of the due leave now whatever their requests
 	s.mu.Lock()
 	n := len(s.pending)
-	if !now.IsZero() {
-		cut := now.Add(-s.cfg.Hold).UnixNano()
+	var cut, maxCut int64
+	if !flush {
+		cut, maxCut = now.Add(-s.cfg.Hold).UnixNano(), now.Add(-s.cfg.MaxHold).UnixNano()
 		n = 0
 		for n < len(s.pending) && s.wall(s.pending[n].SubmitNs) <= cut {
 			n++
 		}
-		if over := len(s.pending) - s.cfg.MaxPending; over > n {
-			s.stats.EarlyRelease += uint64(over - n)
-			n = over
+		// The budget covers both queues: the oldest waiting leave first,
+		// then the oldest held, before their Hold if need be, none of
+		// them waiting for an open request.
+		if over := len(s.pending) + len(s.waiting) - s.cfg.MaxPending; over > 0 {
+			k := min(over, len(s.waiting))
+			for i := range k {
+				s.waiting[i].reason = ReasonMemory
+			}
+			forced = min(over-k, len(s.pending))
+			if forced > n {
+				s.stats.EarlyRelease += uint64(forced - n)
+				n = forced
+			}
 		}
 	}
 	s.work = append(s.work[:0], s.pending[:n]...)
 	s.pending = append(s.pending[:0], s.pending[n:]...)
 	s.mu.Unlock()
-	if len(s.work) == 0 {
+
+	// Waiting transfers: asked again when spans arrived since.
+	gen, genOK := s.generation()
+	recheck := !genOK || gen != s.lastGen
+	s.lastGen = gen
+	ready, keep := s.ready[:0], s.waiting[:0]
+	for _, w := range s.waiting {
+		if recheck && w.reason == "" {
+			w.a = s.attribute(&w.t)
+		}
+		switch {
+		case w.reason != "":
+		case flush && w.a.Open:
+			w.reason = ReasonOpenAtExit
+		case !w.a.Open:
+		case s.wall(w.t.SubmitNs) <= maxCut:
+			w.reason = ReasonOpenTimeout
+		default:
+			keep = append(keep, w)
+			continue
+		}
+		ready = append(ready, w)
+	}
+	late := 0
+	for i := range s.work {
+		h := held{t: s.work[i], a: s.attribute(&s.work[i])}
+		switch {
+		case !h.a.Open:
+		case flush:
+			h.reason = ReasonOpenAtExit
+		case i < forced:
+			h.reason = ReasonMemory
+		case s.wall(h.t.SubmitNs) <= maxCut:
+			h.reason = ReasonOpenTimeout
+		default:
+			keep = append(keep, h)
+			late++
+			continue
+		}
+		ready = append(ready, h)
+	}
+	if len(keep) < len(s.waiting) {
+		clear(s.waiting[len(keep):]) // drop string references
+	}
+	s.waiting, s.ready = keep, ready
+	s.mu.Lock()
+	s.nwait = len(s.waiting)
+	s.stats.Late += uint64(late)
+	s.mu.Unlock()
+	clear(s.work) // drop string references
+	if len(ready) == 0 {
 		return 0
 	}
-	spans, attributed, batched := s.export(s.work)
-	clear(s.work) // drop string references
+	// Late transfers rejoin in submit order, so runs stay runs.
+	slices.SortStableFunc(ready, func(a, b held) int { return cmp.Compare(a.t.SubmitNs, b.t.SubmitNs) })
+	spans, attributed, batched, incomplete, none := s.export(ready)
+	clear(s.ready)
 	s.mu.Lock()
 	s.stats.Spans += uint64(spans)
 	s.stats.Attributed += attributed
 	s.stats.Batched += batched
+	s.stats.Incomplete += incomplete
+	for r, c := range none {
+		s.stats.Unattributed[r] += c
+	}
 	s.mu.Unlock()
 	return spans
+}
+
+// generation is the attributor's, when it has one: nothing to ask again
+// while it has not changed.
+func (s *Spans) generation() (uint64, bool) {
+	g, ok := s.cfg.Attributor.(interface{ Generation() uint64 })
+	if !ok {
+		return 0, false
+	}
+	return g.Generation(), true
+}
+
+func (s *Spans) attribute(t *correlate.Transfer) otlpbridge.Attribution {
+	if s.cfg.Attributor == nil {
+		return otlpbridge.Attribution{Reason: ReasonNoAttributor}
+	}
+	return s.cfg.Attributor.Attribute(t.PID, t.TID, s.wall(t.SubmitNs))
 }
 
 func (s *Spans) wall(mono uint64) int64 {
@@ -223,6 +368,7 @@ type runKey struct {
 type run struct {
 	first      correlate.Transfer
 	attr       otlpbridge.Attribution
+	reason     string // held's: why it left while a request was open
 	count      int
 	bytes      uint64
 	start, end uint64 // monotonic ns
@@ -233,7 +379,8 @@ type run struct {
 }
 
 func sameAttribution(a, b *otlpbridge.Attribution) bool {
-	if a.Request != b.Request || a.Parent != b.Parent || a.Batch != b.Batch || len(a.Links) != len(b.Links) {
+	if a.Request != b.Request || a.Parent != b.Parent || a.Batch != b.Batch || a.Scope != b.Scope || a.Room != b.Room ||
+		a.Reason != b.Reason || len(a.Links) != len(b.Links) {
 		return false
 	}
 	for i := range a.Links {
@@ -244,23 +391,29 @@ func sameAttribution(a, b *otlpbridge.Attribution) bool {
 	return true
 }
 
-func (s *Spans) export(ts []correlate.Transfer) (spans int, attributed, batched uint64) {
-	for i := range ts {
-		t := &ts[i]
-		var a otlpbridge.Attribution
-		if s.cfg.Attributor != nil {
-			a = s.cfg.Attributor.Attribute(t.PID, t.TID, s.wall(t.SubmitNs))
-		}
+func (s *Spans) export(hs []held) (spans int, attributed, batched, incomplete uint64, none map[string]uint64) {
+	none = map[string]uint64{}
+	for i := range hs {
+		t, a := &hs[i].t, hs[i].a
 		switch {
 		case a.Batch > 1:
 			batched++
 		case a.Request != "" || a.Parent.Valid():
 			attributed++
+		default:
+			r := a.Reason
+			if hs[i].reason != "" {
+				r = hs[i].reason
+			}
+			none[r]++
+		}
+		if hs[i].reason != "" && (a.Batch > 1 || a.Request != "" || a.Parent.Valid()) {
+			incomplete++
 		}
 		k := runKey{t.PID, t.Stream}
 		r := s.runs[k]
 		if r != nil && (s.cfg.Mode == SpansPerTransfer || r.first.Direction != t.Direction || r.first.Layer != t.Layer ||
-			r.first.TID != t.TID || r.first.GPU != t.GPU || !sameAttribution(&r.attr, &a)) {
+			r.first.TID != t.TID || r.first.GPU != t.GPU || r.reason != hs[i].reason || !sameAttribution(&r.attr, &a)) {
 			s.end(r)
 			spans++
 			delete(s.runs, k)
@@ -268,7 +421,7 @@ func (s *Spans) export(ts []correlate.Transfer) (spans int, attributed, batched 
 		}
 		if r == nil {
 			r = s.newRun()
-			r.first, r.attr, r.start, r.end = *t, a, t.SubmitNs, t.SubmitNs
+			r.first, r.attr, r.reason, r.start, r.end = *t, a, hs[i].reason, t.SubmitNs, t.SubmitNs
 			s.runs[k] = r
 			s.order = append(s.order, r)
 		}
@@ -298,7 +451,7 @@ func (s *Spans) export(ts []correlate.Transfer) (spans int, attributed, batched 
 		s.free = append(s.free, r)
 	}
 	s.order = s.order[:0]
-	return spans, attributed, batched
+	return spans, attributed, batched, incomplete, none
 }
 
 func (s *Spans) newRun() *run {
@@ -354,14 +507,25 @@ func (s *Spans) end(r *run) {
 	}
 	switch {
 	case a.Batch > 1:
-		at = append(at, AttrAttribution.String("batch"), AttrBatchCount.Int(a.Batch), AttrBatchIDs.StringSlice(a.Requests))
+		at = append(at, AttrAttribution.String("batch"), AttrAttrScope.String(a.Scope), AttrBatchCount.Int(a.Batch), AttrBatchIDs.StringSlice(a.Requests))
 	case a.Request != "" || a.Parent.Valid():
-		at = append(at, AttrAttribution.String(a.Rule))
+		at = append(at, AttrAttribution.String(a.Rule), AttrAttrScope.String(a.Scope))
 		if a.Request != "" {
 			at = append(at, AttrRequest.String(a.Request))
 		}
+		if a.Room != "" {
+			at = append(at, AttrRoom.String(a.Room))
+		}
 	default:
-		at = append(at, AttrAttribution.String("none"))
+		reason := a.Reason
+		if r.reason != "" {
+			reason = r.reason
+		}
+		at = append(at, AttrAttribution.String("none"), AttrAttrReason.String(reason))
+	}
+	if r.reason != "" && (a.Batch > 1 || a.Request != "" || a.Parent.Valid()) {
+		// Attributed while a request that may cover it was still open.
+		at = append(at, AttrIncomplete.Bool(true), AttrAttrReason.String(r.reason))
 	}
 	// The copy's own GPU (docs/design.md, "Placement"), else its path's.
 	gpu := t.GPU

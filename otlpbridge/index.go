@@ -78,7 +78,7 @@ type IndexStats struct {
 	Open        int    // requests seen starting whose spans are still to come
 	OpenExpired uint64 // open requests forgotten after Window without a span
 	OpenDropped uint64 // open requests not tracked because MaxOpen was hit
-	Generation  uint64 // changes whenever a span is indexed
+	Generation  uint64 // changes whenever spans arrive: answers may have changed
 }
 
 type entry struct {
@@ -177,6 +177,14 @@ func (x *Index) Stats() IndexStats {
 	return s
 }
 
+// Generation changes whenever spans arrive: an answer given before may
+// differ now.
+func (x *Index) Generation() uint64 {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.stats.Generation
+}
+
 // Add indexes the spans of one export request's resource spans.
 func (x *Index) Add(rss []*tracepb.ResourceSpans) {
 	x.AddAt(rss, time.Now())
@@ -187,6 +195,7 @@ func (x *Index) AddAt(rss []*tracepb.ResourceSpans, now time.Time) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	wall := now.UnixNano()
+	x.stats.Generation++ // open requests may have closed even if nothing was indexed
 	for _, rs := range rss {
 		var res []*commonpb.KeyValue
 		if rs.GetResource() != nil {
@@ -309,7 +318,6 @@ func (x *Index) add(sp *tracepb.Span, res []*commonpb.KeyValue, wall int64) {
 	x.byRef[ref] = e
 	x.order = append(x.order, e)
 	x.stats.Indexed++
-	x.stats.Generation++
 }
 
 // arrived settles a span some open trace was waiting for.

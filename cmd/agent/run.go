@@ -43,10 +43,11 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&tc.GRPCListen, "otlp.grpc-listen", otlpbridge.DefaultGRPCListen, "receive the inference server's OTLP traces over gRPC here (\"\": off); forwarded unchanged to OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT")
 	fs.StringVar(&tc.HTTPListen, "otlp.http-listen", otlpbridge.DefaultHTTPListen, "receive OTLP/HTTP traces (POST /v1/traces, protobuf or JSON) here (\"\": off)")
 	spans := fs.String("spans", string(exporters.SpansBatched), "transfer spans: per-transfer, batched (one span per run of transfers with the same stream, direction, layer and request) or off")
-	fs.DurationVar(&tc.Hold, "spans.hold", 15*time.Second, "how long a transfer waits for the server's spans before it is attributed and exported")
+	fs.DurationVar(&tc.Hold, "spans.hold", 15*time.Second, "how long a transfer waits for the server's spans before it is attributed")
+	fs.DurationVar(&tc.MaxHold, "spans.max-hold", 5*time.Minute, "how long a transfer waits at most, past --spans.hold, while a request that may cover it is still open (servers export a request's spans when it ends); the held transfers stay within their budget")
 	fs.DurationVar(&tc.Index.Window, "otlp.index-window", 2*time.Minute, "how long received spans are kept for attribution")
 	fs.IntVar(&tc.Index.MaxSpans, "otlp.index-max-spans", 100_000, "received spans kept at most for attribution (the oldest are evicted and counted)")
-	fs.Var(&rules, "otlp.rule", "attribution rule replacing the built-in SGLang/vLLM ones (repeatable): name=N,span=REGEXP,scope=thread|process|trace,request=ATTR,thread=ATTR,process=ATTR")
+	fs.Var(&rules, "otlp.rule", "attribution rule replacing the built-in SGLang/vLLM ones (repeatable, first match wins): "+otlpbridge.RuleSyntax)
 	log, code := parse(fs, args, stderr)
 	if log == nil {
 		return code
