@@ -8,6 +8,7 @@ require (
 	github.com/NVIDIA/go-dcgm v0.0.0-20240118201113-3385e277e49f
 	github.com/NVIDIA/go-nvml v0.13.4-1
 	github.com/cilium/ebpf v0.22.0
+	github.com/ianlancetaylor/demangle v0.0.0-20260724033716-83e58baca724
 	github.com/prometheus/client_golang v1.23.2
 	github.com/prometheus/common v0.74.0
 	github.com/prometheus/procfs v0.23.0

@@ -51,6 +51,14 @@ type Config struct {
 	// the process did not say it itself (cuDeviceGetPCIBusId); nil: only
 	// what processes said. See DeviceMap.
 	Devices DeviceMap
+	// KVKernels are the KV-transfer kernels whose launches are transfers
+	// moved by SMs (docs/design.md, "Kernel movers"); nil: none.
+	KVKernels *KernelSet
+	// StubName is the symbol of the function at addr in process pid (a
+	// host stub the runtime layer saw launched), "" unknown; asked once per
+	// process and address, on the engine's goroutine. nil: runtime-layer
+	// launches are unnamed.
+	StubName func(pid uint32, addr uint64) string
 }
 
 // Stats are the engine's counters.
@@ -68,6 +76,7 @@ type Stats struct {
 	ProcessCapHits uint64 // events of processes past MaxProcesses
 	UnmatchedFrees uint64 // unregister/free of a range not held
 	DeviceCapHits  uint64 // context, thread or stack state dropped at its cap (devices unknown after)
+	Kernels        KernelStats
 }
 
 // perThreadStream tags a stream key as a thread's per-thread default
@@ -101,7 +110,8 @@ type proc struct {
 	events  map[uint64]*cudaEvent
 	fifo    queue // pending transfers, oldest first
 	live    int
-	dev     devices // contexts, threads' current devices, owners of device memory (device.go)
+	dev     devices     // contexts, threads' current devices, owners of device memory (device.go)
+	kernels procKernels // kernel handles and their names (kernels.go)
 }
 
 // Engine correlates probe calls into transfers. It is not safe for
@@ -126,6 +136,9 @@ type Engine struct {
 	rdma *rdmaTracker
 
 	devCapHits uint64 // DeviceCapHits of processes that exited
+
+	kernelInfos map[string]kernelInfo // symbol → function name, KV-transfer or not
+	kstats      KernelStats
 }
 
 // NewEngine returns an engine with cfg's zero fields set to the defaults.
@@ -146,6 +159,8 @@ func NewEngine(cfg Config) *Engine {
 		reg:     NewRegistry(cfg.MaxRanges, cfg.MaxProcesses),
 		rdma:    newRDMATracker(),
 		procs:   map[uint32]*proc{},
+
+		kernelInfos: map[string]kernelInfo{},
 	}
 	e.sweepEvery = max(e.timeout/8, 1)
 	return e
@@ -187,6 +202,7 @@ func (e *Engine) Stats() Stats {
 	for _, p := range e.procs {
 		s.DeviceCapHits += p.dev.capHits
 	}
+	s.Kernels = e.kstats
 	return s
 }
 
@@ -202,6 +218,12 @@ func (e *Engine) Handle(c *event.Call) {
 	}
 	switch c.Kind {
 	case event.KindCall, event.KindBatchEntry:
+	case event.KindName:
+		if p := e.proc(c.PID); p != nil {
+			p.kernels.init(&e.kstats.CapHits)
+			p.kernels.piece(c)
+		}
+		return
 	case event.KindWR, event.KindWC:
 		e.rdma.handle(e, c)
 		return
@@ -261,6 +283,12 @@ func (e *Engine) Handle(c *event.Call) {
 	*th = slot{valid: true, op: c.Op, layer: c.Layer, kind: c.CopyKind, start: c.Time, end: c.ReturnTime,
 		dst: c.Dst, src: c.Src, bytes: c.Bytes, ptr: c.Ptr, size: c.Size, handle: c.Handle, ev: c.Event, key: key, batch: batch}
 	switch {
+	case c.Op == event.OpLaunch:
+		p.kernels.init(&e.kstats.CapHits)
+		th.tx, th.hasTx = e.launch(p, c, key)
+	case c.Op.IsKernel():
+		p.kernels.init(&e.kstats.CapHits)
+		p.kernels.apply(c)
 	case c.Failed():
 		th.tx, th.hasTx = e.failed(p, c), true
 	case c.Op.IsCopy():
@@ -510,6 +538,9 @@ func classify(m *procMem, kind event.CopyKind, t *Transfer) {
 func newTransfer(t *Transfer, c *event.Call) {
 	*t = Transfer{PID: c.PID, TID: c.TID, Stream: c.Stream, API: c.Symbol, Op: c.Op.String(), Bytes: c.Bytes,
 		Src: Side{Addr: c.Src}, Dst: Side{Addr: c.Dst}, SubmitNs: c.Time, BatchIndex: -1, Layer: -1}
+	if c.Op.IsCopy() {
+		t.Mover = MoverCopyEngine
+	}
 	if c.ViaRuntime && c.RuntimeAPI != "" {
 		// The runtime called this driver entry point: report the call the
 		// application made (docs/design.md, "One pair per call").

@@ -108,6 +108,7 @@ type RDMAStats struct {
 	Unmatched      uint64            // completions of requests posted before the agent looked
 	Evicted        uint64            // requests emitted without a completion (queue cap, exit, flush)
 	FailedMRs      uint64            // registrations that returned NULL
+	RegionCapHits, QueueCapHits, LatencyCapHits uint64 // TEMP
 	ByStatus       map[string]uint64 // completions by status
 	MemoryRegions  int               // live
 	QueuedRequests int               // live
@@ -220,7 +221,7 @@ func (r *rdmaTracker) post(e *Engine, c *event.Call, recv bool) {
 	}
 	w := postedWR{opcode: c.RDMA.Opcode, signaled: c.RDMA.SendFlags&ibvSendSignaled != 0}
 	t := &w.t
-	*t = Transfer{PID: c.PID, TID: c.TID, API: "ibv_post_send", Op: "post_send", Bytes: c.Bytes,
+	*t = Transfer{PID: c.PID, TID: c.TID, API: "ibv_post_send", Op: "post_send", Mover: MoverNIC, Bytes: c.Bytes,
 		SubmitNs: c.Time, BatchIndex: int(c.BatchIndex), Layer: -1, QPNum: c.RDMA.QPNum, WRID: c.RDMA.WRID}
 	if recv {
 		t.API, t.Op, t.Direction = "ibv_post_recv", "post_recv", DirRecv
@@ -330,7 +331,8 @@ func (r *rdmaTracker) drain(e *Engine, pid uint32) {
 	}
 }
 
-// exit forgets a process after draining it.
+// exit forgets a process after draining it, its latency samples too: a
+// daemon sees processes come and go, and kept they would grow without bound.
 func (r *rdmaTracker) exit(e *Engine, pid uint32) {
 	r.drain(e, pid)
 	for k, mr := range r.mrs {
@@ -338,10 +340,16 @@ func (r *rdmaTracker) exit(e *Engine, pid uint32) {
 			r.forget(mr)
 		}
 	}
+	for k := range r.lat {
+		if k.PID == pid {
+			delete(r.lat, k)
+		}
+	}
 }
 
 // RDMALatency summarises posted→completed latency per queue pair and
-// opcode: what the seed calls "posted ≠ completed".
+// opcode of the processes still running: what the seed calls "posted ≠
+// completed".
 func (e *Engine) RDMALatency() []LatencySummary {
 	r := e.rdma
 	var out []LatencySummary

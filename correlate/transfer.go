@@ -43,9 +43,19 @@ type Side struct {
 //	stream            stream handle as passed to the call (0: default stream)
 //	api               probed symbol of the outer call ("cudaMemcpyAsync_ptsz")
 //	driver_api        driver symbol folded into it, when the runtime called one
-//	op                copy | copy2d | copy_peer | copy_batch
-//	direction         H2D | D2H | D2D | H2H | unknown
-//	bytes             bytes moved (width*height for 2D copies)
+//	op                copy | copy2d | copy_peer | copy_batch | kernel_copy
+//	                  (a KV-transfer kernel's launch) | post_send | post_recv
+//	mover             who moves the bytes: copy_engine (copies), sm (kernel_copy:
+//	                  the GPU's SMs), nic (RDMA work requests)
+//	kernel            kernel_copy: the kernel's function name, demangled without
+//	                  template arguments ("transfer_kernel_impl")
+//	kernel_symbol     kernel_copy: the kernel's symbol as the driver was given it
+//	direction         H2D | D2H | D2D | H2H | unknown (always for kernel_copy: a
+//	                  kernel's name and launch do not state it)
+//	bytes             bytes moved (width*height for 2D copies); 0 with
+//	                  bytes_unknown for kernel_copy
+//	bytes_unknown     true when the record's bytes are not known (a kernel's
+//	                  launch states none; docs/design.md, "Kernel movers")
 //	src, dst          {"addr": address, "memory": pinned|pageable|device|unknown}
 //	host_mem          memory of the host side, H2D and D2H only
 //	gpu               PCI address (sysfs form, "0000:3b:00.0") of the GPU whose
@@ -69,17 +79,24 @@ type Side struct {
 //	                  failed: the record then moved nothing (its bytes are what
 //	                  was asked), and no metric, rule, span or lane counts it
 type Transfer struct {
-	PID       uint32        `json:"pid"`
-	TID       uint32        `json:"tid"`
-	Stream    uint64        `json:"stream"`
-	API       string        `json:"api"`
-	DriverAPI string        `json:"driver_api,omitempty"`
-	Op        string        `json:"op"`
-	Direction string        `json:"direction"`
-	Bytes     uint64        `json:"bytes"`
-	Src       Side          `json:"src"`
-	Dst       Side          `json:"dst"`
-	HostMem   event.MemKind `json:"host_mem,omitempty"`
+	PID       uint32 `json:"pid"`
+	TID       uint32 `json:"tid"`
+	Stream    uint64 `json:"stream"`
+	API       string `json:"api"`
+	DriverAPI string `json:"driver_api,omitempty"`
+	Op        string `json:"op"`
+	// Mover is who moves the bytes: MoverCopyEngine, MoverSM, MoverNIC.
+	Mover string `json:"mover,omitempty"`
+	// Kernel and KernelSymbol name the kernel of a kernel_copy.
+	Kernel       string `json:"kernel,omitempty"`
+	KernelSymbol string `json:"kernel_symbol,omitempty"`
+	Direction    string `json:"direction"`
+	Bytes        uint64 `json:"bytes"`
+	// BytesUnknown: Bytes is not known (0), never a count of zero.
+	BytesUnknown bool          `json:"bytes_unknown,omitempty"`
+	Src          Side          `json:"src"`
+	Dst          Side          `json:"dst"`
+	HostMem      event.MemKind `json:"host_mem,omitempty"`
 	// GPU is the PCI address (sysfs form) of the GPU whose link the copy
 	// crossed: the device owning its device pointer, else the device current
 	// on the submitting thread; "" when unknown.
