@@ -108,7 +108,6 @@ type RDMAStats struct {
 	Unmatched      uint64            // completions of requests posted before the agent looked
 	Evicted        uint64            // requests emitted without a completion (queue cap, exit, flush)
 	FailedMRs      uint64            // registrations that returned NULL
-	RegionCapHits, QueueCapHits, LatencyCapHits uint64 // TEMP
 	ByStatus       map[string]uint64 // completions by status
 	MemoryRegions  int               // live
 	QueuedRequests int               // live
@@ -331,8 +330,7 @@ func (r *rdmaTracker) drain(e *Engine, pid uint32) {
 	}
 }
 
-// exit forgets a process after draining it, its latency samples too: a
-// daemon sees processes come and go, and kept they would grow without bound.
+// exit forgets a process after draining it.
 func (r *rdmaTracker) exit(e *Engine, pid uint32) {
 	r.drain(e, pid)
 	for k, mr := range r.mrs {
@@ -340,16 +338,10 @@ func (r *rdmaTracker) exit(e *Engine, pid uint32) {
 			r.forget(mr)
 		}
 	}
-	for k := range r.lat {
-		if k.PID == pid {
-			delete(r.lat, k)
-		}
-	}
 }
 
 // RDMALatency summarises posted→completed latency per queue pair and
-// opcode of the processes still running: what the seed calls "posted ≠
-// completed".
+// opcode: what the seed calls "posted ≠ completed".
 func (e *Engine) RDMALatency() []LatencySummary {
 	r := e.rdma
 	var out []LatencySummary
