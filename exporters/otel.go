@@ -271,8 +271,11 @@ func (s *Spans) Release(now time.Time) int {
 	recheck := !genOK || gen != s.lastGen
 	s.lastGen = gen
 	ready, keep := s.ready[:0], s.waiting[:0]
+	ob, _ := s.cfg.Attributor.(interface{ OpenBefore(int64) bool })
 	for _, w := range s.waiting {
-		if recheck && w.reason == "" {
+		// Still open while a request that started before it is: the
+		// answer would say so again, so it is not asked.
+		if recheck && w.reason == "" && (ob == nil || !ob.OpenBefore(s.wall(w.t.SubmitNs))) {
 			w.a = s.attribute(&w.t)
 		}
 		switch {

@@ -135,6 +135,7 @@ type Index struct {
 	minOpen  int64 // earliest start among open traces; valid unless openDirty
 	dirty    bool
 	unknown  map[uint32]bool // pids whose host id was logged unknown
+	forgot   int64           // when the process cache was last dropped
 	stats    IndexStats
 }
 
@@ -403,6 +404,15 @@ func normRoom(v string) string {
 // and open requests idle for the window.
 func (x *Index) evict(now int64) {
 	cut := now - int64(x.cfg.Window)
+	if x.forgot < cut {
+		// Pids are reused: read processes again once a window (and say
+		// again which hosts are unknown).
+		if p, ok := x.cfg.Procs.(interface{ Forget() }); ok {
+			p.Forget()
+		}
+		clear(x.unknown)
+		x.forgot = now
+	}
 	for k, ot := range x.open {
 		if ot.seen < cut {
 			delete(x.open, k)
@@ -437,10 +447,6 @@ func (x *Index) evict(now int64) {
 		return
 	}
 	x.order = slices.Delete(x.order, 0, n)
-	if p, ok := x.cfg.Procs.(interface{ Forget() }); ok {
-		p.Forget() // pids may be reused: read them again
-	}
-	clear(x.unknown)
 	dead := func(e *entry) bool { return e.dead }
 	for k, es := range x.threads {
 		if es = slices.DeleteFunc(es, dead); len(es) == 0 {
@@ -463,6 +469,14 @@ func (x *Index) evict(now int64) {
 			x.children[k] = es
 		}
 	}
+}
+
+// OpenBefore reports whether a request that started at or before Unix ns t
+// is still open: then Attribute(…, t) says Open, whatever else it says.
+func (x *Index) OpenBefore(t int64) bool {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.openBefore(t)
 }
 
 // openBefore reports whether a request that started at or before t is
