@@ -24,6 +24,7 @@ const (
 	DefaultPendingTimeout = 10 * time.Second
 	DefaultMaxPending     = 1 << 16
 	maxHandles            = 4096 // streams and events kept per process
+	maxThreads            = 1 << 16
 )
 
 // Config tunes an Engine. The zero value works, with a sink that discards.
@@ -71,7 +72,7 @@ type Stats struct {
 	PendingEvicted uint64 // emitted without completion because MaxPending was hit
 	FailedCalls    uint64 // calls that returned an error: reported, with no effect
 	UnknownProbe   uint64 // events of an unknown kind or probe row
-	HandleCapHits  uint64 // stream/event tables of a process reset at their cap
+	HandleCapHits  uint64 // stream, event or thread tables of a process reset at their cap
 	RangeCapHits   uint64 // registrations not kept (process marked lossy)
 	ProcessCapHits uint64 // events of processes past MaxProcesses
 	UnmatchedFrees uint64 // unregister/free of a range not held
@@ -261,6 +262,9 @@ func (e *Engine) Handle(c *event.Call) {
 	key := streamKey(c)
 	th := p.threads[c.TID]
 	if th == nil {
+		if len(p.threads) >= maxThreads {
+			e.forgetThreads(p)
+		}
 		th = &slot{}
 		p.threads[c.TID] = th
 	}
@@ -787,6 +791,26 @@ func (e *Engine) sweep() {
 				delete(p.threads, tid)
 			}
 		}
+	}
+}
+
+// forgetThreads makes room in p's thread table at its cap (counted in
+// HandleCapHits): threads without a call in their merge window go first;
+// if none has left one, every window is ended (a runtime call whose
+// driver call is then forgotten becomes a second record).
+func (e *Engine) forgetThreads(p *proc) {
+	e.stats.HandleCapHits++
+	for tid, th := range p.threads {
+		if !th.valid {
+			delete(p.threads, tid)
+		}
+	}
+	if len(p.threads) < maxThreads {
+		return
+	}
+	for tid, th := range p.threads {
+		e.close(th)
+		delete(p.threads, tid)
 	}
 }
 

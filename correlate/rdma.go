@@ -33,6 +33,11 @@ const (
 	latencySamples = 4096
 	// maxQueued bounds the requests waiting for a completion per queue.
 	maxQueued = 1 << 14
+	// Caps over every process: memory regions tracked, queues with
+	// requests waiting, latency series (each up to latencySamples).
+	maxRegions       = 1 << 16
+	maxQueues        = 1 << 16
+	maxLatencySeries = 1 << 10
 )
 
 // WROpcodeName names an ibv_wr_opcode.
@@ -111,6 +116,10 @@ type RDMAStats struct {
 	ByStatus       map[string]uint64 // completions by status
 	MemoryRegions  int               // live
 	QueuedRequests int               // live
+	// Caps over every process (maxRegions, maxQueues, maxLatencySeries):
+	// registrations not tracked (their requests' memory unknown), requests
+	// emitted at once without a completion, latency samples not kept.
+	RegionCapHits, QueueCapHits, LatencyCapHits uint64
 }
 
 type rdmaTracker struct {
@@ -165,6 +174,9 @@ func (r *rdmaTracker) register(e *Engine, c *event.Call) {
 		base: base}
 	if old := r.mrs[pidPtr{c.PID, mr.mr}]; old != nil {
 		r.forget(old)
+	} else if len(r.mrs) >= maxRegions {
+		r.stats.RegionCapHits++
+		return
 	}
 	r.mrs[pidPtr{c.PID, mr.mr}] = mr
 	r.byLKey[pidPtr{c.PID, uint64(mr.lkey)}] = mr
@@ -257,7 +269,12 @@ func (r *rdmaTracker) post(e *Engine, c *event.Call, recv bool) {
 		t.GPU = e.memGPU(t.PeerPID, r.remoteRegion(c.RDMA.RKey, c.RDMA.RemoteAddr).at(c.RDMA.RemoteAddr))
 	}
 	k := queueKey{c.PID, c.RDMA.QPNum, recv}
-	q := r.queues[k]
+	q, ok := r.queues[k]
+	if !ok && len(r.queues) >= maxQueues {
+		r.stats.QueueCapHits++
+		r.emit(e, t, "", 0)
+		return
+	}
 	if len(q) >= maxQueued {
 		r.emit(e, &q[0].t, "", 0)
 		q = q[1:]
@@ -292,16 +309,24 @@ func (r *rdmaTracker) complete(e *Engine, c *event.Call) {
 				if k.recv {
 					lk.Opcode = "RECV"
 				}
-				s := r.lat[lk]
-				if len(s) >= latencySamples {
-					s = s[1:]
+				s, ok := r.lat[lk]
+				switch {
+				case !ok && len(r.lat) >= maxLatencySeries:
+					r.stats.LatencyCapHits++
+				case len(s) >= latencySamples:
+					r.lat[lk] = append(s[1:], at-w.t.SubmitNs)
+				default:
+					r.lat[lk] = append(s, at-w.t.SubmitNs)
 				}
-				r.lat[lk] = append(s, at-w.t.SubmitNs)
 			}
 		}
 		r.emit(e, &w.t, st, at)
 	}
-	r.queues[k] = slices.Delete(q, 0, i+1)
+	if q = slices.Delete(q, 0, i+1); len(q) > 0 {
+		r.queues[k] = q
+	} else {
+		delete(r.queues, k) // an empty queue holds no place under maxQueues
+	}
 }
 
 func (r *rdmaTracker) emit(e *Engine, t *Transfer, status string, completeNs uint64) {
@@ -330,7 +355,8 @@ func (r *rdmaTracker) drain(e *Engine, pid uint32) {
 	}
 }
 
-// exit forgets a process after draining it.
+// exit forgets a process after draining it, its latency samples too: a
+// daemon sees processes come and go, and kept they would grow without bound.
 func (r *rdmaTracker) exit(e *Engine, pid uint32) {
 	r.drain(e, pid)
 	for k, mr := range r.mrs {
@@ -338,10 +364,16 @@ func (r *rdmaTracker) exit(e *Engine, pid uint32) {
 			r.forget(mr)
 		}
 	}
+	for k := range r.lat {
+		if k.PID == pid {
+			delete(r.lat, k)
+		}
+	}
 }
 
 // RDMALatency summarises posted→completed latency per queue pair and
-// opcode: what the seed calls "posted ≠ completed".
+// opcode of the processes still running: what the seed calls "posted ≠
+// completed".
 func (e *Engine) RDMALatency() []LatencySummary {
 	r := e.rdma
 	var out []LatencySummary
