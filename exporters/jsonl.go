@@ -69,10 +69,25 @@ func AppendTransfer(b []byte, t *correlate.Transfer) []byte {
 	}
 	b = append(b, `,"op":`...)
 	b = appendString(b, t.Op)
+	if t.Mover != "" {
+		b = append(b, `,"mover":`...)
+		b = appendString(b, t.Mover)
+	}
+	if t.Kernel != "" {
+		b = append(b, `,"kernel":`...)
+		b = appendString(b, t.Kernel)
+	}
+	if t.KernelSymbol != "" {
+		b = append(b, `,"kernel_symbol":`...)
+		b = appendString(b, t.KernelSymbol)
+	}
 	b = append(b, `,"direction":`...)
 	b = appendString(b, t.Direction)
 	b = append(b, `,"bytes":`...)
 	b = strconv.AppendUint(b, t.Bytes, 10)
+	if t.BytesUnknown {
+		b = append(b, `,"bytes_unknown":true`...)
+	}
 	b = append(b, `,"src":`...)
 	b = appendSide(b, &t.Src)
 	b = append(b, `,"dst":`...)

@@ -15,7 +15,7 @@ import (
 var samples = []correlate.Transfer{
 	{
 		PID: 4242, TID: 4250, Stream: 0x5500_0000_1000, API: "cudaMemcpyAsync_ptsz", DriverAPI: "cuMemcpyHtoDAsync_v2_ptsz",
-		Op: "copy", Direction: correlate.DirH2D, Bytes: 1 << 20,
+		Op: "copy", Mover: correlate.MoverCopyEngine, Direction: correlate.DirH2D, Bytes: 1 << 20,
 		Src:     correlate.Side{Addr: 0x7f00_0000_0000, Mem: event.MemPinned},
 		Dst:     correlate.Side{Addr: 0x7e00_0000_0000, Mem: event.MemDevice},
 		HostMem: event.MemPinned, GPU: "0000:3b:00.0", SubmitNs: 123456789012345, CompleteNs: 123456789112345, BatchIndex: -1, Layer: 3,
@@ -30,6 +30,12 @@ var samples = []correlate.Transfer{
 	{ // pages on node 0 (not omitted: 0 is a node), one page sampled
 		PID: 2, TID: 2, API: "cuMemcpyDtoH_v2", Op: "copy", Direction: correlate.DirD2H, Bytes: 4096, BatchIndex: -1, Layer: -1,
 		NUMANode: correlate.NodeOf(0), NUMAPages: correlate.PagesOn(0),
+	},
+	{ // a KV-transfer kernel's launch: moved by SMs, bytes unknown
+		PID: 3, TID: 3, Stream: 0x5000, API: "cudaLaunchKernel", DriverAPI: "cuLaunchKernel", Op: correlate.OpKernelCopy,
+		Mover: correlate.MoverSM, Kernel: "transfer_kernel_impl", KernelSymbol: "_Z20transfer_kernel_implIXadL_Z20get_global_offset_lfIKcEPT_S3_PKmllllEEXadL_ZS0_IcES3_S3_S5_llllEELb0EEvPKvPvS7_S8_PKlSA_lllllllS5_S5_S5_S5_",
+		Direction: correlate.DirUnknown, BytesUnknown: true, Src: correlate.Side{Mem: event.MemUnknown}, Dst: correlate.Side{Mem: event.MemUnknown},
+		GPU: "0000:3b:00.0", SubmitNs: 5, CompleteNs: 9, BatchIndex: -1, Layer: 2,
 	},
 	{ // strings that need escaping
 		API: "a\"b\\c\n\t\x01é\xff<&>", Op: "copy", Direction: "D2H", BatchIndex: -1, Layer: -1,

@@ -65,6 +65,8 @@ const (
 	AttrComplete     = attribute.Key("lanewatch.completed")
 	AttrRequest      = attribute.Key("lanewatch.request.id")
 	AttrLayer        = attribute.Key("lanewatch.layer")
+	AttrMover        = attribute.Key("lanewatch.mover")
+	AttrKernel       = attribute.Key("lanewatch.kernel")
 	AttrAttribution  = attribute.Key("lanewatch.attribution")
 	AttrAttrScope    = attribute.Key("lanewatch.attribution.scope")
 	AttrAttrReason   = attribute.Key("lanewatch.attribution.reason")
@@ -416,7 +418,8 @@ func (s *Spans) export(hs []held) (spans int, attributed, batched, incomplete ui
 		k := runKey{t.PID, t.Stream}
 		r := s.runs[k]
 		if r != nil && (s.cfg.Mode == SpansPerTransfer || r.first.Direction != t.Direction || r.first.Layer != t.Layer ||
-			r.first.TID != t.TID || r.first.GPU != t.GPU || r.reason != hs[i].reason || !sameAttribution(&r.attr, &a)) {
+			r.first.TID != t.TID || r.first.GPU != t.GPU || r.first.Mover != t.Mover || r.first.Kernel != t.Kernel ||
+			r.reason != hs[i].reason || !sameAttribution(&r.attr, &a)) {
 			s.end(r)
 			spans++
 			delete(s.runs, k)
@@ -430,7 +433,9 @@ func (s *Spans) export(hs []held) (spans int, attributed, batched, incomplete ui
 		}
 		r.count++
 		r.bytes += t.Bytes
-		r.small.Add(t.Bytes)
+		if !t.BytesUnknown {
+			r.small.Add(t.Bytes)
+		}
 		end := t.SubmitNs
 		if t.CompleteNs != 0 {
 			end = t.CompleteNs
@@ -485,7 +490,6 @@ func (s *Spans) end(r *run) {
 	at := s.attrs[:0]
 	at = append(at,
 		AttrDirection.String(t.Direction),
-		AttrBytes.Int64(int64(r.bytes)),
 		AttrCount.Int(r.count),
 		AttrAPI.String(t.API),
 		AttrOp.String(t.Op),
@@ -496,6 +500,15 @@ func (s *Spans) end(r *run) {
 		AttrStream.String("0x"+strconv.FormatUint(t.Stream, 16)),
 		AttrComplete.Bool(r.completed),
 	)
+	if !t.BytesUnknown { // a kernel's launch states no bytes (docs/design.md, "Kernel movers")
+		at = append(at, AttrBytes.Int64(int64(r.bytes)))
+	}
+	if t.Mover != "" {
+		at = append(at, AttrMover.String(t.Mover))
+	}
+	if t.Kernel != "" {
+		at = append(at, AttrKernel.String(t.Kernel))
+	}
 	if t.DriverAPI != "" {
 		at = append(at, AttrDriverAPI.String(t.DriverAPI))
 	}
@@ -505,7 +518,7 @@ func (s *Spans) end(r *run) {
 	if t.Layer >= 0 {
 		at = append(at, AttrLayer.Int(t.Layer))
 	}
-	if r.completed && r.end > r.start {
+	if r.completed && r.end > r.start && !t.BytesUnknown {
 		at = append(at, AttrRate.Float64(float64(r.bytes)*1e9/float64(r.end-r.start)))
 	}
 	switch {
@@ -556,12 +569,16 @@ func (s *Spans) end(r *run) {
 	}
 	s.attrs = at
 	opts = append(opts, trace.WithAttributes(at...))
-	_, span := s.cfg.Tracer.Start(ctx, "transfer "+t.Direction, opts...)
+	name := "transfer " + t.Direction
+	if t.Mover == correlate.MoverSM {
+		name = correlate.OpKernelCopy + " " + t.Kernel
+	}
+	_, span := s.cfg.Tracer.Start(ctx, name, opts...)
 	// Findings that a run proves by itself become events on its span.
 	if r.pageable > 0 {
 		addFinding(span, correlate.PageableCopies(t.PID, r.pageable, r.pageBytes, []string{t.API}), s.wall(r.start))
 	}
-	if r.completed && r.end > r.start {
+	if r.completed && r.end > r.start && !t.BytesUnknown {
 		addFinding(span, correlate.Fragmentation(t.PID, t.Direction, r.small, float64(r.bytes)/float64(r.end-r.start)), s.wall(r.start))
 	}
 	span.End(trace.WithTimestamp(time.Unix(0, s.wall(r.end))))

@@ -34,6 +34,7 @@ type Metrics struct {
 	mu        sync.Mutex
 	transfers map[transferKey]*transferCount
 	failed    map[failedKey]uint64
+	sm        map[string]uint64     // transfers moved by SMs, by kernel function name
 	sizes     map[string]*histogram // by direction
 	wrs       map[wrKey]uint64
 	latency   map[string]*histogram // by RDMA opcode
@@ -55,6 +56,10 @@ type Health struct {
 	// their host pages (PageLookupResults; docs/design.md, "Pages, not
 	// registrations"); nil: no locator ran.
 	PageLookups map[string]uint64
+	// Kernels counts kernel launches by what the engine knew of their
+	// kernel (docs/design.md, "Kernel movers"); zero when launches are not
+	// probed.
+	Kernels correlate.KernelStats
 }
 
 // PageLookupResults are the values of lanewatch_page_lookups_total's
@@ -144,6 +149,12 @@ var (
 	descFailed = prometheus.NewDesc("lanewatch_failed_calls_total",
 		"CUDA calls that returned an error, by API and the error's name in that layer's enum (cudaError_t, CUresult; \"other\" for a code the agent's headers do not name). A failed call moved nothing and counts in no transfer metric.",
 		[]string{"api", "error"}, nil)
+	descSMTransfers = prometheus.NewDesc("lanewatch_sm_transfers_total",
+		"Launches of KV-transfer kernels the agent reported as transfers moved by the GPU's SMs (op kernel_copy), by kernel function name. Their bytes and direction are unknown: they count in no transfer or byte metric; the GPU counters' unattributed rate holds their bytes.",
+		[]string{"kernel"}, nil)
+	descLaunches = prometheus.NewDesc("lanewatch_kernel_launches_total",
+		"Kernel launches the probes saw (agent run --kernels), by what the agent knew of the kernel: kv_transfer (reported as a transfer moved by SMs), other, unnamed (its handle was named before the agent looked).",
+		[]string{"class"}, nil)
 	descWRs = prometheus.NewDesc("lanewatch_rdma_work_requests_total",
 		"RDMA work requests posted, by opcode (RDMA_WRITE, WRITE_IMM, RDMA_READ, SEND, RECV) and completion status (none: emitted without a polled completion).",
 		[]string{"opcode", "status"}, nil)
@@ -198,6 +209,7 @@ func NewMetrics(health func() Health) *Metrics {
 		health:    health,
 		transfers: map[transferKey]*transferCount{},
 		failed:    map[failedKey]uint64{},
+		sm:        map[string]uint64{},
 		sizes:     map[string]*histogram{},
 		wrs:       map[wrKey]uint64{},
 		latency:   map[string]*histogram{},
@@ -243,6 +255,15 @@ func (m *Metrics) Transfer(t *correlate.Transfer) {
 			fk = failedKey{overflow, overflow}
 		}
 		m.failed[fk]++
+		return
+	}
+	if t.Mover == correlate.MoverSM {
+		// Moved by SMs, bytes unknown: never a copy-engine transfer or byte.
+		k := t.Kernel
+		if _, ok := m.sm[k]; !ok && len(m.sm) >= maxSeries {
+			k = overflow
+		}
+		m.sm[k]++
 		return
 	}
 	k := transferKey{t.Direction, string(t.HostMem), t.Op}
@@ -303,7 +324,7 @@ func (m *Metrics) SetWindow(w Window) {
 
 // Describe implements prometheus.Collector.
 func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descTransfers, descTransferBytes, descTransferSize, descFailed, descWRs, descWRLatency,
+	for _, d := range []*prometheus.Desc{descTransfers, descTransferBytes, descTransferSize, descFailed, descSMTransfers, descLaunches, descWRs, descWRLatency,
 		descFindings, descLaneDemand, descLaneCapacity, descLaneMeasured, descLaneUnattributed, descGPUCounters,
 		descEvalDuration, descEvalTime,
 		descEvents, descDrops, descAttached, descAttachFailures, descCallerUnclassified, descPending, descPageLookups} {
@@ -332,6 +353,9 @@ func (m *Metrics) collectCounts(ch chan<- prometheus.Metric) {
 	}
 	for k, n := range m.failed {
 		ch <- prometheus.MustNewConstMetric(descFailed, prometheus.CounterValue, float64(n), k.api, k.err)
+	}
+	for kernel, n := range m.sm {
+		ch <- prometheus.MustNewConstMetric(descSMTransfers, prometheus.CounterValue, float64(n), kernel)
 	}
 	for k, n := range m.wrs {
 		ch <- prometheus.MustNewConstMetric(descWRs, prometheus.CounterValue, float64(n), k.opcode, k.status)
@@ -411,6 +435,12 @@ func collectHealth(ch chan<- prometheus.Metric, h Health) {
 	ch <- prometheus.MustNewConstMetric(descAttachFailures, prometheus.CounterValue, float64(h.AttachFailures))
 	ch <- prometheus.MustNewConstMetric(descCallerUnclassified, prometheus.CounterValue, float64(h.CallerUnclassified))
 	ch <- prometheus.MustNewConstMetric(descPending, prometheus.GaugeValue, float64(h.Pending))
+	for _, l := range []struct {
+		class string
+		n     uint64
+	}{{"kv_transfer", h.Kernels.KV}, {"other", h.Kernels.Other}, {"unnamed", h.Kernels.Unnamed}} {
+		ch <- prometheus.MustNewConstMetric(descLaunches, prometheus.CounterValue, float64(l.n), l.class)
+	}
 	if h.PageLookups != nil {
 		for _, r := range PageLookupResults {
 			ch <- prometheus.MustNewConstMetric(descPageLookups, prometheus.CounterValue, float64(h.PageLookups[r]), r)

@@ -28,6 +28,8 @@ func feed(m *Metrics) {
 		{Op: "post_send", Direction: correlate.DirWriteImm, Bytes: 1 << 20, Status: "success", SubmitNs: 1000, CompleteNs: 51000, QPNum: 7},
 		{Op: "post_send", Direction: correlate.DirRDMARead, Bytes: 4096, Status: "remote_access_error", SubmitNs: 1000, CompleteNs: 3000, QPNum: 7},
 		{Op: "post_recv", Direction: correlate.DirRecv, Bytes: 4096, QPNum: 8},
+		{Op: correlate.OpKernelCopy, Mover: correlate.MoverSM, Kernel: "transfer_kernel_impl", Direction: correlate.DirUnknown, BytesUnknown: true},
+		{Op: correlate.OpKernelCopy, Mover: correlate.MoverSM, Kernel: "transfer_kernel_impl", Direction: correlate.DirUnknown, BytesUnknown: true},
 	} {
 		m.Transfer(&t)
 	}
@@ -56,6 +58,7 @@ func testHealth() Health {
 		},
 		AttachFailures: 1,
 		Pending:        5,
+		Kernels:        correlate.KernelStats{Launches: 9, KV: 2, Other: 5, Unnamed: 2},
 	}
 }
 
@@ -149,6 +152,10 @@ lanewatch_transfers_pending 5
 		"lanewatch_rdma_posted_to_completed_seconds{opcode=WRITE_IMM}_sum":      50e-6,
 		"lanewatch_probe_events_total{}":                                        1234,
 		"lanewatch_attach_failures_total{}":                                     1,
+		"lanewatch_sm_transfers_total{kernel=transfer_kernel_impl}":             2,
+		"lanewatch_kernel_launches_total{class=kv_transfer}":                    2,
+		"lanewatch_kernel_launches_total{class=unnamed}":                        2,
+		"lanewatch_kernel_launches_total{class=other}":                          5,
 	} {
 		if g, ok := got[k]; !ok || g != v {
 			t.Errorf("%s = %v (present %v), want %v", k, g, ok, v)
@@ -156,6 +163,12 @@ lanewatch_transfers_pending 5
 	}
 	if _, ok := got["lanewatch_rdma_posted_to_completed_seconds{opcode=RDMA_READ}_count"]; ok {
 		t.Error("a failed completion was counted in the latency histogram")
+	}
+	// Moved by SMs, bytes unknown: in no transfer, byte or size series.
+	for k := range got {
+		if strings.Contains(k, "kernel_copy") || strings.Contains(k, "direction=unknown") {
+			t.Errorf("a kernel's transfer counted as a copy: %s", k)
+		}
 	}
 }
 
