@@ -19,14 +19,14 @@ import (
 func TestEveryShape(t *testing.T) {
 	const otherMachine = "17d2e3f4a5b6c7d8e9f0a1b2c3d4e5f6"
 	type shape struct {
-		name             string
-		spans            []*tracepb.ResourceSpans
-		pid, tid         uint32
-		request, scope   string
-		room             string
-		parent           shapes.Ref // zero: a root (not attributed)
-		reason           string
-		parents          map[uint32]uint32
+		name           string
+		spans          []*tracepb.ResourceSpans
+		pid, tid       uint32
+		request, scope string
+		room           string
+		parent         shapes.Ref // zero: a root (not attributed)
+		reason         string
+		parents        map[uint32]uint32
 	}
 	ids := shapes.NewIDs(40)
 	sgb := func(sp ...*tracepb.Span) []*tracepb.ResourceSpans {
