@@ -267,6 +267,10 @@ func (x *Index) add(sp *tracepb.Span, res []*commonpb.KeyValue, wall int64) {
 		}
 		ti := x.traces[ref.TraceID]
 		if ti == nil {
+			if len(x.traces) >= x.cfg.MaxSpans {
+				x.stats.CapEvicts++ // bounded like the spans: this request stays unnamed
+				return
+			}
 			ti = &traceInfo{}
 			x.traces[ref.TraceID] = ti
 		}
@@ -371,7 +375,7 @@ func (x *Index) addRoom(room string, r roomReq) {
 			return
 		}
 	}
-	if len(rs) < 4 {
+	if len(rs) < 4 && (len(rs) > 0 || len(x.rooms) < x.cfg.MaxSpans) {
 		x.rooms[room] = append(rs, r)
 	}
 }

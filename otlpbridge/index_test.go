@@ -380,3 +380,20 @@ func TestOpenExpires(t *testing.T) {
 		t.Errorf("after the window: %+v, %+v", a, st)
 	}
 }
+
+// TestBounded: request spans, rooms and open requests stay within their
+// caps however many arrive within the window.
+func TestBounded(t *testing.T) {
+	ids := shapes.NewIDs(10)
+	s := shapes.SGLang{Version: shapes.SGLangCurrent, IDs: ids}
+	x := NewIndex(IndexConfig{MaxSpans: 3, MaxOpen: 2, Procs: fakeProcs{}})
+	for i := range 10 {
+		req, rs := s.Request("prefill", fmt.Sprintf("r%d", i), uint64(100+i), nil, at(0), at(10))
+		th, _ := s.Thread(req, shapes.SGLangThread{Label: "Scheduler", TID: 9, HostID: hostA}, at(0), at(10))
+		_, sl := s.Slice(th, "request_process", at(0), at(1))
+		add(x, 11, sg(append(rs, sl)...))
+	}
+	if st := x.Stats(); len(x.traces) > 3 || len(x.rooms) > 3 || st.Open > 2 || st.OpenDropped != 8 || st.Live > 3 {
+		t.Errorf("traces %d rooms %d, stats %+v", len(x.traces), len(x.rooms), st)
+	}
+}
