@@ -43,6 +43,11 @@ type Window struct {
 	linkSpans int
 	// counters are the GPU counters' samples per lane ({gpu, dir}).
 	counters map[[2]string][]correlate.CounterSample
+	// sm counts the transfers moved by SMs (KV-transfer kernels' launches)
+	// per GPU ("" unknown): no copy statistic, flow or rule takes them,
+	// their bytes and direction being unknown (docs/design.md, "Kernel
+	// movers").
+	sm map[string]int
 }
 
 // maxRDMAKept bounds the work requests a window keeps for latency.
@@ -125,6 +130,13 @@ func (w *Window) Transfer(t *correlate.Transfer) {
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if t.Mover == correlate.MoverSM {
+		if w.sm == nil {
+			w.sm = map[string]int{}
+		}
+		w.sm[t.GPU]++
+		return
+	}
 	if t.QPNum != 0 || t.Op == "post_send" || t.Op == "post_recv" {
 		w.rdma(t)
 		return
@@ -230,6 +242,18 @@ func (w *Window) Rotate() *Window {
 	old := &Window{procs: w.procs, rdmas: w.rdmas, links: w.links, linkSpans: w.linkSpans, counters: w.counters}
 	w.procs, w.rdmas, w.links, w.linkSpans, w.counters = map[uint32]*procWindow{}, nil, nil, 0, nil
 	return old
+}
+
+// SMTransfers counts the window's transfers moved by SMs per GPU (""
+// unknown).
+func (w *Window) SMTransfers() map[string]int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := make(map[string]int, len(w.sm))
+	for gpu, n := range w.sm {
+		out[gpu] = n
+	}
+	return out
 }
 
 // LaneBytes is what moved over one lane of the process's GPU link during

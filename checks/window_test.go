@@ -125,3 +125,29 @@ func TestLaneFactsBusyIsTimeInFlight(t *testing.T) {
 		t.Errorf("fired on a lane idle 80%% of the window: %+v", fd)
 	}
 }
+
+// Transfers moved by SMs (KV-transfer kernels' launches, bytes and
+// direction unknown) are counted per GPU and enter no copy statistic: 300
+// of them with no bytes do not make a process's copies "fragmented", nor a
+// process of their own.
+func TestWindowSMTransfers(t *testing.T) {
+	w := NewWindow()
+	for i := range 300 {
+		w.Transfer(&correlate.Transfer{PID: 9, Op: correlate.OpKernelCopy, Mover: correlate.MoverSM, Kernel: "transfer_kernel_impl",
+			Direction: correlate.DirUnknown, BytesUnknown: true, GPU: "0000:3b:00.0", SubmitNs: uint64(i), BatchIndex: -1})
+	}
+	w.Transfer(&correlate.Transfer{PID: 9, Op: correlate.OpKernelCopy, Mover: correlate.MoverSM, Direction: correlate.DirUnknown, BytesUnknown: true})
+	w.Transfer(&correlate.Transfer{PID: 9, Op: correlate.OpKernelCopy, Mover: correlate.MoverSM, Direction: correlate.DirUnknown,
+		BytesUnknown: true, GPU: "0000:3b:00.0", Error: &correlate.CallError{Code: 100}}) // failed: moved nothing
+	if got := w.SMTransfers(); len(got) != 2 || got["0000:3b:00.0"] != 300 || got[""] != 1 {
+		t.Errorf("SMTransfers = %v", got)
+	}
+	if pids := w.PIDs(); len(pids) != 0 {
+		t.Errorf("kernel launches made copy statistics for %v", pids)
+	}
+	for _, c := range w.Checks("pid 9", 9) {
+		if c.Status == Warn || c.Status == Fail {
+			t.Errorf("%s: %s on kernel launches", c.Name, c.Status)
+		}
+	}
+}

@@ -86,6 +86,10 @@ type Lane struct {
 	// HasMeasured false without counters.
 	Measured, Unattributed float64
 	HasMeasured            bool
+	// SMTransfers: KV-transfer kernel launches on the GPU in the window
+	// (either lane: their direction is unknown; their bytes are in the
+	// unattributed rate).
+	SMTransfers int
 }
 
 type transferKey struct{ direction, hostMem, op string }
@@ -175,6 +179,9 @@ var (
 		[]string{"gpu", "direction"}, nil)
 	descLaneUnattributed = prometheus.NewDesc("lanewatch_lane_unattributed_bytes_per_second",
 		"The part of the measured rate no probed transfer explains: copy kernels, other processes, a remote peer's GPUDirect writes.",
+		[]string{"gpu", "direction"}, nil)
+	descLaneSM = prometheus.NewDesc("lanewatch_lane_sm_transfers",
+		"KV-transfer kernel launches (transfers moved by SMs) on the GPU during the last window, on both of its lanes: their direction is unknown, and their bytes are in the lanes' unattributed rate.",
 		[]string{"gpu", "direction"}, nil)
 	descGPUCounters = prometheus.NewDesc("lanewatch_gpu_counters_available",
 		"1 when GPU link counters are read (source dcgm or nvml), 0 with the source none when neither library is on this host.",
@@ -325,7 +332,7 @@ func (m *Metrics) SetWindow(w Window) {
 // Describe implements prometheus.Collector.
 func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descTransfers, descTransferBytes, descTransferSize, descFailed, descSMTransfers, descLaunches, descWRs, descWRLatency,
-		descFindings, descLaneDemand, descLaneCapacity, descLaneMeasured, descLaneUnattributed, descGPUCounters,
+		descFindings, descLaneDemand, descLaneCapacity, descLaneMeasured, descLaneUnattributed, descLaneSM, descGPUCounters,
 		descEvalDuration, descEvalTime,
 		descEvents, descDrops, descAttached, descAttachFailures, descCallerUnclassified, descPending, descPageLookups} {
 		ch <- d
@@ -415,6 +422,7 @@ func (m *Metrics) collectWindow(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(descLaneMeasured, prometheus.GaugeValue, l.Measured, l.GPU, l.Direction)
 			ch <- prometheus.MustNewConstMetric(descLaneUnattributed, prometheus.GaugeValue, l.Unattributed, l.GPU, l.Direction)
 		}
+		ch <- prometheus.MustNewConstMetric(descLaneSM, prometheus.GaugeValue, float64(l.SMTransfers), l.GPU, l.Direction)
 	}
 	ch <- prometheus.MustNewConstMetric(descEvalDuration, prometheus.GaugeValue, w.Duration.Seconds())
 	ch <- prometheus.MustNewConstMetric(descEvalTime, prometheus.GaugeValue, float64(w.At.UnixNano())/1e9)

@@ -41,7 +41,7 @@ func feed(m *Metrics) {
 			{Rule: "same-direction-overlap", Severity: correlate.SevWarn, Subject: "PCIe link of GPU 0000:3b:00.0"},
 		},
 		Lanes: []Lane{
-			{GPU: "0000:17:00.0", Direction: "inbound", Demand: 40e9, Capacity: 63.015e9},
+			{GPU: "0000:17:00.0", Direction: "inbound", Demand: 40e9, Capacity: 63.015e9, SMTransfers: 12},
 			{GPU: "0000:17:00.0", Direction: "outbound", Demand: 0, Capacity: 63.015e9},
 			{GPU: "0000:3b:00.0", Direction: "inbound", Demand: 3.9e9},
 		},
@@ -92,6 +92,11 @@ lanewatch_lane_capacity_bytes_per_second{direction="outbound",gpu="0000:17:00.0"
 lanewatch_lane_demand_bytes_per_second{direction="inbound",gpu="0000:17:00.0"} 4e+10
 lanewatch_lane_demand_bytes_per_second{direction="inbound",gpu="0000:3b:00.0"} 3.9e+09
 lanewatch_lane_demand_bytes_per_second{direction="outbound",gpu="0000:17:00.0"} 0
+# HELP lanewatch_lane_sm_transfers KV-transfer kernel launches (transfers moved by SMs) on the GPU during the last window, on both of its lanes: their direction is unknown, and their bytes are in the lanes' unattributed rate.
+# TYPE lanewatch_lane_sm_transfers gauge
+lanewatch_lane_sm_transfers{direction="inbound",gpu="0000:17:00.0"} 12
+lanewatch_lane_sm_transfers{direction="inbound",gpu="0000:3b:00.0"} 0
+lanewatch_lane_sm_transfers{direction="outbound",gpu="0000:17:00.0"} 0
 # HELP lanewatch_rdma_work_requests_total RDMA work requests posted, by opcode (RDMA_WRITE, WRITE_IMM, RDMA_READ, SEND, RECV) and completion status (none: emitted without a polled completion).
 # TYPE lanewatch_rdma_work_requests_total counter
 lanewatch_rdma_work_requests_total{opcode="RDMA_READ",status="remote_access_error"} 1
@@ -113,7 +118,7 @@ lanewatch_attached_probes{library="libcudart.so.12"} 30
 lanewatch_transfers_pending 5
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want),
-		"lanewatch_findings", "lanewatch_lane_capacity_bytes_per_second", "lanewatch_lane_demand_bytes_per_second",
+		"lanewatch_findings", "lanewatch_lane_capacity_bytes_per_second", "lanewatch_lane_demand_bytes_per_second", "lanewatch_lane_sm_transfers",
 		"lanewatch_rdma_work_requests_total", "lanewatch_probe_dropped_events_total", "lanewatch_attached_probes",
 		"lanewatch_transfers_pending"); err != nil {
 		t.Error(err)
