@@ -150,11 +150,17 @@ type lanewatchRun struct {
 }
 
 // withLanewatch runs f with every driver row of the table attached to lib
-// the way `agent run` attaches it (thunks resolved, one entry+return pair
-// per row) and a reader draining the ring buffer, as in the agent.
+// the way `agent run --kernels` attaches it (thunks resolved, one
+// entry+return pair per row) and a reader draining the ring buffer, as in
+// the agent.
 func withLanewatch(tb testing.TB, lib string, f func() float64) lanewatchRun {
+	return withRows(tb, lib, driverSymbols(), f)
+}
+
+// withRows is withLanewatch with only the rows names lists.
+func withRows(tb testing.TB, lib string, names []string, f func() float64) lanewatchRun {
 	tb.Helper()
-	syms, err := LookupSymbols(lib, driverSymbols())
+	syms, err := LookupSymbols(lib, names)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -265,5 +271,60 @@ func BenchmarkRealDriver(b *testing.B) {
 		b.ReportMetric(lw/empty, drv.name+"-lanewatch/empty")
 		b.Logf("driver %s: none %.0f ns, empty program at the exported symbol %.0f ns, lanewatch %.0f ns (cuMemcpyHtoD_v2 at %s; %d events for %d calls, %d dropped): lanewatch/empty %.3f per call, %.3f of the added cost (best of %d)",
 			drv.name, none, empty, lw, last.sites["cuMemcpyHtoD_v2"], last.events["cuMemcpyHtoD_v2"], iterations+1, last.dropped, lw/empty, (lw-none)/(empty-none), benchRounds)
+	}
+}
+
+// launchbench runs the reference runtime's tight cudaLaunchKernel loop of an
+// empty kernel (each launch goes on to the reference driver's cuLaunchKernel).
+func launchbench(tb testing.TB, ref, build string, iterations int) float64 {
+	cmd := exec.Command(filepath.Join(ref, "bin", "kvpath"), "--scenario", "launchbench", "--iterations", strconv.Itoa(iterations))
+	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+filepath.Join(ref, build)+":"+filepath.Join(ref, "lib"))
+	return nsPerCall(tb, cmd)
+}
+
+// BenchmarkLaunch: what probing kernel launches costs a launch
+// (docs/design.md, "Kernel movers"). One cudaLaunchKernel of an empty
+// kernel through the reference runtime and driver (both builds): with no
+// probe, with the bpftrace-equivalent entry+return pair on
+// cudaLaunchKernel, with every driver row but the kernel rows (agent run
+// without --kernels: a launch meets no probe) and with every driver row
+// (agent run --kernels: one pair at cuLaunchKernel).
+func BenchmarkLaunch(b *testing.B) {
+	testenv.RequireRoot(b)
+	ref := testenv.RefDir(b)
+	benchRounds, iterations := benchSize()
+	driver := filepath.Join(ref, "lib", "libcuda.so.1")
+	var noKernels []string
+	for _, p := range Table {
+		if p.Layer == event.LayerDriver && !p.Op.IsKernel() {
+			noKernels = append(noKernels, p.Symbol)
+		}
+	}
+	for _, build := range []string{"plain", "cet"} {
+		runtime := filepath.Join(ref, build, "libcudart.so.12")
+		syms, err := LookupSymbols(runtime, []string{"cudaLaunchKernel"})
+		if err != nil || len(syms) != 1 {
+			b.Fatalf("%s: cudaLaunchKernel: %v", runtime, err)
+		}
+		run := func() float64 { return launchbench(b, ref, build, iterations) }
+		none, pair, off, on := math.Inf(1), math.Inf(1), math.Inf(1), math.Inf(1)
+		var last lanewatchRun
+		for range benchRounds {
+			none = min(none, run())
+			pair = min(pair, withBaseline(b, runtime, syms["cudaLaunchKernel"], true, run))
+			off = min(off, withRows(b, driver, noKernels, run).ns)
+			last = withLanewatch(b, driver, run)
+			on = min(on, last.ns)
+		}
+		launches := float64(iterations + 1) // and the warm-up launch
+		traps := 2 * float64(last.events["cuLaunchKernel"]) / launches
+		b.ReportMetric(none, build+"-none-ns/launch")
+		b.ReportMetric(pair, build+"-pair@runtime-ns/launch")
+		b.ReportMetric(off, build+"-lanewatch-nokernels-ns/launch")
+		b.ReportMetric(on, build+"-lanewatch-kernels-ns/launch")
+		b.ReportMetric((on-none)/(pair-none), build+"-lanewatch/pair-added")
+		b.ReportMetric(traps, build+"-traps/launch")
+		b.Logf("%s: none %.0f ns per launch; bpftrace-equivalent pair on cudaLaunchKernel +%.0f ns; lanewatch without the kernel rows %+.0f ns; with them (cuLaunchKernel at %s) +%.0f ns: %.2f of the pair's added cost, %.0f%% of a launch, %.2f traps per launch, %d dropped (best of %d)",
+			build, none, pair-none, off-none, last.sites["cuLaunchKernel"], on-none, (on-none)/(pair-none), 100*(on-none)/none, traps, last.dropped, benchRounds)
 	}
 }

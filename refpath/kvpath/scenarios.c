@@ -1069,5 +1069,6 @@ const struct scenario scenarios[] = {
 	{"two-proc-lane", sc_two_proc_lane, 64, 1 * MiB, 1},     /* per process: 64 x 1 MiB H2D, in lockstep */
 	{"tp-workers", sc_tp_workers, 4, 1 * MiB, 1}, /* ranks x (4 + 3) copies of 1 MiB, on three GPUs */
 	{"callbench", sc_callbench, 1, 64, 0},
+	{"launchbench", sc_launchbench, 1, 64, 0},
 	{NULL, NULL, 0, 0, 0},
 };
