@@ -49,6 +49,14 @@ type Config struct {
 	// goroutine: it must not block (diagnose uses it to locate pools while
 	// their process is alive).
 	OnCall func(*event.Call)
+	// Kernels attaches the kernel rows (launches, and the calls naming a
+	// kernel handle): launches of KV-transfer kernels become transfers moved
+	// by SMs (docs/design.md, "Kernel movers"). Every kernel launch of every
+	// traced process then costs one entry+return pair.
+	Kernels bool
+	// KVKernels are the KV-transfer kernels, regular expressions over a
+	// kernel's demangled function name; nil: correlate.DefaultKVKernels.
+	KVKernels []string
 }
 
 // Stats is the agent's own health.
@@ -132,6 +140,10 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.Sink == nil {
 		return nil, errors.New("agent: no sink for transfers")
 	}
+	kv, err := KVKernelSet(cfg.KVKernels)
+	if err != nil {
+		return nil, fmt.Errorf("agent: KV-transfer kernels: %w", err)
+	}
 	p, err := probes.Load(probes.Options{RingBytes: cfg.RingBytes, Record: cfg.Record, Logger: cfg.Logger})
 	if err != nil {
 		return nil, err
@@ -141,9 +153,9 @@ func New(cfg Config) (*Agent, error) {
 		cfg:       cfg,
 		log:       cfg.Logger,
 		probes:    p,
-		symbols:   symbolNames(),
+		symbols:   kernelRows(symbolNames(), cfg.Kernels),
 		files:     map[probes.FileID]fileVerdict{},
-		engine:    correlate.NewEngine(correlate.Config{Sink: pages, Devices: cfg.Devices}),
+		engine:    correlate.NewEngine(engineConfig(cfg, pages, kv)),
 		pages:     pages,
 		procs:     map[int]*procState{},
 		scannedAt: map[int]uint64{},

@@ -28,6 +28,12 @@ type LaneRate struct {
 	// without counters.
 	Measured, Unattributed float64
 	HasMeasured            bool
+	// SMTransfers counts the KV-transfer kernels launched on the GPU in
+	// the window (transfers moved by SMs, docs/design.md "Kernel movers"):
+	// their bytes are in Unattributed, on whichever lane they crossed —
+	// neither a kernel's name nor its launch says which, so both lanes of
+	// the GPU carry the count.
+	SMTransfers int
 }
 
 // Verdict is the evaluator's judgement of one window.
@@ -249,6 +255,21 @@ func (e *Evaluator) Evaluate(now time.Time) Verdict {
 	for _, c := range win.OverlapChecks(placeOf, e.cfg.LinkCapacity, span) {
 		v.Checks = append(v.Checks, c)
 		v.Findings = append(v.Findings, c.Findings...)
+	}
+	for gpu, n := range win.SMTransfers() {
+		if gpu == "" {
+			continue // no GPU the thread's context calls showed
+		}
+		for _, dir := range []string{checks.Inbound, checks.Outbound} {
+			k := laneKey{gpu, dir}
+			if lanes[k] == nil {
+				lanes[k] = &LaneRate{GPU: gpu, Direction: dir}
+				if e.cfg.LinkCapacity != nil {
+					lanes[k].Capacity = e.cfg.LinkCapacity(gpu) * 1e9
+				}
+			}
+			lanes[k].SMTransfers = n
+		}
 	}
 	for k, m := range measured {
 		l := lanes[k]

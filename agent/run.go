@@ -321,7 +321,8 @@ func (m *metrics) health() exporters.Health {
 	}
 	st := m.agent.Stats()
 	return exporters.Health{Events: st.Events, Drops: st.Drops, AttachedProbes: m.agent.AttachedProbes(),
-		AttachFailures: st.AttachFailures, CallerUnclassified: st.CallerUnclassified, Pending: m.agent.Pending(), PageLookups: st.Pages.ByResult()}
+		AttachFailures: st.AttachFailures, CallerUnclassified: st.CallerUnclassified, Pending: m.agent.Pending(), PageLookups: st.Pages.ByResult(),
+		Kernels: st.Engine.Kernels}
 }
 
 // publish hands a verdict to the metrics and logs what it holds: every
@@ -331,7 +332,7 @@ func (m *metrics) publish(v Verdict) {
 	w := exporters.Window{At: v.At, Duration: v.Took, Findings: v.Findings}
 	for _, l := range v.Lanes {
 		w.Lanes = append(w.Lanes, exporters.Lane{GPU: l.GPU, Direction: l.Direction, Demand: l.Demand, Capacity: l.Capacity,
-			Measured: l.Measured, Unattributed: l.Unattributed, HasMeasured: l.HasMeasured})
+			Measured: l.Measured, Unattributed: l.Unattributed, HasMeasured: l.HasMeasured, SMTransfers: l.SMTransfers})
 	}
 	m.exp.SetWindow(w)
 	if m.onVerdict != nil {

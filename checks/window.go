@@ -239,8 +239,8 @@ func (w *Window) RDMAs() []correlate.Transfer {
 func (w *Window) Rotate() *Window {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	old := &Window{procs: w.procs, rdmas: w.rdmas, links: w.links, linkSpans: w.linkSpans, counters: w.counters}
-	w.procs, w.rdmas, w.links, w.linkSpans, w.counters = map[uint32]*procWindow{}, nil, nil, 0, nil
+	old := &Window{procs: w.procs, rdmas: w.rdmas, links: w.links, linkSpans: w.linkSpans, counters: w.counters, sm: w.sm}
+	w.procs, w.rdmas, w.links, w.linkSpans, w.counters, w.sm = map[uint32]*procWindow{}, nil, nil, 0, nil, nil
 	return old
 }
 

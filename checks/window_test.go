@@ -151,3 +151,16 @@ func TestWindowSMTransfers(t *testing.T) {
 		}
 	}
 }
+
+// Rotate hands the SM transfers to the closed window and starts from none.
+func TestWindowRotateSMTransfers(t *testing.T) {
+	w := NewWindow()
+	w.Transfer(&correlate.Transfer{Op: correlate.OpKernelCopy, Mover: correlate.MoverSM, GPU: "0000:3b:00.0", BytesUnknown: true})
+	old := w.Rotate()
+	if got := old.SMTransfers(); got["0000:3b:00.0"] != 1 {
+		t.Errorf("closed window: %v", got)
+	}
+	if got := w.SMTransfers(); len(got) != 0 {
+		t.Errorf("new window: %v", got)
+	}
+}
