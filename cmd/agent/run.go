@@ -18,7 +18,7 @@ import (
 func cmdRun(args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("run", "info", stderr, "Attaches uprobes to every CUDA runtime/driver library mapped by a process\n(and to libraries loaded later), writes one JSON record per host↔device transfer,\nand detaches cleanly on SIGINT/SIGTERM.")
 	var pids pidList
-	var libs, rules stringList
+	var libs, rules, kvKernels stringList
 	fs.Var(&pids, "pid", "trace only these processes (repeatable or comma-separated); default: every process that maps a CUDA library, now or later")
 	fs.Var(&libs, "lib", "also probe this ELF file at start (repeatable), before any process maps it")
 	output := fs.String("output", "-", "where to write JSONL transfer records (- for stdout)")
@@ -27,6 +27,8 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	rescan := fs.Duration("rescan-interval", 10*time.Second, "how often every process's mappings are rescanned, besides the dynamic linker's notifications")
 	ring := fs.Uint("ring-bytes", 0, "BPF ring buffer size in bytes, a power of two (0: 4 MiB)")
 	record := fs.String("record", "", "also write every raw probe event to this file (120-byte records of bpf/lanewatch.h's struct lw_event), for offline replay")
+	kernels := fs.Bool("kernels", false, "probe kernel launches (cuLaunchKernel[Ex][_ptsz]) and the calls naming kernels: launches of KV-transfer kernels (HiCache's kernel I/O backend) become transfers moved by SMs, op kernel_copy. Off by default: every kernel launch of every traced process then costs one entry+return pair (≈1.7 µs on the reference path's VM; docs/design.md, \"Kernel movers\")")
+	fs.Var(&kvKernels, "kv-kernels", "with --kernels, a `pattern` of KV-transfer kernels: a regular expression over the kernel's demangled function name (repeatable; replaces the default, sgl-kernel's ^transfer_kernel_impl$ and ^transfer_page_head_kernel_impl$)")
 
 	var mc agent.MetricsConfig
 	fs.StringVar(&mc.Listen, "web.listen-address", "127.0.0.1:9464", "address to serve Prometheus metrics on (loopback only by default; \"\" disables metrics and the evaluator)")
@@ -65,12 +67,21 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		}
 		tc.Index.Rules = append(tc.Index.Rules, r)
 	}
+	var kv []string // nil: the default set
+	if len(kvKernels) > 0 {
+		kv = kvKernels
+	}
+	if _, err := agent.KVKernelSet(kv); err != nil {
+		fmt.Fprintf(stderr, "--kv-kernels: %v\n", err)
+		return 2
+	}
 	if tc.Upstream, err = otlpbridge.UpstreamFromEnv(nil); err != nil {
 		log.Error("traces", "err", err)
 		return 1
 	}
 	cfg := agent.RunConfig{
-		Trace:   agent.Config{ProcRoot: *procRoot, PIDs: pids, Libs: libs, RescanInterval: *rescan, RingBytes: uint32(*ring)},
+		Trace: agent.Config{ProcRoot: *procRoot, PIDs: pids, Libs: libs, RescanInterval: *rescan, RingBytes: uint32(*ring),
+			Kernels: *kernels, KVKernels: kv},
 		Output:  stdout,
 		SysRoot: *sysRoot, Version: version, Logger: log, Metrics: mc, Traces: tc,
 		OnReady: func() { log.Info("lanewatch running: probes attached", "version", version, "output", *output) },
