@@ -30,6 +30,9 @@ type Config struct {
 	Record         io.Writer     // raw events, for offline replay; nil for none
 	Sink           correlate.Sink
 	Logger         *slog.Logger
+	// LogInterval: a cause that repeats (a library failing to attach at
+	// every rescan) is logged at most once per interval (0: a minute).
+	LogInterval time.Duration
 	// Devices places a process's CUDA device ordinals on PCI functions
 	// when the process does not name them itself (DeviceMap; nil: only what
 	// processes say). See correlate.DeviceMap.
@@ -86,8 +89,11 @@ type Agent struct {
 	probes  *probes.Probes
 	symbols []string
 
-	filesMu sync.Mutex
-	files   map[probes.FileID]fileVerdict
+	filesMu     sync.Mutex
+	files       map[probes.FileID]*fileState
+	attachFails map[string]uint64 // failed tries to probe a library, by file name
+	scanGen     uint64            // full scans of every process, for the unprobed libraries they still see
+	limited     *limitedLog       // one line per cause per LogInterval
 
 	engineMu sync.Mutex // the engine is fed by the reader and told about processes by discovery
 	engine   *correlate.Engine
@@ -118,6 +124,11 @@ type Agent struct {
 
 	finalMu sync.Mutex
 	final   *Stats // the last counters, once Run has detached everything
+
+	// afterMaps, set by tests before Run, runs on the scanning goroutine
+	// once a scan has read a process's maps: a test can end the process
+	// there, between the maps and the files they name.
+	afterMaps func(pid int, maps []probes.Mapping)
 }
 
 // procState remembers since when a process has been watched with every
@@ -137,6 +148,9 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.LogInterval == 0 {
+		cfg.LogInterval = time.Minute
+	}
 	if cfg.Sink == nil {
 		return nil, errors.New("agent: no sink for transfers")
 	}
@@ -154,7 +168,7 @@ func New(cfg Config) (*Agent, error) {
 		log:       cfg.Logger,
 		probes:    p,
 		symbols:   kernelRows(symbolNames(), cfg.Kernels),
-		files:     map[probes.FileID]fileVerdict{},
+		files:     map[probes.FileID]*fileState{},
 		engine:    correlate.NewEngine(engineConfig(cfg, pages, kv)),
 		pages:     pages,
 		procs:     map[int]*procState{},
@@ -167,6 +181,8 @@ func New(cfg Config) (*Agent, error) {
 		exited:       make(chan int, 1024),
 		pidProbes:    map[int][]*probes.PIDProbes{},
 		callers:      newCallerRanges(cfg.ProcRoot),
+		attachFails:  map[string]uint64{},
+		limited:      newLimitedLog(cfg.Logger, cfg.LogInterval),
 	}
 	if len(cfg.PIDs) > 0 {
 		a.targets = map[int]bool{}
@@ -229,11 +245,13 @@ func (a *Agent) attachLib(path string) error {
 	if err != nil {
 		return err
 	}
-	id, err := fileIDOfPath(abs)
+	mf, err := probes.OpenFile(abs)
 	if err != nil {
 		return err
 	}
-	v := a.inspectFile(id, abs, abs)
+	defer mf.Close() // closed already when it was read
+	id := mf.ID
+	v := a.inspectFile(id, abs, 0, func() (*probes.MappedFile, error) { return mf, nil })
 	switch {
 	case v.probed:
 	case len(v.runtime) > 0:
@@ -260,6 +278,8 @@ func (a *Agent) initialScan() {
 		pids = all
 	}
 	scanStart := probes.Now()
+	gen := a.beginFullScan()
+	defer a.endFullScan(gen)
 	for _, pid := range pids {
 		a.procMu.Lock()
 		a.scannedAt[pid] = probes.Now()
@@ -320,9 +340,11 @@ func (a *Agent) discover(stop <-chan struct{}) {
 			if len(pids) == 0 {
 				pids, _ = listPIDs(a.cfg.ProcRoot)
 			}
+			gen := a.beginFullScan()
 			for _, pid := range pids {
 				a.rescanProcess(pid)
 			}
+			a.endFullScan(gen)
 		}
 	}
 }

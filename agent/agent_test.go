@@ -46,7 +46,8 @@ type running struct {
 	logs  *syncBuffer
 }
 
-func startAgent(t *testing.T, cfg agent.Config) *running {
+// startAgent runs an agent until the test ends; setup sees it before Run.
+func startAgent(t *testing.T, cfg agent.Config, setup ...func(*agent.Agent)) *running {
 	t.Helper()
 	r := &running{col: selftest.NewCollector(nil), logs: &syncBuffer{}}
 	cfg.Sink = r.col
@@ -60,6 +61,9 @@ func startAgent(t *testing.T, cfg agent.Config) *running {
 		t.Fatal(err)
 	}
 	r.agent = a
+	for _, f := range setup {
+		f(a)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- a.Run(ctx) }()

@@ -4,14 +4,14 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"maps"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
-
-	"golang.org/x/sys/unix"
+	"time"
 
 	"github.com/lanewatch/lanewatch/correlate"
 	"github.com/lanewatch/lanewatch/event"
@@ -38,15 +38,6 @@ func symbolNames() []string {
 	return names
 }
 
-// fileIDOfPath stats a file the same way the kernel names it in maps.
-func fileIDOfPath(path string) (probes.FileID, error) {
-	var st unix.Stat_t
-	if err := unix.Stat(path, &st); err != nil {
-		return probes.FileID{}, fmt.Errorf("stat %s: %w", path, err)
-	}
-	return probes.FileID{Dev: uint64(unix.Major(st.Dev))<<32 | uint64(unix.Minor(st.Dev)), Inode: st.Ino}, nil
-}
-
 // looksLikeCUDA says whether a file name promises CUDA symbols, so a file
 // that has none (stripped) deserves a warning rather than silence.
 func looksLikeCUDA(path string) bool {
@@ -54,48 +45,132 @@ func looksLikeCUDA(path string) bool {
 	return strings.HasPrefix(base, "libcudart.so") || strings.HasPrefix(base, "libcuda.so")
 }
 
+// openMapping opens the file of one mapping of pid while the process lives
+// (probes.OpenMapped).
+func (a *Agent) openMapping(pid int, m probes.Mapping) func() (*probes.MappedFile, error) {
+	return func() (*probes.MappedFile, error) { return probes.OpenMapped(a.cfg.ProcRoot, pid, m) }
+}
+
 // inspectFile attaches the table's probes in one file if it exports any of
-// the symbols. pathInNS is the path as the process sees it (for messages),
-// openPath the path the agent can open (through /proc/PID/root).
-func (a *Agent) inspectFile(id probes.FileID, pathInNS, openPath string) fileVerdict {
+// the symbols, and returns what the file offered. name is the path as the
+// process maps it (pid, 0 for a file named on the command line); open opens
+// the file itself, which the agent then reads and attaches through, so
+// that a process exiting meanwhile cannot take the file away
+// (docs/design.md, "Attach and discovery"). A verdict that stands is
+// cached; a library to probe that has no probes is retried — at the next
+// sighting when its file could not be opened (the next process mapping it),
+// else from the next rescan on — and reported (Unprobed) until it has them.
+func (a *Agent) inspectFile(id probes.FileID, name string, pid int, open func() (*probes.MappedFile, error)) fileVerdict {
+	now := time.Now()
 	a.filesMu.Lock()
-	v, seen := a.files[id]
+	st := a.files[id]
+	if st != nil {
+		st.seenGen = a.scanGen
+		if st.unprobed && pid > 0 {
+			st.pid = pid
+		}
+		if st.final || now.Before(st.retryAt) {
+			v := st.v
+			a.filesMu.Unlock()
+			return v
+		}
+	}
 	a.filesMu.Unlock()
-	if seen {
+
+	v, final, fail := a.tryFile(id, name, pid, open)
+
+	a.filesMu.Lock()
+	defer a.filesMu.Unlock()
+	st = a.files[id]
+	if st == nil {
+		if fail == nil && !final {
+			return v // could not even look, and nothing says it is a library to probe
+		}
+		st = &fileState{name: name, pid: pid}
+		a.files[id] = st
+	}
+	st.v, st.final, st.seenGen = v, final, a.scanGen
+	if fail == nil {
+		if st.unprobed && v.probed {
+			a.log.Info("library probed after earlier failures", "path", st.name, "failures", st.failures, "since", st.since.Format(time.RFC3339))
+		} else if st.unprobed {
+			a.log.Info("library read after earlier failures: nothing in it to probe for every process", "path", st.name, "failures", st.failures)
+		}
+		st.unprobed, st.reason = false, ""
 		return v
 	}
-	v = fileVerdict{}
-	syms, err := probes.LookupSymbols(openPath, a.symbols)
+	if !st.unprobed && pid > 0 { // a file named on the command line is mapped by no one yet
+		st.unprobed, st.since, st.name = true, now, name
+	}
+	st.pid, st.reason = pid, fail.reason
+	if fail.counted {
+		st.failures++
+		a.countAttachFailure(name)
+	}
+	st.retryAt = time.Time{}
+	if !fail.retryNow {
+		st.retryAt = now.Add(a.cfg.RescanInterval / 2)
+	}
+	a.limited.Log(fail.level, fail.cause+"\x00"+name, fail.msg, "path", name, "pid", pid, "err", fail.reason, "failures", st.failures)
+	return v
+}
+
+// attachFailure says why a library to probe has no probes.
+type attachFailure struct {
+	cause    string // one log line per cause and library per interval
+	msg      string
+	level    slog.Level
+	reason   string
+	counted  bool // a failed try (lanewatch_attach_failures_total)
+	retryNow bool // retry at the next sighting: the file could not be opened
+}
+
+// tryFile opens, reads and attaches one file. final says the verdict
+// stands; fail, when not nil, says why a library to probe has no probes.
+func (a *Agent) tryFile(id probes.FileID, name string, pid int, open func() (*probes.MappedFile, error)) (v fileVerdict, final bool, fail *attachFailure) {
+	mf, err := open()
+	if err != nil {
+		if !looksLikeCUDA(name) {
+			// Its process is gone, or the path names another file: the next
+			// process mapping it shows whether it is a library to probe.
+			a.log.Debug("mapped file not opened", "path", name, "pid", pid, "err", err)
+			return v, false, nil
+		}
+		return v, false, &attachFailure{cause: "open", msg: "cannot open CUDA library (retried with the next process that maps it)",
+			level: slog.LevelWarn, reason: err.Error(), counted: true, retryNow: true}
+	}
+	defer mf.Close()
+	syms, err := probes.LookupSymbols(mf.OpenPath(), a.symbols)
 	switch {
-	case err != nil && looksLikeCUDA(pathInNS):
-		a.log.Warn("cannot probe CUDA library", "path", pathInNS, "err", err)
+	case err != nil && looksLikeCUDA(name):
+		return v, false, &attachFailure{cause: "symbols", msg: "cannot probe CUDA library: its symbols could not be read",
+			level: slog.LevelWarn, reason: err.Error(), counted: true}
 	case err != nil:
-		a.log.Debug("skip mapped file", "path", pathInNS, "err", err)
-	case len(syms) == 0 && looksLikeCUDA(pathInNS):
-		a.log.Warn("CUDA library exports none of the probed symbols (stripped?)", "path", pathInNS)
-	case len(syms) > 0:
-		v.runtime = runtimeRows(syms)
-		if len(syms) == 0 {
-			break // only runtime entry points: nothing to attach for every process
-		}
-		af, err := a.probes.AttachFile(id, openPath, syms, a.attachPID())
-		if err != nil {
-			a.attachErr.Add(1)
-			a.log.Error("attach failed", "path", pathInNS, "err", err)
-			break
-		}
-		v.probed, v.attachedAt = true, probes.Now()
-		a.log.Info("attached", "path", pathInNS, "probes", len(af.Sites), "sites", siteSummary(af.Sites))
-		for sym, site := range af.Sites {
-			if site.NotResolved != "" {
-				a.log.Warn("dispatch thunk probed at the thunk itself (single-stepped: slower)", "path", pathInNS, "symbol", sym, "why", site.NotResolved)
-			}
+		a.log.Debug("skip mapped file", "path", name, "err", err)
+		return v, true, nil
+	case len(syms) == 0 && looksLikeCUDA(name):
+		return v, true, &attachFailure{cause: "stripped", msg: "CUDA library exports none of the probed symbols (stripped?)",
+			level: slog.LevelWarn, reason: "exports none of the probed symbols (stripped?)", counted: true}
+	case len(syms) == 0:
+		return v, true, nil
+	}
+	v.runtime = runtimeRows(syms)
+	if len(syms) == 0 {
+		return v, true, nil // only runtime entry points: nothing to attach for every process
+	}
+	af, err := a.probes.AttachFileAs(id, name, mf.OpenPath(), syms, a.attachPID())
+	if err != nil {
+		return v, false, &attachFailure{cause: "attach", msg: "attach failed (retried at the next rescan)", level: slog.LevelError,
+			reason: err.Error(), counted: true}
+	}
+	v.probed, v.attachedAt = true, probes.Now()
+	a.log.Info("attached", "path", name, "probes", len(af.Sites), "sites", siteSummary(af.Sites), "via", mf.Via)
+	for sym, site := range af.Sites {
+		if site.NotResolved != "" {
+			a.log.Warn("dispatch thunk probed at the thunk itself (single-stepped: slower)", "path", name, "symbol", sym, "why", site.NotResolved)
 		}
 	}
-	a.filesMu.Lock()
-	a.files[id] = v
-	a.filesMu.Unlock()
-	return v
+	return v, true, nil
 }
 
 // runtimeRows moves the CUDA runtime's rows out of syms: the driver rows
@@ -148,6 +223,9 @@ func (a *Agent) scanProcess(pid int) (probed bool, lastAttach uint64, snapshot [
 	if err != nil {
 		return false, 0, nil, err
 	}
+	if a.afterMaps != nil {
+		a.afterMaps(pid, maps)
+	}
 	for _, m := range maps {
 		if !m.Executable() || !m.FileBacked() {
 			continue
@@ -157,8 +235,7 @@ func (a *Agent) scanProcess(pid int) (probed bool, lastAttach uint64, snapshot [
 			a.log.Warn("bad maps line", "pid", pid, "err", err)
 			continue
 		}
-		open := filepath.Join(a.cfg.ProcRoot, strconv.Itoa(pid), "root", m.Path)
-		if v := a.inspectFile(id, m.Path, open); v.probed {
+		if v := a.inspectFile(id, m.Path, pid, a.openMapping(pid, m)); v.probed {
 			probed = true
 			lastAttach = max(lastAttach, v.attachedAt)
 		}
@@ -263,9 +340,16 @@ func (a *Agent) attachProvider(req providerReq) {
 		for row := range a.probes.Files()[id].Sites {
 			before[row] = true
 		}
-		af, err := a.probes.AttachFile(id, f.OpenPath, syms, a.attachPID())
+		af, err := a.probes.AttachFileAs(id, f.Path, f.OpenPath, syms, a.attachPID())
 		if err != nil {
-			a.log.Error("attach RDMA provider", "path", f.Path, "err", err)
+			// Counted, and tried again at the next queue pair or
+			// completion queue of this context.
+			delete(a.contexts, req)
+			a.filesMu.Lock()
+			a.countAttachFailure(f.Path)
+			a.filesMu.Unlock()
+			a.limited.Log(slog.LevelError, "provider\x00"+f.Path, "attach RDMA provider (retried at the context's next queue pair or completion queue)",
+				"pid", req.pid, "path", f.Path, "err", err)
 			continue
 		}
 		for row := range syms {
@@ -318,14 +402,15 @@ func (a *Agent) attachRuntime(req runtimeLayerReq) {
 			continue
 		}
 		seen[id] = true
-		open := filepath.Join(a.cfg.ProcRoot, strconv.Itoa(req.pid), "root", m.Path)
-		v := a.inspectFile(id, m.Path, open)
+		v := a.inspectFile(id, m.Path, req.pid, a.openMapping(req.pid, m))
 		if len(v.runtime) == 0 {
 			continue
 		}
-		pp, err := a.probes.AttachPID(open, v.runtime, req.pid)
+		pp, err := a.attachRuntimeFile(req.pid, m, v.runtime)
 		if err != nil {
-			a.attachErr.Add(1)
+			a.filesMu.Lock()
+			a.countAttachFailure(m.Path)
+			a.filesMu.Unlock()
 			a.log.Error("attach the CUDA runtime for one process", "pid", req.pid, "path", m.Path, "err", err)
 			continue
 		}
@@ -334,6 +419,17 @@ func (a *Agent) attachRuntime(req runtimeLayerReq) {
 		a.log.Info("CUDA driver failed to initialise: the process's runtime calls are traced at the runtime layer, to report their errors",
 			"pid", req.pid, "cuInit", name, "code", req.code, "path", m.Path, "probes", len(pp.Sites))
 	}
+}
+
+// attachRuntimeFile attaches the runtime rows of one mapped file for one
+// process, through the file held open.
+func (a *Agent) attachRuntimeFile(pid int, m probes.Mapping, rows map[string]probes.Symbol) (*probes.PIDProbes, error) {
+	mf, err := probes.OpenMapped(a.cfg.ProcRoot, pid, m)
+	if err != nil {
+		return nil, err
+	}
+	defer mf.Close()
+	return a.probes.AttachPID(mf.OpenPath(), rows, pid)
 }
 
 // detachRuntime removes the runtime probes of a process that exited.

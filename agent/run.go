@@ -149,7 +149,12 @@ func logSummary(log *slog.Logger, ag *Agent) {
 	for _, r := range st.Drops.Reasons() {
 		args = append(args, r.Name, r.Count)
 	}
+	args = append(args, "attach_failures", st.AttachFailures)
 	log.Info("summary", args...)
+	for _, u := range ag.Unprobed() {
+		log.Warn("library mapped without probes until the end: its calls were not seen", "path", u.Path, "pid", u.PID,
+			"failures", u.Failures, "since", u.Since.Format(time.RFC3339), "reason", u.Reason)
+	}
 	if p := st.Pages; p.Copies > 0 {
 		log.Info("host pages of copies", "copies", p.Copies, "located", p.Located, "from_cache", p.Cached, "no_node", p.NoNode,
 			"failed", p.Failed, "over_budget", p.OverRate, "behind", p.Behind, "move_pages_calls", p.Queries, "pages_asked", p.Pages)
@@ -321,7 +326,7 @@ func (m *metrics) health() exporters.Health {
 	}
 	st := m.agent.Stats()
 	return exporters.Health{Events: st.Events, Drops: st.Drops, AttachedProbes: m.agent.AttachedProbes(),
-		AttachFailures: st.AttachFailures, CallerUnclassified: st.CallerUnclassified, Pending: m.agent.Pending(), PageLookups: st.Pages.ByResult(),
+		AttachFailures: m.agent.AttachFailures(), Unprobed: m.agent.UnprobedByLibrary(), CallerUnclassified: st.CallerUnclassified, Pending: m.agent.Pending(), PageLookups: st.Pages.ByResult(),
 		Kernels: st.Engine.Kernels}
 }
 

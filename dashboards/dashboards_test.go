@@ -132,7 +132,8 @@ func TestDashboardShape(t *testing.T) {
 func exporterNames(t *testing.T) map[string]bool {
 	t.Helper()
 	m := exporters.NewMetrics(func() exporters.Health {
-		return exporters.Health{AttachedProbes: map[string]int{"/lib/libcuda.so.1": 1}}
+		return exporters.Health{AttachedProbes: map[string]int{"/lib/libcuda.so.1": 1},
+			AttachFailures: map[string]uint64{"libcuda.so.1": 1}, Unprobed: map[string]int{"libcuda.so.1": 1}}
 	})
 	for _, tr := range []correlate.Transfer{
 		{Op: "copy", Direction: correlate.DirH2D, Bytes: 1, HostMem: event.MemPageable},

@@ -47,7 +47,11 @@ type Health struct {
 	Events         uint64         // probe events read from the ring buffer
 	Drops          event.Drops    // events lost or damaged in BPF, by reason
 	AttachedProbes map[string]int // library file (path as attached) → probe sites attached in it
-	AttachFailures uint64         // files whose probes could not be attached
+	// AttachFailures counts failed tries to probe a library, by library
+	// file name; Unprobed counts the libraries processes map that have no
+	// probes (blind spots, until their probes are in), by file name.
+	AttachFailures map[string]uint64
+	Unprobed       map[string]int
 	// CallerUnclassified counts driver calls neither the probe nor the
 	// process's maps could place (reported under the driver's name).
 	CallerUnclassified uint64
@@ -198,7 +202,11 @@ var (
 	descAttached = prometheus.NewDesc("lanewatch_attached_probes",
 		"Probe sites attached, by library file name.", []string{"library"}, nil)
 	descAttachFailures = prometheus.NewDesc("lanewatch_attach_failures_total",
-		"Files exporting probed symbols whose probes could not be attached.", nil, nil)
+		"Failed tries to probe a library a process maps (it could not be opened, read or attached; it is tried again), by library file name.",
+		[]string{"library"}, nil)
+	descUnprobed = prometheus.NewDesc("lanewatch_unprobed_libraries",
+		"Libraries processes map that have no probes yet (a blind spot: their calls are not seen), by library file name; the agent log says why.",
+		[]string{"library"}, nil)
 	descCallerUnclassified = prometheus.NewDesc("lanewatch_caller_unclassified_total",
 		"Driver calls whose caller neither the probe nor the process's maps could place: reported under the driver's name, not the runtime call's.", nil, nil)
 	descPageLookups = prometheus.NewDesc("lanewatch_page_lookups_total",
@@ -334,7 +342,7 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descTransfers, descTransferBytes, descTransferSize, descFailed, descSMTransfers, descLaunches, descWRs, descWRLatency,
 		descFindings, descLaneDemand, descLaneCapacity, descLaneMeasured, descLaneUnattributed, descLaneSM, descGPUCounters,
 		descEvalDuration, descEvalTime,
-		descEvents, descDrops, descAttached, descAttachFailures, descCallerUnclassified, descPending, descPageLookups} {
+		descEvents, descDrops, descAttached, descAttachFailures, descUnprobed, descCallerUnclassified, descPending, descPageLookups} {
 		ch <- d
 	}
 }
@@ -440,7 +448,12 @@ func collectHealth(ch chan<- prometheus.Metric, h Health) {
 	for lib, n := range byLib {
 		ch <- prometheus.MustNewConstMetric(descAttached, prometheus.GaugeValue, float64(n), lib)
 	}
-	ch <- prometheus.MustNewConstMetric(descAttachFailures, prometheus.CounterValue, float64(h.AttachFailures))
+	for lib, n := range h.AttachFailures {
+		ch <- prometheus.MustNewConstMetric(descAttachFailures, prometheus.CounterValue, float64(n), lib)
+	}
+	for lib, n := range h.Unprobed {
+		ch <- prometheus.MustNewConstMetric(descUnprobed, prometheus.GaugeValue, float64(n), lib)
+	}
 	ch <- prometheus.MustNewConstMetric(descCallerUnclassified, prometheus.CounterValue, float64(h.CallerUnclassified))
 	ch <- prometheus.MustNewConstMetric(descPending, prometheus.GaugeValue, float64(h.Pending))
 	for _, l := range []struct {

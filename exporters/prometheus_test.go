@@ -56,7 +56,8 @@ func testHealth() Health {
 			"/usr/lib/x86_64-linux-gnu/libcuda.so.1": 20, "/proc/42/root/usr/lib/x86_64-linux-gnu/libcuda.so.1": 20,
 			"/opt/venv/lib/libcudart.so.12": 30,
 		},
-		AttachFailures: 1,
+		AttachFailures: map[string]uint64{"libcuda.so.1": 2},
+		Unprobed:       map[string]int{"libcuda.so.1": 1},
 		Pending:        5,
 		Kernels:        correlate.KernelStats{Launches: 9, KV: 2, Other: 5, Unnamed: 2},
 	}
@@ -113,6 +114,12 @@ lanewatch_probe_dropped_events_total{reason="wr_truncated"} 2
 # TYPE lanewatch_attached_probes gauge
 lanewatch_attached_probes{library="libcuda.so.1"} 40
 lanewatch_attached_probes{library="libcudart.so.12"} 30
+# HELP lanewatch_attach_failures_total Failed tries to probe a library a process maps (it could not be opened, read or attached; it is tried again), by library file name.
+# TYPE lanewatch_attach_failures_total counter
+lanewatch_attach_failures_total{library="libcuda.so.1"} 2
+# HELP lanewatch_unprobed_libraries Libraries processes map that have no probes yet (a blind spot: their calls are not seen), by library file name; the agent log says why.
+# TYPE lanewatch_unprobed_libraries gauge
+lanewatch_unprobed_libraries{library="libcuda.so.1"} 1
 # HELP lanewatch_transfers_pending Transfers waiting for a synchronisation to prove their completion, plus RDMA work requests not yet completed.
 # TYPE lanewatch_transfers_pending gauge
 lanewatch_transfers_pending 5
@@ -120,7 +127,7 @@ lanewatch_transfers_pending 5
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want),
 		"lanewatch_findings", "lanewatch_lane_capacity_bytes_per_second", "lanewatch_lane_demand_bytes_per_second", "lanewatch_lane_sm_transfers",
 		"lanewatch_rdma_work_requests_total", "lanewatch_probe_dropped_events_total", "lanewatch_attached_probes",
-		"lanewatch_transfers_pending"); err != nil {
+		"lanewatch_attach_failures_total", "lanewatch_unprobed_libraries", "lanewatch_transfers_pending"); err != nil {
 		t.Error(err)
 	}
 
@@ -156,7 +163,6 @@ lanewatch_transfers_pending 5
 		"lanewatch_rdma_posted_to_completed_seconds{opcode=WRITE_IMM}_count":    1,
 		"lanewatch_rdma_posted_to_completed_seconds{opcode=WRITE_IMM}_sum":      50e-6,
 		"lanewatch_probe_events_total{}":                                        1234,
-		"lanewatch_attach_failures_total{}":                                     1,
 		"lanewatch_sm_transfers_total{kernel=transfer_kernel_impl}":             2,
 		"lanewatch_kernel_launches_total{class=kv_transfer}":                    2,
 		"lanewatch_kernel_launches_total{class=unnamed}":                        2,

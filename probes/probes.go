@@ -126,11 +126,18 @@ func (p *Probes) AttachProcessEvents() error {
 // file are skipped, so a file is probed once per row however often it is
 // found; on a failure the links made by this call are closed again.
 func (p *Probes) AttachFile(id FileID, path string, syms map[string]Symbol, pid int) (*AttachedFile, error) {
+	return p.AttachFileAs(id, path, path, syms, pid)
+}
+
+// AttachFileAs is AttachFile for a file the agent opens by another path
+// than its name: a MappedFile's /proc/self/fd/N. name is what
+// AttachedFile.Path reports (the path as the process sees it).
+func (p *Probes) AttachFileAs(id FileID, name, path string, syms map[string]Symbol, pid int) (*AttachedFile, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	af := p.files[id]
 	if af == nil {
-		af = &AttachedFile{Path: path, Sites: map[string]Site{}}
+		af = &AttachedFile{Path: name, Sites: map[string]Site{}}
 	}
 	plan, chosen, err := planSites(path, syms, func(sym string) bool { _, done := af.Sites[sym]; return done })
 	if err != nil {
