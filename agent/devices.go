@@ -43,16 +43,17 @@ func HostCUDAGPUs(sysRoot string, readings []collectors.GPUReading) ([]collector
 
 // DeviceMap places a process's CUDA device ordinals on gpus from its
 // CUDA_VISIBLE_DEVICES and CUDA_DEVICE_ORDER (collectors.CUDAOrdinals), read
-// from procRoot when the engine first needs an ordinal (once per process
-// and ordinal). Each answer is logged with what it assumed or why it is
-// unknown: no ordinal is placed silently. A process that names its devices
-// itself (cuDeviceGetPCIBusId, as NCCL does) is not asked about.
-func DeviceMap(procRoot string, gpus []collectors.CUDAGPU, log *slog.Logger) correlate.DeviceMap {
+// through env (once per process image, whatever the ordinals asked) when
+// the engine first needs an ordinal (once per process and ordinal). Each
+// answer is logged with what it assumed or why it is unknown: no ordinal is
+// placed silently. A process that names its devices itself
+// (cuDeviceGetPCIBusId, as NCCL does) is not asked about.
+func DeviceMap(env *collectors.EnvCache, gpus []collectors.CUDAGPU, log *slog.Logger) correlate.DeviceMap {
 	if log == nil {
 		log = slog.Default()
 	}
 	return func(pid uint32, ordinal int) string {
-		env, err := collectors.ReadBehaviourEnv(procRoot, int(pid))
+		env, err := env.Get(int(pid))
 		if err != nil {
 			log.Info("CUDA device placed", "pid", pid, "device", ordinal, "gpu", "unknown", "why", err.Error())
 			return ""
@@ -86,7 +87,7 @@ func DeviceMap(procRoot string, gpus []collectors.CUDAGPU, log *slog.Logger) cor
 // HostDeviceMap is this host's DeviceMap: its CUDA GPUs from one sample of
 // the GPU counters when there are some (nil: none), else from sysfs; nil
 // when neither can be read (only what processes say names their GPUs).
-func HostDeviceMap(procRoot, sysRoot string, gpu collectors.GPUCounters, log *slog.Logger) correlate.DeviceMap {
+func HostDeviceMap(env *collectors.EnvCache, sysRoot string, gpu collectors.GPUCounters, log *slog.Logger) correlate.DeviceMap {
 	if log == nil {
 		log = slog.Default()
 	}
@@ -105,5 +106,5 @@ func HostDeviceMap(procRoot, sysRoot string, gpu collectors.GPUCounters, log *sl
 		return nil
 	}
 	log.Info("CUDA GPUs", "count", len(gpus), "source", source)
-	return DeviceMap(procRoot, gpus, log)
+	return DeviceMap(env, gpus, log)
 }

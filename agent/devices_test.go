@@ -77,7 +77,7 @@ func TestDeviceMap(t *testing.T) {
 	writeEnviron(t, proc, 102, "CUDA_VISIBLE_DEVICES=1")                                   // FASTEST_FIRST over two models
 	writeEnviron(t, proc, 103, "CUDA_VISIBLE_DEVICES=GPU-b42dd28e")                        // a UUID, no NVML here
 	var logs bytes.Buffer
-	m := DeviceMap(proc, gpus, slog.New(slog.NewTextHandler(&logs, nil)))
+	m := DeviceMap(collectors.NewEnvCache(proc), gpus, slog.New(slog.NewTextHandler(&logs, nil)))
 	for _, tc := range []struct {
 		pid     uint32
 		ordinal int
@@ -107,7 +107,7 @@ func TestDeviceMap(t *testing.T) {
 	}
 	same := gpus[:2]
 	logs.Reset()
-	if got := DeviceMap(proc, same, slog.New(slog.NewTextHandler(&logs, nil)))(100, 1); got != "0000:3b:00.0" || !strings.Contains(logs.String(), "PCI bus order assumed") {
+	if got := DeviceMap(collectors.NewEnvCache(proc), same, slog.New(slog.NewTextHandler(&logs, nil)))(100, 1); got != "0000:3b:00.0" || !strings.Contains(logs.String(), "PCI bus order assumed") {
 		t.Errorf("one model: %q, log %s", got, logs.String())
 	}
 }

@@ -346,11 +346,15 @@ func (e *Evaluator) measure(snap collectors.GPUSnapshot, read bool) map[laneKey]
 // HostPlacement places processes on this host's GPUs the way diagnose does
 // (checks.Host.Place): CUDA_VISIBLE_DEVICES, else GPU 0, with the link's
 // trained capacity; on a host whose sysfs shows no GPU every GPU is
-// unknown, with the reason.
-func HostPlacement(procRoot, sysRoot string) (func(pid uint32) checks.Placement, error) {
+// unknown, with the reason. Environments are read through env (nil: a
+// cache of this placement's own).
+func HostPlacement(procRoot, sysRoot string, env *collectors.EnvCache) (func(pid uint32) checks.Placement, error) {
 	h, err := checks.ReadHost(procRoot, sysRoot, "")
 	if err != nil {
 		return nil, err
+	}
+	if env != nil {
+		h.Env = env
 	}
 	return h.Place, nil
 }

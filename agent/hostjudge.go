@@ -22,8 +22,9 @@ const maxPoolsJudged = 16
 // so that `agent run` keeps these findings current too. Between rounds it
 // returns the last round's findings. loads (nil: none) gives each round the
 // GPU link states read under load since the previous (LinkWatch.Take), by
-// which link-degraded judges GPUs.
-func (a *Agent) HostJudge(procRoot, sysRoot string, every time.Duration, log *slog.Logger, loads func() map[string]checks.LinkLoad) func() []correlate.Finding {
+// which link-degraded judges GPUs. Processes' environments are read through
+// env (nil: each round reads them again).
+func (a *Agent) HostJudge(procRoot, sysRoot string, env *collectors.EnvCache, every time.Duration, log *slog.Logger, loads func() map[string]checks.LinkLoad) func() []correlate.Finding {
 	var mu sync.Mutex
 	var last time.Time
 	var cached []correlate.Finding
@@ -41,6 +42,9 @@ func (a *Agent) HostJudge(procRoot, sysRoot string, every time.Duration, log *sl
 		}
 		if loads != nil {
 			host.Loads = loads()
+		}
+		if env != nil {
+			host.Env = env
 		}
 		all := host.HostChecks(checks.IBDevices{})
 		a.engineMu.Lock()

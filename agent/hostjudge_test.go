@@ -51,7 +51,7 @@ func TestHostJudgeRemotePool(t *testing.T) {
 	// The registration reaches the engine within a drain interval; a fresh
 	// judge each try, since one judges at most once a minute.
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline) && found == ""; time.Sleep(100 * time.Millisecond) {
-		judge := r.agent.HostJudge("/proc", sys, time.Minute, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
+		judge := r.agent.HostJudge("/proc", sys, nil, time.Minute, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
 		for _, f := range judge() {
 			if f.Rule == "remote-numa-pool" && strings.Contains(f.Subject, "pid "+strconv.Itoa(cmd.Process.Pid)) {
 				found = f.Summary

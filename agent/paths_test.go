@@ -22,7 +22,7 @@ func TestPathsOnAGPUHost(t *testing.T) {
 				Cur: "32.0 GT/s PCIe", Max: "32.0 GT/s PCIe", CurW: "8", MaxW: "8"}, // a second GPU, x8
 		},
 	})
-	place, err := agent.HostPlacement("/proc", sys)
+	place, err := agent.HostPlacement("/proc", sys, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +66,7 @@ func TestPathsFromLocatedPages(t *testing.T) {
 				Cur: "32.0 GT/s PCIe", Max: "32.0 GT/s PCIe", CurW: "16", MaxW: "16"},
 		},
 	})
-	place, err := agent.HostPlacement("/proc", sys)
+	place, err := agent.HostPlacement("/proc", sys, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +92,7 @@ func TestPathsFromLocatedPages(t *testing.T) {
 // This machine's sysfs shows no GPU: a transfer has no path, rather than
 // one on a GPU the host does not have.
 func TestPathsWithoutAGPU(t *testing.T) {
-	place, err := agent.HostPlacement("/proc", "/sys")
+	place, err := agent.HostPlacement("/proc", "/sys", nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -36,6 +36,11 @@ type RunConfig struct {
 	// host's placement (HostPlacement). The selftest gives the reference
 	// data path's from outside; production code has no other.
 	Place func(pid uint32) checks.Placement
+	// Env reads the variables of traced processes' environments that
+	// decide their GPU, once per process image, for the device map, the
+	// placement and the host checks alike. nil: Run makes one over
+	// Trace.ProcRoot.
+	Env *collectors.EnvCache
 
 	Metrics MetricsConfig
 	Traces  TracesConfig
@@ -70,9 +75,15 @@ func Run(ctx context.Context, cfg RunConfig) (err error) {
 		log = slog.Default()
 	}
 	cfg.Trace.Logger = log
+	if cfg.Trace.ProcRoot == "" {
+		cfg.Trace.ProcRoot = "/proc"
+	}
+	if cfg.Env == nil {
+		cfg.Env = collectors.NewEnvCache(cfg.Trace.ProcRoot)
+	}
 	place := cfg.Place
 	if place == nil {
-		if place, err = HostPlacement(cfg.Trace.ProcRoot, cfg.SysRoot); err != nil {
+		if place, err = HostPlacement(cfg.Trace.ProcRoot, cfg.SysRoot, cfg.Env); err != nil {
 			log.Warn("GPU placement unknown: lane metrics, the overlap check and span paths need it", "err", err)
 			place = nil
 		}
@@ -96,7 +107,7 @@ func Run(ctx context.Context, cfg RunConfig) (err error) {
 	}
 	mx.onVerdict = tr.verdict
 	if cfg.Trace.Devices == nil {
-		cfg.Trace.Devices = HostDeviceMap(cfg.Trace.ProcRoot, cfg.SysRoot, mx.gpu, log)
+		cfg.Trace.Devices = HostDeviceMap(cfg.Env, cfg.SysRoot, mx.gpu, log)
 	}
 
 	cfg.Trace.Sink = tr.tee(mx.tee(jsonl))
@@ -283,7 +294,7 @@ func (m *metrics) serve(ctx context.Context, ag *Agent, wg *sync.WaitGroup) (sto
 	if m.links != nil {
 		loads = m.links.Take
 	}
-	m.eval.SetHostFindings(ag.HostJudge(m.cfg.Trace.ProcRoot, m.cfg.SysRoot, m.cfg.Metrics.HostCheckInterval, m.log, loads))
+	m.eval.SetHostFindings(ag.HostJudge(m.cfg.Trace.ProcRoot, m.cfg.SysRoot, m.cfg.Env, m.cfg.Metrics.HostCheckInterval, m.log, loads))
 	wg.Add(2)
 	go func() {
 		defer wg.Done()

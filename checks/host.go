@@ -26,6 +26,10 @@ type Host struct {
 	// Loads are link states read under load, by device (PCI address, sysfs
 	// form), for the link check; nil: none (GPU links are then not judged).
 	Loads map[string]LinkLoad
+	// Env reads the variables of processes' environments that decide
+	// their GPU, once per process image (ReadHost makes one; a caller that
+	// reads hosts repeatedly shares one). nil: read at each question.
+	Env *collectors.EnvCache
 }
 
 // ReadHost reads the topology under sysRoot. An empty pathEnv is this
@@ -38,7 +42,8 @@ func ReadHost(procRoot, sysRoot, pathEnv string) (*Host, error) {
 	if pathEnv == "" {
 		pathEnv = os.Getenv("PATH")
 	}
-	return &Host{ProcRoot: procRoot, SysRoot: sysRoot, PathEnv: pathEnv, Topo: topo, GPUs: topo.BDFs(topology.KindGPU)}, nil
+	return &Host{ProcRoot: procRoot, SysRoot: sysRoot, PathEnv: pathEnv, Topo: topo, GPUs: topo.BDFs(topology.KindGPU),
+		Env: collectors.NewEnvCache(procRoot)}, nil
 }
 
 // HostChecks runs the host-wide checks in the checklist's order: PCI

@@ -32,7 +32,11 @@ func (h *Host) GPUOf(pid int) (bdf string, node int, why string) {
 		return "", -1, fmt.Sprintf("GPU of pid %d unknown: no GPU in %s", pid, h.SysRoot)
 	}
 	idx, why := 0, "CUDA_VISIBLE_DEVICES unset: assumed GPU 0"
-	if env, err := collectors.ReadBehaviourEnv(h.ProcRoot, pid); err == nil {
+	read := func(pid int) (map[string]string, error) { return collectors.ReadBehaviourEnv(h.ProcRoot, pid) }
+	if h.Env != nil {
+		read = h.Env.Get
+	}
+	if env, err := read(pid); err == nil {
 		if v, ok := env["CUDA_VISIBLE_DEVICES"]; ok {
 			first, _, _ := strings.Cut(v, ",")
 			if n, err := strconv.Atoi(first); err == nil && n >= 0 && n < len(h.GPUs) {

@@ -2,11 +2,16 @@ package collectors
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
+	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
+	"sync"
 )
 
 // BehaviourEnv names the only variables the agent reads from another
@@ -40,4 +45,143 @@ func ReadBehaviourEnv(procRoot string, pid int) (map[string]string, error) {
 		return nil, fmt.Errorf("read %s: %w", path, err)
 	}
 	return ParseBehaviourEnv(b), nil
+}
+
+// ProcImage tells one image of a process from another without reading its
+// memory: the process's start time (a reused pid has another) and where its
+// arguments and environment were laid out at exec (a new image lays them
+// out anew, on a stack randomised at every exec). /proc/PID/stat fields 22
+// and 48–51; the last four are 0 to a reader without ptrace access to the
+// process, and absent before Linux 3.5.
+type ProcImage struct {
+	StartTime                          uint64 // clock ticks after boot
+	ArgStart, ArgEnd, EnvStart, EnvEnd uint64
+}
+
+// ParseProcImage reads a ProcImage from the text of /proc/PID/stat. The
+// command name (field 2) may hold spaces and parentheses: the fields are
+// counted from the last ')'.
+func ParseProcImage(b []byte) (ProcImage, error) {
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return ProcImage{}, errors.New("no ')' closing the command name")
+	}
+	f := strings.Fields(string(b[i+1:])) // f[0] is field 3, the state
+	field := func(n int) (uint64, error) {
+		v, err := strconv.ParseUint(f[n-3], 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("field %d: %q is not an unsigned number", n, f[n-3])
+		}
+		return v, nil
+	}
+	if len(f) < 22-2 {
+		return ProcImage{}, fmt.Errorf("%d fields, want at least 22", len(f)+2)
+	}
+	var img ProcImage
+	var err error
+	if img.StartTime, err = field(22); err != nil {
+		return ProcImage{}, err
+	}
+	if len(f) >= 51-2 {
+		for n, p := range map[int]*uint64{48: &img.ArgStart, 49: &img.ArgEnd, 50: &img.EnvStart, 51: &img.EnvEnd} {
+			if *p, err = field(n); err != nil {
+				return ProcImage{}, err
+			}
+		}
+	}
+	return img, nil
+}
+
+// ReadProcImage reads the ProcImage of a process.
+func ReadProcImage(procRoot string, pid int) (ProcImage, error) {
+	path := filepath.Join(procRoot, strconv.Itoa(pid), "stat")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return ProcImage{}, fmt.Errorf("read %s: %w", path, err)
+	}
+	img, err := ParseProcImage(b)
+	if err != nil {
+		return ProcImage{}, fmt.Errorf("%s: %w", path, err)
+	}
+	return img, nil
+}
+
+// maxEnvProcs bounds the processes an EnvCache remembers.
+const maxEnvProcs = 4096
+
+// EnvCache reads the BehaviourEnv variables of each process once per
+// process image and keeps only those. The environment a process was given
+// is fixed at exec (/proc/PID/environ shows that block, whatever the
+// process did since with setenv), so a second read could only tell the
+// same again, and would read the process's secrets again. An image is
+// known by its ProcImage, read each time (it holds no secret): a new one
+// (exec, a reused pid) is read anew. Where stat cannot be read (a procfs
+// fixture with environ files only), a process is read once per pid. Safe
+// for concurrent use.
+type EnvCache struct {
+	procRoot string
+	max      int // processes remembered at most (maxEnvProcs)
+	mu       sync.Mutex
+	procs    map[int]envEntry
+}
+
+type envEntry struct {
+	image ProcImage
+	known bool // image was read
+	env   map[string]string
+}
+
+// NewEnvCache returns an empty cache of the processes under procRoot.
+func NewEnvCache(procRoot string) *EnvCache {
+	return &EnvCache{procRoot: procRoot, max: maxEnvProcs, procs: map[int]envEntry{}}
+}
+
+// Get returns the BehaviourEnv variables of a process (a copy): from the
+// cache while the process runs the image they were read from, or after it
+// exited (its transfers are still judged), else read from its environ. A
+// process whose environ cannot be read (gone before it was asked about, no
+// permission) is an error naming the file, and is not remembered.
+func (c *EnvCache) Get(pid int) (map[string]string, error) {
+	img, imgErr := ReadProcImage(c.procRoot, pid)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e, ok := c.procs[pid]; ok {
+		switch {
+		case e.known == (imgErr == nil) && e.image == img:
+			return maps.Clone(e.env), nil
+		case e.known && errors.Is(imgErr, fs.ErrNotExist): // exited: nothing new to read
+			return maps.Clone(e.env), nil
+		}
+	}
+	delete(c.procs, pid)
+	env, err := ReadBehaviourEnv(c.procRoot, pid)
+	if err != nil {
+		return nil, err
+	}
+	if len(c.procs) >= c.max {
+		c.prune()
+	}
+	c.procs[pid] = envEntry{image: img, known: imgErr == nil, env: env}
+	return maps.Clone(env), nil
+}
+
+// Forget drops what is known of a process (it exited or exec'd).
+func (c *EnvCache) Forget(pid int) {
+	c.mu.Lock()
+	delete(c.procs, pid)
+	c.mu.Unlock()
+}
+
+// prune drops the processes that no longer run the image they were read
+// from; if all still do, it forgets them all (they are read again when
+// asked): the cache never grows past its maximum.
+func (c *EnvCache) prune() {
+	for pid, e := range c.procs {
+		if img, err := ReadProcImage(c.procRoot, pid); err != nil || !e.known || img != e.image {
+			delete(c.procs, pid)
+		}
+	}
+	if len(c.procs) >= c.max {
+		clear(c.procs)
+	}
 }

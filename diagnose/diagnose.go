@@ -59,7 +59,7 @@ func Run(ctx context.Context, cfg Config) (*checks.Report, error) {
 	}
 	var win *window
 	if cfg.Sample > 0 {
-		win, err = sample(ctx, cfg)
+		win, err = sample(ctx, cfg, host.Env)
 		if err != nil {
 			return nil, err
 		}
@@ -183,8 +183,8 @@ const poolQueue = 1024
 
 // sample runs the probes for the window. Pools are located the moment they
 // are registered, while their process is alive, by a worker so the reader
-// never blocks.
-func sample(ctx context.Context, cfg Config) (*window, error) {
+// never blocks. Environments are read through env (the host's).
+func sample(ctx context.Context, cfg Config, env *collectors.EnvCache) (*window, error) {
 	w := &window{length: cfg.Sample, transfers: checks.NewWindow(), pools: map[int][]checks.Pool{}, pinned: map[uint32]uint64{}}
 	type pool struct {
 		pid         int
@@ -229,7 +229,7 @@ func sample(ctx context.Context, cfg Config) (*window, error) {
 	ag, err := agent.New(agent.Config{ProcRoot: cfg.ProcRoot, PIDs: cfg.PIDs, Libs: cfg.Libs, Sink: w.transfers, Logger: cfg.Logger,
 		OnCall: onCall, OnReady: func() { close(ready) },
 		// each copy's GPU (docs/design.md, "Which GPU"), from sysfs
-		Devices: agent.HostDeviceMap(cfg.ProcRoot, cfg.SysRoot, nil, cfg.Logger)})
+		Devices: agent.HostDeviceMap(env, cfg.SysRoot, nil, cfg.Logger)})
 	if err != nil {
 		close(queue)
 		return nil, fmt.Errorf("start probes: %w", err)

@@ -36,7 +36,7 @@ func refDevices(procRoot string, log *slog.Logger) correlate.DeviceMap {
 		for _, n := range names {
 			gpus = append(gpus, collectors.CUDAGPU{BusID: refenv.BusID(n), Model: "reference GPU"})
 		}
-		return agent.DeviceMap(procRoot, gpus, log)(pid, ordinal)
+		return agent.DeviceMap(collectors.NewEnvCache(procRoot), gpus, log)(pid, ordinal)
 	}
 }
 
