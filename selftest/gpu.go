@@ -32,8 +32,13 @@ func GPUCountersLine() string {
 // kernelCopyRun runs the kernel-copy scenario on a shared reference GPU and
 // reads that GPU's counters through the reference NVML stand-in with the
 // agent's real NVML code: the counters must match the lane model's bytes
-// within 2%, and the bytes no probe saw (the copy-kernel stand-in) must come
-// out as unattributed traffic in the right direction, within 2%.
+// within 2%, and the bytes moved by SMs (the sgl-kernel stand-in's
+// launches, whose bytes no probe states) must come out as unattributed
+// traffic in the right direction, within 2%. Each launch must be a record
+// moved by SMs with its kernel, stream, layer and GPU (CheckSMRecords), the
+// evaluator must count them on both lanes of the GPU, and each layer's
+// span must carry the request of the current-form SGLang spans covering it
+// (smSpansCheck).
 func kernelCopyRun(ctx context.Context, refDir, tmp string, col *Collector, cfg Config, drops func() uint64) Result {
 	res := Result{Scenario: "kernel-copy", Runtime: "nvml"}
 	fail := func(format string, args ...any) Result {
@@ -95,6 +100,7 @@ func kernelCopyRun(ctx context.Context, refDir, tmp string, col *Collector, cfg 
 	for i := range got {
 		eval.Transfer(&got[i])
 	}
+	sm, copies := splitSM(got)
 	s1, err1 := counters.Sample()
 	v := eval.Evaluate(time.Now())
 	res.Drops = drops() - before
@@ -111,7 +117,19 @@ func kernelCopyRun(ctx context.Context, refDir, tmp string, col *Collector, cfg 
 	if err != nil {
 		return fail("%v", err)
 	}
-	Compare(&res, calls, got)
+	Compare(&res, calls, copies)
+	want := launches(calls)
+	res.WantRecords += len(want)
+	res.Got += len(sm)
+	smProblems := CheckSMRecords(calls, sm)
+	res.OtherErrs += len(smProblems)
+	res.Problems = append(res.Problems, smProblems...)
+	spanProblems, matched := smSpansCheck(ctx, calls, sm, cfg)
+	res.OtherErrs += len(spanProblems)
+	if len(spanProblems) > 5 {
+		spanProblems = spanProblems[:5]
+	}
+	res.Problems = append(res.Problems, spanProblems...)
 
 	rx, tx, ok := deltaOf(s0, s1, name)
 	if !ok {
@@ -126,7 +144,14 @@ func kernelCopyRun(ctx context.Context, refDir, tmp string, col *Collector, cfg 
 	within("counter RX (host→device)", float64(rx), float64(end.Lane.H2D))
 	within("counter TX (device→host)", float64(tx), float64(end.Lane.D2H))
 	for _, l := range v.Lanes {
-		if l.GPU != placed.GPU || !l.HasMeasured {
+		if l.GPU != placed.GPU {
+			continue
+		}
+		if l.SMTransfers != len(want) {
+			res.OtherErrs++
+			res.Problems = append(res.Problems, fmt.Sprintf("%s lane: %d SM transfers, the scenario launched %d", l.Direction, l.SMTransfers, len(want)))
+		}
+		if !l.HasMeasured {
 			continue
 		}
 		unattributed := l.Unattributed * v.Window.Seconds()
@@ -142,6 +167,7 @@ func kernelCopyRun(ctx context.Context, refDir, tmp string, col *Collector, cfg 
 		res.OtherErrs++
 		res.Problems = append(res.Problems, "the evaluator measured no lane of "+name)
 	}
+	res.Latency += fmt.Sprintf("; %d SM transfers, %d layers with their request", len(sm), matched)
 	return res
 }
 

@@ -229,6 +229,7 @@ func Run(ctx context.Context, cfg Config) (results []Result, stats agent.Stats, 
 		Sink:           col,
 		Logger:         cfg.Logger,
 		Devices:        refDevices("/proc", cfg.Logger),
+		Kernels:        true, // kernel-copy's launches: the kernel rows beside every scenario's copies
 		OnExit:         col.OnExit,
 		OnRuntimeLayer: col.OnRuntimeLayer,
 		OnReady:        func() { close(ready) },

@@ -34,6 +34,9 @@ type TruthCall struct {
 	// GPU is the PCI address of the GPU whose link a copy crossed, where the
 	// scenario states it (tp-workers): the agent must report exactly it.
 	GPU string `json:"gpu"`
+	// Kernel is a kernel_copy's kernel (mangled), Mover who moves its bytes.
+	Kernel string `json:"kernel"`
+	Mover  string `json:"mover"`
 
 	// RDMA (refpath/rdma): work requests and the completions the app polled.
 	Role      string `json:"role"`
