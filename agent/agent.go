@@ -122,6 +122,10 @@ type Agent struct {
 	callers    *callerRanges
 	callerErrs atomic.Uint64
 
+	// stubs names the host stubs the runtime layer sees launched
+	// (kernels.go), from mappings kept while the process lived.
+	stubs *stubResolver
+
 	finalMu sync.Mutex
 	final   *Stats // the last counters, once Run has detached everything
 
@@ -158,6 +162,7 @@ func New(cfg Config) (*Agent, error) {
 	if err != nil {
 		return nil, fmt.Errorf("agent: KV-transfer kernels: %w", err)
 	}
+	stubs := newStubResolver(cfg.ProcRoot, cfg.Logger)
 	p, err := probes.Load(probes.Options{RingBytes: cfg.RingBytes, Record: cfg.Record, Logger: cfg.Logger})
 	if err != nil {
 		return nil, err
@@ -169,7 +174,7 @@ func New(cfg Config) (*Agent, error) {
 		probes:    p,
 		symbols:   kernelRows(symbolNames(), cfg.Kernels),
 		files:     map[probes.FileID]*fileState{},
-		engine:    correlate.NewEngine(engineConfig(cfg, pages, kv)),
+		engine:    correlate.NewEngine(engineConfig(cfg, pages, kv, stubs)),
 		pages:     pages,
 		procs:     map[int]*procState{},
 		scannedAt: map[int]uint64{},
@@ -181,6 +186,7 @@ func New(cfg Config) (*Agent, error) {
 		exited:       make(chan int, 1024),
 		pidProbes:    map[int][]*probes.PIDProbes{},
 		callers:      newCallerRanges(cfg.ProcRoot),
+		stubs:        stubs,
 		attachFails:  map[string]uint64{},
 		limited:      newLimitedLog(cfg.Logger, cfg.LogInterval),
 	}

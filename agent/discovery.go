@@ -392,6 +392,7 @@ func (a *Agent) attachRuntime(req runtimeLayerReq) {
 		a.log.Debug(describeScanError(req.pid, err))
 		return
 	}
+	a.stubs.keep(req.pid, maps) // its launches' host stubs are named from these (kernels.go)
 	seen := map[probes.FileID]bool{}
 	for _, m := range maps {
 		if !m.Executable() || !m.FileBacked() {
@@ -438,6 +439,7 @@ func (a *Agent) detachRuntime(pid int) {
 	if !ok {
 		return
 	}
+	a.stubs.forget(pid)
 	delete(a.pidProbes, pid)
 	for _, pp := range pps {
 		if err := pp.Close(); err != nil {

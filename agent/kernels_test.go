@@ -45,7 +45,7 @@ func TestStubNames(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer func() { io.WriteString(in, "go\n"); in.Close(); cmd.Wait() }()
+	defer func() { io.WriteString(in, "go\n"); in.Close(); cmd.Process.Kill(); cmd.Wait() }()
 	if line, err := bufio.NewReader(out).ReadString('\n'); err != nil || !strings.HasPrefix(line, "ready") {
 		t.Fatalf("kvpath not held: %q %v", line, err)
 	}
@@ -68,12 +68,26 @@ func TestStubNames(t *testing.T) {
 	if addr == 0 {
 		t.Fatalf("the stub is in no executable mapping of kvpath: %+v", maps)
 	}
-	name := stubNames("/proc", slog.Default())
+	r := newStubResolver("/proc", slog.Default())
+	name := r.name
 	pid := uint32(cmd.Process.Pid)
 	for _, a := range []uint64{addr, addr + 8} {
 		if got := name(pid, a); got != stub {
 			t.Errorf("stub at %#x named %q", a, got)
 		}
+	}
+	// Kept while it lives, its mappings name its stubs once it is gone
+	// (its maps read empty as a zombie, or are no more).
+	r.keep(cmd.Process.Pid, maps)
+	io.WriteString(in, "go\n")
+	in.Close()
+	cmd.Wait()
+	if got := name(pid, addr); got != stub {
+		t.Errorf("after exit, the stub at %#x named %q", addr, got)
+	}
+	r.forget(cmd.Process.Pid)
+	if got := name(pid, addr); got != "" {
+		t.Errorf("forgotten, the stub at %#x still named %q", addr, got)
 	}
 	if got := name(pid, 0x10); got != "" {
 		t.Errorf("an unmapped address named %q", got)

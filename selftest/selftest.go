@@ -490,6 +490,12 @@ func Compare(res *Result, truth []TruthCall, got []correlate.Transfer) {
 				problem("record %d: want %s tid %d result %d, got %s tid %d error %+v", i, w.API, w.TID, w.Result, g.API, g.TID, g.Error)
 				continue
 			}
+			if w.Op == correlate.OpKernelCopy && (g.Op != w.Op || g.KernelSymbol != w.Kernel || g.Mover != correlate.MoverSM || !g.BytesUnknown) {
+				// a refused KV-transfer kernel launch, named by its host stub
+				res.ErrorErrs++
+				problem("record %d: want the refused launch of %s, got %s %s kernel %q", i, w.Kernel, g.Op, g.Mover, g.KernelSymbol)
+				continue
+			}
 			if !w.IsCopy() {
 				continue
 			}

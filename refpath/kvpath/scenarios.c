@@ -1037,6 +1037,11 @@ static int sc_no_device(const struct opts *o, struct result *res)
 		r->height = h;
 		TCALL_EXPECT(r, cudaMemcpy2D(dev, pitch, host, pitch, w, h, cudaMemcpyHostToDevice), cudaErrorNoDevice);
 	}
+	/* a KV-transfer kernel's launch: refused by the runtime like the copies */
+	r = truth_copy_unarmed("cudaLaunchKernel", "kernel_copy", dev, host, 2 * n, cudaMemcpyHostToDevice, NULL, -1);
+	r->kernel = sgl_transfer_kernel_name;
+	TCALL_EXPECT(r, sgl_transfer_kv_per_layer(host, dev, host + n, (char *)dev + n / 2, NULL, NULL, 8, (int64_t)(n / 8), 2, 4, NULL),
+		     cudaErrorNoDevice);
 	r = truth_new("cudaStreamSynchronize", "stream_sync");
 	r->stream = 0;
 	r->has_stream = 1;

@@ -56,8 +56,10 @@ def problems(calls, end):
             if c["op"] in COPY_OPS and not c["result"] and "engine_end_ns" not in c:
                 out.append("seq %s: a good copy without engine times" % c["seq"])
     elif sc == "no-device":
-        if len(failed) != len(cuda) or any(c["result"] != 100 for c in cuda) or len(cuda) != 9:
-            out.append("every one of the 9 calls must return 100")
+        if len(failed) != len(cuda) or any(c["result"] != 100 for c in cuda) or len(cuda) != 10:
+            out.append("every one of the 10 calls must return 100")
+        if [c["op"] for c in cuda].count("kernel_copy") != 1:
+            out.append("one KV-transfer kernel launch must be refused")
         if not cuda or cuda[0]["api"] != "cudaGetDeviceCount":
             out.append("the first call must be cudaGetDeviceCount")
         if end.get("driver_calls") != 1 or end.get("init_error") != 100:
