@@ -254,7 +254,8 @@ func (e *Engine) Handle(c *event.Call) {
 	batchResult := c.Kind == event.KindCall && c.Op == event.OpCopyBatch
 	p := e.proc(c.PID)
 	if p == nil {
-		if c.Failed() || c.Op.IsCopy() && !batchResult {
+		// A kernel call of an untracked process is no record: its kernel is unknown (kernels.go).
+		if c.Failed() && !c.Op.IsKernel() || c.Op.IsCopy() && !batchResult {
 			e.emitUntracked(c)
 		}
 		return

@@ -300,3 +300,26 @@ func TestCopyMover(t *testing.T) {
 		t.Errorf("copy: %+v", got)
 	}
 }
+
+// A process past MaxProcesses is not tracked: its failed launches and naming
+// calls make no record (their kernel cannot be known), its failed copies do.
+func TestKernelCallsUntracked(t *testing.T) {
+	e, s := newTest(t, Config{MaxProcesses: 1})
+	e.ObservedFromStart(1)
+	e.ObservedFromStart(2) // past the cap
+	for _, sym := range []string{"cuLaunchKernel", "cudaLaunchKernel", "cuModuleGetFunction"} {
+		c := mk(t, sym, 2, 100, 150)
+		c.PID, c.Ret, c.Handle = 2, 100, 0x401000
+		e.Handle(c)
+	}
+	c := mk(t, "cuMemcpyHtoD_v2", 2, 200, 250)
+	c.PID, c.Ret, c.Bytes = 2, 1, mib
+	e.Handle(c)
+	e.Flush()
+	if len(s.got) != 1 || s.got[0].Op != "copy" || !s.got[0].Failed() {
+		t.Errorf("untracked process: %+v", s.got)
+	}
+	if e.Stats().ProcessCapHits == 0 {
+		t.Error("pid 2 was tracked: the test proves nothing")
+	}
+}
