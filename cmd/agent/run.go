@@ -27,7 +27,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	rescan := fs.Duration("rescan-interval", 10*time.Second, "how often every process's mappings are rescanned, besides the dynamic linker's notifications")
 	ring := fs.Uint("ring-bytes", 0, "BPF ring buffer size in bytes, a power of two (0: 4 MiB)")
 	record := fs.String("record", "", "also write every raw probe event to this file (120-byte records of bpf/lanewatch.h's struct lw_event), for offline replay")
-	kernels := fs.Bool("kernels", false, "probe kernel launches (cuLaunchKernel[Ex][_ptsz]) and the calls naming kernels: launches of KV-transfer kernels (HiCache's kernel I/O backend) become transfers moved by SMs, op kernel_copy. Off by default: every kernel launch of every traced process then costs one entry+return pair (≈1.7 µs on the reference path's VM; docs/design.md, \"Kernel movers\")")
+	kernels := fs.Bool("kernels", false, "probe kernel launches (cuLaunchKernel[Ex][_ptsz]) and the calls naming kernels: launches of KV-transfer kernels (HiCache's kernel I/O backend) become transfers moved by SMs, op kernel_copy. Off by default: every kernel launch of every traced process then costs one entry+return pair (+1.6–2.1 µs per launch on the reference path's VM, make bench; docs/design.md, \"Kernel movers\")")
 	fs.Var(&kvKernels, "kv-kernels", "with --kernels, a `pattern` of KV-transfer kernels: a regular expression over the kernel's demangled function name (repeatable; replaces the default, sgl-kernel's ^transfer_kernel_impl$ and ^transfer_page_head_kernel_impl$)")
 
 	var mc agent.MetricsConfig
