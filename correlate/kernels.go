@@ -99,7 +99,7 @@ func mangledPrefix(s string) string {
 	s = strings.TrimPrefix(s, "_Z")
 	nested := strings.HasPrefix(s, "N")
 	if nested {
-		s = strings.TrimLeft(s[1:], "rVKRO") // cv- and ref-qualifiers of a member function
+		s = strings.TrimLeft(s[1:], "rVKRO") // a member function's cv-qualifiers and reference qualifiers
 		if strings.HasPrefix(s, "St") {
 			s = "3std" + s[2:] // ::std:: is abbreviated
 		}

@@ -54,7 +54,10 @@ func TestCheckSMRecords(t *testing.T) {
 		"a layer":             func(r []correlate.Transfer) []correlate.Transfer { r[2].Layer = 3; return r },
 		"the writeback layer": func(r []correlate.Transfer) []correlate.Transfer { r[4].Layer = 4; return r },
 		"the GPU":             func(r []correlate.Transfer) []correlate.Transfer { r[0].GPU = ""; return r },
-		"invented bytes":      func(r []correlate.Transfer) []correlate.Transfer { r[1].Bytes, r[1].BytesUnknown = 8 << 20, false; return r },
+		"invented bytes": func(r []correlate.Transfer) []correlate.Transfer {
+			r[1].Bytes, r[1].BytesUnknown = 8<<20, false
+			return r
+		},
 		"a guessed direction": func(r []correlate.Transfer) []correlate.Transfer { r[1].Direction = correlate.DirH2D; return r },
 		"the stream":          func(r []correlate.Transfer) []correlate.Transfer { r[3].Stream = 0x20; return r },
 		"the kernel":          func(r []correlate.Transfer) []correlate.Transfer { r[0].KernelSymbol = "_Z6k_copyPvPKvm"; return r },
