@@ -384,28 +384,31 @@ func (a *Agent) rescanProcess(pid int) {
 	}
 }
 
-// checkDrops warns when the BPF side lost events since the last check. A lost
-// registration could make pinned memory look pageable, so the engine stops
-// calling anything it knows now provably pageable.
+// checkDrops says when the BPF side lost events: at most one line per
+// LogInterval, with the losses since the previous line. Which processes
+// may have lost a registration the events themselves say, in ring order
+// (event.Call.LostBefore, correlate.Engine.Losses; docs/design.md, "Ring
+// buffer, wakeups, drops"): nothing is marked here.
 func (a *Agent) checkDrops(last event.Drops) event.Drops {
 	d, err := a.probes.Drops()
 	if err != nil {
-		a.log.Warn("read drop counters", "err", err)
+		a.limited.Log(slog.LevelWarn, "drops\x00read", "read drop counters", "err", err)
 		return last
 	}
 	if d.Total() == last.Total() {
-		return d
+		return last
 	}
 	since := d.Sub(last)
 	var args []any
 	for _, r := range since.Reasons() {
 		args = append(args, r.Name, r.Count)
 	}
-	a.log.Warn("probe events dropped", args...)
-	if since.Lossy() {
-		a.engineMu.Lock()
-		a.engine.EventsLost()
-		a.engineMu.Unlock()
+	a.engineMu.Lock()
+	es := a.engine.Stats()
+	a.engineMu.Unlock()
+	args = append(args, "processes_marked_lossy", es.LostBefore, "all_marked_lossy", es.LostAny)
+	if !a.limited.Log(slog.LevelWarn, "drops", "probe events dropped: the memory of the processes that lost them is unknown from there (host_mem_reason events_lost)", args...) {
+		return last // counted into the next line
 	}
 	return d
 }
@@ -413,8 +416,22 @@ func (a *Agent) checkDrops(last event.Drops) event.Drops {
 // handle runs on the reading goroutine for every event, in ring order.
 func (a *Agent) handle(c *event.Call) {
 	a.events.Add(1)
+	if c.LostAny {
+		// Every process, traced or not: the event itself may be anyone's.
+		a.engineMu.Lock()
+		a.engine.Losses(&event.Call{LostAny: true})
+		a.engineMu.Unlock()
+		c.LostAny = false
+	}
 	if a.targets != nil && !a.targets[int(c.PID)] {
 		return
+	}
+	if c.LostBefore && (c.Kind == event.KindExec || c.Kind == event.KindExit || c.Op == event.OpLinkerUpdate) {
+		// Events the engine does not see: their process's losses go to
+		// it here (an exec's or exit's are ignored there).
+		a.engineMu.Lock()
+		a.engine.Losses(c)
+		a.engineMu.Unlock()
 	}
 	switch c.Kind {
 	case event.KindExec:

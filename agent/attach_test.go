@@ -149,10 +149,11 @@ func TestFirstProcessGoneBeforeAttach(t *testing.T) {
 	t.Logf("first process %d ended before the attach (%s); second: %d of %d copies traced, host memory %v", first.Process.Pid, u.Reason, len(got), len(want), kinds)
 }
 
-// mapsFile says whether a process maps path.
+// mapsFile says whether a process maps path executable (ld.so maps a
+// library whole first, its code after).
 func mapsFile(maps []probes.Mapping, path string) bool {
 	for _, m := range maps {
-		if m.Path == path {
+		if m.Path == path && m.Executable() {
 			return true
 		}
 	}

@@ -153,16 +153,17 @@ func newLimitedLog(log *slog.Logger, every time.Duration) *limitedLog {
 	return &limitedLog{log: log, every: every, now: time.Now, causes: map[string]*logCause{}}
 }
 
-// Log writes msg with args unless the cause was logged within the interval;
-// the line says how many were held back since the previous one.
-func (l *limitedLog) Log(level slog.Level, cause, msg string, args ...any) {
+// Log writes msg with args unless the cause was logged within the interval,
+// and says whether it did; the line says how many were held back since the
+// previous one.
+func (l *limitedLog) Log(level slog.Level, cause, msg string, args ...any) bool {
 	l.mu.Lock()
 	now := l.now()
 	c := l.causes[cause]
 	if c != nil && now.Sub(c.last) < l.every {
 		c.suppressed++
 		l.mu.Unlock()
-		return
+		return false
 	}
 	if c == nil {
 		if len(l.causes) >= maxLogCauses {
@@ -178,6 +179,7 @@ func (l *limitedLog) Log(level slog.Level, cause, msg string, args ...any) {
 		args = append(args, "repeated", held, "over", l.every.String())
 	}
 	l.log.Log(context.Background(), level, msg, args...)
+	return true
 }
 
 // forgetOldest drops the older half of the causes; mu held.

@@ -15,7 +15,8 @@
 #include "x86_types.h"
 #include "lanewatch.h"
 
-#define LW_EBUSY 16 /* errno EBUSY */
+#define LW_EBUSY 16  /* errno EBUSY */
+#define LW_EEXIST 17 /* errno EEXIST */
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -44,7 +45,8 @@ volatile const __u64 wakeup_bytes = 1 << 20;
 #define LW_COUNT_SLOTS 1024
 struct cpu_count {
 	__u64 n;
-	__u64 pad[7];
+	__u64 overflow_seen; /* lost_overflow when this CPU last said LW_F_LOST_ANY */
+	__u64 pad[6];
 };
 struct cpu_count cpu_counts[LW_COUNT_SLOTS];
 
@@ -68,11 +70,64 @@ struct {
 	__type(value, struct lw_slots);
 } inflight SEC(".maps");
 
+/* Processes that lost events not yet said (docs/design.md, "Ring buffer,
+ * wakeups, drops"): a lost registration must never turn pinned memory into
+ * pageable, so the next event of such a process carries LW_F_LOST_BEFORE,
+ * in ring order, and user space stops trusting its registry from there.
+ * lost_waiting counts the entries, so a process's events cost one load
+ * while nothing waits; lost_overflow counts losses the table could not hold
+ * (then every CPU's next event says LW_F_LOST_ANY). */
+#define LW_LOST_TGIDS 4096
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, LW_LOST_TGIDS);
+	__type(key, __u32);
+	__type(value, __u32);
+} lost SEC(".maps");
+__u64 lost_waiting;
+__u64 lost_overflow;
+
+/* note_lost remembers that the current process lost an event. */
+static __always_inline void note_lost(void)
+{
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32, one = 1;
+	long err = bpf_map_update_elem(&lost, &tgid, &one, BPF_NOEXIST);
+	if (!err)
+		__sync_fetch_and_add(&lost_waiting, 1);
+	else if (err != -LW_EEXIST)
+		__sync_fetch_and_add(&lost_overflow, 1);
+}
+
+/* lost_flags is what an event of tgid about to be submitted must say of
+ * earlier losses; it takes the process out of the table. */
+static __always_inline __u8 lost_flags(__u32 tgid)
+{
+	__u8 f = 0;
+	struct cpu_count *c = &cpu_counts[bpf_get_smp_processor_id() & (LW_COUNT_SLOTS - 1)];
+	__u64 overflow = *(volatile __u64 *)&lost_overflow;
+	if (overflow != c->overflow_seen) {
+		c->overflow_seen = overflow;
+		f |= LW_F_LOST_ANY;
+	}
+	if (*(volatile __u64 *)&lost_waiting && bpf_map_delete_elem(&lost, &tgid) == 0) {
+		__sync_fetch_and_add(&lost_waiting, -1);
+		f |= LW_F_LOST_BEFORE;
+	}
+	return f;
+}
+
+/* count_drop counts lost or damaged events by reason. A full ring and a
+ * read fault may take a registration (or its address) with them: the
+ * process is noted. A return without its entry is not: its call was entered
+ * before the attach (memory mapped before it, unknown anyway, 3.6), or its
+ * loss was noted at the entry that overwrote it (enter). */
 static __always_inline void count_drop(__u32 reason, __u64 n)
 {
 	__u64 *v = bpf_map_lookup_elem(&drops, &reason);
 	if (v)
 		*v += n;
+	if (reason == LW_DROP_RING_FULL || reason == LW_DROP_READ_FAULT)
+		note_lost();
 }
 
 static __always_inline __u64 submit_flags(void)
@@ -208,9 +263,15 @@ static __always_inline void classify(struct lw_slots *s, struct lw_event *e, __u
 static __always_inline struct lw_event *enter(struct pt_regs *ctx, __u64 cookie, int caller_now)
 {
 	struct lw_slots *s = slots_of(1);
-	if (!s)
+	if (!s) {
+		note_lost(); /* no slot memory: this call will not be reported */
 		return NULL;
+	}
 	struct lw_event *e = &s->slot[LW_COOKIE_SLOT(cookie)];
+	/* A call still in the slot never returned through its probe (a nested
+	 * call of its layer, a lost return): it will not be reported. */
+	if (e->kind)
+		note_lost();
 	capture(e, ctx, cookie, LW_EV_CALL);
 	if (caller_now && LW_COOKIE_CALLER(cookie)) {
 		__u64 ret = 0;
@@ -247,6 +308,7 @@ int lw_call(struct pt_regs *ctx)
 		return 0;
 	}
 	capture(e, ctx, cookie, LW_EV_CALL);
+	e->flags |= lost_flags(e->pid);
 	/* A library was just loaded: wake the reader, so the agent probes it
 	 * before the process's first calls into it where it can. */
 	bpf_ringbuf_submit(e, LW_COOKIE_WAKE(cookie) ? BPF_RB_FORCE_WAKEUP : submit_flags());
@@ -287,6 +349,7 @@ static __always_inline void emit_name(struct lw_event *in)
 			return;
 		}
 		e->ret = n;
+		e->flags |= lost_flags(e->pid);
 		bpf_ringbuf_submit(e, submit_flags());
 		if (n < LW_NAME_PIECE)
 			return;
@@ -335,6 +398,7 @@ static __always_inline int call_return(struct pt_regs *ctx, int with_name)
 	if (LW_COOKIE_OUTSTR(cookie) && ptr &&
 	    bpf_probe_read_user(&e->args[LW_OUTSTR_ARG], LW_OUTSTR_BYTES, (void *)ptr))
 		count_drop(LW_DROP_READ_FAULT, 1);
+	e->flags |= lost_flags(e->pid);
 	bpf_ringbuf_submit(e, submit_flags());
 	return 0;
 }
@@ -451,6 +515,7 @@ int lw_batch(struct pt_regs *ctx)
 		    bpf_probe_read_user(&e->args[1], 8, (void *)(srcs + i * 8)) ||
 		    bpf_probe_read_user(&e->args[2], 8, (void *)(sizes + i * 8)))
 			count_drop(LW_DROP_READ_FAULT, 1);
+		e->flags |= lost_flags(e->pid);
 		bpf_ringbuf_submit(e, submit_flags());
 	}
 	if (count > LW_MAX_BATCH)
@@ -470,6 +535,7 @@ static __always_inline void emit_process(__u8 kind, __u32 pid, __u32 tid)
 	e->pid = pid;
 	e->tid = tid;
 	e->ts_ns = bpf_ktime_get_ns();
+	e->flags = lost_flags(pid);
 	/* Process events are rare and the reader wants them promptly. */
 	bpf_ringbuf_submit(e, BPF_RB_FORCE_WAKEUP);
 }
@@ -488,6 +554,10 @@ int BPF_PROG(lw_exit, struct task_struct *p)
 	if (pid != tgid)
 		return 0;
 	emit_process(LW_EV_EXIT, tgid, pid);
+	/* Its losses die with it, said or not (a lost exit event included). */
+	__u32 key = tgid;
+	if (*(volatile __u64 *)&lost_waiting && bpf_map_delete_elem(&lost, &key) == 0)
+		__sync_fetch_and_add(&lost_waiting, -1);
 	return 0;
 }
 
@@ -569,6 +639,7 @@ static __always_inline int walk_wrs(struct pt_regs *ctx, int send)
 			}
 		}
 		e->args[LW_WR_BYTES] = bytes;
+		e->flags |= lost_flags(e->pid);
 		bpf_ringbuf_submit(e, submit_flags());
 		wr = hdr[1];
 	}
@@ -626,6 +697,7 @@ int lw_poll_cq_return(struct pt_regs *ctx)
 		e->args[6] = 0;
 		e->args[7] = 0;
 		e->args[8] = 0;
+		e->flags |= lost_flags(e->pid);
 		bpf_ringbuf_submit(e, submit_flags());
 	}
 	if (n > LW_MAX_WC)

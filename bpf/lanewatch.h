@@ -36,6 +36,11 @@ enum lw_event_flag {
 	LW_F_VIA_RUNTIME = 1,       /* the caller is code of a CUDA runtime library (libcudart*) */
 	LW_F_CALLER_UNRESOLVED = 2, /* bpf_find_vma could not look (the process's mmap lock was taken):
 				     * user space classifies caller from the process's maps */
+	LW_F_LOST_BEFORE = 4,       /* events of this process were lost since its previous event (ring full,
+				     * a call overwritten in its slot or without slot memory, a read fault):
+				     * a registration may be among them (docs/design.md, "Ring buffer, wakeups, drops") */
+	LW_F_LOST_ANY = 8,          /* the table of processes with lost events was full: any process may have
+				     * lost events since this CPU's previous event */
 };
 
 struct lw_event {

@@ -51,7 +51,7 @@ func (e *Engine) memory(p *proc, c *event.Call) {
 			i, j := m.reserved.overlapping(nr)
 			if j == i && len(m.reserved) >= r.maxRanges {
 				r.stats.RangeCapHits++
-				m.lossy = true
+				m.markLossy(ReasonRangeCap)
 				return
 			}
 			m.reserved = slices.Replace(m.reserved, i, j, nr)
@@ -67,7 +67,7 @@ func (e *Engine) memory(p *proc, c *event.Call) {
 		e.place(p, c.Ptr, c.Size, loc)
 	case event.OpMemUnmap:
 		nr := span(c.Ptr, c.Size)
-		for _, set := range [...]*rangeSet{&m.pinned, &m.device, &m.opaque} {
+		for _, set := range [...]*rangeSet{&m.pinned, &m.device, &m.opaque, &m.stale} {
 			if i, j := set.overlapping(nr); j > i {
 				*set = slices.Delete(*set, i, j)
 			}
@@ -122,7 +122,7 @@ func (r *Registry) keep(m *procMem, tab *map[uint64]event.Location, h uint64, lo
 	}
 	if _, ok := (*tab)[h]; !ok && len(*tab) >= r.maxRanges {
 		r.stats.RangeCapHits++
-		m.lossy = true
+		m.markLossy(ReasonRangeCap)
 		return
 	}
 	(*tab)[h] = loc
@@ -137,6 +137,10 @@ func (r *Registry) free(m *procMem, start uint64) {
 			*set = slices.Delete(*set, i, i+1)
 			return
 		}
+	}
+	if i := m.stale.indexOfStart(start); i >= 0 { // registered before events were lost
+		m.stale = slices.Delete(m.stale, i, i+1)
+		return
 	}
 	r.stats.UnmatchedFrees++
 }

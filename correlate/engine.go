@@ -78,6 +78,10 @@ type Stats struct {
 	UnmatchedFrees uint64 // unregister/free of a range not held
 	DeviceCapHits  uint64 // context, thread or stack state dropped at its cap (devices unknown after)
 	Kernels        KernelStats
+	// LostBefore counts events that said their process lost events before
+	// them (event.Call.LostBefore): each made that process lossy there.
+	// LostAny counts events that said any process may have (LostAny).
+	LostBefore, LostAny uint64
 }
 
 // perThreadStream tags a stream key as a thread's per-thread default
@@ -175,11 +179,28 @@ func (e *Engine) ObservedFromStart(pid uint32) { e.reg.ObservedFromStart(pid) }
 // address space then held snapshot. See Registry.ObservedSince.
 func (e *Engine) ObservedSince(pid uint32, snapshot []Range) { e.reg.ObservedSince(pid, snapshot) }
 
-// EventsLost says events may have been dropped (ring buffer full): no
-// address of a process known now is provably pageable any more.
+// EventsLost says any process may have lost events: every process known
+// now is lossy from here (Registry.MarkLossy).
 func (e *Engine) EventsLost() {
 	for pid := range e.reg.procs {
 		e.reg.MarkLossy(pid)
+	}
+}
+
+// Losses applies what c says of events lost before it, in ring order:
+// its process (LostBefore), or every process (LostAny), lost events, so
+// from c on their registrations are no longer proven (Registry.MarkLossy).
+// Handle calls it; a caller that handles some events itself (exec, exit,
+// the dynamic linker's notices) calls it for those. The losses an exec or
+// exit event says of its process were the old image's: left alone.
+func (e *Engine) Losses(c *event.Call) {
+	if c.LostAny {
+		e.stats.LostAny++
+		e.EventsLost()
+	}
+	if c.LostBefore && c.Kind != event.KindExec && c.Kind != event.KindExit {
+		e.stats.LostBefore++
+		e.reg.MarkLossy(c.PID)
 	}
 }
 
@@ -210,6 +231,9 @@ func (e *Engine) Stats() Stats {
 // Handle consumes one decoded call. Calls must come in ring buffer order.
 func (e *Engine) Handle(c *event.Call) {
 	e.stats.Events++
+	if c.LostBefore || c.LostAny {
+		e.Losses(c)
+	}
 	if c.Time > e.now {
 		e.now = c.Time
 		if e.now-e.lastSweep >= e.sweepEvery {
@@ -508,7 +532,7 @@ func (e *Engine) cudaEvent(p *proc, handle uint64) *cudaEvent {
 // classify fills direction and memory kinds from the stated direction and
 // the registry (m may be nil: nothing known).
 func classify(m *procMem, kind event.CopyKind, t *Transfer) {
-	t.HostMem = ""
+	t.HostMem, t.HostMemReason, t.Src.Reason, t.Dst.Reason = "", "", "", ""
 	switch kind {
 	case event.CopyHostToDevice:
 		t.Direction, t.Src.Mem, t.Dst.Mem = DirH2D, m.kind(t.Src.Addr), event.MemDevice
@@ -536,6 +560,26 @@ func classify(m *procMem, kind event.CopyKind, t *Transfer) {
 			t.Direction, t.HostMem = DirH2D, s
 		default:
 			t.Direction = DirH2H
+		}
+	}
+	unknownReasons(m, t)
+}
+
+// unknownReasons says why each side classify found unknown is (Reason
+// constants), and the host side's why as the transfer's.
+func unknownReasons(m *procMem, t *Transfer) {
+	if t.Src.Mem == event.MemUnknown {
+		t.Src.Reason = m.unknownWhy(t.Src.Addr)
+	}
+	if t.Dst.Mem == event.MemUnknown {
+		t.Dst.Reason = m.unknownWhy(t.Dst.Addr)
+	}
+	if t.HostMem == event.MemUnknown {
+		switch t.Direction {
+		case DirH2D:
+			t.HostMemReason = t.Src.Reason
+		case DirD2H:
+			t.HostMemReason = t.Dst.Reason
 		}
 	}
 }
@@ -690,7 +734,7 @@ func (e *Engine) apply(p *proc, c *event.Call, key uint64) {
 		p.dev.own(m, c.Ptr, p.dev.current(c.TID)) // allocated on the thread's current device
 	case event.OpHostUnregister, event.OpHostFree:
 		if c.Ptr != 0 {
-			e.reg.remove(&m.pinned, c.Ptr)
+			e.reg.unpin(m, c.Ptr)
 		}
 	case event.OpDeviceFree:
 		if c.Ptr != 0 { // cudaFree(0) only initialises the context

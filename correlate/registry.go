@@ -83,6 +83,12 @@ type procMem struct {
 	obs            observation
 	snapshot       rangeSet // obsSince: what was mapped when watching began
 	lossy          bool     // a registration may have been missed (cap, lost events)
+	lossWhy        string   // why lossy: ReasonEventsLost or ReasonRangeCap
+	// stale holds the pinned and managed ranges registered before events
+	// of the process were lost (MarkLossy): their free may have been
+	// among them, so their addresses are unknown; kept for what the host
+	// checks count (Pinned) until freed or replaced.
+	stale rangeSet
 
 	handles map[uint64]event.Location // VMM allocation handle → where its memory lives
 	pools   map[uint64]event.Location // memory pool → where its allocations live
@@ -101,6 +107,28 @@ type dmabuf struct {
 func (m *procMem) sets() [4]*rangeSet {
 	return [4]*rangeSet{&m.pinned, &m.device, &m.managed, &m.opaque}
 }
+
+// Why a side's memory is unknown (Side.Reason, Transfer.HostMemReason).
+const (
+	// ReasonEventsLost: the process lost probe events (a full ring buffer,
+	// a call that was not reported, a read fault) since or before the
+	// memory's registration could be seen, or after it, when its free may
+	// have been lost (docs/design.md, "Ring buffer, wakeups, drops").
+	ReasonEventsLost = "events_lost"
+	// ReasonLateAttach: mapped before the agent watched the process.
+	ReasonLateAttach = "late_attach"
+	// ReasonNotObserved: the agent never learnt what it could see of the
+	// process (neither its start nor a snapshot of its memory).
+	ReasonNotObserved = "not_observed"
+	// ReasonRangeCap: the registry's cap of ranges, handles or pools of
+	// the process was hit.
+	ReasonRangeCap = "range_cap"
+	// ReasonVMMUnseen: mapped from a virtual-memory handle the agent did
+	// not see made, or reserved address space with nothing mapped.
+	ReasonVMMUnseen = "vmm_unseen"
+	// ReasonUntracked: the process is past the engine's process cap.
+	ReasonUntracked = "untracked"
+)
 
 // RegistryStats counts what a Registry could not keep.
 type RegistryStats struct {
@@ -167,13 +195,48 @@ func (r *Registry) ObservedSince(pid uint32, snapshot []Range) {
 	}
 }
 
-// MarkLossy says registrations of the process may have been lost (for
-// example the ring buffer dropped events): from now on no address of it is
-// provably pageable.
+// MarkLossy says events of the process were lost (the ring buffer was
+// full, a call went unreported): a registration may have been among them,
+// so from now on no address of it is provably pageable, and a free or an
+// unregistration may have been, so its pinned and managed ranges are no
+// longer proven either (device ranges stay: the driver keeps their
+// addresses for device memory). Either is proven again by a registration
+// seen later. docs/design.md, "Ring buffer, wakeups, drops".
 func (r *Registry) MarkLossy(pid uint32) {
-	if m := r.procs[pid]; m != nil {
-		m.lossy = true
+	m := r.proc(pid)
+	if m == nil {
+		return
 	}
+	m.markLossy(ReasonEventsLost)
+	if len(m.pinned)+len(m.managed) == 0 {
+		return
+	}
+	stale := make(rangeSet, 0, len(m.stale)+len(m.pinned)+len(m.managed))
+	stale = append(append(append(stale, m.stale...), m.pinned...), m.managed...)
+	slices.SortFunc(stale, cmpStart)
+	if len(stale) > r.maxRanges {
+		r.stats.RangeCapHits += uint64(len(stale) - r.maxRanges) // only the host checks' pinned bytes lose them
+		stale = stale[:r.maxRanges]
+	}
+	m.stale, m.pinned, m.managed = stale, m.pinned[:0], m.managed[:0]
+}
+
+// markLossy makes the process lossy for why; lost events outrank a cap.
+func (m *procMem) markLossy(why string) {
+	m.lossy = true
+	if m.lossWhy == "" || why == ReasonEventsLost {
+		m.lossWhy = why
+	}
+}
+
+func cmpStart(a, b Range) int {
+	switch {
+	case a.Start < b.Start:
+		return -1
+	case a.Start > b.Start:
+		return 1
+	}
+	return 0
 }
 
 // Forget drops everything known about the process.
@@ -196,10 +259,22 @@ func (r *Registry) AddDevice(pid uint32, start, size uint64) {
 // RemovePinned drops the pinned range that starts at start.
 func (r *Registry) RemovePinned(pid uint32, start uint64) {
 	if m := r.procs[pid]; m != nil {
-		r.remove(&m.pinned, start)
+		r.unpin(m, start)
 	} else {
 		r.stats.UnmatchedFrees++
 	}
+}
+
+// unpin drops the pinned range that starts at start: a live one, else one
+// registered before the process lost events.
+func (r *Registry) unpin(m *procMem, start uint64) {
+	if m.pinned.indexOfStart(start) < 0 {
+		if i := m.stale.indexOfStart(start); i >= 0 {
+			m.stale = slices.Delete(m.stale, i, i+1)
+			return
+		}
+	}
+	r.remove(&m.pinned, start)
 }
 
 // RemoveDevice drops the device range that starts at start.
@@ -249,6 +324,26 @@ func (m *procMem) kind(addr uint64) event.MemKind {
 	return k
 }
 
+// unknownWhy says why addr, which lookup found unknown, is: one of the
+// Reason constants ("" when it is not unknown). m nil: an untracked process.
+func (m *procMem) unknownWhy(addr uint64) string {
+	switch {
+	case m == nil:
+		return ReasonUntracked
+	case m.pinned.find(addr) >= 0, m.device.find(addr) >= 0, m.managed.find(addr) >= 0:
+		return ""
+	case m.opaque.find(addr) >= 0, m.reserved.find(addr) >= 0:
+		return ReasonVMMUnseen
+	case m.lossy:
+		return m.lossWhy
+	case m.obs == obsSince && m.snapshot.find(addr) >= 0:
+		return ReasonLateAttach
+	case m.obs == obsNone:
+		return ReasonNotObserved
+	}
+	return ""
+}
+
 // unregistered applies the observation window to an address in no range.
 func (m *procMem) unregistered(addr uint64) event.MemKind {
 	if m.lossy {
@@ -288,9 +383,12 @@ func (r *Registry) add(m *procMem, set *rangeSet, start, size uint64) {
 			*other = slices.Delete(*other, oi, oj)
 		}
 	}
+	if si, sj := m.stale.overlapping(nr); sj > si { // freed unseen: the new mapping proves it
+		m.stale = slices.Delete(m.stale, si, sj)
+	}
 	if j == i && len(*set) >= r.maxRanges {
 		r.stats.RangeCapHits++
-		m.lossy = true // an unseen range makes "pageable" unprovable
+		m.markLossy(ReasonRangeCap) // an unseen range makes "pageable" unprovable
 		return
 	}
 	*set = slices.Replace(*set, i, j, nr)
@@ -342,20 +440,27 @@ func normalize(rs []Range) rangeSet {
 	return out[:n]
 }
 
-// Pinned returns a copy of the process's live pinned host ranges.
+// Pinned returns a copy of the process's live pinned host ranges, with
+// those registered before it lost events (managed ranges among them) that
+// were not seen freed since: what the host checks count as pinned.
 func (r *Registry) Pinned(pid uint32) []Range {
 	m := r.procs[pid]
 	if m == nil {
 		return nil
 	}
-	return append([]Range(nil), m.pinned...)
+	if len(m.stale) == 0 {
+		return append([]Range(nil), m.pinned...)
+	}
+	out := append(append([]Range(nil), m.pinned...), m.stale...)
+	slices.SortFunc(out, cmpStart)
+	return out
 }
 
 // PinnedPIDs lists the processes that hold pinned host ranges.
 func (r *Registry) PinnedPIDs() []uint32 {
 	var out []uint32
 	for pid, m := range r.procs {
-		if len(m.pinned) > 0 {
+		if len(m.pinned)+len(m.stale) > 0 {
 			out = append(out, pid)
 		}
 	}

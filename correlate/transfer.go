@@ -32,6 +32,10 @@ const (
 type Side struct {
 	Addr uint64        `json:"addr"`
 	Mem  event.MemKind `json:"memory"`
+	// Reason says why Mem is unknown (a Reason constant: events_lost,
+	// late_attach, not_observed, range_cap, vmm_unseen, untracked); ""
+	// otherwise, or when it is unknown by nature (an RDMA region).
+	Reason string `json:"reason,omitempty"`
 }
 
 // Transfer is one copy as the engine reports it, one per runtime call (or
@@ -56,8 +60,11 @@ type Side struct {
 //	                  bytes_unknown for kernel_copy
 //	bytes_unknown     true when the record's bytes are not known (a kernel's
 //	                  launch states none; docs/design.md, "Kernel movers")
-//	src, dst          {"addr": address, "memory": pinned|pageable|device|unknown}
+//	src, dst          {"addr": address, "memory": pinned|pageable|device|managed|unknown,
+//	                  "reason": why unknown} (reason: events_lost, late_attach,
+//	                  not_observed, range_cap, vmm_unseen, untracked)
 //	host_mem          memory of the host side, H2D and D2H only
+//	host_mem_reason   why host_mem is unknown (the host side's reason)
 //	gpu               PCI address (sysfs form, "0000:3b:00.0") of the GPU whose
 //	                  link the copy crossed; absent when unknown
 //	submit_ns         CLOCK_MONOTONIC ns when the call was entered
@@ -97,6 +104,8 @@ type Transfer struct {
 	Src          Side          `json:"src"`
 	Dst          Side          `json:"dst"`
 	HostMem      event.MemKind `json:"host_mem,omitempty"`
+	// HostMemReason: why HostMem is unknown (the host side's Reason).
+	HostMemReason string `json:"host_mem_reason,omitempty"`
 	// GPU is the PCI address (sysfs form) of the GPU whose link the copy
 	// crossed: the device owning its device pointer, else the device current
 	// on the submitting thread; "" when unknown.

@@ -58,6 +58,15 @@ type Call struct {
 	// mmap lock was busy); the agent decides ViaRuntime from its maps.
 	CallerUnresolved bool
 
+	// LostBefore: events of this process were lost in BPF since its
+	// previous event (ring full, a call overwritten in its slot or without
+	// slot memory, a read fault): a registration may be among them.
+	// LostAny: any process may have lost events (the BPF table of
+	// processes with losses was full). Said in ring order, so the engine
+	// stops trusting what it knew from this event on (docs/design.md,
+	// "Ring buffer, wakeups, drops").
+	LostBefore, LostAny bool
+
 	Dst, Src uint64
 	Bytes    uint64
 	CopyKind CopyKind // direction stated by the call, or its fixed direction

@@ -96,6 +96,10 @@ func AppendTransfer(b []byte, t *correlate.Transfer) []byte {
 		b = append(b, `,"host_mem":`...)
 		b = appendString(b, string(t.HostMem))
 	}
+	if t.HostMemReason != "" {
+		b = append(b, `,"host_mem_reason":`...)
+		b = appendString(b, t.HostMemReason)
+	}
 	if t.GPU != "" {
 		b = append(b, `,"gpu":`...)
 		b = appendString(b, t.GPU)
@@ -157,6 +161,10 @@ func appendSide(b []byte, s *correlate.Side) []byte {
 	b = strconv.AppendUint(b, s.Addr, 10)
 	b = append(b, `,"memory":`...)
 	b = appendString(b, string(s.Mem))
+	if s.Reason != "" {
+		b = append(b, `,"reason":`...)
+		b = appendString(b, s.Reason)
+	}
 	return append(b, '}')
 }
 

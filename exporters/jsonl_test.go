@@ -37,6 +37,12 @@ var samples = []correlate.Transfer{
 		Direction: correlate.DirUnknown, BytesUnknown: true, Src: correlate.Side{Mem: event.MemUnknown}, Dst: correlate.Side{Mem: event.MemUnknown},
 		GPU: "0000:3b:00.0", SubmitNs: 5, CompleteNs: 9, BatchIndex: -1, Layer: 2,
 	},
+	{ // memory the agent cannot place, and why
+		PID: 4, TID: 4, API: "cudaMemcpyAsync", Op: "copy", Mover: correlate.MoverCopyEngine, Direction: correlate.DirH2D, Bytes: 64,
+		Src:     correlate.Side{Addr: 0x7f00_0000_0000, Mem: event.MemUnknown, Reason: correlate.ReasonEventsLost},
+		Dst:     correlate.Side{Addr: 0x7e00_0000_0000, Mem: event.MemDevice},
+		HostMem: event.MemUnknown, HostMemReason: correlate.ReasonEventsLost, BatchIndex: -1, Layer: -1,
+	},
 	{ // strings that need escaping
 		API: "a\"b\\c\n\t\x01é\xff<&>", Op: "copy", Direction: "D2H", BatchIndex: -1, Layer: -1,
 	},

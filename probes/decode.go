@@ -92,6 +92,8 @@ func Decode(raw []byte, c *event.Call) error {
 		ReturnTime: ev.RetTsNs,
 		Ret:        ev.Ret,
 		BatchIndex: ev.BatchIndex,
+		LostBefore: ev.Flags&uint8(lanewatchLwEventFlagLW_F_LOST_BEFORE) != 0,
+		LostAny:    ev.Flags&uint8(lanewatchLwEventFlagLW_F_LOST_ANY) != 0,
 	}
 	if kind == event.KindExec || kind == event.KindExit {
 		return nil

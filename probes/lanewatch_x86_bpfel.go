@@ -14,9 +14,10 @@ import (
 )
 
 type lanewatchCpuCount struct {
-	_   structs.HostLayout
-	N   uint64
-	Pad [7]uint64
+	_            structs.HostLayout
+	N            uint64
+	OverflowSeen uint64
+	Pad          [6]uint64
 }
 
 type lanewatchLwCookieShift uint32
@@ -77,6 +78,8 @@ type lanewatchLwEventFlag uint32
 const (
 	lanewatchLwEventFlagLW_F_VIA_RUNTIME       lanewatchLwEventFlag = 1
 	lanewatchLwEventFlagLW_F_CALLER_UNRESOLVED lanewatchLwEventFlag = 2
+	lanewatchLwEventFlagLW_F_LOST_BEFORE       lanewatchLwEventFlag = 4
+	lanewatchLwEventFlagLW_F_LOST_ANY          lanewatchLwEventFlag = 8
 )
 
 type lanewatchLwEventKind uint32
@@ -168,6 +171,7 @@ const (
 	lanewatchMapDrops             = "drops"
 	lanewatchMapEvents            = "events"
 	lanewatchMapInflight          = "inflight"
+	lanewatchMapLost              = "lost"
 	lanewatchProgLwBatch          = "lw_batch"
 	lanewatchProgLwCall           = "lw_call"
 	lanewatchProgLwCallEnter      = "lw_call_enter"
@@ -182,6 +186,8 @@ const (
 	lanewatchProgLwPostSend       = "lw_post_send"
 	lanewatchProgLwPropEnter      = "lw_prop_enter"
 	lanewatchVarCpuCounts         = "cpu_counts"
+	lanewatchVarLostOverflow      = "lost_overflow"
+	lanewatchVarLostWaiting       = "lost_waiting"
 	lanewatchVarUnusedCookieShift = "unused_cookie_shift"
 	lanewatchVarUnusedCopy2dArg   = "unused_copy2d_arg"
 	lanewatchVarUnusedDropReason  = "unused_drop_reason"
@@ -260,6 +266,7 @@ type lanewatchMapSpecs struct {
 	Drops    *ebpf.MapSpec `ebpf:"drops"`
 	Events   *ebpf.MapSpec `ebpf:"events"`
 	Inflight *ebpf.MapSpec `ebpf:"inflight"`
+	Lost     *ebpf.MapSpec `ebpf:"lost"`
 }
 
 // lanewatchVariableSpecs contains global variables before they are loaded into the kernel.
@@ -267,6 +274,8 @@ type lanewatchMapSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type lanewatchVariableSpecs struct {
 	CpuCounts         *ebpf.VariableSpec `ebpf:"cpu_counts"`
+	LostOverflow      *ebpf.VariableSpec `ebpf:"lost_overflow"`
+	LostWaiting       *ebpf.VariableSpec `ebpf:"lost_waiting"`
 	UnusedCookieShift *ebpf.VariableSpec `ebpf:"unused_cookie_shift"`
 	UnusedCopy2dArg   *ebpf.VariableSpec `ebpf:"unused_copy2d_arg"`
 	UnusedDropReason  *ebpf.VariableSpec `ebpf:"unused_drop_reason"`
@@ -304,6 +313,7 @@ type lanewatchMaps struct {
 	Drops    *ebpf.Map `ebpf:"drops"`
 	Events   *ebpf.Map `ebpf:"events"`
 	Inflight *ebpf.Map `ebpf:"inflight"`
+	Lost     *ebpf.Map `ebpf:"lost"`
 }
 
 func (m *lanewatchMaps) Close() error {
@@ -311,6 +321,7 @@ func (m *lanewatchMaps) Close() error {
 		m.Drops,
 		m.Events,
 		m.Inflight,
+		m.Lost,
 	)
 }
 
@@ -319,6 +330,8 @@ func (m *lanewatchMaps) Close() error {
 // It can be passed to loadLanewatchObjects or ebpf.CollectionSpec.LoadAndAssign.
 type lanewatchVariables struct {
 	CpuCounts         *ebpf.Variable `ebpf:"cpu_counts"`
+	LostOverflow      *ebpf.Variable `ebpf:"lost_overflow"`
+	LostWaiting       *ebpf.Variable `ebpf:"lost_waiting"`
 	UnusedCookieShift *ebpf.Variable `ebpf:"unused_cookie_shift"`
 	UnusedCopy2dArg   *ebpf.Variable `ebpf:"unused_copy2d_arg"`
 	UnusedDropReason  *ebpf.Variable `ebpf:"unused_drop_reason"`

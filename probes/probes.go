@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -359,7 +360,13 @@ func chooseSite(path, name string, sym Symbol, thunks *ThunkResolver, impls map[
 }
 
 // attachPlan makes the links of a plan: per program, one uprobe_multi link
-// with every site. On a failure the links made so far are closed again.
+// with every site, the return half of a pair before its entry half. A
+// return probe fires only for calls entered after it was attached, so no
+// call can leave its entry in the thread's slot without its return (which
+// the next call of that layer would take for a lost call, and the process
+// for lossy: docs/design.md, "Ring buffer, wakeups, drops"); a call
+// entered in between returns without its entry, counted as lost_return.
+// On a failure the links made so far are closed again.
 func (p *Probes) attachPlan(path string, plan map[Program]*sites, pid int) ([]link.Link, error) {
 	ex, err := link.OpenExecutable(path)
 	if err != nil {
@@ -371,7 +378,9 @@ func (p *Probes) attachPlan(path string, plan map[Program]*sites, pid int) ([]li
 		if s == nil {
 			continue
 		}
-		for _, a := range p.programsFor(prog) {
+		progs := p.programsFor(prog)
+		slices.Reverse(progs) // return first
+		for _, a := range progs {
 			opts := &link.UprobeMultiOptions{Addresses: s.addrs, Cookies: s.cookies, PID: uint32(pid)}
 			var l link.Link
 			if a.isReturn {
