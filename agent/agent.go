@@ -474,7 +474,7 @@ func (a *Agent) handle(c *event.Call) {
 		select {
 		case a.providers <- providerReq{int(c.PID), c.RDMA.Context}:
 		default:
-			a.log.Warn("provider resolution queue full: RDMA data path of this context not probed", "pid", c.PID)
+			a.limited.Log(slog.LevelWarn, "provider queue full", "provider resolution queue full: RDMA data path of this context not probed", "pid", c.PID)
 		}
 	}
 	if c.Op == event.OpLinkerUpdate {
@@ -489,7 +489,7 @@ func (a *Agent) handle(c *event.Call) {
 			select {
 			case a.runtimeLayer <- runtimeLayerReq{int(c.PID), uint32(c.Ret)}:
 			default:
-				a.log.Warn("runtime-layer queue full: this process's failing runtime calls are not traced", "pid", c.PID)
+				a.limited.Log(slog.LevelWarn, "runtime queue full", "runtime-layer queue full: this process's failing runtime calls are not traced", "pid", c.PID)
 			}
 		}
 	}
@@ -533,7 +533,7 @@ func (a *Agent) Stats() Stats {
 	}
 	d, err := a.probes.Drops()
 	if err != nil {
-		a.log.Warn("read drop counters", "err", err)
+		a.limited.Log(slog.LevelWarn, "drops\x00read", "read drop counters", "err", err)
 	}
 	a.engineMu.Lock()
 	es := a.engine.Stats()

@@ -102,7 +102,10 @@ func (a *Agent) inspectFile(id probes.FileID, name string, pid int, open func() 
 	if !st.unprobed && pid > 0 { // a file named on the command line is mapped by no one yet
 		st.unprobed, st.since, st.name = true, now, name
 	}
-	st.pid, st.reason = pid, fail.reason
+	if pid > 0 {
+		st.pid = pid
+	}
+	st.reason = fail.reason
 	if fail.counted {
 		st.failures++
 		a.countAttachFailure(name)
@@ -232,7 +235,7 @@ func (a *Agent) scanProcess(pid int) (probed bool, lastAttach uint64, snapshot [
 		}
 		id, err := m.FileID()
 		if err != nil {
-			a.log.Warn("bad maps line", "pid", pid, "err", err)
+			a.limited.Log(slog.LevelWarn, "maps line", "bad maps line", "pid", pid, "err", err)
 			continue
 		}
 		if v := a.inspectFile(id, m.Path, pid, a.openMapping(pid, m)); v.probed {
@@ -322,7 +325,7 @@ func (a *Agent) attachProvider(req providerReq) {
 	a.contexts[req] = true
 	fns, err := probes.ResolveProviderOps(a.cfg.ProcRoot, req.pid, req.ctx)
 	if err != nil {
-		a.log.Warn("RDMA provider not probed", "err", err)
+		a.limited.Log(slog.LevelWarn, "provider\x00"+strconv.Itoa(req.pid), "RDMA provider not probed", "pid", req.pid, "err", err)
 		return
 	}
 	byFile := map[probes.FileID]map[string]probes.Symbol{}
