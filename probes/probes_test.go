@@ -1,6 +1,7 @@
 package probes
 
 import (
+	"os"
 	"os/exec"
 	"path/filepath"
 	"sync"
@@ -98,7 +99,17 @@ func TestProcessEventsAndLinkerProbe(t *testing.T) {
 // the ring or counted as dropped: none is lost silently.
 func TestDropsAreCounted(t *testing.T) {
 	testenv.RequireRoot(t)
-	ref := testenv.RefDir(t)
+	// A copy of the reference path: the probe sees this test's calls only,
+	// not those of every process using the shared libraries.
+	ref := t.TempDir()
+	for _, f := range []string{"bin", "plain", "lib"} {
+		if err := os.Mkdir(filepath.Join(ref, f), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, f := range []string{"bin/kvpath", "plain/libcudart.so.12", "lib/libcuda.so.1"} {
+		copyFile(t, filepath.Join(testenv.RefDir(t), f), filepath.Join(ref, f))
+	}
 	p, err := Load(Options{RingBytes: 4096})
 	if err != nil {
 		t.Fatal(err)
