@@ -114,6 +114,12 @@ func TestLaneCapacityIsTheTrainedMaximum(t *testing.T) {
 	if pl.GPU != "0000:01:00.0" || pl.InboundGBs != want || pl.OutboundGBs != want || !strings.Contains(pl.Why, "trained max") {
 		t.Fatalf("Place = %+v", pl)
 	}
+	// A process whose environment cannot be read is not said to have no
+	// CUDA_VISIBLE_DEVICES: the assumption names why.
+	if _, _, why := h.GPUOf(1 << 30); !strings.Contains(why, "environment unread (read /proc/1073741824/environ: open") ||
+		!strings.HasSuffix(why, "assumed GPU 0") {
+		t.Errorf("GPUOf of no process: %q", why)
+	}
 	// Two 10 GB/s flows on it are 63% of the lane, not "saturating" 4 GB/s.
 	// (100 ms each, in flight together: 1 GB at 10 GB/s)
 	two := correlate.LinkTraffic{Segment: "link:0000:01:00.0", Direction: "down", CapacityGBs: pl.InboundGBs, Flows: []correlate.Flow{

@@ -36,14 +36,15 @@ func (h *Host) GPUOf(pid int) (bdf string, node int, why string) {
 	if h.Env != nil {
 		read = h.Env.Get
 	}
-	if env, err := read(pid); err == nil {
-		if v, ok := env["CUDA_VISIBLE_DEVICES"]; ok {
-			first, _, _ := strings.Cut(v, ",")
-			if n, err := strconv.Atoi(first); err == nil && n >= 0 && n < len(h.GPUs) {
-				idx, why = n, "CUDA_VISIBLE_DEVICES="+v
-			} else {
-				why = "CUDA_VISIBLE_DEVICES=" + v + " is not a GPU index here: assumed GPU 0"
-			}
+	env, err := read(pid)
+	if err != nil {
+		why = fmt.Sprintf("environment unread (%v): assumed GPU 0", err)
+	} else if v, ok := env["CUDA_VISIBLE_DEVICES"]; ok {
+		first, _, _ := strings.Cut(v, ",")
+		if n, err := strconv.Atoi(first); err == nil && n >= 0 && n < len(h.GPUs) {
+			idx, why = n, "CUDA_VISIBLE_DEVICES="+v
+		} else {
+			why = "CUDA_VISIBLE_DEVICES=" + v + " is not a GPU index here: assumed GPU 0"
 		}
 	}
 	bdf = h.GPUs[idx]

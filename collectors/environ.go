@@ -58,31 +58,39 @@ type ProcImage struct {
 	ArgStart, ArgEnd, EnvStart, EnvEnd uint64
 }
 
-// ParseProcImage reads a ProcImage from the text of /proc/PID/stat. The
-// command name (field 2) may hold spaces and parentheses: the fields are
-// counted from the last ')'.
-func ParseProcImage(b []byte) (ProcImage, error) {
+// statFields splits the text of /proc/PID/stat: field(n) is the unsigned
+// number in field n (1-based, as proc(5) numbers them, from 3 on), and
+// count the number of fields. The command name (field 2) may hold spaces
+// and parentheses: the fields are counted from the last ')'.
+func statFields(b []byte) (field func(n int) (uint64, error), count int, err error) {
 	i := bytes.LastIndexByte(b, ')')
 	if i < 0 {
-		return ProcImage{}, errors.New("no ')' closing the command name")
+		return nil, 0, errors.New("no ')' closing the command name")
 	}
 	f := strings.Fields(string(b[i+1:])) // f[0] is field 3, the state
-	field := func(n int) (uint64, error) {
+	return func(n int) (uint64, error) {
+		if n-3 >= len(f) {
+			return 0, fmt.Errorf("%d fields, want at least %d", len(f)+2, n)
+		}
 		v, err := strconv.ParseUint(f[n-3], 10, 64)
 		if err != nil {
 			return 0, fmt.Errorf("field %d: %q is not an unsigned number", n, f[n-3])
 		}
 		return v, nil
-	}
-	if len(f) < 22-2 {
-		return ProcImage{}, fmt.Errorf("%d fields, want at least 22", len(f)+2)
+	}, len(f) + 2, nil
+}
+
+// ParseProcImage reads a ProcImage from the text of /proc/PID/stat.
+func ParseProcImage(b []byte) (ProcImage, error) {
+	field, count, err := statFields(b)
+	if err != nil {
+		return ProcImage{}, err
 	}
 	var img ProcImage
-	var err error
 	if img.StartTime, err = field(22); err != nil {
 		return ProcImage{}, err
 	}
-	if len(f) >= 51-2 {
+	if count >= 51 {
 		for n, p := range map[int]*uint64{48: &img.ArgStart, 49: &img.ArgEnd, 50: &img.EnvStart, 51: &img.EnvEnd} {
 			if *p, err = field(n); err != nil {
 				return ProcImage{}, err
@@ -90,6 +98,38 @@ func ParseProcImage(b []byte) (ProcImage, error) {
 		}
 	}
 	return img, nil
+}
+
+// pfKthread is PF_KTHREAD (include/linux/sched.h) in /proc/PID/stat's
+// flags (field 9).
+const pfKthread = 0x00200000
+
+// ParseKernelThread says whether the text of /proc/PID/stat is a kernel
+// thread's: it has no user memory, no library to probe.
+func ParseKernelThread(b []byte) (bool, error) {
+	field, _, err := statFields(b)
+	if err != nil {
+		return false, err
+	}
+	flags, err := field(9)
+	if err != nil {
+		return false, err
+	}
+	return flags&pfKthread != 0, nil
+}
+
+// IsKernelThread reads whether process pid is a kernel thread.
+func IsKernelThread(procRoot string, pid int) (bool, error) {
+	path := filepath.Join(procRoot, strconv.Itoa(pid), "stat")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return false, fmt.Errorf("read %s: %w", path, err)
+	}
+	k, err := ParseKernelThread(b)
+	if err != nil {
+		return false, fmt.Errorf("%s: %w", path, err)
+	}
+	return k, nil
 }
 
 // ReadProcImage reads the ProcImage of a process.

@@ -51,6 +51,28 @@ func TestParseProcImage(t *testing.T) {
 			t.Errorf("%s: %+v, %v; want %+v", tc.name, got, err, tc.want)
 		}
 	}
+	for _, tc := range []struct {
+		stat string
+		want bool
+		err  string
+	}{
+		{cat, false, ""},
+		{read("lanewatch-dev_kthreadd.stat"), true, ""},
+		{"5 (kworker/0:0H) I 2 0 0 0 -1 69238880 0", true, ""}, // flags 0x4208060
+		{"5 (x) S 2 0 0 0", false, "7 fields, want at least 9"},
+		{"5 (x) S 2 0 0 0 -1 0x10", false, `field 9: "0x10"`},
+	} {
+		got, err := ParseKernelThread([]byte(tc.stat))
+		if got != tc.want || tc.err == "" && err != nil || tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)) {
+			t.Errorf("ParseKernelThread(%q) = %v, %v; want %v, %q", tc.stat, got, err, tc.want, tc.err)
+		}
+	}
+	if k, err := IsKernelThread("/proc", 2); err != nil || !k {
+		t.Errorf("pid 2 (kthreadd): %v %v", k, err)
+	}
+	if k, err := IsKernelThread("/proc", os.Getpid()); err != nil || k {
+		t.Errorf("this process: %v %v", k, err)
+	}
 	if _, err := ReadProcImage("/proc", os.Getpid()); err != nil {
 		t.Errorf("this process: %v", err)
 	}
@@ -70,6 +92,7 @@ func FuzzParseProcImage(f *testing.F) {
 	}
 	f.Add([]byte("1 (a)) b) S 0 0 0 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 25"))
 	f.Fuzz(func(t *testing.T, b []byte) {
+		ParseKernelThread(b)
 		img, err := ParseProcImage(b)
 		if err != nil {
 			return

@@ -66,7 +66,8 @@ type AttachedFile struct {
 }
 
 // Load loads the BPF programs and opens the ring buffer reader. It needs
-// CAP_BPF and CAP_PERFMON (root).
+// CAP_BPF and CAP_PERFMON (MissingPrivileges); a missing one is an error
+// naming it.
 func Load(opts Options) (*Probes, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
@@ -74,8 +75,15 @@ func Load(opts Options) (*Probes, error) {
 	if opts.DrainInterval == 0 {
 		opts.DrainInterval = 20 * time.Millisecond
 	}
-	if err := rlimit.RemoveMemlock(); err != nil {
-		return nil, fmt.Errorf("remove memlock limit: %w", err)
+	if err := fatalPrivileges(); err != nil {
+		return nil, err
+	}
+	// Kernels from 5.11 charge BPF memory to the memory cgroup, not to
+	// RLIMIT_MEMLOCK: there is nothing to lift (and nothing to fail on).
+	if kernelBefore(5, 11) {
+		if err := rlimit.RemoveMemlock(); err != nil {
+			return nil, fmt.Errorf("lift RLIMIT_MEMLOCK for BPF maps (kernel before 5.11): %w", err)
+		}
 	}
 	spec, err := loadLanewatch()
 	if err != nil {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -48,6 +49,16 @@ diagnose itself could not run.`)
 	log, code := parse(fs, args, stderr)
 	if log == nil {
 		return code
+	}
+	flagErr := errors.Join(checkRoot("path.procfs", *procRoot), checkRoot("path.sysfs", *sysRoot), checkLibs(libs), notNegative("sample", *sample))
+	if flagErr == nil {
+		flagErr = checkPIDs(*procRoot, pids)
+	}
+	if code := usageErrors(stderr, "diagnose", flagErr); code != 0 {
+		return code
+	}
+	if *sample > 0 && !checkPrivileges(stderr, "diagnose --sample", log) {
+		return exitCannotRun
 	}
 	cfg := diagnose.Config{ProcRoot: *procRoot, SysRoot: *sysRoot, PIDs: pids, Sample: *sample, Libs: libs, Logger: log, GPU: gpu}
 	var err error

@@ -5,6 +5,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -34,7 +35,11 @@ Usage:
   agent version            print the version
 
 Run 'agent COMMAND -h' for the flags of a command. run, selftest and diagnose
---sample need root (CAP_BPF, CAP_PERFMON, CAP_SYS_ADMIN for /proc/PID/root).
+--sample need CAP_BPF and CAP_PERFMON (BPF programs, uprobes, tracepoints); for
+processes of other users (or holding capabilities the agent lacks) also
+CAP_SYS_PTRACE (their maps and libraries: to trace them at all) and
+CAP_DAC_READ_SEARCH (their environment: which GPU). Not root. On kernels before
+5.11 also CAP_SYS_RESOURCE (RLIMIT_MEMLOCK). Each one missing is named at start.
 `
 
 func main() {
@@ -113,6 +118,9 @@ func newFlagSet(name, defaultLevel string, stderr io.Writer, about string) *flag
 // with the returned code (bad flags, or -h).
 func parse(fs *flag.FlagSet, args []string, stderr io.Writer) (*slog.Logger, int) {
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil, 0 // asked for: the usage is the answer
+		}
 		return nil, 2
 	}
 	var l slog.Level
@@ -137,6 +145,9 @@ func cmdSelftest(args []string, stdout, stderr io.Writer) int {
 	log, code := parse(fs, args, stderr)
 	if log == nil {
 		return code
+	}
+	if !checkPrivileges(stderr, "selftest", log) {
+		return 1
 	}
 	cfg := selftest.Config{RefDir: *refDir, Out: stdout, Logger: log, Scenarios: splitList(*scenarios), RDMA: splitList(*rdma), Pairs: splitList(*pairs), KernelCopy: *kernelCopy,
 		NoDevice: *noDevice, TPWorkers: *tpWorkers}

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"github.com/lanewatch/lanewatch/agent"
 	"github.com/lanewatch/lanewatch/exporters"
 	"github.com/lanewatch/lanewatch/otlpbridge"
+	"github.com/lanewatch/lanewatch/probes"
 )
 
 func cmdRun(args []string, stdout, stderr io.Writer) int {
@@ -25,8 +27,8 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	procRoot := fs.String("path.procfs", "/proc", "procfs mount point")
 	sysRoot := fs.String("path.sysfs", "/sys", "sysfs mount point (GPU placement, link capacity, RDMA ports)")
 	rescan := fs.Duration("rescan-interval", 10*time.Second, "how often every process's mappings are rescanned, besides the dynamic linker's notifications")
-	ring := fs.Uint("ring-bytes", 0, "BPF ring buffer size in bytes, a power of two (0: 4 MiB)")
-	record := fs.String("record", "", "also write every raw probe event to this file (120-byte records of bpf/lanewatch.h's struct lw_event), for offline replay")
+	ring := fs.Uint("ring-bytes", 0, fmt.Sprintf("BPF ring buffer size in bytes, a power of two from a page to %d (0: 4 MiB)", maxRingBytes))
+	record := fs.String("record", "", fmt.Sprintf("also write every raw probe event to this file (%d-byte records of bpf/lanewatch.h's struct lw_event), for offline replay", probes.EventSize))
 	kernels := fs.Bool("kernels", false, "probe kernel launches (cuLaunchKernel[Ex][_ptsz]) and the calls naming kernels: launches of KV-transfer kernels (HiCache's kernel I/O backend) become transfers moved by SMs, op kernel_copy. Off by default: every kernel launch of every traced process then costs one entry+return pair (+1.6–2.1 µs per launch on the reference path's VM, make bench; docs/design.md, \"Kernel movers\")")
 	fs.Var(&kvKernels, "kv-kernels", "with --kernels, a `pattern` of KV-transfer kernels: a regular expression over the kernel's demangled function name (repeatable; replaces the default, sgl-kernel's ^transfer_kernel_impl$ and ^transfer_page_head_kernel_impl$)")
 
@@ -54,6 +56,18 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	if log == nil {
 		return code
 	}
+	flagErr := errors.Join(checkRoot("path.procfs", *procRoot), checkRoot("path.sysfs", *sysRoot), checkLibs(libs), checkRing(*ring),
+		positive("rescan-interval", *rescan), notNegative("host-check-interval", mc.HostCheckInterval), notNegative("spans.hold", tc.Hold),
+		notNegative("spans.max-hold", tc.MaxHold), positive("otlp.index-window", tc.Index.Window), positive("evaluate-interval", mc.EvaluateInterval))
+	if tc.Index.MaxSpans <= 0 {
+		flagErr = errors.Join(flagErr, fmt.Errorf("--otlp.index-max-spans %d: must be positive", tc.Index.MaxSpans))
+	}
+	if flagErr == nil {
+		flagErr = checkPIDs(*procRoot, pids)
+	}
+	if code := usageErrors(stderr, "run", flagErr); code != 0 {
+		return code
+	}
 	var err error
 	if tc.Spans, err = exporters.ParseSpanMode(*spans); err != nil {
 		fmt.Fprintf(stderr, "--spans: %v\n", err)
@@ -74,6 +88,9 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	if _, err := agent.KVKernelSet(kv); err != nil {
 		fmt.Fprintf(stderr, "--kv-kernels: %v\n", err)
 		return 2
+	}
+	if !checkPrivileges(stderr, "run", log) {
+		return 1
 	}
 	if tc.Upstream, err = otlpbridge.UpstreamFromEnv(nil); err != nil {
 		log.Error("traces", "err", err)

@@ -34,6 +34,9 @@ has GPUs too, the two are compared and differences reported.`)
 	if log == nil {
 		return code
 	}
+	if code := usageErrors(stderr, "topo", checkRoot("path.sysfs", *sysRoot)); code != 0 {
+		return code
+	}
 	host, err := topology.Read(*sysRoot)
 	if err != nil {
 		fmt.Fprintln(stderr, "topo:", err)
