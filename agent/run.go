@@ -36,6 +36,11 @@ type RunConfig struct {
 	// host's placement (HostPlacement). The selftest gives the reference
 	// data path's from outside; production code has no other.
 	Place func(pid uint32) checks.Placement
+	// MemoryLimit is the agent's memory ceiling in bytes (--memory-limit;
+	// math.MaxInt64 or 0: none). The Go runtime's soft limit is already
+	// set below it; bounded parts (span index, pending transfers) size
+	// their budgets from it.
+	MemoryLimit int64
 	// Env reads the variables of traced processes' environments that
 	// decide their GPU, once per process image, for the device map, the
 	// placement and the host checks alike. nil: Run makes one over

@@ -28,6 +28,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	sysRoot := fs.String("path.sysfs", "/sys", "sysfs mount point (GPU placement, link capacity, RDMA ports)")
 	rescan := fs.Duration("rescan-interval", 10*time.Second, "how often every process's mappings are rescanned, besides the dynamic linker's notifications")
 	ring := fs.Uint("ring-bytes", 0, fmt.Sprintf("BPF ring buffer size in bytes, a power of two from a page to %d (0: 4 MiB)", maxRingBytes))
+	memLimit := fs.String("memory-limit", "", fmt.Sprintf("the agent's memory ceiling, as GOMEMLIMIT writes it (512MiB, 2GiB, off); the Go runtime's soft limit is set to it less the BPF ring (twice) and 64 MiB for C libraries, and bounded parts size their budgets from it (default %d MiB, 10x the measured peak; GOMEMLIMIT when set)", defaultMemoryLimit>>20))
 	record := fs.String("record", "", fmt.Sprintf("also write every raw probe event to this file (%d-byte records of bpf/lanewatch.h's struct lw_event), for offline replay", probes.EventSize))
 	kernels := fs.Bool("kernels", false, "probe kernel launches (cuLaunchKernel[Ex][_ptsz]) and the calls naming kernels: launches of KV-transfer kernels (HiCache's kernel I/O backend) become transfers moved by SMs, op kernel_copy. Off by default: every kernel launch of every traced process then costs one entry+return pair (+1.6–2.1 µs per launch on the reference path's VM, make bench; docs/design.md, \"Kernel movers\")")
 	fs.Var(&kvKernels, "kv-kernels", "with --kernels, a `pattern` of KV-transfer kernels: a regular expression over the kernel's demangled function name (repeatable; replaces the default, sgl-kernel's ^transfer_kernel_impl$ and ^transfer_page_head_kernel_impl$)")
@@ -68,7 +69,11 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	if code := usageErrors(stderr, "run", flagErr); code != 0 {
 		return code
 	}
-	var err error
+	limit, goLimit, limitSource, err := applyMemoryLimit(*memLimit, uint64(*ring))
+	if err != nil {
+		return usageErrors(stderr, "run", err)
+	}
+	log.Info("memory limit", "bytes", limit, "go_soft_limit", goLimit, "from", limitSource)
 	if tc.Spans, err = exporters.ParseSpanMode(*spans); err != nil {
 		fmt.Fprintf(stderr, "--spans: %v\n", err)
 		return 2
@@ -100,7 +105,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		Trace: agent.Config{ProcRoot: *procRoot, PIDs: pids, Libs: libs, RescanInterval: *rescan, RingBytes: uint32(*ring),
 			Kernels: *kernels, KVKernels: kv},
 		Output:  stdout,
-		SysRoot: *sysRoot, Version: version, Logger: log, Metrics: mc, Traces: tc,
+		SysRoot: *sysRoot, Version: version, Logger: log, Metrics: mc, Traces: tc, MemoryLimit: limit,
 		OnReady: func() { log.Info("lanewatch running: probes attached", "version", version, "output", *output) },
 	}
 	if *record != "" {

@@ -91,6 +91,8 @@ func TestFlagsSayNo(t *testing.T) {
 		{[]string{"run", "--evaluate-interval", "0s"}, "agent run: --evaluate-interval 0s: must be positive"},
 		{[]string{"run", "--spans.hold", "-5s"}, "agent run: --spans.hold -5s: must not be negative"},
 		{[]string{"run", "--otlp.index-max-spans", "-1"}, "agent run: --otlp.index-max-spans -1: must be positive"},
+		{[]string{"run", "--memory-limit", "10MiB"}, "agent run: --memory-limit 10485760: leaves the Go heap"},
+		{[]string{"run", "--memory-limit", "1G"}, `agent run: --memory-limit "1G": unit "G" is not B, KiB, MiB, GiB or TiB`},
 		{[]string{"diagnose", "--sample", "-5s"}, "agent diagnose: --sample -5s: must not be negative"},
 		{[]string{"diagnose", "--pid", gone}, "agent diagnose: --pid " + gone + ": no such process"},
 		{[]string{"diagnose", "--lib", text}, "agent diagnose: --lib " + text + ": not an ELF file"},
