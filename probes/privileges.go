@@ -10,12 +10,13 @@ import (
 
 // Capability bits (include/uapi/linux/capability.h).
 const (
-	capDACReadSearch = 2
-	capSysPtrace     = 19
-	capSysAdmin      = 21
-	capSysResource   = 24
-	capPerfmon       = 38
-	capBPF           = 39
+	capDACReadSearch     = 2
+	capSysPtrace         = 19
+	capSysAdmin          = 21
+	capSysResource       = 24
+	capPerfmon           = 38
+	capBPF               = 39
+	capCheckpointRestore = 40
 )
 
 // Privilege is a capability the agent lacks and what it is needed for.
@@ -36,8 +37,9 @@ func (p Privilege) String() string { return p.Cap + " " + p.Needed }
 // (cmd/agent TestRunCapabilities): CAP_BPF and CAP_PERFMON, then for
 // processes of other users (or holding capabilities the agent lacks)
 // CAP_SYS_PTRACE to trace them at all and CAP_DAC_READ_SEARCH to read their
-// environment; CAP_SYS_ADMIN stands for the first two. Being root is not
-// needed.
+// environment, and CAP_CHECKPOINT_RESTORE to probe a library replaced on
+// disk since it was mapped; CAP_SYS_ADMIN stands for the first two and the
+// last. Being root is not needed.
 func MissingPrivileges() ([]Privilege, error) {
 	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
 	var data [2]unix.CapUserData
@@ -77,6 +79,13 @@ func missingPrivileges(eff uint64, major, minor int, memlock uint64) []Privilege
 	}
 	if !has(capSysPtrace) {
 		out = append(out, Privilege{"CAP_SYS_PTRACE", "to read the memory maps, libraries (/proc/PID/root) and page nodes (move_pages) of processes of other users or holding capabilities the agent lacks: those are not traced", false})
+	}
+	if !has(capSysAdmin) && (before(5, 9) || !has(capCheckpointRestore)) {
+		cp := "CAP_CHECKPOINT_RESTORE"
+		if before(5, 9) {
+			cp = "CAP_SYS_ADMIN"
+		}
+		out = append(out, Privilege{cp, "to open a library replaced or deleted on disk since a process mapped it (/proc/PID/map_files, an in-place upgrade): such a library is not probed", false})
 	}
 	if !has(capDACReadSearch) {
 		out = append(out, Privilege{"CAP_DAC_READ_SEARCH", "to read the environment of other users' processes (/proc/PID/environ is its owner's only: their CUDA_VISIBLE_DEVICES, so their GPUs, stay unknown) and libraries in directories the agent's user may not read", false})

@@ -24,19 +24,21 @@ func TestMissingPrivileges(t *testing.T) {
 		memlock       uint64
 		fatal, warned string
 	}{
-		{"the minimum", caps(capBPF, capPerfmon, capSysPtrace, capDACReadSearch), 6, 18, 8 << 20, "", ""},
+		{"the minimum", caps(capBPF, capPerfmon, capSysPtrace, capDACReadSearch, capCheckpointRestore), 6, 18, 8 << 20, "", ""},
 		{"root", ^uint64(0), 6, 18, 8 << 20, "", ""},
 		{"CAP_SYS_ADMIN stands for both", caps(capSysAdmin, capSysPtrace, capDACReadSearch), 6, 1, 8 << 20, "", ""},
-		{"none", 0, 6, 18, 8 << 20, "CAP_BPF CAP_PERFMON", "CAP_SYS_PTRACE CAP_DAC_READ_SEARCH"},
-		{"no CAP_PERFMON", caps(capBPF, capSysPtrace, capDACReadSearch), 6, 18, 8 << 20, "CAP_PERFMON", ""},
-		{"no CAP_BPF", caps(capPerfmon, capSysPtrace, capDACReadSearch), 6, 18, 8 << 20, "CAP_BPF", ""},
-		{"own processes only", caps(capBPF, capPerfmon), 6, 18, 8 << 20, "", "CAP_SYS_PTRACE CAP_DAC_READ_SEARCH"},
-		{"others' GPUs unknown", caps(capBPF, capPerfmon, capSysPtrace), 6, 18, 8 << 20, "", "CAP_DAC_READ_SEARCH"},
-		{"5.10 with a memlock limit", caps(capBPF, capPerfmon, capSysPtrace, capDACReadSearch), 5, 10, 64 << 10, "CAP_SYS_RESOURCE", ""},
-		{"5.10 unlimited", caps(capBPF, capPerfmon, capSysPtrace, capDACReadSearch), 5, 10, inf, "", ""},
-		{"5.10 may lift it", caps(capBPF, capPerfmon, capSysPtrace, capDACReadSearch, capSysResource), 5, 10, 64 << 10, "", ""},
-		{"5.11 charges the cgroup", caps(capBPF, capPerfmon, capSysPtrace, capDACReadSearch), 5, 11, 64 << 10, "", ""},
-		{"4.18 needs CAP_SYS_ADMIN", caps(capBPF, capPerfmon, capSysPtrace, capDACReadSearch, capSysResource), 4, 18, 64 << 10, "CAP_SYS_ADMIN", ""},
+		{"none", 0, 6, 18, 8 << 20, "CAP_BPF CAP_PERFMON", "CAP_SYS_PTRACE CAP_CHECKPOINT_RESTORE CAP_DAC_READ_SEARCH"},
+		{"no CAP_PERFMON", caps(capBPF, capSysPtrace, capDACReadSearch, capCheckpointRestore), 6, 18, 8 << 20, "CAP_PERFMON", ""},
+		{"no CAP_BPF", caps(capPerfmon, capSysPtrace, capDACReadSearch, capCheckpointRestore), 6, 18, 8 << 20, "CAP_BPF", ""},
+		{"own processes only", caps(capBPF, capPerfmon), 6, 18, 8 << 20, "", "CAP_SYS_PTRACE CAP_CHECKPOINT_RESTORE CAP_DAC_READ_SEARCH"},
+		{"others' GPUs unknown", caps(capBPF, capPerfmon, capSysPtrace, capCheckpointRestore), 6, 18, 8 << 20, "", "CAP_DAC_READ_SEARCH"},
+		{"replaced libraries", caps(capBPF, capPerfmon, capSysPtrace, capDACReadSearch), 6, 18, 8 << 20, "", "CAP_CHECKPOINT_RESTORE"},
+		{"5.8: only CAP_SYS_ADMIN opens map_files", caps(capBPF, capPerfmon, capSysPtrace, capDACReadSearch, capCheckpointRestore, capSysResource), 5, 8, 8 << 20, "", "CAP_SYS_ADMIN"},
+		{"5.10 with a memlock limit", caps(capBPF, capPerfmon, capSysPtrace, capDACReadSearch, capCheckpointRestore), 5, 10, 64 << 10, "CAP_SYS_RESOURCE", ""},
+		{"5.10 unlimited", caps(capBPF, capPerfmon, capSysPtrace, capDACReadSearch, capCheckpointRestore), 5, 10, inf, "", ""},
+		{"5.10 may lift it", caps(capBPF, capPerfmon, capSysPtrace, capDACReadSearch, capCheckpointRestore, capSysResource), 5, 10, 64 << 10, "", ""},
+		{"5.11 charges the cgroup", caps(capBPF, capPerfmon, capSysPtrace, capDACReadSearch, capCheckpointRestore), 5, 11, 64 << 10, "", ""},
+		{"4.18 needs CAP_SYS_ADMIN", caps(capBPF, capPerfmon, capSysPtrace, capDACReadSearch, capCheckpointRestore, capSysResource), 4, 18, 64 << 10, "CAP_SYS_ADMIN", "CAP_SYS_ADMIN"},
 	} {
 		var fatal, warned []string
 		for _, p := range missingPrivileges(tc.eff, tc.major, tc.minor, tc.memlock) {

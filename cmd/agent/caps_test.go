@@ -48,12 +48,15 @@ func nobodyDir(t *testing.T) string {
 }
 
 // The true minimum, found by test (issue 13): `agent run` as user nobody
-// with only CAP_BPF, CAP_PERFMON, CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH
-// traces a root process on the reference data path completely and reads
-// its environment; without CAP_DAC_READ_SEARCH it still traces it but
-// cannot read its environment (/proc/PID/environ is 0400), and says so;
-// without CAP_SYS_PTRACE it cannot read its maps, so does not trace it,
-// and says so; with CAP_BPF or CAP_PERFMON missing it names each one
+// with only CAP_BPF, CAP_PERFMON, CAP_SYS_PTRACE, CAP_DAC_READ_SEARCH and
+// CAP_CHECKPOINT_RESTORE traces a root process on the reference data path
+// completely and reads its environment, and probes its libraries after an
+// in-place upgrade replaced them on disk; without CAP_DAC_READ_SEARCH it
+// still traces it but cannot read its environment (/proc/PID/environ is
+// 0400); without CAP_SYS_PTRACE it cannot read its maps, so does not trace
+// it; without CAP_CHECKPOINT_RESTORE it cannot open the replaced libraries
+// (/proc/PID/map_files), so does not trace it — each time saying which
+// capability is missing; with CAP_BPF or CAP_PERFMON missing it names each one
 // missing and what needs it, and exits 1 before loading anything (it said
 // "remove memlock limit" or "MEMLOCK may be too low" on this 6.18 kernel,
 // where RLIMIT_MEMLOCK does not apply).
@@ -107,7 +110,7 @@ func TestRunCapabilities(t *testing.T) {
 	// traced runs hicache-load as root under an agent with caps, held
 	// after it loaded its libraries until the agent attached them or said
 	// it could not, and returns its records and the agent's log.
-	traced := func(caps []string, withLib bool) (records int, log string) {
+	traced := func(caps []string, mode string) (records int, log string) {
 		t.Helper()
 		// A private copy of the reference path: its libraries are attached
 		// (or refused) for this process, not found attached for another.
@@ -124,20 +127,30 @@ func TestRunCapabilities(t *testing.T) {
 		}
 		out := filepath.Join(dir, "transfers-"+strings.Join(caps, "-")+".jsonl")
 		args := append([]string{"run", "--output", out}, off...)
-		if withLib { // attached at start: the process's first calls are seen
+		if mode == "lib" { // attached at start: the process's first calls are seen
 			args = append(args, "--lib", filepath.Join(own, "lib", "libcuda.so.1"))
 		}
+		var l *agentLog
 		cmd := asNobody(t, bin, caps, args...)
-		stderr, err := cmd.StderrPipe()
-		if err != nil {
-			t.Fatal(err)
+		startAgent := func() {
+			stderr, err := cmd.StderrPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			l = newAgentLog(stderr)
+			l.waitFor(t, regexp.MustCompile(`lanewatch running`), 30*time.Second)
 		}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
+		defer func() {
+			if cmd.Process != nil {
+				cmd.Process.Kill()
+			}
+		}()
+		if mode != "replaced" {
+			startAgent()
 		}
-		defer cmd.Process.Kill()
-		l := newAgentLog(stderr)
-		l.waitFor(t, regexp.MustCompile(`lanewatch running`), 30*time.Second)
 
 		kv := exec.Command(filepath.Join(own, "bin", "kvpath"), "--scenario", "hicache-load", "--hold",
 			"--truth", filepath.Join(dir, "truth-"+strings.Join(caps, "-")+".jsonl"))
@@ -153,8 +166,24 @@ func TestRunCapabilities(t *testing.T) {
 			t.Fatalf("kvpath did not stop at its hold point: %q", ready[:n])
 		}
 		pid := strconv.Itoa(kv.Process.Pid)
+		if mode == "replaced" {
+			// An in-place upgrade while the process runs: its libraries'
+			// paths now name new files, the mapped ones are deleted.
+			for _, f := range []string{"lib/libcuda.so.1", "plain/libcudart.so.12"} {
+				p := filepath.Join(own, f)
+				b, _ := os.ReadFile(p)
+				if err := os.WriteFile(p+".new", b, 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.Rename(p+".new", p); err != nil {
+					t.Fatal(err)
+				}
+			}
+			startAgent() // its first scan finds the process
+		}
 		lib := regexp.QuoteMeta(filepath.Join(own, "lib", "libcuda.so.1"))
-		if tried := regexp.MustCompile(`msg=attached path=` + lib + ` |msg="cannot open CUDA library[^"]*" path=` + lib + ` `); !tried.MatchString(l.String()) {
+		path := `path="?` + lib + `( \(deleted\)")? ` // a deleted file's mapping says so
+		if tried := regexp.MustCompile(`msg=attached ` + path + `|msg="[^"]*CUDA library[^"]*" ` + path); !tried.MatchString(l.String()) {
 			l.waitFor(t, tried, 30*time.Second)
 		}
 		stdin.Close()
@@ -178,16 +207,25 @@ func TestRunCapabilities(t *testing.T) {
 	}
 	denied := "/proc/KVPATH/environ: permission denied"
 	placed := regexp.MustCompile(`msg="CUDA device placed" pid=KVPATH `)
-	n, log := traced([]string{"bpf", "perfmon", "sys_ptrace", "dac_read_search"}, true)
+	all := []string{"bpf", "perfmon", "sys_ptrace", "dac_read_search", "checkpoint_restore"}
+	n, log := traced(all, "lib")
 	if n != 32 || strings.Contains(log, "missing CAP_") || !placed.MatchString(log) || strings.Contains(log, denied) {
 		t.Errorf("the minimum: %d records of hicache-load's 32 copies, a capability named missing, or its environment unread:\n%s", n, log)
 	}
-	n, log = traced([]string{"bpf", "perfmon", "sys_ptrace"}, true)
+	n, log = traced([]string{"bpf", "perfmon", "sys_ptrace", "checkpoint_restore"}, "lib")
 	if n != 32 || !strings.Contains(log, `msg="missing CAP_DAC_READ_SEARCH"`) || !strings.Contains(log, denied) {
 		t.Errorf("without CAP_DAC_READ_SEARCH: %d records (want 32), not named, or its environment read:\n%s", n, log)
 	}
-	n, log = traced([]string{"bpf", "perfmon"}, false)
+	n, log = traced([]string{"bpf", "perfmon", "dac_read_search", "checkpoint_restore"}, "discover")
 	if n != 0 || !strings.Contains(log, `msg="missing CAP_SYS_PTRACE"`) {
 		t.Errorf("without CAP_SYS_PTRACE: %d records of a root process (want 0), or not named:\n%s", n, log)
+	}
+	n, log = traced(all, "replaced")
+	if n != 32 || !regexp.MustCompile(`msg=attached path="\S+/ref-\S+/lib/libcuda\.so\.1 \(deleted\)" .* via=map_files`).MatchString(log) {
+		t.Errorf("a library replaced on disk: %d records (want 32), or not opened through map_files:\n%s", n, log)
+	}
+	n, log = traced([]string{"bpf", "perfmon", "sys_ptrace", "dac_read_search"}, "replaced")
+	if n != 0 || !strings.Contains(log, `msg="missing CAP_CHECKPOINT_RESTORE"`) {
+		t.Errorf("a library replaced on disk without CAP_CHECKPOINT_RESTORE: %d records (want 0), or not named:\n%s", n, log)
 	}
 }

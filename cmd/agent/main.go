@@ -38,7 +38,8 @@ Run 'agent COMMAND -h' for the flags of a command. run, selftest and diagnose
 --sample need CAP_BPF and CAP_PERFMON (BPF programs, uprobes, tracepoints); for
 processes of other users (or holding capabilities the agent lacks) also
 CAP_SYS_PTRACE (their maps and libraries: to trace them at all) and
-CAP_DAC_READ_SEARCH (their environment: which GPU). Not root. On kernels before
+CAP_DAC_READ_SEARCH (their environment: which GPU); CAP_CHECKPOINT_RESTORE for
+libraries replaced on disk since they were mapped. Not root. On kernels before
 5.11 also CAP_SYS_RESOURCE (RLIMIT_MEMLOCK). Each one missing is named at start.
 `
 
