@@ -80,6 +80,9 @@ type Stats struct {
 	CallerUnclassified uint64
 	// Pages counts the page lookups of host↔device copies.
 	Pages PageStats
+	// LostExits counts processes whose exit event was lost (a full ring),
+	// finished when /proc no longer showed them.
+	LostExits uint64
 }
 
 // Agent traces CUDA transfers in every matching process.
@@ -129,6 +132,8 @@ type Agent struct {
 	finalMu sync.Mutex
 	final   *Stats // the last counters, once Run has detached everything
 
+	reap reaper // processes whose exit event was lost (the reading goroutine's)
+
 	// afterMaps, set by tests before Run, runs on the scanning goroutine
 	// once a scan has read a process's maps: a test can end the process
 	// there, between the maps and the files they name.
@@ -163,12 +168,14 @@ func New(cfg Config) (*Agent, error) {
 		return nil, fmt.Errorf("agent: KV-transfer kernels: %w", err)
 	}
 	stubs := newStubResolver(cfg.ProcRoot, cfg.Logger)
-	p, err := probes.Load(probes.Options{RingBytes: cfg.RingBytes, Record: cfg.Record, Logger: cfg.Logger})
+	var a *Agent
+	between := func(idle bool) { a.between(idle) } // a is set before anything is read
+	p, err := probes.Load(probes.Options{RingBytes: cfg.RingBytes, Record: cfg.Record, Logger: cfg.Logger, Between: between})
 	if err != nil {
 		return nil, err
 	}
 	pages := newPageStage(cfg.Sink, defaultPageConfig(cfg.Logger))
-	a := &Agent{
+	a = &Agent{
 		cfg:       cfg,
 		log:       cfg.Logger,
 		probes:    p,
@@ -539,7 +546,7 @@ func (a *Agent) Stats() Stats {
 	es := a.engine.Stats()
 	a.engineMu.Unlock()
 	return Stats{Events: a.events.Load(), Drops: d, Links: a.probes.Links(), Files: len(a.probes.Files()), Engine: es, Rescans: a.rescans.Load(),
-		AttachFailures: a.attachErr.Load(), CallerUnclassified: a.callerErrs.Load(), Pages: a.pages.Stats()}
+		AttachFailures: a.attachErr.Load(), CallerUnclassified: a.callerErrs.Load(), Pages: a.pages.Stats(), LostExits: a.reap.lost.Load()}
 }
 
 func (a *Agent) close() error {

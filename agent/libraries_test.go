@@ -66,7 +66,9 @@ func TestUnprobedRetryAndForget(t *testing.T) {
 	}
 	defer mf.Close()
 	id := mf.ID
-	gone := func() (*probes.MappedFile, error) { return nil, fmt.Errorf("open /proc/42/map_files/1-2: %w", fs.ErrNotExist) }
+	gone := func() (*probes.MappedFile, error) {
+		return nil, fmt.Errorf("open /proc/42/map_files/1-2: %w", fs.ErrNotExist)
+	}
 	opens := 0
 	counting := func() (*probes.MappedFile, error) { opens++; return gone() }
 

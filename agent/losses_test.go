@@ -58,7 +58,7 @@ func TestLostRegistrationIsNeverPageable(t *testing.T) {
 	var hold sync.Once
 	held, release := make(chan struct{}), make(chan struct{})
 	armed := make(chan struct{})
-	r := startAgent(t, agent.Config{RingBytes: 64 << 10, Libs: []string{filepath.Join(dir, "lib/libcuda.so.1")},
+	r := startAgent(t, agent.Config{Libs: []string{filepath.Join(dir, "lib/libcuda.so.1")},
 		OnCall: func(*event.Call) {
 			select {
 			case <-armed:
@@ -71,9 +71,10 @@ func TestLostRegistrationIsNeverPageable(t *testing.T) {
 	letGo := func() { released.Do(func() { close(release) }) }
 	t.Cleanup(letGo) // before the agent's own: a failing test must not hold its reader forever
 
-	// Hold the reader at the next call event, then fill the ring.
+	// Hold the reader at the next call event, then fill the ring (more
+	// calls than a 4 MiB ring holds).
 	close(armed)
-	fill := exec.Command(kvpath, "--scenario", "callbench", "--iterations", "20000")
+	fill := exec.Command(kvpath, "--scenario", "callbench", "--iterations", "80000")
 	fill.Stderr = os.Stderr
 	if err := fill.Run(); err != nil {
 		t.Fatal(err)
@@ -151,4 +152,84 @@ func registered(t *testing.T, truth, api string) correlate.Range {
 	}
 	t.Fatalf("%s: no %s", truth, api)
 	return correlate.Range{}
+}
+
+// A process whose exit event was lost (a full ring) is still finished: its
+// transfers handed on, OnExit told, its state released, counted — once
+// /proc no longer shows it, after everything it sent was read.
+func TestLostExitIsReaped(t *testing.T) {
+	testenv.RequireRoot(t)
+	ref := testenv.RefDir(t)
+	dir := t.TempDir()
+	for _, f := range []string{"bin/kvpath", "plain/libcudart.so.12", "lib/libcuda.so.1"} {
+		copyFile(t, filepath.Join(ref, f), filepath.Join(dir, f))
+	}
+	kvpath := filepath.Join(dir, "bin/kvpath")
+
+	victim := exec.Command(kvpath, "--scenario", "hicache-load", "--hold", "--truth", filepath.Join(dir, "victim.jsonl"))
+	in, err := victim.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := victim.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	victim.Stderr = os.Stderr
+
+	var hold sync.Once
+	held, release, armed := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	r := startAgent(t, agent.Config{Libs: []string{filepath.Join(dir, "lib/libcuda.so.1")},
+		OnCall: func(*event.Call) {
+			select {
+			case <-armed:
+				hold.Do(func() { close(held); <-release })
+			default:
+			}
+		}})
+	var released sync.Once
+	letGo := func() { released.Do(func() { close(release) }) }
+	t.Cleanup(letGo)
+
+	if err := victim.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer victim.Process.Kill()
+	stdout := bufio.NewReader(out)
+	if line, err := stdout.ReadString('\n'); err != nil || !strings.HasPrefix(line, "ready") {
+		t.Fatalf("victim: %q %v", line, err)
+	}
+	// Once the engine holds the victim, hold the reader and fill the ring
+	// (more calls than a 4 MiB ring holds): everything from here to its
+	// exit is lost.
+	for deadline := time.Now().Add(20 * time.Second); !agent.Holds(r.agent, victim.Process.Pid); {
+		if time.Now().After(deadline) {
+			t.Fatal("the victim's events were never read")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	close(armed)
+	fill := exec.Command(kvpath, "--scenario", "callbench", "--iterations", "80000")
+	fill.Stderr = os.Stderr
+	if err := fill.Run(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-held:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the reader never saw a call to be held at")
+	}
+	in.Close()
+	go io.Copy(io.Discard, stdout)
+	if err := victim.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	exitsBefore := r.agent.Stats().Drops.RingFull
+	letGo()
+	waitExit(t, r.col, victim.Process.Pid)
+	st := r.agent.Stats()
+	if st.LostExits == 0 {
+		t.Errorf("the exit was reaped but not counted: %+v", st)
+	}
+	t.Logf("ring full %d when the victim exited; lost exits reaped %d", exitsBefore, st.LostExits)
 }

@@ -204,6 +204,21 @@ func (e *Engine) Losses(c *event.Call) {
 	}
 }
 
+// Processes lists the processes the engine holds state of (ranges,
+// streams, pending transfers, what it was told it could see).
+func (e *Engine) Processes() []uint32 {
+	out := make([]uint32, 0, len(e.reg.procs)+len(e.procs))
+	for pid := range e.reg.procs {
+		out = append(out, pid)
+	}
+	for pid := range e.procs {
+		if e.reg.procs[pid] == nil {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
 // Pinned returns the process's live pinned host ranges.
 func (e *Engine) Pinned(pid uint32) []Range { return e.reg.Pinned(pid) }
 

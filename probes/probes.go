@@ -30,6 +30,11 @@ type Options struct {
 	WakeupBytes uint64
 	// DrainInterval is how often the reader drains without a wakeup.
 	DrainInterval time.Duration
+	// Between, if set, runs on the reading goroutine between events: with
+	// idle true once a drain found the ring empty (every event reserved
+	// before that moment was handled), else every BetweenEvents events
+	// while events keep coming.
+	Between func(idle bool)
 	// Record, if set, receives every raw event before decoding: a recorded
 	// stream can be replayed offline (bug reports, benchmarks).
 	Record io.Writer
@@ -514,6 +519,10 @@ func (p *Probes) Drops() (event.Drops, error) {
 	return d, nil
 }
 
+// BetweenEvents is how many events Read handles between two calls of
+// Options.Between while the ring is never found empty.
+const BetweenEvents = 1 << 16
+
 // Read drains the ring buffer until stop is closed, calling handle for every
 // event in order. handle runs on the reading goroutine and must not block; the
 // Call it receives is reused for the next event.
@@ -527,9 +536,15 @@ func (p *Probes) Read(stop <-chan struct{}, handle func(*event.Call)) error {
 		default:
 		}
 		p.reader.SetDeadline(time.Now().Add(p.opts.DrainInterval))
-		for {
+		for n := 1; ; n++ {
+			if p.opts.Between != nil && n%BetweenEvents == 0 {
+				p.opts.Between(false)
+			}
 			err := p.reader.ReadInto(&rec)
 			if errors.Is(err, os.ErrDeadlineExceeded) {
+				if p.opts.Between != nil {
+					p.opts.Between(true)
+				}
 				break
 			}
 			if errors.Is(err, ringbuf.ErrClosed) {
