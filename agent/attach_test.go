@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/lanewatch/lanewatch/agent"
+	"github.com/lanewatch/lanewatch/correlate"
 	"github.com/lanewatch/lanewatch/event"
 	"github.com/lanewatch/lanewatch/internal/testenv"
 	"github.com/lanewatch/lanewatch/probes"
@@ -132,19 +133,25 @@ func TestFirstProcessGoneBeforeAttach(t *testing.T) {
 	}
 	got := r.col.Take(uint32(second.Process.Pid))
 	kinds := map[event.MemKind]int{}
+	type key struct{ src, dst, bytes uint64 }
+	left := map[key]int{}
+	for _, w := range want {
+		left[key{w.Src, w.Dst, w.Bytes}]++
+	}
 	for _, g := range got {
 		kinds[g.HostMem]++
+		k := key{g.Src.Addr, g.Dst.Addr, g.Bytes}
+		if left[k] == 0 || g.Direction != correlate.DirH2D && g.Direction != correlate.DirD2H {
+			t.Errorf("traced a copy the process did not make: %d B %s %#x→%#x", g.Bytes, g.Direction, g.Src.Addr, g.Dst.Addr)
+		}
+		left[k]--
 	}
 	// Its pool was registered before the hold, maybe before the attach:
 	// pinned or unknown, never pageable (docs/design.md, "Late attach").
-	if len(got) != len(want) || kinds[event.MemPageable] != 0 {
-		t.Errorf("second process: traced %d of %d copies, host memory %v", len(got), len(want), kinds)
-	}
-	for i := range min(len(got), len(want)) {
-		if got[i].Bytes != want[i].Bytes || got[i].Direction != want[i].Direction || got[i].Src.Addr != want[i].Src || got[i].Dst.Addr != want[i].Dst {
-			t.Errorf("copy %d: got %d B %s %#x→%#x, want %d B %s %#x→%#x", i, got[i].Bytes, got[i].Direction, got[i].Src.Addr, got[i].Dst.Addr,
-				want[i].Bytes, want[i].Direction, want[i].Src, want[i].Dst)
-		}
+	// Every copy is traced, unless the ring lost some (an outside flood
+	// on a busy machine): then the loss is counted, never silent.
+	if kinds[event.MemPageable] != 0 || len(got) == 0 || len(got) < len(want) && r.agent.Stats().Drops.RingFull == 0 {
+		t.Errorf("second process: traced %d of %d copies, host memory %v, drops %+v", len(got), len(want), kinds, r.agent.Stats().Drops)
 	}
 	t.Logf("first process %d ended before the attach (%s); second: %d of %d copies traced, host memory %v", first.Process.Pid, u.Reason, len(got), len(want), kinds)
 }
