@@ -31,7 +31,7 @@ func TestLossesInRingOrder(t *testing.T) {
 	h2d(40, heap, false) // pageable
 	ex := cp(t, "cuMemcpyHtoD_v2", 1, 45, dev, heap, 4096, 0, 0)
 	ex.PID = other
-	e.Handle(ex) // another process: pageable
+	e.Handle(ex)        // another process: pageable
 	h2d(50, pool, true) // the first event after a loss
 	h2d(60, heap, false)
 	e.Handle(mem(t, "cuMemHostRegister_v2", 1, 70, 80, pool2, poolLen)) // seen after the loss
