@@ -87,3 +87,20 @@ func TestCompareCompletionAndLayer(t *testing.T) {
 		}
 	}
 }
+
+// Transfers of a process no scenario claims are forgotten a while after it
+// exits, so a busy host does not grow the selftest's memory.
+func TestCollectorForgetsUnclaimed(t *testing.T) {
+	c := NewCollector(nil)
+	c.Transfer(&correlate.Transfer{PID: 1})
+	c.OnExit(1)
+	c.exitedAt[1] = c.exitedAt[1].Add(-2 * unclaimedFor)
+	c.Transfer(&correlate.Transfer{PID: 2})
+	c.OnExit(2) // sweeps pid 1
+	if len(c.byPID[1]) != 0 || len(c.byPID[2]) != 1 {
+		t.Fatalf("kept %v", c.byPID)
+	}
+	if got := c.Take(2); len(got) != 1 {
+		t.Errorf("claimed in time: %v", got)
+	}
+}

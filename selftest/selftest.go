@@ -108,6 +108,7 @@ type Collector struct {
 	// runtimeLayer gets the runtime probe count of each process whose
 	// driver failed to initialise, once the agent tried its runtime layer.
 	runtimeLayer map[uint32]chan int
+	exitedAt     map[uint32]time.Time // processes exited, not yet forgotten
 }
 
 // NewCollector returns an empty collector; live, when not nil, gets a line
@@ -141,8 +142,31 @@ func (c *Collector) ExitChan(pid uint32) chan struct{} {
 	return ch
 }
 
+// unclaimedFor is how long the transfers of an exited process wait to be
+// taken: a process no scenario claims (another program on the host using
+// the same libraries) is then forgotten, so the selftest's memory stays
+// bounded on a busy host.
+const unclaimedFor = time.Minute
+
 // OnExit is agent.Config.OnExit.
-func (c *Collector) OnExit(pid uint32) { close(c.ExitChan(pid)) }
+func (c *Collector) OnExit(pid uint32) {
+	close(c.ExitChan(pid))
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := time.Now()
+	if c.exitedAt == nil {
+		c.exitedAt = map[uint32]time.Time{}
+	}
+	c.exitedAt[pid] = now
+	for p, at := range c.exitedAt {
+		if now.Sub(at) > unclaimedFor {
+			delete(c.byPID, p)
+			delete(c.exits, p)
+			delete(c.runtimeLayer, p)
+			delete(c.exitedAt, p)
+		}
+	}
+}
 
 // RuntimeLayerChan gets, once, how many runtime probes the agent attached
 // for pid after its driver failed to initialise.
@@ -166,6 +190,7 @@ func (c *Collector) Take(pid uint32) []correlate.Transfer {
 	defer c.mu.Unlock()
 	ts := c.byPID[pid]
 	delete(c.byPID, pid)
+	delete(c.exitedAt, pid)
 	return ts
 }
 
