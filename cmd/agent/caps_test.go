@@ -114,7 +114,7 @@ func TestRunCapabilities(t *testing.T) {
 		t.Helper()
 		// A private copy of the reference path: its libraries are attached
 		// (or refused) for this process, not found attached for another.
-		own := filepath.Join(dir, "ref-"+strings.Join(caps, "-"))
+		own := filepath.Join(dir, "libs-"+strings.Join(caps, "-"))
 		for _, f := range []string{"bin/kvpath", "lib/libcuda.so.1", "plain/libcudart.so.12"} {
 			b, err := os.ReadFile(filepath.Join(ref, f))
 			if err != nil {
@@ -221,7 +221,7 @@ func TestRunCapabilities(t *testing.T) {
 		t.Errorf("without CAP_SYS_PTRACE: %d records of a root process (want 0), or not named:\n%s", n, log)
 	}
 	n, log = traced(all, "replaced")
-	if n != 32 || !regexp.MustCompile(`msg=attached path="\S+/ref-\S+/lib/libcuda\.so\.1 \(deleted\)" .* via=map_files`).MatchString(log) {
+	if n != 32 || !regexp.MustCompile(`msg=attached path="\S+/libs-\S+/lib/libcuda\.so\.1 \(deleted\)" .* via=map_files`).MatchString(log) {
 		t.Errorf("a library replaced on disk: %d records (want 32), or not opened through map_files:\n%s", n, log)
 	}
 	n, log = traced([]string{"bpf", "perfmon", "sys_ptrace", "dac_read_search"}, "replaced")
