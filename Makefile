@@ -6,7 +6,7 @@ REFPATH := refpath/build
 # go-nvml's cgo prologue calls functions NVML marks deprecated: keep the build quiet.
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 
-.PHONY: help generate generate-check refpath nvidia-libs build test run bench soak fuzz clean
+.PHONY: help generate generate-check refpath nvidia-libs build test run bench selftest-load fuzz clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -45,8 +45,8 @@ bench: build nvidia-libs ## per-call probe cost (reference stack: none / bpftrac
 	$(GO) test -run '^$$' -bench CorrelateExport -cpu 1 ./exporters   # correlate + batched spans: events/s, spans per 1 000 transfers
 	$(SUDO) ./bin/agent selftest | tail -n 3
 
-soak: build ## agent selftest SOAK_RUNS times (default 20) in a row with every CPU kept busy; stops at the first failure
-	$(SUDO) bash scripts/selftest-under-load.sh $(or $(SOAK_RUNS),20)
+selftest-load: build ## agent selftest RUNS times (default 20) in a row with every CPU kept busy; stops at the first failure
+	$(SUDO) bash scripts/selftest-under-load.sh $(or $(RUNS),20)
 
 # Go minimises every new interesting input with O(n²) runs, up to a minute each by
 # default, fuzzing nothing meanwhile (golang/go#48820): FUZZMINIMIZE bounds it in runs.
