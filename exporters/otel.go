@@ -112,7 +112,7 @@ const (
 
 // UnattributedReasons are every reason a transfer span names no request.
 var UnattributedReasons = []string{ReasonNoAttributor, otlpbridge.ReasonNoSpans, otlpbridge.ReasonNotCovered, otlpbridge.ReasonOtherHost,
-	ReasonOpenTimeout, ReasonMemory, ReasonOpenAtExit}
+	otlpbridge.ReasonAmbiguous, ReasonOpenTimeout, ReasonMemory, ReasonOpenAtExit}
 
 // SpansConfig configures Spans.
 type SpansConfig struct {

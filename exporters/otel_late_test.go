@@ -241,8 +241,9 @@ lanewatch_span_transfers_total{attribution="request"} 0
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "lanewatch_span_transfers_total", "lanewatch_span_transfers_held"); err != nil {
 		t.Error(err)
 	}
-	want = `# HELP lanewatch_span_unattributed_total Transfer spans naming no request, by reason: no_attributor (no OTLP bridge), no_spans (no server span indexed), not_covered (no span covered it), other_host (only another host's thread spans did), open_timeout (a request that may cover it was still open after --spans.max-hold), memory (released while waiting to stay within the held budget), open_at_exit (still waiting when the agent stopped).
+	want = `# HELP lanewatch_span_unattributed_total Transfer spans naming no request, by reason: no_attributor (no OTLP bridge), no_spans (no server span indexed), not_covered (no span covered it), other_host (only another host's thread spans did), ambiguous (more spans of one thread or process covered it than a batch could be told from), open_timeout (a request that may cover it was still open after --spans.max-hold), memory (released while waiting to stay within the held budget), open_at_exit (still waiting when the agent stopped).
 # TYPE lanewatch_span_unattributed_total counter
+lanewatch_span_unattributed_total{reason="ambiguous"} 0
 lanewatch_span_unattributed_total{reason="memory"} 0
 lanewatch_span_unattributed_total{reason="no_attributor"} 0
 lanewatch_span_unattributed_total{reason="no_spans"} 1

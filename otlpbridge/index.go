@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unsafe"
 
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
@@ -36,6 +37,10 @@ const (
 	ReasonNoSpans    = "no_spans"    // the index holds no thread or process span at all
 	ReasonNotCovered = "not_covered" // spans are indexed, none covers the transfer
 	ReasonOtherHost  = "other_host"  // only spans of thread ids on another host covered it
+	// More than IndexConfig.MaxCover spans of one thread or process cover
+	// the transfer (every queued request's span covers its copies): which
+	// of them it served cannot be told, and listing a few would be a guess.
+	ReasonAmbiguous = "ambiguous"
 )
 
 // Attribution is the answer for one transfer.
@@ -57,15 +62,33 @@ type Attribution struct {
 	Reason string // no request: why (Reason*)
 }
 
-// IndexConfig bounds the index.
+// IndexConfig bounds the index. Everything it stores — indexed spans,
+// request names and rooms, open requests — counts against one budget,
+// MaxBytes (estimated) and MaxSpans (things stored); past either the
+// oldest go first.
 type IndexConfig struct {
 	Rules    []Rule        // default DefaultRules()
-	Window   time.Duration // spans that ended longer ago are evicted, open requests idle that long forgotten (default 2 min)
-	MaxSpans int           // past it the oldest are evicted (default 100 000)
+	Window   time.Duration // spans that ended longer ago are evicted, open requests idle that long forgotten; span ends are clamped to arrival + Window (default 2 min)
+	MaxSpans int           // things stored at most: spans, request names, rooms, open requests (default: no count, MaxBytes alone)
+	MaxBytes int64         // estimated bytes stored at most (default DefaultIndexBytes)
 	MaxBatch int           // request ids listed for a batch (default 8)
 	MaxOpen  int           // open requests tracked (default 16 384)
+	MaxCover int           // spans of one thread or process covering a transfer past which it is ambiguous (default 1024)
 	Procs    ProcInfo      // host ids and parents of processes (default NewProcFS("/proc"))
 	Logger   *slog.Logger
+}
+
+// DefaultIndexBytes is the index's budget when neither MaxBytes nor a
+// memory limit sizes it.
+const DefaultIndexBytes = 64 << 20
+
+// IndexBytesFor is the index's share of a memory limit: an eighth (the
+// rest holds the engine, the held transfers, the receivers' requests).
+func IndexBytesFor(memoryLimit int64) int64 {
+	if memoryLimit <= 0 || memoryLimit == math.MaxInt64 {
+		return DefaultIndexBytes
+	}
+	return max(memoryLimit/8, 1<<20)
 }
 
 // IndexStats are the index's counters.
@@ -73,11 +96,15 @@ type IndexStats struct {
 	Spans       uint64 // spans seen
 	Indexed     uint64 // ... that matched a rule
 	Evicted     uint64 // indexed spans dropped by age
-	CapEvicts   uint64 // indexed spans dropped because MaxSpans was hit
+	CapEvicts   uint64 // indexed spans dropped because the budget (MaxBytes, MaxSpans) was full
+	InfoEvicts  uint64 // request names and rooms dropped because the budget was full
+	Clamped     uint64 // spans whose end lay past arrival + Window: clamped to it
 	Live        int    // indexed spans now
+	Stored      int    // everything stored now: spans, request names, rooms, open requests
+	Bytes       int64  // their estimated size
 	Open        int    // requests seen starting whose spans are still to come
 	OpenExpired uint64 // open requests forgotten after Window without a span
-	OpenDropped uint64 // open requests not tracked because MaxOpen was hit
+	OpenDropped uint64 // open requests not tracked, or forgotten, because MaxOpen or the budget was full
 	Generation  uint64 // changes whenever spans arrive: answers may have changed
 }
 
@@ -91,52 +118,107 @@ type entry struct {
 	root       uint32 // ScopeProcess: the tree's root pid, 0 any
 	request    string
 	room       string
+	seq        uint64 // arrival order
+	cost       int64  // bytes charged to the budget
 	dead       bool
 }
 
 // traceInfo is what the trace-scope spans of one trace say.
 type traceInfo struct {
+	id      [16]byte
 	request string
 	ref     SpanRef // the request span
 	room    string
 	end     int64
+	cost    int64
+	dead    bool
 }
 
 // roomReq is a request span holding a bootstrap room.
 type roomReq struct {
+	room    string
 	request string
 	end     int64
+	cost    int64
+	dead    bool
 }
 
 // openTrace is a trace whose thread spans or slices referred to parents
 // not yet received: spans still to come.
 type openTrace struct {
+	id      [16]byte
 	missing map[[8]byte]bool
 	start   int64 // earliest start seen in it
 	seen    int64 // wall time of its last span
+	cost    int64
+	dead    bool
+}
+
+// stored is one thing the index holds, in arrival order for eviction:
+// exactly one field is set.
+type stored struct {
+	e  *entry
+	ti *traceInfo
+	rr *roomReq
+	ot *openTrace
+}
+
+// Estimated bytes of what the index stores (the budget): the structs, a
+// map slot, the arrival queue's slot, an interval tree node, and each
+// string with its allocation header.
+var (
+	entryBytes = int64(unsafe.Sizeof(entry{})) + fifoSlotBytes + ivNodeBytes + mapSlotBytes
+	traceBytes = int64(unsafe.Sizeof(traceInfo{})) + fifoSlotBytes + mapSlotBytes
+	roomBytes  = int64(unsafe.Sizeof(roomReq{})) + fifoSlotBytes + 8 + mapSlotBytes
+	openBytes  = int64(unsafe.Sizeof(openTrace{})) + fifoSlotBytes + 2*mapSlotBytes
+	// The arrival queue's slot, with the slack of a queue compacted when
+	// half of it is gone and grown by doubling.
+	fifoSlotBytes = int64(unsafe.Sizeof(stored{})) * 5 / 2
+)
+
+const (
+	mapSlotBytes    = 64 // a map entry with its share of the buckets
+	missingSlotByte = 24 // one parent an open trace waits for
+)
+
+func strBytes(s string) int64 {
+	if s == "" {
+		return 0
+	}
+	return int64(len(s)+15) &^ 7
 }
 
 const maxMissing = 64
 
-// Index keeps recent spans, bounded in time and count. Safe for concurrent use.
+// Index keeps recent spans, bounded in time and memory. Safe for
+// concurrent use. Spans are held in interval trees by thread, process and
+// parent, so a transfer's answer costs O(log n) in the spans held.
 type Index struct {
 	cfg IndexConfig
 	log *slog.Logger
 
 	mu       sync.Mutex
-	order    []*entry // arrival order, for eviction
+	fifo     []stored // arrival order, for eviction; fifo[head:] may hold dead ones
+	head     int
+	seq      uint64
+	live     int   // live entries
+	nstored  int   // live things in fifo
+	bytes    int64 // their estimated size
+	swept    int64 // when every stored thing was last checked for age
 	byRef    map[SpanRef]*entry
-	threads  map[uint32][]*entry  // ScopeThread, by tid
-	procs    map[uint32][]*entry  // ScopeProcess, by root pid (0: any)
-	children map[SpanRef][]*entry // ScopeSlice, by parent
+	threads  map[uint32]*ivTree  // ScopeThread, by tid
+	procs    map[uint32]*ivTree  // ScopeProcess, by root pid (0: any)
+	children map[SpanRef]*ivTree // ScopeSlice, by parent
 	traces   map[[16]byte]*traceInfo
-	rooms    map[string][]roomReq
+	rooms    map[string][]*roomReq
 	open     map[[16]byte]*openTrace
 	minOpen  int64 // earliest start among open traces; valid unless openDirty
 	dirty    bool
 	unknown  map[uint32]bool // pids whose host id was logged unknown
 	forgot   int64           // when the process cache was last dropped
 	stats    IndexStats
+	scratch  []*entry // covering spans of one query
+	visits   uint64   // tree nodes looked at by queries (tests: the cost)
 }
 
 // NewIndex returns an empty index.
@@ -148,7 +230,13 @@ func NewIndex(cfg IndexConfig) *Index {
 		cfg.Window = 2 * time.Minute
 	}
 	if cfg.MaxSpans <= 0 {
-		cfg.MaxSpans = 100_000
+		cfg.MaxSpans = math.MaxInt
+	}
+	if cfg.MaxBytes <= 0 {
+		cfg.MaxBytes = DefaultIndexBytes
+	}
+	if cfg.MaxCover <= 0 {
+		cfg.MaxCover = 1024
 	}
 	if cfg.MaxBatch <= 0 {
 		cfg.MaxBatch = 8
@@ -163,9 +251,9 @@ func NewIndex(cfg IndexConfig) *Index {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Index{cfg: cfg, log: log, byRef: map[SpanRef]*entry{}, threads: map[uint32][]*entry{}, procs: map[uint32][]*entry{},
-		children: map[SpanRef][]*entry{}, traces: map[[16]byte]*traceInfo{}, rooms: map[string][]roomReq{},
-		open: map[[16]byte]*openTrace{}, unknown: map[uint32]bool{}, minOpen: math.MaxInt64}
+	return &Index{cfg: cfg, log: log, byRef: map[SpanRef]*entry{}, threads: map[uint32]*ivTree{}, procs: map[uint32]*ivTree{},
+		children: map[SpanRef]*ivTree{}, traces: map[[16]byte]*traceInfo{}, rooms: map[string][]*roomReq{},
+		open: map[[16]byte]*openTrace{}, unknown: map[uint32]bool{}, minOpen: math.MaxInt64, swept: math.MinInt64}
 }
 
 // Stats returns the counters.
@@ -173,7 +261,7 @@ func (x *Index) Stats() IndexStats {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	s := x.stats
-	s.Live = len(x.order)
+	s.Live, s.Stored, s.Bytes = x.live, x.nstored, x.bytes
 	s.Open = len(x.open)
 	return s
 }
@@ -206,6 +294,7 @@ func (x *Index) AddAt(rss []*tracepb.ResourceSpans, now time.Time) {
 			for _, sp := range ss.GetSpans() {
 				x.stats.Spans++
 				x.add(sp, res, wall)
+				x.fit(wall) // within the budget at every span, not only after the request
 			}
 		}
 	}
@@ -245,12 +334,23 @@ func (x *Index) add(sp *tracepb.Span, res []*commonpb.KeyValue, wall int64) {
 	if r == nil {
 		return
 	}
-	e := &entry{ref: ref, start: int64(sp.GetStartTimeUnixNano()), end: int64(sp.GetEndTimeUnixNano()), rule: r}
+	if old := x.byRef[ref]; old != nil {
+		x.drop(stored{e: old}, "") // sent again: the last copy counts
+	}
+	x.seq++
+	e := &entry{ref: ref, start: int64(sp.GetStartTimeUnixNano()), end: int64(sp.GetEndTimeUnixNano()), rule: r, seq: x.seq}
 	if len(sp.GetParentSpanId()) == 8 {
 		copy(e.parent[:], sp.GetParentSpanId())
 	}
-	if e.end < e.start {
-		e.end = e.start
+	// Servers export spans when they end: one ending past the window
+	// after its arrival is a skewed clock or a lie, and would be held
+	// that long.
+	if horizon := wall + int64(x.cfg.Window); e.end > horizon || e.end < 0 {
+		e.end = horizon
+		x.stats.Clamped++
+	}
+	if e.start > e.end || e.start < 0 {
+		e.start = min(max(e.start, 0), e.end)
 	}
 	attrs := sp.GetAttributes()
 	if r.Request != "" {
@@ -265,25 +365,7 @@ func (x *Index) add(sp *tracepb.Span, res []*commonpb.KeyValue, wall int64) {
 		if e.request == "" && e.room == "" {
 			return // the rule names neither: not a request span after all
 		}
-		ti := x.traces[ref.TraceID]
-		if ti == nil {
-			if len(x.traces) >= x.cfg.MaxSpans {
-				x.stats.CapEvicts++ // bounded like the spans: this request stays unnamed
-				return
-			}
-			ti = &traceInfo{}
-			x.traces[ref.TraceID] = ti
-		}
-		if e.request != "" {
-			ti.request, ti.ref = e.request, ref
-		}
-		if e.room != "" {
-			ti.room = e.room
-		}
-		ti.end = max(ti.end, e.end)
-		if ti.request != "" && ti.room != "" { // on one span (current) or two (October 2025)
-			x.addRoom(ti.room, roomReq{request: ti.request, end: ti.end})
-		}
+		x.addTrace(e)
 	case ScopeThread:
 		v, ok := attr(attrs, r.Thread)
 		if !ok {
@@ -297,14 +379,13 @@ func (x *Index) add(sp *tracepb.Span, res []*commonpb.KeyValue, wall int64) {
 		if r.Host != "" {
 			e.host, _ = attr(attrs, r.Host)
 		}
-		x.threads[e.tid] = append(x.threads[e.tid], e)
+		treeOf(x.threads, e.tid).insert(e)
 		x.waitFor(e, wall)
 	case ScopeSlice:
 		if e.parent == [8]byte{} {
 			return // a root slice belongs to no thread
 		}
-		p := SpanRef{TraceID: ref.TraceID, SpanID: e.parent}
-		x.children[p] = append(x.children[p], e)
+		treeOf(x.children, SpanRef{TraceID: ref.TraceID, SpanID: e.parent}).insert(e)
 		x.waitFor(e, wall)
 	case ScopeProcess:
 		if r.Process != "" {
@@ -318,11 +399,56 @@ func (x *Index) add(sp *tracepb.Span, res []*commonpb.KeyValue, wall int64) {
 				}
 			}
 		}
-		x.procs[e.root] = append(x.procs[e.root], e)
+		treeOf(x.procs, e.root).insert(e)
 	}
 	x.byRef[ref] = e
-	x.order = append(x.order, e)
+	e.cost = entryBytes + strBytes(e.host) + strBytes(e.request) + strBytes(e.room)
+	x.live++
+	x.keep(stored{e: e}, e.cost)
 	x.stats.Indexed++
+}
+
+func treeOf[K comparable](m map[K]*ivTree, k K) *ivTree {
+	t := m[k]
+	if t == nil {
+		t = &ivTree{}
+		m[k] = t
+	}
+	return t
+}
+
+// addTrace notes the request and room a trace-scope span names.
+func (x *Index) addTrace(e *entry) {
+	ti := x.traces[e.ref.TraceID]
+	if ti == nil {
+		ti = &traceInfo{id: e.ref.TraceID, cost: traceBytes}
+		x.traces[ti.id] = ti
+		x.keep(stored{ti: ti}, ti.cost)
+	}
+	if e.request != "" {
+		ti.request, ti.ref = e.request, e.ref
+	}
+	if e.room != "" {
+		ti.room = e.room
+	}
+	x.recharge(&ti.cost, traceBytes+strBytes(ti.request)+strBytes(ti.room))
+	ti.end = max(ti.end, e.end)
+	if ti.request != "" && ti.room != "" { // on one span (current) or two (October 2025)
+		x.addRoom(ti.room, ti.request, ti.end)
+	}
+}
+
+// keep charges a new stored thing to the budget.
+func (x *Index) keep(s stored, cost int64) {
+	x.fifo = append(x.fifo, s)
+	x.nstored++
+	x.bytes += cost
+}
+
+// recharge changes a stored thing's cost.
+func (x *Index) recharge(cost *int64, now int64) {
+	x.bytes += now - *cost
+	*cost = now
 }
 
 // arrived settles a span some open trace was waiting for.
@@ -332,9 +458,9 @@ func (x *Index) arrived(ref SpanRef) {
 		return
 	}
 	delete(ot.missing, ref.SpanID)
+	x.recharge(&ot.cost, ot.cost-missingSlotByte)
 	if len(ot.missing) == 0 {
-		delete(x.open, ref.TraceID)
-		x.dirty = true
+		x.drop(stored{ot: ot}, "")
 	}
 }
 
@@ -354,11 +480,13 @@ func (x *Index) waitFor(e *entry, wall int64) {
 			x.stats.OpenDropped++
 			return
 		}
-		ot = &openTrace{missing: map[[8]byte]bool{}, start: e.start}
-		x.open[e.ref.TraceID] = ot
+		ot = &openTrace{id: e.ref.TraceID, missing: map[[8]byte]bool{}, start: e.start, cost: openBytes}
+		x.open[ot.id] = ot
+		x.keep(stored{ot: ot}, ot.cost)
 	}
-	if len(ot.missing) < maxMissing {
+	if len(ot.missing) < maxMissing && !ot.missing[e.parent] {
 		ot.missing[e.parent] = true
+		x.recharge(&ot.cost, ot.cost+missingSlotByte)
 	}
 	if e.start < ot.start {
 		ot.start = e.start
@@ -367,16 +495,18 @@ func (x *Index) waitFor(e *entry, wall int64) {
 	x.dirty = true
 }
 
-func (x *Index) addRoom(room string, r roomReq) {
+func (x *Index) addRoom(room, request string, end int64) {
 	rs := x.rooms[room]
-	for i := range rs {
-		if rs[i].request == r.request {
-			rs[i].end = max(rs[i].end, r.end)
+	for _, r := range rs {
+		if r.request == request {
+			r.end = max(r.end, end)
 			return
 		}
 	}
-	if len(rs) < 4 && (len(rs) > 0 || len(x.rooms) < x.cfg.MaxSpans) {
+	if len(rs) < 4 {
+		r := &roomReq{room: room, request: request, end: end, cost: roomBytes + strBytes(room) + strBytes(request)}
 		x.rooms[room] = append(rs, r)
+		x.keep(stored{rr: r}, r.cost)
 	}
 }
 
@@ -404,8 +534,10 @@ func normRoom(v string) string {
 	return "0x" + strconv.FormatUint(n, 16)
 }
 
-// evict drops spans that ended before the window, the oldest past the cap,
-// and open requests idle for the window.
+// evict drops what the window left behind: spans that ended before it,
+// request names and rooms of requests that did, open requests idle for
+// it. Those at the front of the arrival queue go at once; everything is
+// checked every eighth of the window.
 func (x *Index) evict(now int64) {
 	cut := now - int64(x.cfg.Window)
 	if x.forgot < cut {
@@ -417,61 +549,144 @@ func (x *Index) evict(now int64) {
 		clear(x.unknown)
 		x.forgot = now
 	}
-	for k, ot := range x.open {
-		if ot.seen < cut {
-			delete(x.open, k)
-			x.stats.OpenExpired++
-			x.dirty = true
+	if now-x.swept >= int64(x.cfg.Window/8) {
+		x.swept = now
+		kept := x.fifo[:0]
+		for _, s := range x.fifo[x.head:] {
+			if !x.dead(s) && x.expired(s, cut) {
+				x.drop(s, "age")
+			}
+			if !x.dead(s) {
+				kept = append(kept, s)
+			}
 		}
+		clear(x.fifo[len(kept):])
+		x.fifo, x.head = kept, 0
 	}
-	for k, t := range x.traces {
-		if t.end < cut {
-			delete(x.traces, k)
+	for x.head < len(x.fifo) && (x.dead(x.fifo[x.head]) || x.expired(x.fifo[x.head], cut)) {
+		if s := x.fifo[x.head]; !x.dead(s) {
+			x.drop(s, "age")
 		}
+		x.pop()
 	}
-	for k, rs := range x.rooms {
-		if rs = slices.DeleteFunc(rs, func(r roomReq) bool { return r.end < cut }); len(rs) == 0 {
-			delete(x.rooms, k)
-		} else {
-			x.rooms[k] = rs
+	x.fit(now)
+}
+
+// fit drops the oldest things until the rest are within the budget
+// (counted as aged when they are past the window anyway).
+func (x *Index) fit(now int64) {
+	cut := now - int64(x.cfg.Window)
+	for x.head < len(x.fifo) && (x.nstored > x.cfg.MaxSpans || x.bytes > x.cfg.MaxBytes) {
+		switch s := x.fifo[x.head]; {
+		case x.dead(s):
+		case x.expired(s, cut):
+			x.drop(s, "age")
+		default:
+			x.drop(s, "budget")
 		}
+		x.pop()
 	}
-	n := 0
-	for n < len(x.order) && (x.order[n].end < cut || len(x.order)-n > x.cfg.MaxSpans) {
-		if x.order[n].end < cut {
+	x.compact()
+}
+
+func (x *Index) pop() {
+	x.fifo[x.head] = stored{}
+	x.head++
+}
+
+func (x *Index) compact() {
+	if x.head > 1024 && x.head > len(x.fifo)/2 {
+		n := copy(x.fifo, x.fifo[x.head:])
+		clear(x.fifo[n:])
+		x.fifo, x.head = x.fifo[:n], 0
+	}
+}
+
+func (x *Index) dead(s stored) bool {
+	switch {
+	case s.e != nil:
+		return s.e.dead
+	case s.ti != nil:
+		return s.ti.dead
+	case s.rr != nil:
+		return s.rr.dead
+	default:
+		return s.ot.dead
+	}
+}
+
+func (x *Index) expired(s stored, cut int64) bool {
+	switch {
+	case s.e != nil:
+		return s.e.end < cut
+	case s.ti != nil:
+		return s.ti.end < cut
+	case s.rr != nil:
+		return s.rr.end < cut
+	default:
+		return s.ot.seen < cut
+	}
+}
+
+// drop removes a stored thing and counts why: "age", "budget", or ""
+// (replaced or settled, not counted).
+func (x *Index) drop(s stored, why string) {
+	var cost int64
+	switch {
+	case s.e != nil:
+		e := s.e
+		e.dead, cost = true, e.cost
+		delete(x.byRef, e.ref)
+		x.live--
+		switch e.rule.Scope {
+		case ScopeThread:
+			untree(x.threads, e.tid, e)
+		case ScopeProcess:
+			untree(x.procs, e.root, e)
+		case ScopeSlice:
+			untree(x.children, SpanRef{TraceID: e.ref.TraceID, SpanID: e.parent}, e)
+		}
+		switch why {
+		case "age":
 			x.stats.Evicted++
-		} else {
+		case "budget":
 			x.stats.CapEvicts++
 		}
-		x.order[n].dead = true
-		delete(x.byRef, x.order[n].ref)
-		n++
-	}
-	if n == 0 {
-		return
-	}
-	x.order = slices.Delete(x.order, 0, n)
-	dead := func(e *entry) bool { return e.dead }
-	for k, es := range x.threads {
-		if es = slices.DeleteFunc(es, dead); len(es) == 0 {
-			delete(x.threads, k)
+	case s.ti != nil:
+		s.ti.dead, cost = true, s.ti.cost
+		delete(x.traces, s.ti.id)
+		if why == "budget" {
+			x.stats.InfoEvicts++
+		}
+	case s.rr != nil:
+		r := s.rr
+		r.dead, cost = true, r.cost
+		if rs := slices.DeleteFunc(x.rooms[r.room], func(o *roomReq) bool { return o == r }); len(rs) == 0 {
+			delete(x.rooms, r.room)
 		} else {
-			x.threads[k] = es
+			x.rooms[r.room] = rs
+		}
+		if why == "budget" {
+			x.stats.InfoEvicts++
+		}
+	default:
+		s.ot.dead, cost = true, s.ot.cost
+		delete(x.open, s.ot.id)
+		x.dirty = true
+		switch why {
+		case "age":
+			x.stats.OpenExpired++
+		case "budget":
+			x.stats.OpenDropped++
 		}
 	}
-	for k, es := range x.procs {
-		if es = slices.DeleteFunc(es, dead); len(es) == 0 {
-			delete(x.procs, k)
-		} else {
-			x.procs[k] = es
-		}
-	}
-	for k, es := range x.children {
-		if es = slices.DeleteFunc(es, dead); len(es) == 0 {
-			delete(x.children, k)
-		} else {
-			x.children[k] = es
-		}
+	x.nstored--
+	x.bytes -= cost
+}
+
+func untree[K comparable](m map[K]*ivTree, k K, e *entry) {
+	if t := m[k]; t != nil && t.remove(e) && t.n == 0 {
+		delete(m, k)
 	}
 }
 
@@ -503,17 +718,30 @@ type hit struct {
 	narrowed  bool
 }
 
-// threadHits are tid's thread spans covering t on pid's host.
-func (x *Index) threadHits(tid, pid uint32, t int64) (hits []hit, otherHost bool) {
-	es := x.threads[tid]
-	if len(es) == 0 {
-		return nil, false
+// covering are the spans of tr covering t; over says more than MaxCover
+// do (then only MaxCover+1 were looked for). The slice is reused.
+func (x *Index) covering(tr *ivTree, t int64) (es []*entry, over bool) {
+	x.scratch = x.scratch[:0]
+	complete := tr.stab(t, &x.visits, func(e *entry) bool {
+		x.scratch = append(x.scratch, e)
+		return len(x.scratch) <= x.cfg.MaxCover
+	})
+	return x.scratch, !complete
+}
+
+// threadHits are tid's thread spans covering t on pid's host; over says
+// too many cover it to tell.
+func (x *Index) threadHits(tid, pid uint32, t int64) (hits []hit, otherHost, over bool) {
+	tr := x.threads[tid]
+	if tr == nil {
+		return nil, false, false
+	}
+	es, over := x.covering(tr, t)
+	if over || len(es) == 0 {
+		return nil, false, over
 	}
 	host, known := x.cfg.Procs.HostID(pid)
 	for _, e := range es {
-		if e.start > t || t > e.end {
-			continue
-		}
 		local := e.host == "" || e.host == "unknown" || !known || e.host == host
 		if !local {
 			otherHost = true
@@ -524,23 +752,32 @@ func (x *Index) threadHits(tid, pid uint32, t int64) (hits []hit, otherHost bool
 			x.log.Info("host id of a traced process unknown (no /etc/machine-id in its root): its thread spans are matched whatever their host_id",
 				"pid", pid, "span_host_id", e.host)
 		}
-		leaf, narrowed := x.innermost(e, t)
-		hits = append(hits, hit{top: e, leaf: leaf, narrowed: narrowed})
+		hits = append(hits, hit{top: e})
 	}
-	return hits, otherHost
+	for i := range hits {
+		hits[i].leaf, hits[i].narrowed = x.innermost(hits[i].top, t)
+	}
+	return hits, otherHost, false
 }
 
-// innermost descends from e through the slices covering t; narrowed says a
+// innermost descends from e through the slices covering t (at each level
+// the latest to start, on a tie the first to arrive); narrowed says a
 // forward slice covered it.
 func (x *Index) innermost(e *entry, t int64) (*entry, bool) {
 	cur, narrowed := e, false
 	for range 16 {
 		var next *entry
-		for _, c := range x.children[cur.ref] {
-			if c.start <= t && t <= c.end && (next == nil || c.start > next.start) {
+		n := 0
+		x.children[cur.ref].stab(t, &x.visits, func(c *entry) bool {
+			if next != nil && c.start < next.start {
+				return false
+			}
+			if next == nil || c.seq < next.seq {
 				next = c
 			}
-		}
+			n++
+			return n <= x.cfg.MaxCover
+		})
 		if next == nil {
 			break
 		}
@@ -555,23 +792,26 @@ func (x *Index) innermost(e *entry, t int64) (*entry, bool) {
 // server, EngineCore and the workers are below it), else those naming no
 // process (any process). Spans of an instance never cover a process outside
 // its tree: two instances on one host stay apart. inInstance says pid is in
-// a known tree.
-func (x *Index) procHits(pid uint32, t int64) (hits []hit, inInstance bool) {
+// a known tree; over, that too many cover it to tell.
+func (x *Index) procHits(pid uint32, t int64) (hits []hit, inInstance, over bool) {
 	if len(x.procs) == 0 {
-		return nil, false
+		return nil, false, false
 	}
-	cover := func(es []*entry) {
-		for _, e := range es {
-			if e.start <= t && t <= e.end {
-				hits = append(hits, hit{top: e, leaf: e})
-			}
+	cover := func(tr *ivTree) ([]hit, bool) {
+		es, over := x.covering(tr, t)
+		if over {
+			return nil, true
 		}
+		for _, e := range es {
+			hits = append(hits, hit{top: e, leaf: e})
+		}
+		return hits, false
 	}
 	p := pid
 	for range 64 {
-		if es, ok := x.procs[p]; ok && p != 0 {
-			cover(es)
-			return hits, true
+		if tr, ok := x.procs[p]; ok && p != 0 {
+			hits, over = cover(tr)
+			return hits, true, over
 		}
 		pp, ok := x.cfg.Procs.Parent(p)
 		if !ok || pp == p {
@@ -579,8 +819,8 @@ func (x *Index) procHits(pid uint32, t int64) (hits []hit, inInstance bool) {
 		}
 		p = pp
 	}
-	cover(x.procs[0])
-	return hits, false
+	hits, over = cover(x.procs[0])
+	return hits, false, over
 }
 
 // request names the request of a hit: its own attribute, its trace's
@@ -617,31 +857,35 @@ func (x *Index) request(h hit) (id, room string, pending bool) {
 // Attribute answers for a transfer submitted at Unix ns t on thread tid of
 // process pid. Thread spans of tid are asked first, then those of the
 // process's main thread (tid = pid: the scheduler, when the copy ran on a
-// thread no span names), then process spans.
+// thread no span names), then process spans. It costs O(log n) in the
+// spans held, and at most MaxCover covering spans are looked at.
 func (x *Index) Attribute(pid, tid uint32, t int64) Attribution {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	open := x.openBefore(t)
-	hits, other := x.threadHits(tid, pid, t)
+	hits, other, over := x.threadHits(tid, pid, t)
 	scope := ScopeOfThread
-	if len(hits) == 0 && tid != pid {
+	if len(hits) == 0 && !over && tid != pid {
 		var o bool
-		hits, o = x.threadHits(pid, pid, t)
+		hits, o, over = x.threadHits(pid, pid, t)
 		other = other || o
 		scope = ScopeOfProcess
 	}
-	if len(hits) == 0 {
+	if len(hits) == 0 && !over {
 		var in bool
-		hits, in = x.procHits(pid, t)
+		hits, in, over = x.procHits(pid, t)
 		scope = ScopeOfProcess
 		if !in {
 			scope = ScopeOfAny
 		}
-		if len(hits) == 0 && (in || len(x.procs[0]) > 0) {
+		if len(hits) == 0 && !over && (in || x.procs[0] != nil) {
 			// vLLM exports llm_request when the request finishes: one
 			// running now may cover the transfer.
 			open = true
 		}
+	}
+	if over {
+		return Attribution{Open: open, Reason: ReasonAmbiguous}
 	}
 	if len(hits) == 0 {
 		a := Attribution{Open: open, Reason: ReasonNotCovered}
@@ -657,30 +901,8 @@ func (x *Index) Attribute(pid, tid uint32, t int64) Attribution {
 	if slices.ContainsFunc(hits, func(h hit) bool { return h.narrowed }) {
 		hits = slices.DeleteFunc(hits, func(h hit) bool { return !h.narrowed })
 	}
-	// One answer per request: its innermost covering span.
-	type rq struct {
-		key, id, room string
-		h             hit
-	}
-	var rqs []rq
-	for _, h := range hits {
-		id, room, pending := x.request(h)
-		open = open || pending
-		key := id
-		switch {
-		case key != "":
-		case room != "":
-			key = "room:" + room
-		default: // unnamed request: its trace is its identity
-			key = "trace:" + string(h.top.ref.TraceID[:])
-		}
-		i := slices.IndexFunc(rqs, func(r rq) bool { return r.key == key })
-		if i < 0 {
-			rqs = append(rqs, rq{key: key, id: id, room: room, h: h})
-		} else if h.leaf.start > rqs[i].h.leaf.start {
-			rqs[i].h = h
-		}
-	}
+	rqs, pending := x.requests(hits)
+	open = open || pending
 	if len(rqs) == 1 {
 		r := rqs[0]
 		return Attribution{Rule: r.h.top.rule.Name, Scope: scope, Request: r.id, Room: r.room, Parent: r.h.leaf.ref, Open: open}
@@ -701,6 +923,49 @@ func (x *Index) Attribute(pid, tid uint32, t int64) Attribution {
 		a.Links = append(a.Links, r.h.leaf.ref)
 	}
 	return a
+}
+
+// rq is one request among a transfer's hits.
+type rq struct {
+	key, id, room string
+	h             hit
+}
+
+// requests gives one answer per request among hits: its innermost
+// covering span (the latest leaf to start; on a tie, and for the id and
+// room, the first span to arrive). pending says a request may still come.
+func (x *Index) requests(hits []hit) (rqs []rq, pending bool) {
+	all := make([]rq, 0, len(hits))
+	for _, h := range hits {
+		id, room, p := x.request(h)
+		pending = pending || p
+		key := id
+		switch {
+		case key != "":
+		case room != "":
+			key = "room:" + room
+		default: // unnamed request: its trace is its identity
+			key = "trace:" + string(h.top.ref.TraceID[:])
+		}
+		all = append(all, rq{key: key, id: id, room: room, h: h})
+	}
+	slices.SortFunc(all, func(a, b rq) int {
+		if c := strings.Compare(a.key, b.key); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.h.top.seq, b.h.top.seq)
+	})
+	for i := 0; i < len(all); {
+		best, j := all[i], i+1
+		for ; j < len(all) && all[j].key == best.key; j++ {
+			if all[j].h.leaf.start > best.h.leaf.start {
+				best.h = all[j].h
+			}
+		}
+		rqs = append(rqs, best)
+		i = j
+	}
+	return rqs, pending
 }
 
 // attr finds a key among attributes and returns its value as text.

@@ -2,7 +2,9 @@ package otlpbridge
 
 import (
 	"fmt"
+	"runtime"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -381,8 +383,9 @@ func TestOpenExpires(t *testing.T) {
 	}
 }
 
-// TestBounded: request spans, rooms and open requests stay within their
-// caps however many arrive within the window.
+// TestBounded: request spans, rooms and open requests stay within one
+// budget however many arrive within the window, and every open request is
+// tracked or counted.
 func TestBounded(t *testing.T) {
 	ids := shapes.NewIDs(10)
 	s := shapes.SGLang{Version: shapes.SGLangCurrent, IDs: ids}
@@ -393,7 +396,172 @@ func TestBounded(t *testing.T) {
 		_, sl := s.Slice(th, "request_process", at(0), at(1))
 		add(x, 11, sg(append(rs, sl)...))
 	}
-	if st := x.Stats(); len(x.traces) > 3 || len(x.rooms) > 3 || st.Open > 2 || st.OpenDropped != 8 || st.Live > 3 {
+	st := x.Stats()
+	if st.Stored > 3 || len(x.traces)+len(x.rooms)+st.Open+st.Live != st.Stored || st.Open > 2 || st.Open+int(st.OpenDropped) != 10 {
 		t.Errorf("traces %d rooms %d, stats %+v", len(x.traces), len(x.rooms), st)
+	}
+}
+
+// vllmInstance is one vLLM instance: API server 1000, EngineCore 1001,
+// worker 1002.
+var vllmInstance = fakeProcs{parents: map[uint32]uint32{1000: 1, 1001: 1000, 1002: 1001}}
+
+// vllmRequests indexes n llm_request spans of vllmInstance: request i
+// arrives at i ms and lasts span ms; they arrive in batches, as the
+// server exports them.
+func vllmRequests(x *Index, ids *shapes.IDs, n int, span int64) []shapes.Ref {
+	refs := make([]shapes.Ref, 0, n)
+	var batch []*tracepb.Span
+	flush := func() {
+		x.AddAt([]*tracepb.ResourceSpans{shapes.Batch(shapes.VLLMResource(shapes.VLLMCurrent, 1000), shapes.VLLMScope(shapes.VLLMCurrent), batch...)},
+			time.Unix(0, at(int64(n)+span)))
+		batch = batch[:0]
+	}
+	for i := range n {
+		ref, sp := shapes.VLLMSpan(shapes.VLLMCurrent, ids, shapes.VLLMRequest{ID: fmt.Sprintf("cmpl-%d-0", i), Arrival: at(int64(i)), Finish: at(int64(i) + span)})
+		refs = append(refs, ref)
+		if batch = append(batch, sp); len(batch) == 1000 {
+			flush()
+		}
+	}
+	if len(batch) > 0 {
+		flush()
+	}
+	return refs
+}
+
+// BenchmarkAttribute: the cost of one transfer's attribution with 1k, 10k
+// and 100k llm_request spans indexed, 8 of them covering each transfer.
+// It must not grow with the spans held (compare ns/op across n).
+func BenchmarkAttribute(b *testing.B) {
+	for _, n := range []int{1_000, 10_000, 100_000} {
+		b.Run(fmt.Sprintf("spans=%d", n), func(b *testing.B) {
+			x := NewIndex(IndexConfig{Procs: vllmInstance, Window: time.Hour, MaxSpans: 1 << 20})
+			vllmRequests(x, shapes.NewIDs(20), n, 8)
+			b.ResetTimer()
+			for i := range b.N {
+				t := at(int64(8+i%(n-8))) + int64(time.Millisecond)/2
+				if a := x.Attribute(1002, 1002, t); a.Batch != 8 {
+					b.Fatalf("t %d: batch %d, want 8", t, a.Batch)
+				}
+			}
+		})
+	}
+}
+
+// TestManyConcurrentRequests: transfers of a vLLM instance covered by
+// thousands of llm_request spans (each covers queueing too) cannot be told
+// apart: never one batch label listing the same few requests for every
+// transfer, but ambiguous; where few cover a transfer, exactly those.
+func TestManyConcurrentRequests(t *testing.T) {
+	ids := shapes.NewIDs(21)
+	x := NewIndex(IndexConfig{Procs: vllmInstance, Window: time.Hour})
+	var batch []*tracepb.Span
+	for i := range 5000 { // all running from 5 s to 10 s
+		_, sp := shapes.VLLMSpan(shapes.VLLMCurrent, ids, shapes.VLLMRequest{ID: fmt.Sprintf("cmpl-many-%d", i), Arrival: at(int64(i)), Finish: at(10_000)})
+		batch = append(batch, sp)
+	}
+	// Later, 3 at a time: request i from 20 000+10i to 20 000+10i+25 ms.
+	const few = 100
+	for i := range few {
+		_, sp := shapes.VLLMSpan(shapes.VLLMCurrent, ids, shapes.VLLMRequest{ID: fmt.Sprintf("cmpl-few-%d", i), Arrival: at(20_000 + 10*int64(i)), Finish: at(20_000 + 10*int64(i) + 25)})
+		batch = append(batch, sp)
+	}
+	x.AddAt([]*tracepb.ResourceSpans{shapes.Batch(shapes.VLLMResource(shapes.VLLMCurrent, 1000), shapes.VLLMScope(shapes.VLLMCurrent), batch...)},
+		time.Unix(0, at(30_000)))
+	for i := range 32 {
+		a := x.Attribute(1002, 1002, at(5_000+100*int64(i)))
+		if a.Batch != 0 || a.Request != "" || len(a.Requests) != 0 || a.Reason != ReasonAmbiguous {
+			t.Fatalf("transfer %d among 5000 requests: batch %d %q request %q reason %q, want ambiguous", i, a.Batch, a.Requests, a.Request, a.Reason)
+		}
+	}
+	for i := 2; i < few; i++ {
+		ms := 20_000 + 10*int64(i) + 5 // requests i-2, i-1 and i run
+		want := []string{fmt.Sprintf("cmpl-few-%d", i-2), fmt.Sprintf("cmpl-few-%d", i-1), fmt.Sprintf("cmpl-few-%d", i)}
+		if a := x.Attribute(1002, 1002, at(ms)); !slices.Equal(a.Requests, want) || a.Batch != 3 {
+			t.Fatalf("at %d ms: batch %d %q, want %q", ms, a.Batch, a.Requests, want)
+		}
+	}
+}
+
+// TestFarFutureEnd: a span claiming to end in a year is held no longer
+// than one that ended on arrival: its end is clamped to arrival + window.
+func TestFarFutureEnd(t *testing.T) {
+	ids := shapes.NewIDs(22)
+	s := shapes.SGLang{Version: shapes.SGLangCurrent, IDs: ids}
+	x := NewIndex(IndexConfig{Window: time.Minute, Procs: fakeProcs{}})
+	req, rs := s.Request("unified", "future", 0, nil, at(0), at(365*24*3600*1000))
+	_, th := s.Thread(req, shapes.SGLangThread{Label: "Scheduler", TID: 77, HostID: hostA}, at(0), at(365*24*3600*1000))
+	add(x, 1, sg(append(rs, th)...))
+	if a := x.Attribute(77, 77, at(30_000)); a.Request != "future" {
+		t.Fatalf("within the window: %+v, want request future", a)
+	}
+	add(x, 121_002, sg()) // two windows later
+	if st := x.Stats(); st.Live != 0 {
+		t.Errorf("stats %+v: the span claiming to end in a year is still held", st)
+	}
+	if a := x.Attribute(77, 77, at(200*24*3600*1000)); a.Rule != "" || a.Reason != ReasonNoSpans {
+		t.Errorf("200 days later: %+v, want no spans", a)
+	}
+}
+
+// TestReqSpansBudget: 2,000,000 SGLang request spans (each a request name,
+// a room and the span) within one window stay within the index's byte
+// budget; the oldest are evicted and counted, and the heap holds about
+// what the index says it does.
+func TestReqSpansBudget(t *testing.T) {
+	const budget = 16 << 20
+	ids := shapes.NewIDs(23)
+	s := shapes.SGLang{Version: shapes.SGLangCurrent, IDs: ids}
+	x := NewIndex(IndexConfig{MaxBytes: budget, Procs: fakeProcs{}})
+	var m0, m1 runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&m0)
+	batch := make([]*tracepb.Span, 0, 1000)
+	const n = 2_000_000
+	for i := range n {
+		_, rs := s.Request("prefill", strconv.Itoa(1e9+i), uint64(i+1), nil, at(0), at(10))
+		if batch = append(batch, rs...); len(batch) >= 1000 {
+			add(x, 11, sg(batch...))
+			batch = batch[:0]
+		}
+	}
+	add(x, 11, sg(batch...))
+	batch = nil
+	runtime.GC()
+	runtime.ReadMemStats(&m1)
+	st := x.Stats()
+	heap := int64(m1.HeapInuse) - int64(m0.HeapInuse)
+	t.Logf("%d request spans: %d stored, %d bytes estimated, heap in use +%d bytes; %+v", n, st.Stored, st.Bytes, heap, st)
+	if st.Bytes > budget || st.Indexed != n || st.CapEvicts+uint64(st.Live) != n || st.InfoEvicts == 0 {
+		t.Errorf("stats %+v: want within %d bytes, every span indexed and then evicted or live", st, budget)
+	}
+	if heap > 2*budget {
+		t.Errorf("heap in use grew by %d bytes for an index estimated at %d: the estimate is off", heap, st.Bytes)
+	}
+	runtime.KeepAlive(x)
+}
+
+// TestAttributeCostFlat: the tree nodes one transfer's attribution looks
+// at grow with the log of the spans held, not with their number (the
+// index once scanned every span of the process per transfer: 100 times
+// the work for 100 times the spans).
+func TestAttributeCostFlat(t *testing.T) {
+	visits := map[int]float64{}
+	for _, n := range []int{1_000, 100_000} {
+		x := NewIndex(IndexConfig{Procs: vllmInstance, Window: time.Hour})
+		vllmRequests(x, shapes.NewIDs(24), n, 8)
+		const asks = 1000
+		for i := range asks {
+			ms := int64(8 + i*(n-8)/asks)
+			if a := x.Attribute(1002, 1002, at(ms)+int64(time.Millisecond)/2); a.Batch != 8 {
+				t.Fatalf("%d spans, at %d ms: batch %d, want 8", n, ms, a.Batch)
+			}
+		}
+		visits[n] = float64(x.visits) / asks
+	}
+	t.Logf("tree nodes looked at per transfer: %.1f with 1 000 spans, %.1f with 100 000", visits[1_000], visits[100_000])
+	if visits[100_000] > 2*visits[1_000] {
+		t.Errorf("100x the spans cost %.1fx the work per transfer, want at most 2x (log n)", visits[100_000]/visits[1_000])
 	}
 }
