@@ -402,6 +402,9 @@ func startTraces(cfg RunConfig, place func(uint32) checks.Placement, log *slog.L
 	if tc.Index.Logger == nil {
 		tc.Index.Logger = log
 	}
+	if tc.Index.MaxBytes == 0 {
+		tc.Index.MaxBytes = otlpbridge.IndexBytesFor(cfg.MemoryLimit) // its share of the ceiling
+	}
 	if tc.GRPCListen != "" || tc.HTTPListen != "" {
 		br, err := otlpbridge.New(otlpbridge.Config{GRPCListen: tc.GRPCListen, HTTPListen: tc.HTTPListen, Upstream: tc.Upstream,
 			Logger: log, Index: tc.Index})
@@ -482,6 +485,11 @@ func (t *traces) stop() error {
 }
 
 func (t *traces) shutdown() error {
+	if t.spans != nil {
+		// A second to attribute what is held, then the rest leaves
+		// unattributed: the agent stops in time whatever the index holds.
+		t.spans.Stop(time.Second)
+	}
 	t.cancel()
 	<-t.done
 	var errs []error
@@ -507,6 +515,7 @@ func (t *traces) shutdown() error {
 		st := t.bridge.Stats()
 		t.log.Info("OTLP bridge", "requests", st.Requests, "bad", st.BadRequests, "forwarded", st.Forwarded, "forward_errors", st.ForwardErrors,
 			"spans", st.Index.Spans, "indexed", st.Index.Indexed, "evicted", st.Index.Evicted, "cap_evicted", st.Index.CapEvicts,
+			"info_evicted", st.Index.InfoEvicts, "clamped", st.Index.Clamped, "index_bytes", st.Index.Bytes,
 			"open_requests", st.Index.Open, "open_expired", st.Index.OpenExpired, "open_dropped", st.Index.OpenDropped)
 	}
 	return errors.Join(errs...)

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -108,11 +109,12 @@ const (
 	ReasonOpenTimeout  = "open_timeout"  // a request that may cover it was still open after MaxHold
 	ReasonMemory       = "memory"        // released while waiting, to keep held transfers under MaxPending
 	ReasonOpenAtExit   = "open_at_exit"  // still waiting when the agent stopped
+	ReasonStopping     = "stopping"      // not asked: the agent was stopping and its grace had passed (Stop)
 )
 
 // UnattributedReasons are every reason a transfer span names no request.
 var UnattributedReasons = []string{ReasonNoAttributor, otlpbridge.ReasonNoSpans, otlpbridge.ReasonNotCovered, otlpbridge.ReasonOtherHost,
-	otlpbridge.ReasonAmbiguous, ReasonOpenTimeout, ReasonMemory, ReasonOpenAtExit}
+	otlpbridge.ReasonAmbiguous, ReasonOpenTimeout, ReasonMemory, ReasonOpenAtExit, ReasonStopping}
 
 // SpansConfig configures Spans.
 type SpansConfig struct {
@@ -167,7 +169,8 @@ type Spans struct {
 
 	mu      sync.Mutex
 	pending []correlate.Transfer
-	nwait   int // len(waiting), for Stats and the budget
+	nwait   int          // len(waiting), for Stats and the budget
+	stopAt  atomic.Int64 // Unix ns past which transfers are not attributed (Stop); 0 never
 	stats   SpansStats
 
 	// Release's own, one goroutine at a time.
@@ -349,9 +352,20 @@ func (s *Spans) generation() (uint64, bool) {
 	return g.Generation(), true
 }
 
+// Stop bounds the work left when the agent stops: once grace has passed,
+// Release (one in progress included) asks the attributor nothing more and
+// makes the rest of its transfers' spans unattributed (ReasonStopping), so
+// the agent exits in time whatever the index holds. Any goroutine.
+func (s *Spans) Stop(grace time.Duration) {
+	s.stopAt.Store(time.Now().Add(grace).UnixNano())
+}
+
 func (s *Spans) attribute(t *correlate.Transfer) otlpbridge.Attribution {
 	if s.cfg.Attributor == nil {
 		return otlpbridge.Attribution{Reason: ReasonNoAttributor}
+	}
+	if at := s.stopAt.Load(); at != 0 && time.Now().UnixNano() >= at {
+		return otlpbridge.Attribution{Reason: ReasonStopping}
 	}
 	return s.cfg.Attributor.Attribute(t.PID, t.TID, s.wall(t.SubmitNs))
 }

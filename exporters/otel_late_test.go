@@ -241,7 +241,7 @@ lanewatch_span_transfers_total{attribution="request"} 0
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "lanewatch_span_transfers_total", "lanewatch_span_transfers_held"); err != nil {
 		t.Error(err)
 	}
-	want = `# HELP lanewatch_span_unattributed_total Transfer spans naming no request, by reason: no_attributor (no OTLP bridge), no_spans (no server span indexed), not_covered (no span covered it), other_host (only another host's thread spans did), ambiguous (more spans of one thread or process covered it than a batch could be told from), open_timeout (a request that may cover it was still open after --spans.max-hold), memory (released while waiting to stay within the held budget), open_at_exit (still waiting when the agent stopped).
+	want = `# HELP lanewatch_span_unattributed_total Transfer spans naming no request, by reason: no_attributor (no OTLP bridge), no_spans (no server span indexed), not_covered (no span covered it), other_host (only another host's thread spans did), ambiguous (more spans of one thread or process covered it than a batch could be told from), open_timeout (a request that may cover it was still open after --spans.max-hold), memory (released while waiting to stay within the held budget), open_at_exit (still waiting when the agent stopped), stopping (not attributed: the agent was stopping and its grace had passed).
 # TYPE lanewatch_span_unattributed_total counter
 lanewatch_span_unattributed_total{reason="ambiguous"} 0
 lanewatch_span_unattributed_total{reason="memory"} 0
@@ -251,8 +251,50 @@ lanewatch_span_unattributed_total{reason="not_covered"} 0
 lanewatch_span_unattributed_total{reason="open_at_exit"} 0
 lanewatch_span_unattributed_total{reason="open_timeout"} 0
 lanewatch_span_unattributed_total{reason="other_host"} 0
+lanewatch_span_unattributed_total{reason="stopping"} 0
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "lanewatch_span_unattributed_total"); err != nil {
 		t.Error(err)
+	}
+}
+
+// stopper is an attributor that counts its calls and, at the nth, stops
+// the exporter (SIGINT arriving while a Release is under way).
+type stopper struct {
+	s     *Spans
+	calls int
+	at    int
+}
+
+func (a *stopper) Attribute(pid, tid uint32, unixNs int64) otlpbridge.Attribution {
+	a.calls++
+	if a.calls == a.at {
+		a.s.Stop(0)
+	}
+	return otlpbridge.Attribution{Reason: otlpbridge.ReasonNotCovered}
+}
+
+// TestStopBoundsRelease: once the agent stops and its grace has passed, the
+// Release under way and the final flush ask the index nothing more: the
+// work left does not depend on what the index holds, and every transfer
+// still becomes a span, its reason saying why it names no request.
+func TestStopBoundsRelease(t *testing.T) {
+	mem := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(mem))
+	a := &stopper{at: 10}
+	s := NewSpans(SpansConfig{Tracer: tp.Tracer("t"), Mode: SpansPerTransfer, Attributor: a, Hold: time.Second})
+	a.s = s
+	for i := range 1000 {
+		s.Transfer(copyAt(7, 7, float64(i)*0.001, i))
+	}
+	s.Transfer(copyAt(7, 7, 100, 0)) // not due yet: left for the flush
+	if n := s.Release(time.Unix(0, sec(10))); n != 1000 || a.calls != 10 {
+		t.Errorf("release: %d spans, %d attributions; want 1000 spans and no attribution after the 10th (stopped)", n, a.calls)
+	}
+	if n := s.Release(time.Time{}); n != 1 || a.calls != 10 {
+		t.Errorf("flush: %d spans, %d attributions; want 1 span and none asked", n, a.calls)
+	}
+	if st := s.Stats(); st.Unattributed[ReasonStopping] != 991 || st.Unattributed[otlpbridge.ReasonNotCovered] != 10 || st.Spans != 1001 {
+		t.Errorf("stats %+v: want 991 stopping, 10 not covered, 1001 spans", st)
 	}
 }

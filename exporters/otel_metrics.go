@@ -11,7 +11,7 @@ var (
 	descSpanUnattributed = prometheus.NewDesc("lanewatch_span_unattributed_total",
 		"Transfer spans naming no request, by reason: no_attributor (no OTLP bridge), no_spans (no server span indexed), not_covered (no span covered it), "+
 			"other_host (only another host's thread spans did), ambiguous (more spans of one thread or process covered it than a batch could be told from), open_timeout (a request that may cover it was still open after --spans.max-hold), "+
-			"memory (released while waiting to stay within the held budget), open_at_exit (still waiting when the agent stopped).",
+			"memory (released while waiting to stay within the held budget), open_at_exit (still waiting when the agent stopped), stopping (not attributed: the agent was stopping and its grace had passed).",
 		[]string{"reason"}, nil)
 	descSpanIncomplete = prometheus.NewDesc("lanewatch_span_incomplete_total",
 		"Transfer spans attributed while a request that may also cover them was still open (--spans.max-hold, the held budget, exit).", nil, nil)

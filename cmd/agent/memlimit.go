@@ -12,9 +12,9 @@ import (
 // defaultMemoryLimit is --memory-limit's default. Measured (docs/design.md,
 // "Memory ceiling"): `agent run` beside `agent selftest` peaked at 53 MiB
 // resident (1.29 M probe events in 12 s, metrics and the evaluator on);
-// 512 MiB leaves its bounded parts (the OTLP span index at its default
-// 100 000 spans, pending copies of many processes) room without letting a
-// leak take the host.
+// 512 MiB leaves its bounded parts (the OTLP span index an eighth of it,
+// pending copies of many processes) room without letting a leak take the
+// host.
 const defaultMemoryLimit = 512 << 20
 
 // nonGoBytes is what the agent holds outside the Go heap, taken from the

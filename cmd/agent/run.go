@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/signal"
 	"syscall"
@@ -51,7 +52,10 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&tc.Hold, "spans.hold", 15*time.Second, "how long a transfer waits for the server's spans before it is attributed")
 	fs.DurationVar(&tc.MaxHold, "spans.max-hold", 5*time.Minute, "how long a transfer waits at most, past --spans.hold, while a request that may cover it is still open (servers export a request's spans when it ends); the held transfers stay within their budget")
 	fs.DurationVar(&tc.Index.Window, "otlp.index-window", 2*time.Minute, "how long received spans are kept for attribution")
-	fs.IntVar(&tc.Index.MaxSpans, "otlp.index-max-spans", 100_000, "received spans kept at most for attribution (the oldest are evicted and counted)")
+	fs.IntVar(&tc.Index.MaxSpans, "otlp.index-max-spans", 0,
+		"things the span index keeps at most: spans, request names, rooms, open requests (the oldest are evicted and counted; 0: --otlp.index-max-bytes alone)")
+	indexBytes := fs.String("otlp.index-max-bytes", "",
+		"the span index's memory budget (estimated), as --memory-limit writes it; the oldest are evicted and counted (default an eighth of --memory-limit, 64MiB without one)")
 	fs.Var(&rules, "otlp.rule", "attribution rule replacing the built-in SGLang/vLLM ones (repeatable, first match wins): "+otlpbridge.RuleSyntax)
 	log, code := parse(fs, args, stderr)
 	if log == nil {
@@ -60,8 +64,20 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	flagErr := errors.Join(checkRoot("path.procfs", *procRoot), checkRoot("path.sysfs", *sysRoot), checkLibs(libs), checkRing(*ring),
 		positive("rescan-interval", *rescan), notNegative("host-check-interval", mc.HostCheckInterval), notNegative("spans.hold", tc.Hold),
 		notNegative("spans.max-hold", tc.MaxHold), positive("otlp.index-window", tc.Index.Window), positive("evaluate-interval", mc.EvaluateInterval))
-	if tc.Index.MaxSpans <= 0 {
-		flagErr = errors.Join(flagErr, fmt.Errorf("--otlp.index-max-spans %d: must be positive", tc.Index.MaxSpans))
+	if tc.Index.MaxSpans < 0 {
+		flagErr = errors.Join(flagErr, fmt.Errorf("--otlp.index-max-spans %d: must not be negative", tc.Index.MaxSpans))
+	}
+	if *indexBytes != "" {
+		var err error
+		tc.Index.MaxBytes, err = parseSize(*indexBytes)
+		switch {
+		case err != nil:
+			flagErr = errors.Join(flagErr, fmt.Errorf("--otlp.index-max-bytes %w", err))
+		case tc.Index.MaxBytes == 0:
+			flagErr = errors.Join(flagErr, fmt.Errorf("--otlp.index-max-bytes 0: must be positive"))
+		case tc.Index.MaxBytes == math.MaxInt64 && tc.Index.MaxSpans == 0:
+			flagErr = errors.Join(flagErr, fmt.Errorf("--otlp.index-max-bytes off: needs --otlp.index-max-spans, or nothing bounds the index"))
+		}
 	}
 	if flagErr == nil {
 		flagErr = checkPIDs(*procRoot, pids)
