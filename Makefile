@@ -33,16 +33,17 @@ test: build nvidia-libs ## vet, check generated files, promtool on the alert rul
 	bash dashboards/check.sh
 	$(PYTHON) -m unittest discover -s scripts/gpucheck -p 'test_*.py' # the GPU check script's non-GPU parts (and, as root, the script under the agent on the reference data path)
 	$(SUDO) $(GO) test -count=1 -p 1 ./... # one package at a time: the BPF and e2e tests judge rates, and each package traces every process using the reference libraries
-	$(GO) test -run '^$$' -bench . -benchtime 1x ./correlate ./exporters # every benchmark once (the probe costs one short round), so `make bench` cannot rot
+	$(GO) test -run '^$$' -bench . -benchtime 1x ./correlate ./exporters ./otlpbridge # every benchmark once (the probe costs one short round), so `make bench` cannot rot
 	$(SUDO) $(GO) test -short -run '^$$' -bench . -benchtime 1x ./probes
 
 run: build ## run the selftest on the reference data path with a live view of every transfer
 	$(SUDO) ./bin/agent selftest --live
 
-bench: build nvidia-libs ## per-call probe cost (reference stack: none / bpftrace-equivalent pair / bpftrace / lanewatch; NVIDIA's drivers: none / empty program / lanewatch), pipeline throughput, agent peak RSS
+bench: build nvidia-libs ## per-call probe cost (reference stack: none / bpftrace-equivalent pair / bpftrace / lanewatch; NVIDIA's drivers: none / empty program / lanewatch), pipeline throughput, span attribution cost vs spans held, agent peak RSS
 	$(SUDO) $(GO) test -run '^$$' -bench . -benchtime 1x -count 1 ./probes
 	$(GO) test -run '^$$' -bench Pipeline -benchmem -cpu 1 ./correlate
 	$(GO) test -run '^$$' -bench CorrelateExport -cpu 1 ./exporters   # correlate + batched spans: events/s, spans per 1 000 transfers
+	$(GO) test -run '^$$' -bench Attribute -cpu 1 ./otlpbridge | awk '{print} /spans=/{ns[++n]=$$3} END{if (n == 3) printf "attribution ns/op ratio 10k/1k %.2f, 100k/1k %.2f (flat: ~1; a scan per transfer: 10, 100)\n", ns[2]/ns[1], ns[3]/ns[1]}'
 	$(SUDO) ./bin/agent selftest | tail -n 3
 
 selftest-load: build ## agent selftest RUNS times (default 20) in a row with every CPU kept busy; stops at the first failure
