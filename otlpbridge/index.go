@@ -338,19 +338,21 @@ func (x *Index) add(sp *tracepb.Span, res []*commonpb.KeyValue, wall int64) {
 		x.drop(stored{e: old}, "") // sent again: the last copy counts
 	}
 	x.seq++
-	e := &entry{ref: ref, start: int64(sp.GetStartTimeUnixNano()), end: int64(sp.GetEndTimeUnixNano()), rule: r, seq: x.seq}
+	e := &entry{ref: ref, start: int64(min(sp.GetStartTimeUnixNano(), math.MaxInt64)), end: int64(min(sp.GetEndTimeUnixNano(), math.MaxInt64)),
+		rule: r, seq: x.seq}
 	if len(sp.GetParentSpanId()) == 8 {
 		copy(e.parent[:], sp.GetParentSpanId())
+	}
+	if e.end < e.start {
+		e.end = e.start
 	}
 	// Servers export spans when they end: one ending past the window
 	// after its arrival is a skewed clock or a lie, and would be held
 	// that long.
-	if horizon := wall + int64(x.cfg.Window); e.end > horizon || e.end < 0 {
+	if horizon := wall + int64(x.cfg.Window); e.end > horizon {
 		e.end = horizon
+		e.start = min(e.start, horizon)
 		x.stats.Clamped++
-	}
-	if e.start > e.end || e.start < 0 {
-		e.start = min(max(e.start, 0), e.end)
 	}
 	attrs := sp.GetAttributes()
 	if r.Request != "" {

@@ -2,6 +2,7 @@ package otlpbridge
 
 import (
 	"fmt"
+	"math"
 	"runtime"
 	"slices"
 	"strconv"
@@ -563,5 +564,37 @@ func TestAttributeCostFlat(t *testing.T) {
 	t.Logf("tree nodes looked at per transfer: %.1f with 1 000 spans, %.1f with 100 000", visits[1_000], visits[100_000])
 	if visits[100_000] > 2*visits[1_000] {
 		t.Errorf("100x the spans cost %.1fx the work per transfer, want at most 2x (log n)", visits[100_000]/visits[1_000])
+	}
+}
+
+// TestSpanTimes: ends before starts, unset ends and times past 2262
+// (negative as int64) are held as zero-length spans or clamped, never as
+// spans covering everything.
+func TestSpanTimes(t *testing.T) {
+	ids := shapes.NewIDs(25)
+	s := shapes.SGLang{Version: shapes.SGLangCurrent, IDs: ids}
+	x := NewIndex(IndexConfig{Window: time.Minute, Procs: fakeProcs{}})
+	th := func(tid uint32) shapes.SGLangThread {
+		return shapes.SGLangThread{Label: "Scheduler", TID: tid, HostID: hostA}
+	}
+	req, rs := s.Request("unified", "times", 0, nil, at(0), at(10))
+	_, backwards := s.Thread(req, th(1), at(5), at(2))
+	_, unset := s.Thread(req, th(2), at(5), 0)
+	_, huge := s.Thread(req, th(3), at(5), 0)
+	huge.EndTimeUnixNano = 1 << 63
+	_, future := s.Thread(req, th(4), 0, 0)
+	future.StartTimeUnixNano, future.EndTimeUnixNano = math.MaxUint64, math.MaxUint64
+	add(x, 10, sg(append(rs, backwards, unset, huge, future)...))
+	for _, c := range []struct {
+		tid     uint32
+		ms      int64
+		covered bool
+	}{{1, 5, true}, {1, 3, false}, {2, 5, true}, {2, 6, false}, {3, 30_000, true}, {3, 60_011, false}, {4, 60_010, true}, {4, 30_000, false}} {
+		if a := x.Attribute(c.tid, c.tid, at(c.ms)); (a.Request == "times") != c.covered {
+			t.Errorf("thread %d at %d ms: %+v, covered %v", c.tid, c.ms, a, c.covered)
+		}
+	}
+	if st := x.Stats(); st.Clamped != 2 {
+		t.Errorf("clamped %d, want 2", st.Clamped)
 	}
 }
