@@ -51,7 +51,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	spans := fs.String("spans", string(exporters.SpansBatched), "transfer spans: per-transfer, batched (one span per run of transfers with the same stream, direction, layer and request) or off")
 	fs.DurationVar(&tc.Hold, "spans.hold", 15*time.Second, "how long a transfer waits for the server's spans before it is attributed")
 	fs.DurationVar(&tc.MaxHold, "spans.max-hold", 5*time.Minute, "how long a transfer waits at most, past --spans.hold, while a request that may cover it is still open (servers export a request's spans when it ends); the held transfers stay within their budget")
-	fs.DurationVar(&tc.Index.Window, "otlp.index-window", 2*time.Minute, "how long received spans are kept for attribution")
+	fs.DurationVar(&tc.Index.Window, "otlp.index-window", 2*time.Minute, "how long received spans are kept for attribution after they end (an end later than arrival + this is clamped to it)")
 	fs.IntVar(&tc.Index.MaxSpans, "otlp.index-max-spans", 0,
 		"things the span index keeps at most: spans, request names, rooms, open requests (the oldest are evicted and counted; 0: --otlp.index-max-bytes alone)")
 	indexBytes := fs.String("otlp.index-max-bytes", "",
