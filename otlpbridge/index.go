@@ -909,12 +909,6 @@ func (x *Index) Attribute(pid, tid uint32, t int64) Attribution {
 		r := rqs[0]
 		return Attribution{Rule: r.h.top.rule.Name, Scope: scope, Request: r.id, Room: r.room, Parent: r.h.leaf.ref, Open: open}
 	}
-	slices.SortFunc(rqs, func(a, b rq) int {
-		if c := cmp.Compare(a.h.leaf.start, b.h.leaf.start); c != 0 {
-			return c
-		}
-		return bytes.Compare(a.h.leaf.ref.SpanID[:], b.h.leaf.ref.SpanID[:])
-	})
 	a := Attribution{Rule: rqs[0].h.top.rule.Name, Scope: scope, Batch: len(rqs), Open: open}
 	for _, r := range rqs {
 		if len(a.Requests) == x.cfg.MaxBatch {
@@ -935,7 +929,9 @@ type rq struct {
 
 // requests gives one answer per request among hits: its innermost
 // covering span (the latest leaf to start; on a tie, and for the id and
-// room, the first span to arrive). pending says a request may still come.
+// room, the first span to arrive), in the order of their leaves' starts.
+// pending says a request may still come. Indices are sorted, not the
+// answers: a batch may be a thousand requests.
 func (x *Index) requests(hits []hit) (rqs []rq, pending bool) {
 	all := make([]rq, 0, len(hits))
 	for _, h := range hits {
@@ -951,21 +947,38 @@ func (x *Index) requests(hits []hit) (rqs []rq, pending bool) {
 		}
 		all = append(all, rq{key: key, id: id, room: room, h: h})
 	}
-	slices.SortFunc(all, func(a, b rq) int {
-		if c := strings.Compare(a.key, b.key); c != 0 {
+	order := make([]int32, len(all))
+	for i := range order {
+		order[i] = int32(i)
+	}
+	slices.SortFunc(order, func(i, j int32) int {
+		if c := strings.Compare(all[i].key, all[j].key); c != 0 {
 			return c
 		}
-		return cmp.Compare(a.h.top.seq, b.h.top.seq)
+		return cmp.Compare(all[i].h.top.seq, all[j].h.top.seq)
 	})
-	for i := 0; i < len(all); {
-		best, j := all[i], i+1
-		for ; j < len(all) && all[j].key == best.key; j++ {
-			if all[j].h.leaf.start > best.h.leaf.start {
-				best.h = all[j].h
+	for i := 0; i < len(order); {
+		best, j := all[order[i]], i+1
+		for ; j < len(order) && all[order[j]].key == best.key; j++ {
+			if h := all[order[j]].h; h.leaf.start > best.h.leaf.start {
+				best.h = h
 			}
 		}
-		rqs = append(rqs, best)
+		all[order[i]].h = best.h
+		order[len(rqs)] = order[i] // the request's answer, reusing order's prefix
+		rqs = append(rqs, rq{})
 		i = j
+	}
+	order = order[:len(rqs)]
+	slices.SortFunc(order, func(i, j int32) int {
+		a, b := all[i].h.leaf, all[j].h.leaf
+		if c := cmp.Compare(a.start, b.start); c != 0 {
+			return c
+		}
+		return bytes.Compare(a.ref.SpanID[:], b.ref.SpanID[:])
+	})
+	for k, i := range order {
+		rqs[k] = all[i]
 	}
 	return rqs, pending
 }

@@ -450,6 +450,24 @@ func BenchmarkAttribute(b *testing.B) {
 	}
 }
 
+// BenchmarkAttributeCovered: the worst case per transfer, every span
+// held covering it: 1024 (MaxCover: a batch of 1024 is worked out) and
+// 100 000 (ambiguous once 1025 are found).
+func BenchmarkAttributeCovered(b *testing.B) {
+	for _, n := range []int{1024, 100_000} {
+		b.Run(fmt.Sprintf("cover=%d", n), func(b *testing.B) {
+			x := NewIndex(IndexConfig{Procs: vllmInstance, Window: time.Hour, MaxSpans: 1 << 20})
+			vllmRequests(x, shapes.NewIDs(26), n, int64(n)+10)
+			b.ResetTimer()
+			for range b.N {
+				if a := x.Attribute(1002, 1002, at(int64(n))); a.Batch != n && a.Reason != ReasonAmbiguous {
+					b.Fatalf("batch %d reason %q", a.Batch, a.Reason)
+				}
+			}
+		})
+	}
+}
+
 // TestManyConcurrentRequests: transfers of a vLLM instance covered by
 // thousands of llm_request spans (each covers queueing too) cannot be told
 // apart: never one batch label listing the same few requests for every
