@@ -414,6 +414,7 @@ func startTraces(cfg RunConfig, place func(uint32) checks.Placement, log *slog.L
 		}
 		t.bridge = br
 		br.Serve()
+		log.Info("OTLP span index", "max_bytes", tc.Index.MaxBytes, "max_things", tc.Index.MaxSpans, "window", tc.Index.Window)
 	}
 	if tc.Spans == exporters.SpansOff || tc.Upstream.Endpoint == "" {
 		if tc.Spans != exporters.SpansOff {
