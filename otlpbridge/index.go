@@ -120,6 +120,7 @@ type entry struct {
 	room       string
 	seq        uint64 // arrival order
 	cost       int64  // bytes charged to the budget
+	top        *entry // ScopeSlice: the thread span it descends from, once known
 	dead       bool
 }
 
@@ -209,6 +210,7 @@ type Index struct {
 	threads  map[uint32]*ivTree  // ScopeThread, by tid
 	procs    map[uint32]*ivTree  // ScopeProcess, by root pid (0: any)
 	children map[SpanRef]*ivTree // ScopeSlice, by parent
+	narrow   map[uint32]*ivTree  // Narrow slices whose thread span is known, by its tid
 	traces   map[[16]byte]*traceInfo
 	rooms    map[string][]*roomReq
 	open     map[[16]byte]*openTrace
@@ -252,7 +254,7 @@ func NewIndex(cfg IndexConfig) *Index {
 		log = slog.Default()
 	}
 	return &Index{cfg: cfg, log: log, byRef: map[SpanRef]*entry{}, threads: map[uint32]*ivTree{}, procs: map[uint32]*ivTree{},
-		children: map[SpanRef]*ivTree{}, traces: map[[16]byte]*traceInfo{}, rooms: map[string][]*roomReq{},
+		children: map[SpanRef]*ivTree{}, narrow: map[uint32]*ivTree{}, traces: map[[16]byte]*traceInfo{}, rooms: map[string][]*roomReq{},
 		open: map[[16]byte]*openTrace{}, unknown: map[uint32]bool{}, minOpen: math.MaxInt64, swept: math.MinInt64}
 }
 
@@ -408,6 +410,37 @@ func (x *Index) add(sp *tracepb.Span, res []*commonpb.KeyValue, wall int64) {
 	x.live++
 	x.keep(stored{e: e}, e.cost)
 	x.stats.Indexed++
+	switch r.Scope {
+	case ScopeThread:
+		x.children[ref].each(func(c *entry) { x.adopt(c, e, 1) })
+	case ScopeSlice:
+		if p := x.byRef[SpanRef{TraceID: ref.TraceID, SpanID: e.parent}]; p != nil {
+			if top := p.top; p.rule.Scope == ScopeThread {
+				x.adopt(e, p, 1)
+			} else if top != nil {
+				x.adopt(e, top, 1)
+			}
+		}
+	}
+}
+
+// adopt notes that slice e, and the slices below it, descend from thread
+// span top: its forward slices are then found by thread too, so that the
+// requests in their forward pass are found among thousands queued.
+func (x *Index) adopt(e, top *entry, depth int) {
+	if depth > 16 {
+		return
+	}
+	if e.rule.Narrow {
+		if e.top != nil {
+			untree(x.narrow, e.top.tid, e)
+		} else {
+			x.recharge(&e.cost, e.cost+ivNodeBytes)
+		}
+		treeOf(x.narrow, top.tid).insert(e)
+	}
+	e.top = top
+	x.children[e.ref].each(func(c *entry) { x.adopt(c, top, depth+1) })
 }
 
 func treeOf[K comparable](m map[K]*ivTree, k K) *ivTree {
@@ -647,6 +680,9 @@ func (x *Index) drop(s stored, why string) {
 			untree(x.procs, e.root, e)
 		case ScopeSlice:
 			untree(x.children, SpanRef{TraceID: e.ref.TraceID, SpanID: e.parent}, e)
+			if e.top != nil && e.rule.Narrow {
+				untree(x.narrow, e.top.tid, e)
+			}
 		}
 		switch why {
 		case "age":
@@ -739,6 +775,9 @@ func (x *Index) threadHits(tid, pid uint32, t int64) (hits []hit, otherHost, ove
 		return nil, false, false
 	}
 	es, over := x.covering(tr, t)
+	if over {
+		es, over = x.forwarding(tid, t)
+	}
 	if over || len(es) == 0 {
 		return nil, false, over
 	}
@@ -760,6 +799,26 @@ func (x *Index) threadHits(tid, pid uint32, t int64) (hits []hit, otherHost, ove
 		hits[i].leaf, hits[i].narrowed = x.innermost(hits[i].top, t)
 	}
 	return hits, otherHost, false
+}
+
+// forwarding are tid's thread spans covering t whose forward slices do:
+// when more than MaxCover requests cover a thread (queued ones too), those
+// in their forward pass are the answer if they are few enough. over says
+// they are not, or none is.
+func (x *Index) forwarding(tid uint32, t int64) ([]*entry, bool) {
+	fwd, over := x.covering(x.narrow[tid], t)
+	if over {
+		return nil, true
+	}
+	var tops []*entry
+	for _, s := range fwd {
+		if top := s.top; !top.dead && top.start <= t && t <= top.end {
+			tops = append(tops, top)
+		}
+	}
+	slices.SortFunc(tops, func(a, b *entry) int { return cmp.Compare(a.seq, b.seq) })
+	tops = slices.Compact(tops)
+	return tops, len(tops) == 0
 }
 
 // innermost descends from e through the slices covering t (at each level

@@ -50,17 +50,26 @@ func (x *Index) consistent() error {
 	for _, tr := range x.children {
 		trees += tr.n
 	}
-	traceScope := 0
+	traceScope, adopted := 0, 0
 	for _, e := range x.byRef {
 		if e.rule.Scope == ScopeTrace {
 			traceScope++
 		}
+		if e.rule.Narrow && e.top != nil {
+			adopted++
+		}
+	}
+	narrow := 0
+	for _, tr := range x.narrow {
+		narrow += tr.n
 	}
 	switch {
 	case n != x.nstored || live != x.live || bytes != x.bytes:
 		return fmt.Errorf("books say %d stored, %d spans, %d bytes; the queue holds %d, %d, %d", x.nstored, x.live, x.bytes, n, live, bytes)
 	case len(x.byRef) != live || trees+traceScope != live:
 		return fmt.Errorf("%d live spans, %d by ref, %d in trees + %d trace-scope", live, len(x.byRef), trees, traceScope)
+	case narrow != adopted:
+		return fmt.Errorf("%d forward slices under a known thread span, %d in the thread trees", adopted, narrow)
 	case n != live+len(x.traces)+rooms+len(x.open):
 		return fmt.Errorf("%d stored, %d spans + %d traces + %d rooms + %d open", n, live, len(x.traces), rooms, len(x.open))
 	case x.bytes > x.cfg.MaxBytes || x.nstored > x.cfg.MaxSpans:

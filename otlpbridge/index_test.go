@@ -616,3 +616,46 @@ func TestSpanTimes(t *testing.T) {
 		t.Errorf("clamped %d, want 2", st.Clamped)
 	}
 }
+
+// TestManyQueued: 2000 requests queued on one SGLang scheduler thread
+// (each thread span covers queueing) while two run their forward pass:
+// the transfer is those two's batch, found through their forward slices,
+// whether the slices arrived before their thread spans (as SGLang exports
+// them) or after. With 2000 forwarding at once it is ambiguous.
+func TestManyQueued(t *testing.T) {
+	for _, slicesFirst := range []bool{true, false} {
+		ids := shapes.NewIDs(27)
+		s := shapes.SGLang{Version: shapes.SGLangCurrent, IDs: ids}
+		sched := shapes.SGLangThread{Label: "Scheduler", TID: 4242, HostID: hostA}
+		x := NewIndex(IndexConfig{Window: time.Hour, Procs: fakeProcs{hosts: map[uint32]string{4242: hostA}}})
+		var reqs, threads, fwds []*tracepb.Span
+		for i := range 2002 {
+			rid := fmt.Sprintf("queued-%d", i)
+			req, rs := s.Request("unified", rid, 0, nil, at(0), at(20_000))
+			th, ts := s.Thread(req, sched, at(int64(i)), at(19_000))
+			from, to := int64(15_000), int64(16_000) // the last two in their forward pass at 5 s, every one at 15 s
+			if i >= 2000 {
+				from = 4_000
+			}
+			_, fw := s.Slice(th, "prefill_forward", at(from), at(to))
+			reqs, threads, fwds = append(reqs, rs...), append(threads, ts), append(fwds, fw)
+		}
+		add(x, 20_001, sg(reqs...))
+		if slicesFirst {
+			add(x, 20_001, sg(fwds...))
+			add(x, 20_001, sg(threads...))
+		} else {
+			add(x, 20_001, sg(threads...))
+			add(x, 20_001, sg(fwds...))
+		}
+		check(t, fmt.Sprintf("slices first %v: two forwarding", slicesFirst), x.Attribute(4242, 4242, at(5_000)),
+			want{rule: "sglang-thread", scope: ScopeOfThread, batch: []string{"queued-2000", "queued-2001"}})
+		check(t, fmt.Sprintf("slices first %v: all forwarding", slicesFirst), x.Attribute(4242, 4242, at(15_500)),
+			want{reason: ReasonAmbiguous})
+		check(t, fmt.Sprintf("slices first %v: none forwarding", slicesFirst), x.Attribute(4242, 4242, at(2_500)),
+			want{reason: ReasonAmbiguous})
+		if err := x.consistent(); err != nil {
+			t.Error(err)
+		}
+	}
+}

@@ -142,3 +142,18 @@ func stabNode(n *ivNode, t int64, visits *uint64, fn func(*entry) bool) bool {
 	}
 	return stabNode(n.left, t, visits, fn)
 }
+
+// each calls fn with every span held.
+func (t *ivTree) each(fn func(*entry)) {
+	if t != nil {
+		eachNode(t.root, fn)
+	}
+}
+
+func eachNode(n *ivNode, fn func(*entry)) {
+	if n != nil {
+		eachNode(n.left, fn)
+		fn(n.e)
+		eachNode(n.right, fn)
+	}
+}
