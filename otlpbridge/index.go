@@ -118,9 +118,11 @@ type entry struct {
 	root       uint32 // ScopeProcess: the tree's root pid, 0 any
 	request    string
 	room       string
-	seq        uint64 // arrival order
-	cost       int64  // bytes charged to the budget
-	top        *entry // ScopeSlice: the thread span it descends from, once known
+	seq        uint64  // arrival order
+	cost       int64   // bytes charged to the budget
+	top        SpanRef // ScopeSlice: the thread span it descends from, once known (adopted)
+	topTid     uint32  // ... and its thread
+	adopted    bool
 	dead       bool
 }
 
@@ -336,7 +338,8 @@ func (x *Index) add(sp *tracepb.Span, res []*commonpb.KeyValue, wall int64) {
 	if r == nil {
 		return
 	}
-	if old := x.byRef[ref]; old != nil {
+	old := x.byRef[ref]
+	if old != nil {
 		x.drop(stored{e: old}, "") // sent again: the last copy counts
 	}
 	x.seq++
@@ -410,37 +413,52 @@ func (x *Index) add(sp *tracepb.Span, res []*commonpb.KeyValue, wall int64) {
 	x.live++
 	x.keep(stored{e: e}, e.cost)
 	x.stats.Indexed++
+	budget := maxAdopt
 	switch r.Scope {
 	case ScopeThread:
-		x.children[ref].each(func(c *entry) { x.adopt(c, e, 1) })
+		if old == nil || old.rule.Scope != ScopeThread || old.tid != e.tid { // else its slices know it already
+			x.children[ref].each(func(c *entry) { x.adopt(c, ref, e.tid, 1, true, &budget) })
+		}
 	case ScopeSlice:
-		if p := x.byRef[SpanRef{TraceID: ref.TraceID, SpanID: e.parent}]; p != nil {
-			if top := p.top; p.rule.Scope == ScopeThread {
-				x.adopt(e, p, 1)
-			} else if top != nil {
-				x.adopt(e, top, 1)
-			}
+		p := x.byRef[SpanRef{TraceID: ref.TraceID, SpanID: e.parent}]
+		switch {
+		case p == nil:
+		case p.rule.Scope == ScopeThread:
+			x.adopt(e, p.ref, p.tid, 1, !old.adoptedBy(p.ref, p.tid), &budget)
+		case p.adopted:
+			x.adopt(e, p.top, p.topTid, 1, !old.adoptedBy(p.top, p.topTid), &budget)
 		}
 	}
 }
 
-// adopt notes that slice e, and the slices below it, descend from thread
-// span top: its forward slices are then found by thread too, so that the
-// requests in their forward pass are found among thousands queued.
-func (x *Index) adopt(e, top *entry, depth int) {
-	if depth > 16 {
+// maxAdopt bounds the slices one arriving span makes known by thread.
+const maxAdopt = 4096
+
+func (e *entry) adoptedBy(top SpanRef, tid uint32) bool {
+	return e != nil && e.adopted && e.top == top && e.topTid == tid
+}
+
+// adopt notes that slice e, and (walk) the slices below it, descend from
+// thread span top of thread tid: its forward slices are then found by
+// thread too, so that the requests in their forward pass are found among
+// thousands queued. At most *budget slices are visited.
+func (x *Index) adopt(e *entry, top SpanRef, tid uint32, depth int, walk bool, budget *int) {
+	if depth > 16 || *budget <= 0 || e.adoptedBy(top, tid) {
 		return
 	}
+	*budget--
 	if e.rule.Narrow {
-		if e.top != nil {
-			untree(x.narrow, e.top.tid, e)
+		if e.adopted {
+			untree(x.narrow, e.topTid, e)
 		} else {
 			x.recharge(&e.cost, e.cost+ivNodeBytes)
 		}
-		treeOf(x.narrow, top.tid).insert(e)
+		treeOf(x.narrow, tid).insert(e)
 	}
-	e.top = top
-	x.children[e.ref].each(func(c *entry) { x.adopt(c, top, depth+1) })
+	e.adopted, e.top, e.topTid = true, top, tid
+	if walk {
+		x.children[e.ref].each(func(c *entry) { x.adopt(c, top, tid, depth+1, true, budget) })
+	}
 }
 
 func treeOf[K comparable](m map[K]*ivTree, k K) *ivTree {
@@ -680,8 +698,8 @@ func (x *Index) drop(s stored, why string) {
 			untree(x.procs, e.root, e)
 		case ScopeSlice:
 			untree(x.children, SpanRef{TraceID: e.ref.TraceID, SpanID: e.parent}, e)
-			if e.top != nil && e.rule.Narrow {
-				untree(x.narrow, e.top.tid, e)
+			if e.adopted && e.rule.Narrow {
+				untree(x.narrow, e.topTid, e)
 			}
 		}
 		switch why {
@@ -812,7 +830,8 @@ func (x *Index) forwarding(tid uint32, t int64) ([]*entry, bool) {
 	}
 	var tops []*entry
 	for _, s := range fwd {
-		if top := s.top; !top.dead && top.start <= t && t <= top.end {
+		top := x.byRef[s.top]
+		if top != nil && top.rule.Scope == ScopeThread && top.tid == s.topTid && top.start <= t && t <= top.end {
 			tops = append(tops, top)
 		}
 	}

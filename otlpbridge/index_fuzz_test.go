@@ -55,7 +55,7 @@ func (x *Index) consistent() error {
 		if e.rule.Scope == ScopeTrace {
 			traceScope++
 		}
-		if e.rule.Narrow && e.top != nil {
+		if e.rule.Narrow && e.adopted {
 			adopted++
 		}
 	}
