@@ -121,8 +121,8 @@ func checkAgentSecurity(t *testing.T, mode string, c corev1.Container) {
 	}
 }
 
-// checkProbesAndMemory: liveness on /healthz and readiness on /readyz at the
-// metrics port the agent listens on; the memory limit is passed to
+// checkProbesAndMemory: liveness on /healthz and (DaemonSet) readiness on
+// /readyz at the metrics port the agent listens on; the memory limit is passed to
 // --memory-limit and leaves the measured peak room.
 func checkProbesAndMemory(t *testing.T, mode string, c corev1.Container) {
 	t.Helper()
@@ -136,10 +136,18 @@ func checkProbesAndMemory(t *testing.T, mode string, c corev1.Container) {
 	if metricsPort == 0 || !strings.HasSuffix(listen, ":"+itoa(metricsPort)) || strings.HasPrefix(listen, "127.") {
 		t.Errorf("%s: --web.listen-address %q, metrics port %d: the kubelet and Prometheus must reach it", mode, listen, metricsPort)
 	}
-	for _, p := range []struct {
+	probes := []struct {
 		probe *corev1.Probe
 		path  string
-	}{{c.LivenessProbe, "/healthz"}, {c.ReadinessProbe, "/readyz"}} {
+	}{{c.LivenessProbe, "/healthz"}, {c.ReadinessProbe, "/readyz"}}
+	if mode == "sidecar" {
+		// The pod's readiness is the server's: the agent's drops must not take it away.
+		if c.ReadinessProbe != nil {
+			t.Errorf("sidecar: the agent has a readiness probe, which would take the server out of its Service")
+		}
+		probes = probes[:1]
+	}
+	for _, p := range probes {
 		if p.probe == nil || p.probe.HTTPGet == nil || p.probe.HTTPGet.Path != p.path || p.probe.HTTPGet.Port.String() != "metrics" {
 			t.Errorf("%s: want an HTTP probe on %s at port metrics, got %+v", mode, p.path, p.probe)
 		}

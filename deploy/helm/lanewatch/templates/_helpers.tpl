@@ -86,6 +86,8 @@ ports:
   - name: otlp-http
     containerPort: {{ .Values.ports.otlpHTTP }}
   {{- end }}
+# Beside a server (sidecar) no readiness probe: the pod's readiness is the server's,
+# never taken away by a burst of dropped events.
 livenessProbe:       # alive: the process serves HTTP
   httpGet:
     path: /healthz
@@ -93,6 +95,7 @@ livenessProbe:       # alive: the process serves HTTP
   periodSeconds: 10
   timeoutSeconds: 5
   failureThreshold: 3
+{{- if $daemonset }}
 readinessProbe:      # ready: probes attached, reader running, drops under the threshold
   httpGet:
     path: /readyz
@@ -100,6 +103,7 @@ readinessProbe:      # ready: probes attached, reader running, drops under the t
   periodSeconds: 10
   timeoutSeconds: 5
   failureThreshold: 3
+{{- end }}
 resources:
   {{- toYaml .Values.resources | nindent 2 }}
 securityContext:
