@@ -9,7 +9,7 @@ export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 .PHONY: help generate generate-check refpath nvidia-libs build test deploy-generate deploy-check jaeger-e2e run bench selftest-load fuzz clean
 
 help: ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
+	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
 
 generate: ## regenerate the Go bindings and .o files from bpf/*.c (needs clang, libbpf-dev)
 	$(GO) generate ./probes
@@ -42,6 +42,9 @@ deploy-generate: ## regenerate deploy/'s plain manifests and the chart's copies 
 
 deploy-check: ## render the Helm chart in both modes, decode every object and manifest strictly into the Kubernetes types, check generated files (deploy/ is its own module)
 	cd deploy && $(GO) vet ./... && $(GO) test -count=1 ./...
+
+jaeger-e2e: build ## the traces section's end-to-end check against a real Jaeger v2 (first run builds Jaeger into .cache/jaeger: minutes)
+	$(SUDO) bash scripts/jaeger-e2e.sh
 
 run: build ## run the selftest on the reference data path with a live view of every transfer
 	$(SUDO) ./bin/agent selftest --live
