@@ -416,3 +416,18 @@ func checkContainer(t *testing.T, where string, c corev1.Container, volumes map[
 		}
 	}
 }
+
+// TestWithoutOperator: with the ServiceMonitor, PrometheusRule and dashboard
+// off (a cluster without the Prometheus Operator) only the workload and its
+// Service are rendered.
+func TestWithoutOperator(t *testing.T) {
+	off := map[string]any{"enabled": false}
+	for _, mode := range Modes {
+		objs := objects(t, mode, map[string]any{"serviceMonitor": off, "prometheusRule": off, "dashboard": off})
+		if len(objs) != 2 {
+			t.Errorf("mode %s: %d objects, want the workload and its Service", mode, len(objs))
+		}
+		podOf(t, mode, objs)
+		find[*corev1.Service](t, objs)
+	}
+}
