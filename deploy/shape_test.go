@@ -216,6 +216,9 @@ func TestDaemonSet(t *testing.T) {
 	for _, v := range spec.Volumes {
 		if v.HostPath != nil {
 			hostPaths = append(hostPaths, v.HostPath.Path)
+			if !slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == v.Name && m.MountPath == "/host/sys" }) {
+				t.Errorf("host path %s is not mounted at --path.sysfs /host/sys", v.HostPath.Path)
+			}
 		}
 	}
 	if !slices.Equal(hostPaths, []string{"/sys"}) {
