@@ -108,10 +108,12 @@ resources:
   {{- toYaml .Values.resources | nindent 2 }}
 securityContext:
   privileged: false
-  # The agent runs as nobody; its capabilities come from the image's file capabilities
-  # on the binary (Kubernetes gives a non-root process no ambient capabilities), which
-  # no_new_privs would refuse: so privilege escalation stays allowed, bounded by the
-  # capability set below.
+  # The agent runs as nobody. Kubernetes gives a non-root process no ambient
+  # capabilities, so they come from the file capabilities of the image's binary, and
+  # no_new_privs keeps file capabilities only where the runtime already put them in the
+  # launching process's permitted set (setpriv on this project's VM: kept from a
+  # launcher holding them, refused from one without). Escalation stays allowed so they
+  # apply on any runtime; the capability set below bounds them.
   allowPrivilegeEscalation: true
   runAsNonRoot: true
   runAsUser: 65534
