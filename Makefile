@@ -6,10 +6,10 @@ REFPATH := refpath/build
 # go-nvml's cgo prologue calls functions NVML marks deprecated: keep the build quiet.
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 
-.PHONY: help generate generate-check refpath nvidia-libs build test run bench selftest-load fuzz clean
+.PHONY: help generate generate-check refpath nvidia-libs build test deploy-generate deploy-check jaeger-e2e run bench selftest-load fuzz clean
 
 help: ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
+	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
 
 generate: ## regenerate the Go bindings and .o files from bpf/*.c (needs clang, libbpf-dev)
 	$(GO) generate ./probes
@@ -27,7 +27,7 @@ nvidia-libs: ## fetch NVIDIA's real user-space libraries (Debian contrib/non-fre
 build: refpath ## build bin/agent and the reference data path
 	$(GO) build -o bin/agent ./cmd/agent
 
-test: build nvidia-libs ## vet, check generated files, promtool on the alert rules, the GPU check script's unit tests, run every test (BPF tests need root)
+test: build nvidia-libs ## vet, check generated files, promtool on the alert rules, the GPU check script's unit tests, run every test (BPF tests need root), deploy-check
 	$(GO) vet ./...
 	$(MAKE) generate-check
 	bash dashboards/check.sh
@@ -35,6 +35,16 @@ test: build nvidia-libs ## vet, check generated files, promtool on the alert rul
 	$(SUDO) $(GO) test -count=1 -p 1 ./... # one package at a time: the BPF and e2e tests judge rates, and each package traces every process using the reference libraries
 	$(GO) test -run '^$$' -bench . -benchtime 1x ./correlate ./exporters ./otlpbridge # every benchmark once (the probe costs one short round), so `make bench` cannot rot
 	$(SUDO) $(GO) test -short -run '^$$' -bench . -benchtime 1x ./probes
+	$(MAKE) deploy-check
+
+deploy-generate: ## regenerate deploy/'s plain manifests and the chart's copies of dashboards/ from the Helm chart
+	cd deploy && $(GO) generate ./...
+
+deploy-check: ## render the Helm chart in both modes, decode every object and manifest strictly into the Kubernetes types, check generated files (deploy/ is its own module)
+	cd deploy && $(GO) vet ./... && $(GO) test -count=1 ./...
+
+jaeger-e2e: build ## the traces section's end-to-end check against a real Jaeger v2 (first run builds Jaeger into .cache/jaeger: minutes)
+	$(SUDO) bash scripts/jaeger-e2e.sh
 
 run: build ## run the selftest on the reference data path with a live view of every transfer
 	$(SUDO) ./bin/agent selftest --live

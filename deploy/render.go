@@ -1,0 +1,180 @@
+package deploy
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"helm.sh/helm/v3/pkg/chart"
+	"helm.sh/helm/v3/pkg/chart/loader"
+	"helm.sh/helm/v3/pkg/chartutil"
+	"helm.sh/helm/v3/pkg/engine"
+	"helm.sh/helm/v3/pkg/releaseutil"
+)
+
+// Paths, relative to the deploy directory.
+const (
+	ChartDir      = "helm/lanewatch"
+	ManifestDir   = "kubernetes"
+	RulesFile     = "../dashboards/lanewatch.rules.yml"
+	DashboardFile = "../dashboards/grafana/lanewatch.json"
+)
+
+// The chart's copies of the rules and the dashboard (Helm reads files only
+// from inside the chart).
+const (
+	chartRules     = "files/lanewatch.rules.yml"
+	chartDashboard = "files/lanewatch.json"
+)
+
+// ReleaseName and Namespace are what the plain manifests are rendered with.
+const (
+	ReleaseName = "lanewatch"
+	Namespace   = "lanewatch"
+)
+
+// Chart loads the chart under dir (the deploy directory) with its copies of
+// the rules and the dashboard replaced by the files in dashboards/, so what
+// is rendered is always the current rules and dashboard.
+func Chart(dir string) (*chart.Chart, error) {
+	ch, err := loader.Load(filepath.Join(dir, ChartDir))
+	if err != nil {
+		return nil, fmt.Errorf("load chart: %w", err)
+	}
+	for name, src := range map[string]string{chartRules: RulesFile, chartDashboard: DashboardFile} {
+		b, err := os.ReadFile(filepath.Join(dir, src))
+		if err != nil {
+			return nil, err
+		}
+		setFile(ch, name, b)
+	}
+	return ch, nil
+}
+
+func setFile(ch *chart.Chart, name string, data []byte) {
+	for _, f := range ch.Files {
+		if f.Name == name {
+			f.Data = data
+			return
+		}
+	}
+	ch.Files = append(ch.Files, &chart.File{Name: name, Data: data})
+}
+
+// Render renders the chart with values over its defaults, as `helm template
+// --namespace lanewatch lanewatch` would, in strict mode (a missing value is
+// an error). The result maps each template's base name to its output, blank
+// outputs left out.
+func Render(ch *chart.Chart, values map[string]any) (map[string]string, error) {
+	opts := chartutil.ReleaseOptions{Name: ReleaseName, Namespace: Namespace, IsInstall: true, Revision: 1}
+	vals, err := chartutil.ToRenderValues(ch, values, opts, chartutil.DefaultCapabilities)
+	if err != nil {
+		return nil, fmt.Errorf("values: %w", err)
+	}
+	out, err := (&engine.Engine{Strict: true}).Render(ch, vals)
+	if err != nil {
+		return nil, fmt.Errorf("render: %w", err)
+	}
+	files := map[string]string{}
+	for name, text := range out {
+		base := filepath.Base(name)
+		if strings.HasPrefix(base, "_") || strings.TrimSpace(text) == "" {
+			continue
+		}
+		files[base] = text
+	}
+	return files, nil
+}
+
+// Documents splits a multi-document YAML stream into its documents that
+// hold more than comments, as Helm does.
+func Documents(stream string) []string {
+	m := releaseutil.SplitManifests(stream)
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool { return manifestIndex(keys[i]) < manifestIndex(keys[j]) })
+	docs := make([]string, 0, len(keys))
+	for _, k := range keys {
+		if strings.TrimSpace(stripComments(m[k])) != "" {
+			docs = append(docs, m[k]+"\n") // Helm trims it: a block scalar at the end keeps its line break
+		}
+	}
+	return docs
+}
+
+func manifestIndex(key string) int {
+	var n int
+	fmt.Sscanf(key, "manifest-%d", &n)
+	return n
+}
+
+func stripComments(doc string) string {
+	var b strings.Builder
+	for _, line := range strings.Split(doc, "\n") {
+		if !strings.HasPrefix(strings.TrimSpace(line), "#") {
+			b.WriteString(line + "\n")
+		}
+	}
+	return b.String()
+}
+
+// manifest is one plain manifest file: the templates it joins, rendered in
+// one mode.
+type manifest struct {
+	file      string
+	mode      string
+	templates []string
+}
+
+var manifests = []manifest{
+	{"daemonset.yaml", "daemonset", []string{"daemonset.yaml", "service.yaml", "servicemonitor.yaml"}},
+	{"sglang-sidecar.yaml", "sidecar", []string{"sidecar.yaml", "service.yaml", "servicemonitor.yaml"}},
+	{"prometheusrule.yaml", "daemonset", []string{"prometheusrule.yaml"}},
+	{"grafana-dashboard.yaml", "daemonset", []string{"dashboard.yaml"}},
+}
+
+// Modes are the chart's modes.
+var Modes = []string{"daemonset", "sidecar"}
+
+// Generate returns every generated file, by path relative to dir (the
+// deploy directory), with its content.
+func Generate(dir string) (map[string][]byte, error) {
+	ch, err := Chart(dir)
+	if err != nil {
+		return nil, err
+	}
+	files := map[string][]byte{}
+	for _, f := range ch.Files {
+		if f.Name == chartRules || f.Name == chartDashboard {
+			files[filepath.Join(ChartDir, f.Name)] = f.Data
+		}
+	}
+	rendered := map[string]map[string]string{}
+	for _, mode := range Modes {
+		if rendered[mode], err = Render(ch, map[string]any{"mode": mode}); err != nil {
+			return nil, fmt.Errorf("mode %s: %w", mode, err)
+		}
+	}
+	for _, m := range manifests {
+		var b bytes.Buffer
+		fmt.Fprintf(&b, "# Generated by `make deploy-generate` from deploy/%s: helm template --namespace %s %s %s --set mode=%s\n# Do not edit; change the chart and regenerate.\n",
+			ChartDir, Namespace, ReleaseName, ChartDir, m.mode)
+		for _, t := range m.templates {
+			out, ok := rendered[m.mode][t]
+			if !ok {
+				return nil, fmt.Errorf("%s: template %s rendered nothing in mode %s", m.file, t, m.mode)
+			}
+			b.WriteString("---\n" + strings.TrimLeft(out, "\n"))
+			if !strings.HasSuffix(out, "\n") {
+				b.WriteString("\n")
+			}
+		}
+		files[filepath.Join(ManifestDir, m.file)] = b.Bytes()
+	}
+	return files, nil
+}
