@@ -6,7 +6,7 @@ REFPATH := refpath/build
 # go-nvml's cgo prologue calls functions NVML marks deprecated: keep the build quiet.
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 
-.PHONY: help generate generate-check refpath nvidia-libs build test run bench selftest-load fuzz clean
+.PHONY: help generate generate-check refpath nvidia-libs build image test run bench selftest-load fuzz clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -26,6 +26,9 @@ nvidia-libs: ## fetch NVIDIA's real user-space libraries (Debian contrib/non-fre
 
 build: refpath ## build bin/agent and the reference data path
 	$(GO) build -o bin/agent ./cmd/agent
+
+image: build ## the agent's container image (podman, FROM scratch: bin/agent and the C libraries it loads, no shell) and its seccomp profile; prints the size
+	$(SUDO) bash scripts/image/build.sh bin/agent localhost/lanewatch-agent:dev
 
 test: build nvidia-libs ## vet, check generated files, promtool on the alert rules, the GPU check script's unit tests, run every test (BPF tests need root)
 	$(GO) vet ./...
