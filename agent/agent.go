@@ -115,10 +115,14 @@ type Agent struct {
 	exited       chan int
 	pidProbes    map[int][]*probes.PIDProbes
 
-	events    atomic.Uint64
-	rescans   atomic.Uint64
-	attachErr atomic.Uint64 // files whose probes could not be attached
-	targets   map[int]bool  // PIDs as a set; nil means all
+	events  atomic.Uint64
+	rescans atomic.Uint64
+	// attached: the first scan attached every probe; readerRound: when
+	// the ring reader last came round (unix ns), for readiness.
+	attached    atomic.Bool
+	readerRound atomic.Int64
+	attachErr   atomic.Uint64 // files whose probes could not be attached
+	targets     map[int]bool  // PIDs as a set; nil means all
 
 	// callers classifies the driver calls the probes could not (the
 	// reading goroutine's); callerErrs counts those it could not either.
@@ -227,6 +231,7 @@ func (a *Agent) Run(ctx context.Context) (err error) {
 		}
 	}
 	a.initialScan()
+	a.attached.Store(true)
 	if a.cfg.OnReady != nil {
 		a.cfg.OnReady()
 	}

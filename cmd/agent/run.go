@@ -40,6 +40,8 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		"how often the last interval's transfers are judged (pageable copies, fragmentation, same-direction overlap, RDMA congestion per port and queue pair) into lanewatch_findings")
 	fs.DurationVar(&mc.HostCheckInterval, "host-check-interval", time.Minute,
 		"how often the host and process checks of `agent diagnose` (links, IOMMU, NUMA binding, pool placement, pinned memory) refresh their findings")
+	fs.Float64Var(&mc.ReadyMaxDropRatio, "ready.max-drop-ratio", agent.DefaultReadyMaxDropRatio,
+		"/readyz fails while more than this share of the probe events since its previous check were dropped or damaged (beside /metrics, with /healthz)")
 	fs.StringVar(&mc.GPU.Source, "gpu-counters", "auto", "GPU link counters: auto (DCGM, else NVML), dcgm, nvml or off; read once per evaluation")
 	fs.StringVar(&mc.GPU.NVMLLibrary, "nvml.library", "libnvidia-ml.so.1", "the NVML library to load at run time")
 	fs.StringVar(&mc.GPU.DCGMAddress, "dcgm.address", "", "a standalone nv-hostengine (host:port); empty starts an embedded host engine")
@@ -60,6 +62,9 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	flagErr := errors.Join(checkRoot("path.procfs", *procRoot), checkRoot("path.sysfs", *sysRoot), checkLibs(libs), checkRing(*ring),
 		positive("rescan-interval", *rescan), notNegative("host-check-interval", mc.HostCheckInterval), notNegative("spans.hold", tc.Hold),
 		notNegative("spans.max-hold", tc.MaxHold), positive("otlp.index-window", tc.Index.Window), positive("evaluate-interval", mc.EvaluateInterval))
+	if r := mc.ReadyMaxDropRatio; !(r > 0 && r <= 1) {
+		flagErr = errors.Join(flagErr, fmt.Errorf("--ready.max-drop-ratio %g: must be in (0, 1]", r))
+	}
 	if tc.Index.MaxSpans <= 0 {
 		flagErr = errors.Join(flagErr, fmt.Errorf("--otlp.index-max-spans %d: must be positive", tc.Index.MaxSpans))
 	}
