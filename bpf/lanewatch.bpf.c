@@ -87,10 +87,36 @@ struct {
 __u64 lost_waiting;
 __u64 lost_overflow;
 
+/* In a PID namespace other than the host's (a sidecar sharing its pod's),
+ * the agent knows processes by their pids there: pidns_dev and pidns_ino
+ * name that namespace (set at load), and threads whose own namespace is
+ * another (the host's, other pods') are ignored by every program. 0: the
+ * host's, where every thread is known by its host pid. */
+volatile const __u64 pidns_dev = 0;
+volatile const __u64 pidns_ino = 0;
+
+/* current_id is bpf_get_current_pid_tgid() as the agent's namespace sees
+ * it; 0 for a thread outside it. */
+static __always_inline __u64 current_id(void)
+{
+	if (!pidns_ino)
+		return bpf_get_current_pid_tgid();
+	struct bpf_pidns_info ns = {};
+	if (bpf_get_ns_current_pid_tgid(pidns_dev, pidns_ino, &ns, sizeof(ns)))
+		return 0;
+	return (__u64)ns.tgid << 32 | ns.pid;
+}
+
+/* foreign: the current thread is outside the agent's PID namespace. */
+static __always_inline int foreign(void)
+{
+	return pidns_ino && !current_id();
+}
+
 /* note_lost remembers that the current process lost an event. */
 static __always_inline void note_lost(void)
 {
-	__u32 tgid = bpf_get_current_pid_tgid() >> 32, one = 1;
+	__u32 tgid = current_id() >> 32, one = 1;
 	long err = bpf_map_update_elem(&lost, &tgid, &one, BPF_NOEXIST);
 	if (!err)
 		__sync_fetch_and_add(&lost_waiting, 1);
@@ -144,7 +170,7 @@ static __always_inline __u64 submit_flags(void)
  * moved if the probe site is past a push. */
 static __always_inline void capture(struct lw_event *e, struct pt_regs *ctx, __u64 cookie, __u8 kind)
 {
-	__u64 id = bpf_get_current_pid_tgid();
+	__u64 id = current_id();
 	__u8 n = LW_COOKIE_NARGS(cookie);
 	__u64 sp = ctx->sp + LW_COOKIE_SPDELTA(cookie);
 
@@ -301,6 +327,8 @@ static __always_inline struct lw_event *saved_entry(__u64 cookie, struct lw_slot
 SEC("uprobe.multi")
 int lw_call(struct pt_regs *ctx)
 {
+	if (foreign())
+		return 0;
 	__u64 cookie = bpf_get_attach_cookie(ctx);
 	struct lw_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
 	if (!e) {
@@ -318,6 +346,8 @@ int lw_call(struct pt_regs *ctx)
 SEC("uprobe.multi")
 int lw_call_enter(struct pt_regs *ctx)
 {
+	if (foreign())
+		return 0;
 	enter(ctx, bpf_get_attach_cookie(ctx), 0);
 	return 0;
 }
@@ -406,6 +436,8 @@ static __always_inline int call_return(struct pt_regs *ctx, int with_name)
 SEC("uretprobe.multi")
 int lw_call_return(struct pt_regs *ctx)
 {
+	if (foreign())
+		return 0;
 	return call_return(ctx, 0);
 }
 
@@ -415,6 +447,8 @@ int lw_call_return(struct pt_regs *ctx)
 SEC("uretprobe.multi")
 int lw_name_return(struct pt_regs *ctx)
 {
+	if (foreign())
+		return 0;
 	return call_return(ctx, 1);
 }
 
@@ -424,6 +458,8 @@ int lw_name_return(struct pt_regs *ctx)
 SEC("uprobe.multi")
 int lw_launch_ex_enter(struct pt_regs *ctx)
 {
+	if (foreign())
+		return 0;
 	struct lw_event *e = enter(ctx, bpf_get_attach_cookie(ctx), 0);
 	if (!e)
 		return 0;
@@ -445,6 +481,8 @@ int lw_launch_ex_enter(struct pt_regs *ctx)
 SEC("uprobe.multi")
 int lw_prop_enter(struct pt_regs *ctx)
 {
+	if (foreign())
+		return 0;
 	__u64 cookie = bpf_get_attach_cookie(ctx);
 	struct lw_event *e = enter(ctx, cookie, 0);
 	if (!e)
@@ -470,6 +508,8 @@ int lw_prop_enter(struct pt_regs *ctx)
 SEC("uprobe.multi")
 int lw_copy2d_enter(struct pt_regs *ctx)
 {
+	if (foreign())
+		return 0;
 	struct lw_event *e = enter(ctx, bpf_get_attach_cookie(ctx), 0);
 	if (!e)
 		return 0;
@@ -494,6 +534,8 @@ int lw_copy2d_enter(struct pt_regs *ctx)
 SEC("uprobe.multi")
 int lw_batch(struct pt_regs *ctx)
 {
+	if (foreign())
+		return 0;
 	struct lw_event *call = enter(ctx, bpf_get_attach_cookie(ctx), 1);
 	if (!call)
 		return 0;
@@ -543,15 +585,21 @@ static __always_inline void emit_process(__u8 kind, __u32 pid, __u32 tid)
 SEC("tp_btf/sched_process_exec")
 int BPF_PROG(lw_exec, struct task_struct *p)
 {
-	emit_process(LW_EV_EXEC, p->tgid, p->pid);
+	/* p is the current task, execing: its ids as the agent sees them. */
+	__u64 id = current_id();
+	if (!id)
+		return 0;
+	emit_process(LW_EV_EXEC, id >> 32, (__u32)id);
 	return 0;
 }
 
 SEC("tp_btf/sched_process_exit")
 int BPF_PROG(lw_exit, struct task_struct *p)
 {
-	int pid = p->pid, tgid = p->tgid;
-	if (pid != tgid)
+	/* p is the current task, exiting: its ids as the agent sees them. */
+	__u64 id = current_id();
+	__u32 pid = (__u32)id, tgid = id >> 32;
+	if (!id || pid != tgid)
 		return 0;
 	emit_process(LW_EV_EXIT, tgid, pid);
 	/* Its losses die with it, said or not (a lost exit event included). */
@@ -587,7 +635,7 @@ struct lw_sge {
 static __always_inline int walk_wrs(struct pt_regs *ctx, int send)
 {
 	__u64 cookie = bpf_get_attach_cookie(ctx);
-	__u64 id = bpf_get_current_pid_tgid();
+	__u64 id = current_id();
 	__u64 qp = ctx->di, wr = ctx->si, ts = bpf_ktime_get_ns();
 	__u32 qp_num = 0;
 	bpf_probe_read_user(&qp_num, sizeof(qp_num), (void *)(qp + IBV_QP_QP_NUM));
@@ -651,12 +699,16 @@ static __always_inline int walk_wrs(struct pt_regs *ctx, int send)
 SEC("uprobe.multi")
 int lw_post_send(struct pt_regs *ctx)
 {
+	if (foreign())
+		return 0;
 	return walk_wrs(ctx, 1);
 }
 
 SEC("uprobe.multi")
 int lw_post_recv(struct pt_regs *ctx)
 {
+	if (foreign())
+		return 0;
 	return walk_wrs(ctx, 0);
 }
 
@@ -665,6 +717,8 @@ int lw_post_recv(struct pt_regs *ctx)
 SEC("uretprobe.multi")
 int lw_poll_cq_return(struct pt_regs *ctx)
 {
+	if (foreign())
+		return 0;
 	__u64 cookie = bpf_get_attach_cookie(ctx);
 	struct lw_slots *s;
 	struct lw_event *in = saved_entry(cookie, &s);

@@ -103,6 +103,9 @@ func Load(opts Options) (*Probes, error) {
 	if err := spec.Variables["wakeup_bytes"].Set(opts.WakeupBytes); err != nil {
 		return nil, fmt.Errorf("set wakeup_bytes: %w", err)
 	}
+	if err := setPIDNamespace(spec, opts.Logger); err != nil {
+		return nil, err
+	}
 	p := &Probes{opts: opts, log: opts.Logger, files: map[FileID]*AttachedFile{}, pidProbes: map[*PIDProbes]bool{}}
 	if err := spec.LoadAndAssign(&p.objs, nil); err != nil {
 		var verr *ebpf.VerifierError
