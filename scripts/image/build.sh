@@ -7,13 +7,13 @@
 # agent's user, and the CA certificates for an OTLP upstream over TLS.
 # No shell. Beside it, bin/image/seccomp.json: podman's default seccomp
 # profile with what the agent's capabilities need (seccomp.py).
-# Usage: build.sh BINARY TAG
+# Usage: build.sh BINARY TAG [OUTDIR (bin/image)]
 set -euo pipefail
-bin=${1:-bin/agent}
+bin=$(realpath "${1:-bin/agent}")
 tag=${2:-localhost/lanewatch-agent:dev}
+out=$(realpath -m "${3:-bin/image}")
 cd "$(dirname "$0")/../.."
 bash scripts/image/podman-setup.sh
-out=bin/image
 root=$out/rootfs
 rm -rf "$root"
 mkdir -p "$root/etc/ssl/certs" "$root/tmp"
