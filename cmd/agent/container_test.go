@@ -234,7 +234,7 @@ func outDir(t *testing.T) string {
 // held is a kvpath scenario stopped at its hold point (--hold): its
 // libraries are mapped, no call made yet.
 type held struct {
-	pid   int // as the agent sees it
+	pid int // as the agent sees it
 	// nsPID is its pid as it sees itself (the truth's pid and tid): 0
 	// when the agent sees the same.
 	nsPID int
