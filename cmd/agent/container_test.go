@@ -127,13 +127,14 @@ type container struct {
 	log  *agentLog // its stderr
 	out  io.ReadCloser
 	in   io.WriteCloser
-	done chan error
+	done chan struct{} // closed once podman run returned, with err
+	err  error
 }
 
 func startContainer(t *testing.T, name string, args ...string) *container {
 	t.Helper()
 	podman("rm", "-f", "-t", "0", name).Run()
-	c := &container{name: name, cmd: podman(append([]string{"run", "--rm", "-i", "--name", name}, args...)...), done: make(chan error, 1)}
+	c := &container{name: name, cmd: podman(append([]string{"run", "--rm", "-i", "--name", name}, args...)...), done: make(chan struct{})}
 	var err error
 	if c.in, err = c.cmd.StdinPipe(); err != nil {
 		t.Fatal(err)
@@ -149,7 +150,7 @@ func startContainer(t *testing.T, name string, args ...string) *container {
 		t.Fatal(err)
 	}
 	c.log = newAgentLog(stderr)
-	go func() { c.done <- c.cmd.Wait() }()
+	go func() { c.err = c.cmd.Wait(); close(c.done) }()
 	t.Cleanup(func() {
 		podman("rm", "-f", "-t", "0", name).Run()
 		select {
@@ -165,8 +166,8 @@ func startContainer(t *testing.T, name string, args ...string) *container {
 func (c *container) wait(t *testing.T, d time.Duration) error {
 	t.Helper()
 	select {
-	case err := <-c.done:
-		return err
+	case <-c.done:
+		return c.err
 	case <-time.After(d):
 		t.Fatalf("container %s still running after %s:\n%s", c.name, d, c.log.String())
 		return nil
