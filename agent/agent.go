@@ -57,6 +57,9 @@ type Config struct {
 	// by SMs (docs/design.md, "Kernel movers"). Every kernel launch of every
 	// traced process then costs one entry+return pair.
 	Kernels bool
+	// AllowSingleStep: on arm64, also probe sites the kernel single-steps
+	// (probes.Options.AllowSingleStep).
+	AllowSingleStep bool
 	// KVKernels are the KV-transfer kernels, regular expressions over a
 	// kernel's demangled function name; nil: correlate.DefaultKVKernels.
 	KVKernels []string
@@ -174,7 +177,8 @@ func New(cfg Config) (*Agent, error) {
 	stubs := newStubResolver(cfg.ProcRoot, cfg.Logger)
 	var a *Agent
 	between := func(idle bool) { a.between(idle) } // a is set before anything is read
-	p, err := probes.Load(probes.Options{RingBytes: cfg.RingBytes, Record: cfg.Record, Logger: cfg.Logger, Between: between})
+	p, err := probes.Load(probes.Options{RingBytes: cfg.RingBytes, Record: cfg.Record, Logger: cfg.Logger, Between: between,
+		AllowSingleStep: cfg.AllowSingleStep})
 	if err != nil {
 		return nil, err
 	}

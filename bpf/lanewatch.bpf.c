@@ -12,7 +12,11 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
 #include <bpf/bpf_core_read.h>
+#if defined(__TARGET_ARCH_arm64)
+#include "arm64_types.h"
+#else
 #include "x86_types.h"
+#endif
 #include "lanewatch.h"
 
 #define LW_EBUSY 16  /* errno EBUSY */
@@ -165,14 +169,14 @@ static __always_inline __u64 submit_flags(void)
 									     : BPF_RB_NO_WAKEUP;
 }
 
-/* Fill the header and arguments. Arguments 7..9 live on the caller's stack
- * above the return address; the cookie says how far the stack pointer has
- * moved if the probe site is past a push. */
+/* Fill the header and arguments. Arguments past the registers live on the
+ * caller's stack (arch header); the cookie says how far the stack pointer
+ * has moved if the probe site is past a push. */
 static __always_inline void capture(struct lw_event *e, struct pt_regs *ctx, __u64 cookie, __u8 kind)
 {
 	__u64 id = current_id();
 	__u8 n = LW_COOKIE_NARGS(cookie);
-	__u64 sp = ctx->sp + LW_COOKIE_SPDELTA(cookie);
+	__u64 sp = LW_SP(ctx) + LW_COOKIE_SPDELTA(cookie);
 
 	e->kind = kind;
 	e->flags = 0;
@@ -185,20 +189,12 @@ static __always_inline void capture(struct lw_event *e, struct pt_regs *ctx, __u
 	e->ret = 0;
 	e->out = 0;
 	e->caller = 0;
-	e->args[0] = ctx->di;
-	e->args[1] = ctx->si;
-	e->args[2] = ctx->dx;
-	e->args[3] = ctx->cx;
-	e->args[4] = ctx->r8;
-	e->args[5] = ctx->r9;
-	e->args[6] = 0;
-	e->args[7] = 0;
-	e->args[8] = 0;
-	if (n > 6) {
-		__u32 size = (n - 6) * 8;
-		if (size > 24)
-			size = 24;
-		if (bpf_probe_read_user(&e->args[6], size, (void *)(sp + 8)))
+	LW_CAPTURE_REGS(e, ctx);
+	if (n > LW_REG_ARGS) {
+		__u32 size = (n - LW_REG_ARGS) * 8;
+		if (size > (LW_MAX_ARGS - LW_REG_ARGS) * 8)
+			size = (LW_MAX_ARGS - LW_REG_ARGS) * 8;
+		if (bpf_probe_read_user(&e->args[LW_REG_ARGS], size, (void *)LW_STACK_ARGS(sp)))
 			count_drop(LW_DROP_READ_FAULT, 1);
 	}
 }
@@ -301,8 +297,12 @@ static __always_inline struct lw_event *enter(struct pt_regs *ctx, __u64 cookie,
 	capture(e, ctx, cookie, LW_EV_CALL);
 	if (caller_now && LW_COOKIE_CALLER(cookie)) {
 		__u64 ret = 0;
-		if (bpf_probe_read_user(&ret, sizeof(ret), (void *)(ctx->sp + LW_COOKIE_SPDELTA(cookie))))
+#if defined(__TARGET_ARCH_arm64)
+		ret = LW_LINK(ctx); /* the probe sits at the entry, before x30 is saved */
+#else
+		if (bpf_probe_read_user(&ret, sizeof(ret), (void *)(LW_SP(ctx) + LW_COOKIE_SPDELTA(cookie))))
 			count_drop(LW_DROP_READ_FAULT, 1);
+#endif
 		classify(s, e, ret);
 	}
 	return e;
@@ -395,7 +395,7 @@ static __always_inline int call_return(struct pt_regs *ctx, int with_name)
 	struct lw_event *in = saved_entry(cookie, &s);
 	if (!in)
 		return 0;
-	if (with_name && (__u32)ctx->ax == 0)
+	if (with_name && (__u32)LW_RC(ctx) == 0)
 		emit_name(in);
 	struct lw_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
 	if (!e) {
@@ -407,10 +407,10 @@ static __always_inline int call_return(struct pt_regs *ctx, int with_name)
 	in->kind = 0;
 	e->kind = LW_EV_CALL;
 	e->ret_ts_ns = bpf_ktime_get_ns();
-	e->ret = ctx->ax;
+	e->ret = LW_RC(ctx);
 	/* At a uretprobe the kernel has put the return address back in ip. */
 	if (LW_COOKIE_CALLER(cookie) && !e->caller)
-		classify(s, e, ctx->ip);
+		classify(s, e, LW_IP(ctx));
 	__u32 out = LW_COOKIE_OUTARG(cookie);
 	__u64 ptr = 0;
 	/* Constant indexes: the verifier cannot bound args[out - 1]. */
@@ -636,7 +636,7 @@ static __always_inline int walk_wrs(struct pt_regs *ctx, int send)
 {
 	__u64 cookie = bpf_get_attach_cookie(ctx);
 	__u64 id = current_id();
-	__u64 qp = ctx->di, wr = ctx->si, ts = bpf_ktime_get_ns();
+	__u64 qp = LW_ARG0(ctx), wr = LW_ARG1(ctx), ts = bpf_ktime_get_ns();
 	__u32 qp_num = 0;
 	bpf_probe_read_user(&qp_num, sizeof(qp_num), (void *)(qp + IBV_QP_QP_NUM));
 
@@ -724,7 +724,7 @@ int lw_poll_cq_return(struct pt_regs *ctx)
 	struct lw_event *in = saved_entry(cookie, &s);
 	if (!in)
 		return 0;
-	__s64 n = (__s64)ctx->ax;
+	__s64 n = (__s64)LW_RC(ctx);
 	__u64 cq = in->args[0], wcs = in->args[2], ts = bpf_ktime_get_ns();
 	for (__u32 i = 0; i < LW_MAX_WC; i++) {
 		if ((__s64)i >= n)
