@@ -98,8 +98,11 @@ type Agent struct {
 	filesMu     sync.Mutex
 	files       map[probes.FileID]*fileState
 	attachFails map[string]uint64 // failed tries to probe a library, by file name
-	scanGen     uint64            // full scans of every process, for the unprobed libraries they still see
-	limited     *limitedLog       // one line per cause per LogInterval
+	// sameFile: the verdicts of files attached on overlayfs, by what every
+	// container's mount of one image layer shows alike (probes.Fingerprint).
+	sameFile map[probes.Fingerprint]fileVerdict
+	scanGen  uint64      // full scans of every process, for the unprobed libraries they still see
+	limited  *limitedLog // one line per cause per LogInterval
 
 	engineMu sync.Mutex // the engine is fed by the reader and told about processes by discovery
 	engine   *correlate.Engine
@@ -203,6 +206,7 @@ func New(cfg Config) (*Agent, error) {
 		callers:      newCallerRanges(cfg.ProcRoot),
 		stubs:        stubs,
 		attachFails:  map[string]uint64{},
+		sameFile:     map[probes.Fingerprint]fileVerdict{},
 		limited:      newLimitedLog(cfg.Logger, cfg.LogInterval),
 	}
 	if len(cfg.PIDs) > 0 {

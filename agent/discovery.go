@@ -147,6 +147,19 @@ func (a *Agent) tryFile(id probes.FileID, name string, pid int, open func() (*pr
 			level: slog.LevelWarn, reason: err.Error(), counted: true, retryNow: true}
 	}
 	defer mf.Close()
+	fp, onOverlay, err := mf.Fingerprint()
+	if err != nil {
+		a.log.Debug("overlay fingerprint", "path", name, "err", err)
+	}
+	if onOverlay {
+		a.filesMu.Lock()
+		same, seen := a.sameFile[fp]
+		a.filesMu.Unlock()
+		if seen {
+			a.log.Info("probed already: the same image layer's file as another container's", "path", name, "pid", pid)
+			return same, true, nil
+		}
+	}
 	syms, err := probes.LookupSymbols(mf.OpenPath(), a.symbols)
 	switch {
 	case err != nil && looksLikeCUDA(name):
@@ -171,6 +184,11 @@ func (a *Agent) tryFile(id probes.FileID, name string, pid int, open func() (*pr
 			reason: err.Error(), counted: true}
 	}
 	v.probed, v.attachedAt, v.linkerOnly = true, probes.Now(), linkerOnly(syms)
+	if onOverlay {
+		a.filesMu.Lock()
+		a.sameFile[fp] = v
+		a.filesMu.Unlock()
+	}
 	a.log.Info("attached", "path", name, "probes", len(af.Sites), "sites", siteSummary(af.Sites), "via", mf.Via)
 	for sym, site := range af.Sites {
 		if site.NotResolved != "" {

@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/lanewatch/lanewatch/correlate"
+	"github.com/lanewatch/lanewatch/event"
 	"github.com/lanewatch/lanewatch/internal/testenv"
 	"github.com/lanewatch/lanewatch/selftest"
 )
@@ -43,6 +44,9 @@ func podman(args ...string) *exec.Cmd {
 // an unchanged rebuild cheap.
 type images struct {
 	agent, work, seccomp string
+	// own is work with its own libcuda in the image: every container of
+	// it maps the one file of that image layer.
+	own string
 }
 
 var (
@@ -104,6 +108,15 @@ func build(ref string) (images, error) {
 	cf := filepath.Join(dir, "Containerfile.work")
 	os.WriteFile(cf, []byte("FROM "+img.agent+"\nCOPY . /\nUSER 0:0\nENTRYPOINT []\n"), 0o644)
 	if err := run(podman("build", "-q", "-f", cf, "-t", img.work, work)); err != nil {
+		return images{}, err
+	}
+	own := filepath.Join(dir, "own")
+	if err := copyFile(filepath.Join(ref, "lib", "libcuda.so.1"), filepath.Join(own, "ref", "lib", "libcuda.so.1")); err != nil {
+		return images{}, err
+	}
+	img.own = "localhost/lanewatch-refpath-own:e2e"
+	os.WriteFile(cf, []byte("FROM "+img.work+"\nCOPY . /\n"), 0o644)
+	if err := run(podman("build", "-q", "-f", cf, "-t", img.own, own)); err != nil {
 		return images{}, err
 	}
 	return img, nil
@@ -252,11 +265,16 @@ func readyLine(t *testing.T, r io.Reader) {
 	}
 }
 
-// inContainer starts hicache-load held in a workload container.
+// inContainer starts hicache-load held in a workload container of image
+// work (the driver library mounted from the host) or, with no ref, own.
 func inContainer(t *testing.T, img images, ref, name, out string, podArgs ...string) (*held, *container) {
 	t.Helper()
 	truth := "truth-" + name + ".jsonl"
-	args := append(append(append([]string{"-v", out + ":/out"}, driverMount(ref)...), podArgs...), img.work, "/ref/bin/kvpath", "--scenario", "hicache-load", "--hold", "--truth", "/out/"+truth)
+	image, mount := img.own, []string(nil)
+	if ref != "" {
+		image, mount = img.work, driverMount(ref)
+	}
+	args := append(append(append([]string{"-v", out + ":/out"}, mount...), podArgs...), image, "/ref/bin/kvpath", "--scenario", "hicache-load", "--hold", "--truth", "/out/"+truth)
 	c := startContainer(t, name, args...)
 	readyLine(t, c.out)
 	go io.Copy(io.Discard, c.out)
@@ -517,5 +535,56 @@ func TestContainerEachCapability(t *testing.T) {
 			t.Errorf("without CAP_%s: %d capabilities named missing, want 1:\n%s", drop, len(others), a.log.String())
 		}
 		t.Logf("without CAP_%s: %s", drop, line)
+	}
+}
+
+// Two containers of one image whose layer holds libcuda: overlayfs shows
+// its file with another device in each, the kernel probes the one real
+// inode. The agent attaches it once (probes.Fingerprint); attached once per
+// container every probe fired twice, and the second return of each call
+// found no entry (lost_return, the process marked lossy).
+func TestContainerSameImage(t *testing.T) {
+	img := buildImages(t)
+	ref := testenv.RefDir(t)
+	out := outDir(t)
+	tag := strconv.Itoa(os.Getpid())
+	agent := startContainer(t, "lw-e2e-same-"+tag, agentArgs(img, ref, out, imageCaps, "--pid", "host")...)
+	logShows(t, agent.log, runningRE, 60*time.Second)
+	w1, _ := inContainer(t, img, "", "lw-e2e-same1-"+tag, out)
+	w2, _ := inContainer(t, img, "", "lw-e2e-same2-"+tag, out)
+	ownAttach := regexp.MustCompile(`msg=attached path=/ref/lib/libcuda\.so\.1 .* via=map_files`) // not --lib's host file
+	// Each container's libcuda attached, or found probed already.
+	seen := regexp.MustCompile(`msg=(attached|"probed already[^"]*") path=/ref/lib/libcuda\.so\.1 .*(via=map_files|pid=\d+)`)
+	for deadline := time.Now().Add(30 * time.Second); len(seen.FindAllString(agent.log.String(), -1)) < 2; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("both containers' libcuda not seen within 30s:\n%s", agent.log.String())
+		}
+	}
+	for _, w := range []*held{w1, w2} {
+		w.in.Close()
+	}
+	for _, w := range []*held{w1, w2} {
+		if err := w.wait(); err != nil {
+			t.Fatalf("kvpath: %v", err)
+		}
+	}
+	if err := agent.stop(t); err != nil {
+		t.Errorf("agent: %v\n%s", err, agent.log.String())
+	}
+	log := agent.log.String()
+	if n := len(ownAttach.FindAllString(log, -1)); n != 1 {
+		t.Errorf("the image layer's libcuda attached %d times, want once:\n%s", n, log)
+	}
+	recs := readRecords(t, filepath.Join(out, "transfers.jsonl"))
+	for _, w := range []*held{w1, w2} {
+		pageable := 0
+		for _, r := range recs[uint32(w.pid)] {
+			if r.HostMem == event.MemPageable {
+				pageable++
+			}
+		}
+		if n := len(recs[uint32(w.pid)]); n != 32 || pageable > 0 {
+			t.Errorf("pid %d: %d records (want hicache-load's 32), %d of them pageable (its pools are pinned)", w.pid, n, pageable)
+		}
 	}
 }
