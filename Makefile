@@ -32,6 +32,7 @@ image: build ## the agent's container image (podman, FROM scratch: bin/agent and
 
 test: build nvidia-libs ## vet, check generated files, promtool on the alert rules, the GPU check script's unit tests, run every test (BPF tests need root)
 	$(GO) vet ./...
+	GOARCH=arm64 CGO_ENABLED=0 $(GO) vet ./... # the arm64 build (its BPF objects, the site policy) cannot rot
 	$(MAKE) generate-check
 	bash dashboards/check.sh
 	$(PYTHON) -m unittest discover -s scripts/gpucheck -p 'test_*.py' # the GPU check script's non-GPU parts (and, as root, the script under the agent on the reference data path)
