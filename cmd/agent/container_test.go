@@ -225,11 +225,13 @@ func driverMount(ref string) []string {
 	return []string{"-v", filepath.Join(ref, "lib") + ":/ref/lib:ro"}
 }
 
-// agentArgs runs the image's agent as its non-root user with only caps,
-// the derived seccomp profile and the output directory at /out; it probes
+// agentArgs runs the image's agent as its non-root user with only caps
+// (ambient: no-new-privileges does not take them), a read-only root, the
+// derived seccomp profile and the output directory at /out; it probes
 // the driver library at start.
 func agentArgs(img images, ref, out string, caps []string, extra ...string) []string {
-	args := append([]string{"--security-opt", "seccomp=" + img.seccomp, "--cap-drop", "ALL", "--network", "host", "-v", out + ":/out"}, driverMount(ref)...)
+	args := append([]string{"--security-opt", "seccomp=" + img.seccomp, "--security-opt", "no-new-privileges", "--read-only",
+		"--cap-drop", "ALL", "--network", "host", "-v", out + ":/out"}, driverMount(ref)...)
 	if len(caps) > 0 {
 		args = append(args, "--cap-add", strings.Join(caps, ","))
 	}
