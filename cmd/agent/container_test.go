@@ -119,6 +119,10 @@ func build(ref string) (images, error) {
 	if err := run(podman("build", "-q", "-f", cf, "-t", img.own, own)); err != nil {
 		return images{}, err
 	}
+	// Only the seccomp profile is read from here on (podman holds the images).
+	for _, p := range []string{bin, filepath.Join(dir, "image", "rootfs"), work, own} {
+		os.RemoveAll(p)
+	}
 	return img, nil
 }
 
