@@ -6,7 +6,7 @@ REFPATH := refpath/build
 # go-nvml's cgo prologue calls functions NVML marks deprecated: keep the build quiet.
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 
-.PHONY: help generate generate-check refpath nvidia-libs build test deploy-generate deploy-check jaeger-e2e run bench selftest-load fuzz clean
+.PHONY: help generate generate-check refpath nvidia-libs build image test deploy-generate deploy-check jaeger-e2e run bench selftest-load fuzz clean
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -27,8 +27,12 @@ nvidia-libs: ## fetch NVIDIA's real user-space libraries (Debian contrib/non-fre
 build: refpath ## build bin/agent and the reference data path
 	$(GO) build -o bin/agent ./cmd/agent
 
+image: build ## the agent's container image (podman, FROM scratch: bin/agent and the C libraries it loads, no shell) and its seccomp profile; prints the size
+	$(SUDO) bash scripts/image/build.sh bin/agent localhost/lanewatch-agent:dev
+
 test: build nvidia-libs ## vet, check generated files, promtool on the alert rules, the GPU check script's unit tests, run every test (BPF tests need root), deploy-check
 	$(GO) vet ./...
+	GOARCH=arm64 CGO_ENABLED=0 $(GO) vet ./... # the arm64 build (its BPF objects, the site policy) cannot rot
 	$(MAKE) generate-check
 	bash dashboards/check.sh
 	$(PYTHON) -m unittest discover -s scripts/gpucheck -p 'test_*.py' # the GPU check script's non-GPU parts (and, as root, the script under the agent on the reference data path)

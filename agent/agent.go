@@ -57,6 +57,9 @@ type Config struct {
 	// by SMs (docs/design.md, "Kernel movers"). Every kernel launch of every
 	// traced process then costs one entry+return pair.
 	Kernels bool
+	// AllowSingleStep: on arm64, also probe sites the kernel single-steps
+	// (probes.Options.AllowSingleStep).
+	AllowSingleStep bool
 	// KVKernels are the KV-transfer kernels, regular expressions over a
 	// kernel's demangled function name; nil: correlate.DefaultKVKernels.
 	KVKernels []string
@@ -95,8 +98,11 @@ type Agent struct {
 	filesMu     sync.Mutex
 	files       map[probes.FileID]*fileState
 	attachFails map[string]uint64 // failed tries to probe a library, by file name
-	scanGen     uint64            // full scans of every process, for the unprobed libraries they still see
-	limited     *limitedLog       // one line per cause per LogInterval
+	// sameFile: the verdicts of files attached on overlayfs, by what every
+	// container's mount of one image layer shows alike (probes.Fingerprint).
+	sameFile map[probes.Fingerprint]fileVerdict
+	scanGen  uint64      // full scans of every process, for the unprobed libraries they still see
+	limited  *limitedLog // one line per cause per LogInterval
 
 	engineMu sync.Mutex // the engine is fed by the reader and told about processes by discovery
 	engine   *correlate.Engine
@@ -115,10 +121,14 @@ type Agent struct {
 	exited       chan int
 	pidProbes    map[int][]*probes.PIDProbes
 
-	events    atomic.Uint64
-	rescans   atomic.Uint64
-	attachErr atomic.Uint64 // files whose probes could not be attached
-	targets   map[int]bool  // PIDs as a set; nil means all
+	events  atomic.Uint64
+	rescans atomic.Uint64
+	// attached: the first scan attached every probe; readerRound: when
+	// the ring reader last came round (unix ns), for readiness.
+	attached    atomic.Bool
+	readerRound atomic.Int64
+	attachErr   atomic.Uint64 // files whose probes could not be attached
+	targets     map[int]bool  // PIDs as a set; nil means all
 
 	// callers classifies the driver calls the probes could not (the
 	// reading goroutine's); callerErrs counts those it could not either.
@@ -170,7 +180,8 @@ func New(cfg Config) (*Agent, error) {
 	stubs := newStubResolver(cfg.ProcRoot, cfg.Logger)
 	var a *Agent
 	between := func(idle bool) { a.between(idle) } // a is set before anything is read
-	p, err := probes.Load(probes.Options{RingBytes: cfg.RingBytes, Record: cfg.Record, Logger: cfg.Logger, Between: between})
+	p, err := probes.Load(probes.Options{RingBytes: cfg.RingBytes, Record: cfg.Record, Logger: cfg.Logger, Between: between,
+		AllowSingleStep: cfg.AllowSingleStep})
 	if err != nil {
 		return nil, err
 	}
@@ -195,6 +206,7 @@ func New(cfg Config) (*Agent, error) {
 		callers:      newCallerRanges(cfg.ProcRoot),
 		stubs:        stubs,
 		attachFails:  map[string]uint64{},
+		sameFile:     map[probes.Fingerprint]fileVerdict{},
 		limited:      newLimitedLog(cfg.Logger, cfg.LogInterval),
 	}
 	if len(cfg.PIDs) > 0 {
@@ -227,6 +239,7 @@ func (a *Agent) Run(ctx context.Context) (err error) {
 		}
 	}
 	a.initialScan()
+	a.attached.Store(true)
 	if a.cfg.OnReady != nil {
 		a.cfg.OnReady()
 	}

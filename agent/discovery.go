@@ -23,6 +23,10 @@ import (
 type fileVerdict struct {
 	probed     bool   // exports at least one table symbol and is attached
 	attachedAt uint64 // CLOCK_MONOTONIC ns when the probes went in
+	// linkerOnly: its only probes are the dynamic linker's notification,
+	// which asks for a rescan: one missed before the attach is covered by
+	// the scan that attached it, so attaching late loses nothing.
+	linkerOnly bool
 	// runtime holds the CUDA runtime's entry points the file exports: it is
 	// a runtime library, probed for a process only when that process's
 	// driver failed to initialise (runtimeLayer).
@@ -143,6 +147,19 @@ func (a *Agent) tryFile(id probes.FileID, name string, pid int, open func() (*pr
 			level: slog.LevelWarn, reason: err.Error(), counted: true, retryNow: true}
 	}
 	defer mf.Close()
+	fp, onOverlay, err := mf.Fingerprint()
+	if err != nil {
+		a.log.Debug("overlay fingerprint", "path", name, "err", err)
+	}
+	if onOverlay {
+		a.filesMu.Lock()
+		same, seen := a.sameFile[fp]
+		a.filesMu.Unlock()
+		if seen {
+			a.log.Info("probed already: the same image layer's file as another container's", "path", name, "pid", pid)
+			return same, true, nil
+		}
+	}
 	syms, err := probes.LookupSymbols(mf.OpenPath(), a.symbols)
 	switch {
 	case err != nil && looksLikeCUDA(name):
@@ -166,7 +183,12 @@ func (a *Agent) tryFile(id probes.FileID, name string, pid int, open func() (*pr
 		return v, false, &attachFailure{cause: "attach", msg: "attach failed (retried at the next rescan)", level: slog.LevelError,
 			reason: err.Error(), counted: true}
 	}
-	v.probed, v.attachedAt = true, probes.Now()
+	v.probed, v.attachedAt, v.linkerOnly = true, probes.Now(), linkerOnly(syms)
+	if onOverlay {
+		a.filesMu.Lock()
+		a.sameFile[fp] = v
+		a.filesMu.Unlock()
+	}
 	a.log.Info("attached", "path", name, "probes", len(af.Sites), "sites", siteSummary(af.Sites), "via", mf.Via)
 	for sym, site := range af.Sites {
 		if site.NotResolved != "" {
@@ -174,6 +196,16 @@ func (a *Agent) tryFile(id probes.FileID, name string, pid int, open func() (*pr
 		}
 	}
 	return v, true, nil
+}
+
+// linkerOnly says whether every symbol of syms is the dynamic linker's.
+func linkerOnly(syms map[string]probes.Symbol) bool {
+	for _, row := range probes.Table {
+		if _, ok := syms[row.Symbol]; ok && row.Layer != event.LayerLinker {
+			return false
+		}
+	}
+	return true
 }
 
 // runtimeRows moves the CUDA runtime's rows out of syms: the driver rows
@@ -240,7 +272,9 @@ func (a *Agent) scanProcess(pid int) (probed bool, lastAttach uint64, snapshot [
 		}
 		if v := a.inspectFile(id, m.Path, pid, a.openMapping(pid, m)); v.probed {
 			probed = true
-			lastAttach = max(lastAttach, v.attachedAt)
+			if !v.linkerOnly {
+				lastAttach = max(lastAttach, v.attachedAt)
+			}
 		}
 	}
 	if !probed {

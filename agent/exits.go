@@ -36,6 +36,7 @@ type reaper struct {
 // once it has been missing for busyReapAfter.
 func (a *Agent) between(idle bool) {
 	now := time.Now()
+	a.readerRound.Store(now.UnixNano())
 	if now.Before(a.reap.next) {
 		return
 	}

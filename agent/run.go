@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -58,6 +60,9 @@ type MetricsConfig struct {
 	EvaluateInterval  time.Duration
 	HostCheckInterval time.Duration
 	GPU               GPUConfig
+	// ReadyMaxDropRatio: /readyz fails while more than this share of the
+	// probe events since its previous check were dropped (0: DefaultReadyMaxDropRatio).
+	ReadyMaxDropRatio float64
 }
 
 // TracesConfig is the OTLP side of `agent run`.
@@ -197,9 +202,9 @@ type metrics struct {
 	eval      *Evaluator
 	ln        net.Listener
 	srv       *http.Server
-	agent     *Agent
-	skipped   map[string]bool // window checks skipped, logged once per scope and reason
-	links     *LinkWatch      // GPU link states read under load, for HostJudge; nil without counters
+	agent     atomic.Pointer[Agent] // set once the tracer is loaded
+	skipped   map[string]bool       // window checks skipped, logged once per scope and reason
+	links     *LinkWatch            // GPU link states read under load, for HostJudge; nil without counters
 }
 
 // listenMetrics builds the metrics and binds the listener.
@@ -269,12 +274,21 @@ func listenMetrics(cfg RunConfig, place func(uint32) checks.Placement, spans *ex
 	mux := http.NewServeMux()
 	mux.Handle(mc.Path, promhttp.InstrumentMetricHandler(reg, promhttp.HandlerFor(reg, promhttp.HandlerOpts{
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelError), Registry: reg})))
+	ready := &readiness{maxDropRatio: cmp.Or(mc.ReadyMaxDropRatio, DefaultReadyMaxDropRatio), now: time.Now}
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { serveAlive(w) })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		var src healthSource
+		if ag := m.agent.Load(); ag != nil {
+			src = ag
+		}
+		ready.serveReady(w, src)
+	})
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/" {
 			http.NotFound(w, r)
 			return
 		}
-		fmt.Fprintf(w, "<html><head><title>lanewatch</title></head><body><h1>lanewatch</h1><p><a href=%q>Metrics</a></p></body></html>\n", mc.Path)
+		fmt.Fprintf(w, "<html><head><title>lanewatch</title></head><body><h1>lanewatch</h1><p><a href=%q>Metrics</a> <a href=/healthz>Alive</a> <a href=/readyz>Ready</a></p></body></html>\n", mc.Path)
 	})
 	m.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	return m, nil
@@ -294,7 +308,7 @@ func (m *metrics) serve(ctx context.Context, ag *Agent, wg *sync.WaitGroup) (sto
 	if m.exp == nil {
 		return func() {}
 	}
-	m.agent = ag
+	m.agent.Store(ag)
 	var loads func() map[string]checks.LinkLoad
 	if m.links != nil {
 		loads = m.links.Take
@@ -337,12 +351,13 @@ func (m *metrics) close() {
 }
 
 func (m *metrics) health() exporters.Health {
-	if m.agent == nil {
+	ag := m.agent.Load()
+	if ag == nil {
 		return exporters.Health{}
 	}
-	st := m.agent.Stats()
-	return exporters.Health{Events: st.Events, Drops: st.Drops, AttachedProbes: m.agent.AttachedProbes(),
-		AttachFailures: m.agent.AttachFailures(), Unprobed: m.agent.UnprobedByLibrary(), CallerUnclassified: st.CallerUnclassified, Pending: m.agent.Pending(), PageLookups: st.Pages.ByResult(),
+	st := ag.Stats()
+	return exporters.Health{Events: st.Events, Drops: st.Drops, AttachedProbes: ag.AttachedProbes(),
+		AttachFailures: ag.AttachFailures(), Unprobed: ag.UnprobedByLibrary(), CallerUnclassified: st.CallerUnclassified, Pending: ag.Pending(), PageLookups: st.Pages.ByResult(),
 		Kernels: st.Engine.Kernels}
 }
 

@@ -12,7 +12,11 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
 #include <bpf/bpf_core_read.h>
+#if defined(__TARGET_ARCH_arm64)
+#include "arm64_types.h"
+#else
 #include "x86_types.h"
+#endif
 #include "lanewatch.h"
 
 #define LW_EBUSY 16  /* errno EBUSY */
@@ -87,10 +91,36 @@ struct {
 __u64 lost_waiting;
 __u64 lost_overflow;
 
+/* In a PID namespace other than the host's (a sidecar sharing its pod's),
+ * the agent knows processes by their pids there: pidns_dev and pidns_ino
+ * name that namespace (set at load), and threads whose own namespace is
+ * another (the host's, other pods') are ignored by every program. 0: the
+ * host's, where every thread is known by its host pid. */
+volatile const __u64 pidns_dev = 0;
+volatile const __u64 pidns_ino = 0;
+
+/* current_id is bpf_get_current_pid_tgid() as the agent's namespace sees
+ * it; 0 for a thread outside it. */
+static __always_inline __u64 current_id(void)
+{
+	if (!pidns_ino)
+		return bpf_get_current_pid_tgid();
+	struct bpf_pidns_info ns = {};
+	if (bpf_get_ns_current_pid_tgid(pidns_dev, pidns_ino, &ns, sizeof(ns)))
+		return 0;
+	return (__u64)ns.tgid << 32 | ns.pid;
+}
+
+/* foreign: the current thread is outside the agent's PID namespace. */
+static __always_inline int foreign(void)
+{
+	return pidns_ino && !current_id();
+}
+
 /* note_lost remembers that the current process lost an event. */
 static __always_inline void note_lost(void)
 {
-	__u32 tgid = bpf_get_current_pid_tgid() >> 32, one = 1;
+	__u32 tgid = current_id() >> 32, one = 1;
 	long err = bpf_map_update_elem(&lost, &tgid, &one, BPF_NOEXIST);
 	if (!err)
 		__sync_fetch_and_add(&lost_waiting, 1);
@@ -139,14 +169,14 @@ static __always_inline __u64 submit_flags(void)
 									     : BPF_RB_NO_WAKEUP;
 }
 
-/* Fill the header and arguments. Arguments 7..9 live on the caller's stack
- * above the return address; the cookie says how far the stack pointer has
- * moved if the probe site is past a push. */
+/* Fill the header and arguments. Arguments past the registers live on the
+ * caller's stack (arch header); the cookie says how far the stack pointer
+ * has moved if the probe site is past a push. */
 static __always_inline void capture(struct lw_event *e, struct pt_regs *ctx, __u64 cookie, __u8 kind)
 {
-	__u64 id = bpf_get_current_pid_tgid();
+	__u64 id = current_id();
 	__u8 n = LW_COOKIE_NARGS(cookie);
-	__u64 sp = ctx->sp + LW_COOKIE_SPDELTA(cookie);
+	__u64 sp = LW_SP(ctx) + LW_COOKIE_SPDELTA(cookie);
 
 	e->kind = kind;
 	e->flags = 0;
@@ -159,20 +189,12 @@ static __always_inline void capture(struct lw_event *e, struct pt_regs *ctx, __u
 	e->ret = 0;
 	e->out = 0;
 	e->caller = 0;
-	e->args[0] = ctx->di;
-	e->args[1] = ctx->si;
-	e->args[2] = ctx->dx;
-	e->args[3] = ctx->cx;
-	e->args[4] = ctx->r8;
-	e->args[5] = ctx->r9;
-	e->args[6] = 0;
-	e->args[7] = 0;
-	e->args[8] = 0;
-	if (n > 6) {
-		__u32 size = (n - 6) * 8;
-		if (size > 24)
-			size = 24;
-		if (bpf_probe_read_user(&e->args[6], size, (void *)(sp + 8)))
+	LW_CAPTURE_REGS(e, ctx);
+	if (n > LW_REG_ARGS) {
+		__u32 size = (n - LW_REG_ARGS) * 8;
+		if (size > (LW_MAX_ARGS - LW_REG_ARGS) * 8)
+			size = (LW_MAX_ARGS - LW_REG_ARGS) * 8;
+		if (bpf_probe_read_user(&e->args[LW_REG_ARGS], size, (void *)LW_STACK_ARGS(sp)))
 			count_drop(LW_DROP_READ_FAULT, 1);
 	}
 }
@@ -275,8 +297,12 @@ static __always_inline struct lw_event *enter(struct pt_regs *ctx, __u64 cookie,
 	capture(e, ctx, cookie, LW_EV_CALL);
 	if (caller_now && LW_COOKIE_CALLER(cookie)) {
 		__u64 ret = 0;
-		if (bpf_probe_read_user(&ret, sizeof(ret), (void *)(ctx->sp + LW_COOKIE_SPDELTA(cookie))))
+#if defined(__TARGET_ARCH_arm64)
+		ret = LW_LINK(ctx); /* the probe sits at the entry, before x30 is saved */
+#else
+		if (bpf_probe_read_user(&ret, sizeof(ret), (void *)(LW_SP(ctx) + LW_COOKIE_SPDELTA(cookie))))
 			count_drop(LW_DROP_READ_FAULT, 1);
+#endif
 		classify(s, e, ret);
 	}
 	return e;
@@ -301,6 +327,8 @@ static __always_inline struct lw_event *saved_entry(__u64 cookie, struct lw_slot
 SEC("uprobe.multi")
 int lw_call(struct pt_regs *ctx)
 {
+	if (foreign())
+		return 0;
 	__u64 cookie = bpf_get_attach_cookie(ctx);
 	struct lw_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
 	if (!e) {
@@ -318,6 +346,8 @@ int lw_call(struct pt_regs *ctx)
 SEC("uprobe.multi")
 int lw_call_enter(struct pt_regs *ctx)
 {
+	if (foreign())
+		return 0;
 	enter(ctx, bpf_get_attach_cookie(ctx), 0);
 	return 0;
 }
@@ -365,7 +395,7 @@ static __always_inline int call_return(struct pt_regs *ctx, int with_name)
 	struct lw_event *in = saved_entry(cookie, &s);
 	if (!in)
 		return 0;
-	if (with_name && (__u32)ctx->ax == 0)
+	if (with_name && (__u32)LW_RC(ctx) == 0)
 		emit_name(in);
 	struct lw_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
 	if (!e) {
@@ -377,10 +407,10 @@ static __always_inline int call_return(struct pt_regs *ctx, int with_name)
 	in->kind = 0;
 	e->kind = LW_EV_CALL;
 	e->ret_ts_ns = bpf_ktime_get_ns();
-	e->ret = ctx->ax;
+	e->ret = LW_RC(ctx);
 	/* At a uretprobe the kernel has put the return address back in ip. */
 	if (LW_COOKIE_CALLER(cookie) && !e->caller)
-		classify(s, e, ctx->ip);
+		classify(s, e, LW_IP(ctx));
 	__u32 out = LW_COOKIE_OUTARG(cookie);
 	__u64 ptr = 0;
 	/* Constant indexes: the verifier cannot bound args[out - 1]. */
@@ -406,6 +436,8 @@ static __always_inline int call_return(struct pt_regs *ctx, int with_name)
 SEC("uretprobe.multi")
 int lw_call_return(struct pt_regs *ctx)
 {
+	if (foreign())
+		return 0;
 	return call_return(ctx, 0);
 }
 
@@ -415,6 +447,8 @@ int lw_call_return(struct pt_regs *ctx)
 SEC("uretprobe.multi")
 int lw_name_return(struct pt_regs *ctx)
 {
+	if (foreign())
+		return 0;
 	return call_return(ctx, 1);
 }
 
@@ -424,6 +458,8 @@ int lw_name_return(struct pt_regs *ctx)
 SEC("uprobe.multi")
 int lw_launch_ex_enter(struct pt_regs *ctx)
 {
+	if (foreign())
+		return 0;
 	struct lw_event *e = enter(ctx, bpf_get_attach_cookie(ctx), 0);
 	if (!e)
 		return 0;
@@ -445,6 +481,8 @@ int lw_launch_ex_enter(struct pt_regs *ctx)
 SEC("uprobe.multi")
 int lw_prop_enter(struct pt_regs *ctx)
 {
+	if (foreign())
+		return 0;
 	__u64 cookie = bpf_get_attach_cookie(ctx);
 	struct lw_event *e = enter(ctx, cookie, 0);
 	if (!e)
@@ -470,6 +508,8 @@ int lw_prop_enter(struct pt_regs *ctx)
 SEC("uprobe.multi")
 int lw_copy2d_enter(struct pt_regs *ctx)
 {
+	if (foreign())
+		return 0;
 	struct lw_event *e = enter(ctx, bpf_get_attach_cookie(ctx), 0);
 	if (!e)
 		return 0;
@@ -494,6 +534,8 @@ int lw_copy2d_enter(struct pt_regs *ctx)
 SEC("uprobe.multi")
 int lw_batch(struct pt_regs *ctx)
 {
+	if (foreign())
+		return 0;
 	struct lw_event *call = enter(ctx, bpf_get_attach_cookie(ctx), 1);
 	if (!call)
 		return 0;
@@ -543,15 +585,21 @@ static __always_inline void emit_process(__u8 kind, __u32 pid, __u32 tid)
 SEC("tp_btf/sched_process_exec")
 int BPF_PROG(lw_exec, struct task_struct *p)
 {
-	emit_process(LW_EV_EXEC, p->tgid, p->pid);
+	/* p is the current task, execing: its ids as the agent sees them. */
+	__u64 id = current_id();
+	if (!id)
+		return 0;
+	emit_process(LW_EV_EXEC, id >> 32, (__u32)id);
 	return 0;
 }
 
 SEC("tp_btf/sched_process_exit")
 int BPF_PROG(lw_exit, struct task_struct *p)
 {
-	int pid = p->pid, tgid = p->tgid;
-	if (pid != tgid)
+	/* p is the current task, exiting: its ids as the agent sees them. */
+	__u64 id = current_id();
+	__u32 pid = (__u32)id, tgid = id >> 32;
+	if (!id || pid != tgid)
 		return 0;
 	emit_process(LW_EV_EXIT, tgid, pid);
 	/* Its losses die with it, said or not (a lost exit event included). */
@@ -587,8 +635,8 @@ struct lw_sge {
 static __always_inline int walk_wrs(struct pt_regs *ctx, int send)
 {
 	__u64 cookie = bpf_get_attach_cookie(ctx);
-	__u64 id = bpf_get_current_pid_tgid();
-	__u64 qp = ctx->di, wr = ctx->si, ts = bpf_ktime_get_ns();
+	__u64 id = current_id();
+	__u64 qp = LW_ARG0(ctx), wr = LW_ARG1(ctx), ts = bpf_ktime_get_ns();
 	__u32 qp_num = 0;
 	bpf_probe_read_user(&qp_num, sizeof(qp_num), (void *)(qp + IBV_QP_QP_NUM));
 
@@ -651,12 +699,16 @@ static __always_inline int walk_wrs(struct pt_regs *ctx, int send)
 SEC("uprobe.multi")
 int lw_post_send(struct pt_regs *ctx)
 {
+	if (foreign())
+		return 0;
 	return walk_wrs(ctx, 1);
 }
 
 SEC("uprobe.multi")
 int lw_post_recv(struct pt_regs *ctx)
 {
+	if (foreign())
+		return 0;
 	return walk_wrs(ctx, 0);
 }
 
@@ -665,12 +717,14 @@ int lw_post_recv(struct pt_regs *ctx)
 SEC("uretprobe.multi")
 int lw_poll_cq_return(struct pt_regs *ctx)
 {
+	if (foreign())
+		return 0;
 	__u64 cookie = bpf_get_attach_cookie(ctx);
 	struct lw_slots *s;
 	struct lw_event *in = saved_entry(cookie, &s);
 	if (!in)
 		return 0;
-	__s64 n = (__s64)ctx->ax;
+	__s64 n = (__s64)LW_RC(ctx);
 	__u64 cq = in->args[0], wcs = in->args[2], ts = bpf_ktime_get_ns();
 	for (__u32 i = 0; i < LW_MAX_WC; i++) {
 		if ((__s64)i >= n)

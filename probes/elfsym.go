@@ -46,8 +46,8 @@ func LookupSymbols(path string, names []string) (syms map[string]Symbol, err err
 	if err != nil {
 		return nil, fmt.Errorf("%s: not a readable ELF file: %w", path, err)
 	}
-	if ef.Class != elf.ELFCLASS64 || ef.Machine != elf.EM_X86_64 {
-		return nil, fmt.Errorf("%s: ELF %v %v, want ELFCLASS64 EM_X86_64", path, ef.Class, ef.Machine)
+	if ef.Class != elf.ELFCLASS64 || ef.Machine != HostMachine() {
+		return nil, fmt.Errorf("%s: ELF %v %v, want ELFCLASS64 %v", path, ef.Class, ef.Machine, HostMachine())
 	}
 
 	want := make(map[string]bool, len(names))

@@ -188,6 +188,8 @@ const (
 	lanewatchVarCpuCounts         = "cpu_counts"
 	lanewatchVarLostOverflow      = "lost_overflow"
 	lanewatchVarLostWaiting       = "lost_waiting"
+	lanewatchVarPidnsDev          = "pidns_dev"
+	lanewatchVarPidnsIno          = "pidns_ino"
 	lanewatchVarUnusedCookieShift = "unused_cookie_shift"
 	lanewatchVarUnusedCopy2dArg   = "unused_copy2d_arg"
 	lanewatchVarUnusedDropReason  = "unused_drop_reason"
@@ -276,6 +278,8 @@ type lanewatchVariableSpecs struct {
 	CpuCounts         *ebpf.VariableSpec `ebpf:"cpu_counts"`
 	LostOverflow      *ebpf.VariableSpec `ebpf:"lost_overflow"`
 	LostWaiting       *ebpf.VariableSpec `ebpf:"lost_waiting"`
+	PidnsDev          *ebpf.VariableSpec `ebpf:"pidns_dev"`
+	PidnsIno          *ebpf.VariableSpec `ebpf:"pidns_ino"`
 	UnusedCookieShift *ebpf.VariableSpec `ebpf:"unused_cookie_shift"`
 	UnusedCopy2dArg   *ebpf.VariableSpec `ebpf:"unused_copy2d_arg"`
 	UnusedDropReason  *ebpf.VariableSpec `ebpf:"unused_drop_reason"`
@@ -332,6 +336,8 @@ type lanewatchVariables struct {
 	CpuCounts         *ebpf.Variable `ebpf:"cpu_counts"`
 	LostOverflow      *ebpf.Variable `ebpf:"lost_overflow"`
 	LostWaiting       *ebpf.Variable `ebpf:"lost_waiting"`
+	PidnsDev          *ebpf.Variable `ebpf:"pidns_dev"`
+	PidnsIno          *ebpf.Variable `ebpf:"pidns_ino"`
 	UnusedCookieShift *ebpf.Variable `ebpf:"unused_cookie_shift"`
 	UnusedCopy2dArg   *ebpf.Variable `ebpf:"unused_copy2d_arg"`
 	UnusedDropReason  *ebpf.Variable `ebpf:"unused_drop_reason"`

@@ -95,3 +95,33 @@ func OpenFile(path string) (*MappedFile, error) {
 	}
 	return &MappedFile{f: f, ID: id, Path: path, Via: "path"}, nil
 }
+
+// overlayMagic is overlayfs's statfs type (OVERLAYFS_SUPER_MAGIC).
+const overlayMagic = 0x794c7630
+
+// Fingerprint names a file on overlayfs by what every mount of the same
+// image layer shows alike. Each container's overlay mount has a device of
+// its own, so one layer's file has a FileID per container, while the
+// kernel attaches uprobes to the one real inode: probing it once per
+// container fires every probe that many times (a second entry overwrites
+// the first, a second return finds none).
+type Fingerprint struct {
+	Inode, Size     uint64
+	ModNs, ChangeNs int64
+}
+
+// Fingerprint is the file's overlay fingerprint; ok is false off overlayfs.
+func (mf *MappedFile) Fingerprint() (fp Fingerprint, ok bool, err error) {
+	var fs unix.Statfs_t
+	if err := unix.Fstatfs(int(mf.f.Fd()), &fs); err != nil {
+		return Fingerprint{}, false, fmt.Errorf("fstatfs %s: %w", mf.Path, err)
+	}
+	if fs.Type != overlayMagic {
+		return Fingerprint{}, false, nil
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(int(mf.f.Fd()), &st); err != nil {
+		return Fingerprint{}, false, fmt.Errorf("fstat %s: %w", mf.Path, err)
+	}
+	return Fingerprint{Inode: st.Ino, Size: uint64(st.Size), ModNs: st.Mtim.Nano(), ChangeNs: st.Ctim.Nano()}, true, nil
+}

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -39,6 +40,9 @@ type Options struct {
 	// stream can be replayed offline (bug reports, benchmarks).
 	Record io.Writer
 	Logger *slog.Logger
+	// AllowSingleStep: on arm64, also probe sites the kernel single-steps
+	// (refused by default: see chooseSiteHere). x86-64 always may.
+	AllowSingleStep bool
 }
 
 // Probes owns the loaded BPF objects, every attach point and the reader.
@@ -103,6 +107,9 @@ func Load(opts Options) (*Probes, error) {
 	if err := spec.Variables["wakeup_bytes"].Set(opts.WakeupBytes); err != nil {
 		return nil, fmt.Errorf("set wakeup_bytes: %w", err)
 	}
+	if err := setPIDNamespace(spec, opts.Logger); err != nil {
+		return nil, err
+	}
 	p := &Probes{opts: opts, log: opts.Logger, files: map[FileID]*AttachedFile{}, pidProbes: map[*PIDProbes]bool{}}
 	if err := spec.LoadAndAssign(&p.objs, nil); err != nil {
 		var verr *ebpf.VerifierError
@@ -153,7 +160,7 @@ func (p *Probes) AttachFileAs(id FileID, name, path string, syms map[string]Symb
 	if af == nil {
 		af = &AttachedFile{Path: name, Sites: map[string]Site{}}
 	}
-	plan, chosen, err := planSites(path, syms, func(sym string) bool { _, done := af.Sites[sym]; return done })
+	plan, chosen, err := planSites(path, syms, func(sym string) bool { _, done := af.Sites[sym]; return done }, p.sitePolicy())
 	if err != nil {
 		return nil, err
 	}
@@ -193,7 +200,7 @@ func (p *Probes) AttachPID(path string, syms map[string]Symbol, pid int) (*PIDPr
 	if pid <= 0 {
 		return nil, fmt.Errorf("attach %s for pid %d: not a process", path, pid)
 	}
-	plan, chosen, err := planSites(path, syms, func(string) bool { return false })
+	plan, chosen, err := planSites(path, syms, func(string) bool { return false }, p.sitePolicy())
 	if err != nil {
 		return nil, err
 	}
@@ -210,6 +217,9 @@ func (p *Probes) AttachPID(path string, syms map[string]Symbol, pid int) (*PIDPr
 	return pp, nil
 }
 
+// sitePolicy is the site policy of Options.
+func (p *Probes) sitePolicy() sitePolicy { return sitePolicy{allowSingleStep: p.opts.AllowSingleStep} }
+
 // Close detaches the process's probes.
 func (pp *PIDProbes) Close() error {
 	pp.p.mu.Lock()
@@ -222,10 +232,10 @@ func (pp *PIDProbes) Close() error {
 
 // planSites chooses the site of every table row syms names (skipping those
 // done says are attached already) and groups them by program.
-func planSites(path string, syms map[string]Symbol, done func(sym string) bool) (map[Program]*sites, map[string]Site, error) {
+func planSites(path string, syms map[string]Symbol, done func(sym string) bool, pol sitePolicy) (map[Program]*sites, map[string]Site, error) {
 	plan := map[Program]*sites{}
 	chosen := map[string]Site{}
-	err := eachSite(path, syms, done, func(i int, at uint64, site Site, err error) error {
+	err := eachSite(path, syms, done, pol, func(i int, at uint64, site Site, err error) error {
 		if err != nil {
 			return err
 		}
@@ -246,7 +256,7 @@ func planSites(path string, syms map[string]Symbol, done func(sym string) bool) 
 // eachSite chooses the site of every table row syms names, in table order,
 // skipping those done says are attached already, and hands each (or why it
 // has none) to fn; an error from fn stops the walk.
-func eachSite(path string, syms map[string]Symbol, done func(sym string) bool, fn func(row int, at uint64, site Site, err error) error) error {
+func eachSite(path string, syms map[string]Symbol, done func(sym string) bool, pol sitePolicy, fn func(row int, at uint64, site Site, err error) error) error {
 	var thunks *ThunkResolver // opened at the first symbol, for all of them
 	defer func() {
 		if thunks != nil {
@@ -260,8 +270,8 @@ func eachSite(path string, syms map[string]Symbol, done func(sym string) bool, f
 		if !ok || done(row.Symbol) {
 			continue
 		}
-		provider := strings.HasPrefix(row.Symbol, ProviderPrefix) // found by offset, no symbol to decode
-		if thunks == nil && !provider {
+		provider := strings.HasPrefix(row.Symbol, ProviderPrefix)    // found by offset, no symbol to decode
+		if thunks == nil && !provider && runtime.GOARCH == "amd64" { // dispatch thunks are decoded as x86-64
 			var err error
 			if thunks, err = NewThunkResolver(path); err != nil {
 				return err
@@ -271,7 +281,7 @@ func eachSite(path string, syms map[string]Symbol, done func(sym string) bool, f
 		if provider {
 			resolver = nil
 		}
-		at, site, err := chooseSite(path, row.Symbol, sym, resolver, impls)
+		at, site, err := chooseSite(path, row.Symbol, sym, resolver, impls, pol)
 		if err := fn(i, at, site, err); err != nil {
 			return err
 		}
@@ -310,7 +320,7 @@ func Coverage(path string) ([]SymbolCoverage, error) {
 		}
 	}
 	byRow := map[int]SymbolCoverage{}
-	err = eachSite(path, syms, func(string) bool { return false }, func(i int, _ uint64, site Site, err error) error {
+	err = eachSite(path, syms, func(string) bool { return false }, sitePolicy{}, func(i int, _ uint64, site Site, err error) error {
 		byRow[i] = SymbolCoverage{Symbol: Table[i].Symbol, Layer: Table[i].Layer, Present: true, Site: site, Err: err}
 		return nil
 	})
@@ -337,7 +347,7 @@ func Coverage(path string) ([]SymbolCoverage, error) {
 // thunk is proven to hand its arguments over untouched and the
 // implementation to be a function start no other row probes; otherwise the
 // thunk itself, saying why in Site.NotResolved.
-func chooseSite(path, name string, sym Symbol, thunks *ThunkResolver, impls map[uint64]string) (uint64, Site, error) {
+func chooseSite(path, name string, sym Symbol, thunks *ThunkResolver, impls map[uint64]string, pol sitePolicy) (uint64, Site, error) {
 	var note string
 	if thunks != nil {
 		t, err := thunks.Resolve(sym)
@@ -349,7 +359,7 @@ func chooseSite(path, name string, sym Symbol, thunks *ThunkResolver, impls map[
 			if err != nil {
 				return 0, Site{}, fmt.Errorf("%s: read %s's implementation: %w", path, name, err)
 			}
-			site, err := ChooseSite(code)
+			site, err := pol.choose(code)
 			if err != nil {
 				return 0, Site{}, fmt.Errorf("%s: %s's implementation %#x: %w", path, name, t.Impl, err)
 			}
@@ -364,7 +374,7 @@ func chooseSite(path, name string, sym Symbol, thunks *ThunkResolver, impls map[
 	if err != nil {
 		return 0, Site{}, fmt.Errorf("%s: read %s: %w", path, name, err)
 	}
-	site, err := ChooseSite(code)
+	site, err := pol.choose(code)
 	if err != nil {
 		return 0, Site{}, fmt.Errorf("%s: %s: %w", path, name, err)
 	}

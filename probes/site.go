@@ -25,6 +25,8 @@ func (c SiteCost) String() string {
 		return "emulated"
 	case CostTrampoline:
 		return "trampoline"
+	case CostSimulated:
+		return "simulated"
 	}
 	return fmt.Sprintf("SiteCost(%d)", uint8(c))
 }

@@ -32,6 +32,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	memLimit := fs.String("memory-limit", "", fmt.Sprintf("the agent's memory ceiling, as GOMEMLIMIT writes it (512MiB, 2GiB, off); the Go runtime's soft limit is set to it less the BPF ring (twice) and 64 MiB for C libraries, and bounded parts size their budgets from it (default %d MiB, 10x the measured peak; GOMEMLIMIT when set)", defaultMemoryLimit>>20))
 	record := fs.String("record", "", fmt.Sprintf("also write every raw probe event to this file (%d-byte records of bpf/lanewatch.h's struct lw_event), for offline replay", probes.EventSize))
 	kernels := fs.Bool("kernels", false, "probe kernel launches (cuLaunchKernel[Ex][_ptsz]) and the calls naming kernels: launches of KV-transfer kernels (HiCache's kernel I/O backend) become transfers moved by SMs, op kernel_copy. Off by default: every kernel launch of every traced process then costs one entry+return pair (+1.6–2.1 µs per launch on the reference path's VM, make bench; docs/design.md, \"Kernel movers\")")
+	singleStep := fs.Bool("allow-single-step", false, "on arm64, also probe functions whose first instruction the kernel single-steps rather than simulates (refused by default: single-stepped uprobes have corrupted probed processes on Grace hosts; README \"Probe sites\"). No effect on x86-64")
 	fs.Var(&kvKernels, "kv-kernels", "with --kernels, a `pattern` of KV-transfer kernels: a regular expression over the kernel's demangled function name (repeatable; replaces the default, sgl-kernel's ^transfer_kernel_impl$ and ^transfer_page_head_kernel_impl$)")
 
 	var mc agent.MetricsConfig
@@ -41,6 +42,8 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		"how often the last interval's transfers are judged (pageable copies, fragmentation, same-direction overlap, RDMA congestion per port and queue pair) into lanewatch_findings")
 	fs.DurationVar(&mc.HostCheckInterval, "host-check-interval", time.Minute,
 		"how often the host and process checks of `agent diagnose` (links, IOMMU, NUMA binding, pool placement, pinned memory) refresh their findings")
+	fs.Float64Var(&mc.ReadyMaxDropRatio, "ready.max-drop-ratio", agent.DefaultReadyMaxDropRatio,
+		"/readyz fails while more than this share of the probe events since its previous check were dropped or damaged (beside /metrics, with /healthz)")
 	fs.StringVar(&mc.GPU.Source, "gpu-counters", "auto", "GPU link counters: auto (DCGM, else NVML), dcgm, nvml or off; read once per evaluation")
 	fs.StringVar(&mc.GPU.NVMLLibrary, "nvml.library", "libnvidia-ml.so.1", "the NVML library to load at run time")
 	fs.StringVar(&mc.GPU.DCGMAddress, "dcgm.address", "", "a standalone nv-hostengine (host:port); empty starts an embedded host engine")
@@ -64,6 +67,9 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	flagErr := errors.Join(checkRoot("path.procfs", *procRoot), checkRoot("path.sysfs", *sysRoot), checkLibs(libs), checkRing(*ring),
 		positive("rescan-interval", *rescan), notNegative("host-check-interval", mc.HostCheckInterval), notNegative("spans.hold", tc.Hold),
 		notNegative("spans.max-hold", tc.MaxHold), positive("otlp.index-window", tc.Index.Window), positive("evaluate-interval", mc.EvaluateInterval))
+	if r := mc.ReadyMaxDropRatio; !(r > 0 && r <= 1) {
+		flagErr = errors.Join(flagErr, fmt.Errorf("--ready.max-drop-ratio %g: must be in (0, 1]", r))
+	}
 	if tc.Index.MaxSpans < 0 {
 		flagErr = errors.Join(flagErr, fmt.Errorf("--otlp.index-max-spans %d: must not be negative", tc.Index.MaxSpans))
 	}
@@ -119,7 +125,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	}
 	cfg := agent.RunConfig{
 		Trace: agent.Config{ProcRoot: *procRoot, PIDs: pids, Libs: libs, RescanInterval: *rescan, RingBytes: uint32(*ring),
-			Kernels: *kernels, KVKernels: kv},
+			Kernels: *kernels, KVKernels: kv, AllowSingleStep: *singleStep},
 		Output:  stdout,
 		SysRoot: *sysRoot, Version: version, Logger: log, Metrics: mc, Traces: tc, MemoryLimit: limit,
 		OnReady: func() { log.Info("lanewatch running: probes attached", "version", version, "output", *output) },

@@ -67,6 +67,14 @@ func checkPIDs(procRoot string, pids []int) error {
 
 // checkLibs checks that every --lib is an ELF file the probes can attach
 // to: 64-bit x86-64, a shared library or an executable.
+// builtFor names the architecture the probes are built for.
+func builtFor() string {
+	if probes.HostMachine() == elf.EM_AARCH64 {
+		return "arm64"
+	}
+	return "x86-64"
+}
+
 func checkLibs(libs []string) error {
 	var errs []error
 	for _, lib := range libs {
@@ -80,8 +88,8 @@ func checkLibs(libs []string) error {
 			continue
 		}
 		switch {
-		case f.Class != elf.ELFCLASS64 || f.Machine != elf.EM_X86_64:
-			errs = append(errs, fmt.Errorf("--lib %s: an ELF file for %s (%s); the probes are built for x86-64", lib, f.Machine, f.Class))
+		case f.Class != elf.ELFCLASS64 || f.Machine != probes.HostMachine():
+			errs = append(errs, fmt.Errorf("--lib %s: an ELF file for %s (%s); the probes are built for %s", lib, f.Machine, f.Class, builtFor()))
 		case f.Type != elf.ET_DYN && f.Type != elf.ET_EXEC:
 			errs = append(errs, fmt.Errorf("--lib %s: an ELF %s, not a shared library or executable", lib, f.Type))
 		}

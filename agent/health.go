@@ -1,0 +1,148 @@
+package agent
+
+import (
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/lanewatch/lanewatch/event"
+)
+
+// DefaultReadyMaxDropRatio is the share of probe events dropped since the
+// previous readiness check above which the agent is not ready.
+const DefaultReadyMaxDropRatio = 0.01
+
+// readerStale is how long the ring reader may go without a round before
+// readiness says it stopped: it drains every 20 ms when idle and calls back
+// every probes.BetweenEvents events when busy.
+const readerStale = 10 * time.Second
+
+// readiness judges /readyz. Drops are judged over the interval since the
+// previous check that was at least a second ago (a probe every few seconds,
+// as Kubernetes sends them), so an old burst does not keep it unready.
+type readiness struct {
+	maxDropRatio float64
+	now          func() time.Time
+
+	mu      sync.Mutex
+	at      time.Time
+	events  uint64
+	drops   uint64
+	dropWhy string // the last interval's verdict on drops, "" when under the threshold
+}
+
+// healthSource is what readiness reads from the agent (an interface so
+// tests can judge made-up states).
+type healthSource interface {
+	Attached() bool             // every probe of the first scan attached
+	ReaderLastRound() time.Time // zero before the first
+	Unprobed() []UnprobedLibrary
+	EventsAndDrops() (uint64, event.Drops)
+}
+
+// notReady lists why the agent is not ready, empty when it is.
+func (r *readiness) notReady(src healthSource) []string {
+	if src == nil {
+		return []string{"starting: the tracer is not loaded yet"}
+	}
+	if !src.Attached() {
+		return []string{"starting: the first scan of every process is still attaching probes"}
+	}
+	var why []string
+	now := r.now()
+	if last := src.ReaderLastRound(); last.IsZero() || now.Sub(last) > readerStale {
+		why = append(why, fmt.Sprintf("ring reader stopped: no round since %s (more than %s)", fmtTime(last), readerStale))
+	}
+	for _, u := range src.Unprobed() {
+		why = append(why, fmt.Sprintf("library without probes: %s (pid %d, %d failed tries since %s): %s",
+			u.Path, u.PID, u.Failures, fmtTime(u.Since), u.Reason))
+	}
+	if d := r.judgeDrops(now, src); d != "" {
+		why = append(why, d)
+	}
+	return why
+}
+
+// judgeDrops says whether more than maxDropRatio of the events since the
+// previous check were dropped ("" when not).
+func (r *readiness) judgeDrops(now time.Time, src healthSource) string {
+	events, d := src.EventsAndDrops()
+	drops := d.Total()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.at.IsZero() && now.Sub(r.at) < time.Second {
+		return r.dropWhy
+	}
+	first := r.at.IsZero()
+	de, dd := events-r.events, drops-r.drops
+	r.at, r.events, r.drops = now, events, drops
+	r.dropWhy = ""
+	if first {
+		de, dd = events, drops // since the start
+	}
+	if dd > 0 && float64(dd) > r.maxDropRatio*float64(de+dd) {
+		var reasons []string
+		for _, x := range d.Reasons() {
+			if x.Count == 0 {
+				continue
+			}
+			reasons = append(reasons, fmt.Sprintf("%s=%d", x.Name, x.Count))
+		}
+		r.dropWhy = fmt.Sprintf("probe events dropped or damaged: %d of %d since the last check (more than %.3g%%; totals since the start: %s)",
+			dd, de+dd, 100*r.maxDropRatio, strings.Join(reasons, " "))
+	}
+	return r.dropWhy
+}
+
+func fmtTime(t time.Time) string {
+	if t.IsZero() {
+		return "the start"
+	}
+	return t.UTC().Format(time.RFC3339)
+}
+
+// serveReady answers /readyz: 200 "ready", else 503 with one reason a line.
+func (r *readiness) serveReady(w http.ResponseWriter, src healthSource) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	why := r.notReady(src)
+	if len(why) == 0 {
+		fmt.Fprintln(w, "ready")
+		return
+	}
+	w.WriteHeader(http.StatusServiceUnavailable)
+	fmt.Fprintln(w, "not ready:")
+	for _, s := range why {
+		fmt.Fprintln(w, "- "+s)
+	}
+}
+
+// serveAlive answers /healthz: the process serves, so it is alive.
+func serveAlive(w http.ResponseWriter) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	fmt.Fprintln(w, "ok")
+}
+
+// Attached says whether every probe of the first scan is attached (Run
+// then calls OnReady).
+func (a *Agent) Attached() bool { return a.attached.Load() }
+
+// ReaderLastRound is when the ring reader last came round between events.
+func (a *Agent) ReaderLastRound() time.Time {
+	ns := a.readerRound.Load()
+	if ns == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, ns)
+}
+
+// EventsAndDrops reads the events handled and the BPF drop counters.
+func (a *Agent) EventsAndDrops() (uint64, event.Drops) {
+	d, err := a.probes.Drops()
+	if err != nil {
+		a.limited.Log(slog.LevelWarn, "drops\x00read", "read drop counters", "err", err)
+	}
+	return a.events.Load(), d
+}
