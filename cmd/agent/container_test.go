@@ -230,7 +230,10 @@ func driverMount(ref string) []string {
 }
 
 // agentArgs runs the image's agent as its non-root user with only caps
-// (ambient: no-new-privileges does not take them), a read-only root, the
+// (podman makes them ambient too, but the exec of the image's /agent, which
+// has file capabilities, clears those: the agent holds its file capabilities
+// within the bounding set, kept under no-new-privileges (so runc's
+// init holds them permitted), a read-only root, the
 // derived seccomp profile and the output directory at /out; it probes
 // the driver library at start.
 func agentArgs(img images, ref, out string, caps []string, extra ...string) []string {
@@ -407,6 +410,12 @@ func TestContainerHostPID(t *testing.T) {
 	agent := startContainer(t, "lw-e2e-agent-"+tag, agentArgs(img, ref, out, imageCaps, "--pid", "host")...)
 	addr := logShows(t, agent.log, servingRE, 60*time.Second)
 	logShows(t, agent.log, runningRE, 60*time.Second)
+	// Every thread holds the five, from the image's file capabilities.
+	threads := threadCaps(t, agent.hostPID(t))
+	if want := "CapPrm=1c000080004 CapEff=1c000080004 CapAmb="; len(threads) != 1 || threads[want] == 0 {
+		t.Errorf("the agent's threads by capability sets: %v, want all %q", threads, want)
+	}
+	t.Logf("the agent's threads by capability sets: %v", threads)
 	if code, body := get(t, "http://"+addr+"/healthz"); code != 200 || body != "ok\n" {
 		t.Errorf("/healthz from the host: %d %q", code, body)
 	}

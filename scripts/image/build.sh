@@ -19,6 +19,13 @@ rm -rf "$root"
 mkdir -p "$root/etc/ssl/certs" "$root/tmp"
 chmod 1777 "$root/tmp"
 install -m 0755 "$bin" "$root/agent"
+# The agent's capabilities as file capabilities, permitted only: Kubernetes
+# gives a non-root process no ambient ones, so these are what it gets (at
+# most the container's bounding set); without the effective bit an exec
+# never fails for one the bounding set lacks, and the agent raises the
+# permitted ones itself (cmd/agent/caps_linux.go) and names what is missing.
+caps=cap_bpf,cap_perfmon,cap_sys_ptrace,cap_dac_read_search,cap_checkpoint_restore=p
+setcap "$caps" "$root/agent"
 
 # copy FILE into the root filesystem at the same path; a symlink is copied
 # as one and its target too (ld.so finds libraries by their sonames).
@@ -44,5 +51,14 @@ printf 'root:x:0:\nlanewatch:x:65532:\n' >"$root/etc/group"
 
 python3 scripts/image/seccomp.py /usr/share/containers/seccomp.json "$out/seccomp.json"
 podman --runtime runc --cgroup-manager cgroupfs build -q -f Containerfile -t "$tag" "$root" >/dev/null
+# The image's layer keeps them (the security.capability xattr) or the build fails.
+mnt=$(podman image mount "$tag")
+got=$(getcap "$mnt/agent" | awk '{print $2}')
+podman image unmount "$tag" >/dev/null
+want=$(getcap "$root/agent" | awk '{print $2}') # getcap's order
+[ -n "$want" ] && [ "$got" = "$want" ] || {
+  echo "image $tag: /agent has file capabilities \"$got\", want $caps" >&2
+  exit 1
+}
 size=$(podman image inspect --format '{{.Size}}' "$tag")
 echo "image $tag: $((size / 1024 / 1024)) MiB ($size bytes; the agent alone $(($(stat -c %s "$bin") / 1024 / 1024)) MiB)"
