@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -44,6 +45,9 @@ func podman(args ...string) *exec.Cmd {
 // an unchanged rebuild cheap.
 type images struct {
 	agent, work, seccomp string
+	// localhost is the seccomp profile for Kubernetes nodes (the
+	// runtime spec's form, resolved for the agent's capabilities).
+	localhost string
 	// own is work with its own libcuda in the image: every container of
 	// it maps the one file of that image layer.
 	own string
@@ -92,7 +96,8 @@ func build(ref string) (images, error) {
 	if err := run(gocmd); err != nil {
 		return images{}, err
 	}
-	img := images{agent: "localhost/lanewatch-agent:e2e", work: "localhost/lanewatch-refpath:e2e", seccomp: filepath.Join(dir, "image", "seccomp.json")}
+	img := images{agent: "localhost/lanewatch-agent:e2e", work: "localhost/lanewatch-refpath:e2e", seccomp: filepath.Join(dir, "image", "seccomp.json"),
+		localhost: filepath.Join(dir, "image", "lanewatch.json")}
 	if err := run(exec.Command("bash", "../../scripts/image/build.sh", bin, img.agent, filepath.Join(dir, "image"))); err != nil {
 		return images{}, err
 	}
@@ -119,7 +124,7 @@ func build(ref string) (images, error) {
 	if err := run(podman("build", "-q", "-f", cf, "-t", img.own, own)); err != nil {
 		return images{}, err
 	}
-	// Only the seccomp profile is read from here on (podman holds the images).
+	// Only the seccomp profiles are read from here on (podman holds the images).
 	for _, p := range []string{bin, filepath.Join(dir, "image", "rootfs"), work, own} {
 		os.RemoveAll(p)
 	}
@@ -461,9 +466,13 @@ func TestContainerHostPID(t *testing.T) {
 // The sidecar shape: a pod's PID namespace held by a pause process, the
 // workload and the agent in two containers sharing it (`--pid
 // container:NAME`, Kubernetes' shareProcessNamespace). The agent knows the
-// workload by its pid there.
+// workload by its pid there. Its seccomp profile is the one for Kubernetes
+// nodes (bin/image/lanewatch.json): no rule conditional on capabilities
+// left, bpf, perf_event_open and move_pages allowed.
 func TestContainerSidecar(t *testing.T) {
 	img := buildImages(t)
+	checkLocalhostProfile(t, img.localhost)
+	img.seccomp = img.localhost
 	ref := testenv.RefDir(t)
 	out := outDir(t)
 	tag := strconv.Itoa(os.Getpid())
@@ -600,6 +609,46 @@ func TestContainerSameImage(t *testing.T) {
 		}
 		if n := len(recs[uint32(w.pid)]); n != 32 || pageable > 0 {
 			t.Errorf("pid %d: %d records (want hicache-load's 32), %d of them pageable (its pools are pinned)", w.pid, n, pageable)
+		}
+	}
+}
+
+// checkLocalhostProfile: the profile is in the runtime spec's form
+// (containerd reads a Localhost profile as one), with no rule conditional
+// on capabilities, and allows what the agent needs.
+func checkLocalhostProfile(t *testing.T, path string) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p struct {
+		DefaultAction string   `json:"defaultAction"`
+		Architectures []string `json:"architectures"`
+		Syscalls      []map[string]any
+	}
+	if err := json.Unmarshal(b, &p); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	allowed := map[string]bool{}
+	for _, r := range p.Syscalls {
+		for k := range r {
+			if k != "names" && k != "action" && k != "args" && k != "errnoRet" {
+				t.Errorf("%s: rule %v has %q: not the runtime spec's form", path, r["names"], k)
+			}
+		}
+		if r["action"] == "SCMP_ACT_ALLOW" && r["args"] == nil {
+			for _, n := range r["names"].([]any) {
+				allowed[n.(string)] = true
+			}
+		}
+	}
+	if p.DefaultAction == "" || !slices.Contains(p.Architectures, "SCMP_ARCH_X86_64") {
+		t.Errorf("%s: defaultAction %q architectures %v", path, p.DefaultAction, p.Architectures)
+	}
+	for _, n := range []string{"bpf", "perf_event_open", "move_pages"} {
+		if !allowed[n] {
+			t.Errorf("%s: %s not allowed", path, n)
 		}
 	}
 }

@@ -6,7 +6,9 @@
 # libm, libdl, libpthread, librt), /etc/passwd and /etc/group naming the
 # agent's user, and the CA certificates for an OTLP upstream over TLS.
 # No shell. Beside it, bin/image/seccomp.json: podman's default seccomp
-# profile with what the agent's capabilities need (seccomp.py).
+# profile with what the agent's capabilities need (seccomp.py), and
+# bin/image/lanewatch.json: the same resolved for the chart's capabilities,
+# the Localhost profile Kubernetes nodes load (README "DaemonSet").
 # Usage: build.sh BINARY TAG [OUTDIR (bin/image)]
 set -euo pipefail
 bin=$(realpath "${1:-bin/agent}")
@@ -49,7 +51,7 @@ for l in libm.so.6 libdl.so.2 libpthread.so.0 librt.so.1; do copy "$libdir/$l"; 
 printf 'root:x:0:0:root:/:/sbin/nologin\nlanewatch:x:65532:65532:lanewatch:/:/sbin/nologin\n' >"$root/etc/passwd"
 printf 'root:x:0:\nlanewatch:x:65532:\n' >"$root/etc/group"
 
-python3 scripts/image/seccomp.py /usr/share/containers/seccomp.json "$out/seccomp.json"
+python3 scripts/image/seccomp.py /usr/share/containers/seccomp.json "$out/seccomp.json" "$out/lanewatch.json"
 podman --runtime runc --cgroup-manager cgroupfs build -q -f Containerfile -t "$tag" "$root" >/dev/null
 # The image's layer keeps them (the security.capability xattr) or the build fails.
 mnt=$(podman image mount "$tag")
