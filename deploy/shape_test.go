@@ -1,9 +1,11 @@
 package deploy
 
 import (
+	"fmt"
 	"os"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -102,14 +104,62 @@ func testedCapabilities(t *testing.T) []corev1.Capability {
 	return caps
 }
 
-// checkAgentSecurity: the agent is not privileged, runs as nobody, and has
-// exactly the capabilities the agent was tested with.
+// imageUser is the user and group the image runs as (Containerfile's USER).
+func imageUser(t *testing.T) (int64, int64) {
+	t.Helper()
+	b, err := os.ReadFile("../Containerfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^USER (\d+):(\d+)$`).FindSubmatch(b)
+	if m == nil {
+		t.Fatal("Containerfile: no numeric USER uid:gid")
+	}
+	uid, _ := strconv.ParseInt(string(m[1]), 10, 64)
+	gid, _ := strconv.ParseInt(string(m[2]), 10, 64)
+	return uid, gid
+}
+
+// imageFileCaps are the file capabilities the image's /agent carries
+// (scripts/image/build.sh), as the names capabilities.add takes.
+func imageFileCaps(t *testing.T) []corev1.Capability {
+	t.Helper()
+	b, err := os.ReadFile("../scripts/image/build.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^caps=(\S+)=p$`).FindSubmatch(b)
+	if m == nil {
+		t.Fatal("scripts/image/build.sh: no caps=…=p (permitted only)")
+	}
+	var caps []corev1.Capability
+	for _, c := range strings.Split(string(m[1]), ",") {
+		caps = append(caps, corev1.Capability(strings.ToUpper(strings.TrimPrefix(c, "cap_"))))
+	}
+	slices.Sort(caps)
+	return caps
+}
+
+// checkAgentSecurity: the agent is not privileged, runs as the image's
+// user, and has exactly the capabilities the agent was tested with, which
+// are the image's file capabilities (Kubernetes gives a non-root process
+// no ambient ones); escalation stays allowed, or no_new_privs could take
+// the file capabilities away.
 func checkAgentSecurity(t *testing.T, mode string, c corev1.Container) {
 	t.Helper()
 	sc := c.SecurityContext
 	if sc == nil || sc.Privileged == nil || *sc.Privileged || sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot ||
 		sc.RunAsUser == nil || *sc.RunAsUser == 0 || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem {
 		t.Fatalf("%s: agent security context %+v: want privileged false, non-root, read-only root", mode, sc)
+	}
+	if uid, gid := imageUser(t); sc.RunAsGroup == nil || *sc.RunAsUser != uid || *sc.RunAsGroup != gid {
+		t.Errorf("%s: runAsUser %d runAsGroup %s: want the image's user %d:%d (Containerfile)", mode, *sc.RunAsUser, fmt.Sprint(deref(sc.RunAsGroup)), uid, gid)
+	}
+	if sc.AllowPrivilegeEscalation == nil || !*sc.AllowPrivilegeEscalation {
+		t.Errorf("%s: allowPrivilegeEscalation %v: want true (no_new_privs may drop the image's file capabilities)", mode, sc.AllowPrivilegeEscalation)
+	}
+	if sc.SeccompProfile == nil || sc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+		t.Errorf("%s: seccompProfile %+v: want RuntimeDefault", mode, sc.SeccompProfile)
 	}
 	if sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) {
 		t.Fatalf("%s: capabilities %+v: want drop [ALL]", mode, sc.Capabilities)
@@ -118,6 +168,21 @@ func checkAgentSecurity(t *testing.T, mode string, c corev1.Container) {
 	slices.Sort(added)
 	if want := testedCapabilities(t); !slices.Equal(added, want) {
 		t.Errorf("%s: capabilities added %v, want the tested minimum %v", mode, added, want)
+	}
+	if file := imageFileCaps(t); !slices.Equal(added, file) {
+		t.Errorf("%s: capabilities added %v, the image's file capabilities %v: want the same", mode, added, file)
+	}
+}
+
+// TestLocalhostSeccomp: seccompProfile from the values reaches the agent's
+// container as given (README: the Localhost profile installed on nodes).
+func TestLocalhostSeccomp(t *testing.T) {
+	for _, mode := range Modes {
+		objs := objects(t, mode, map[string]any{"seccompProfile": map[string]any{"type": "Localhost", "localhostProfile": "lanewatch.json"}})
+		sc := container(t, podOf(t, mode, objs).Spec, "lanewatch").SecurityContext
+		if p := sc.SeccompProfile; p == nil || p.Type != corev1.SeccompProfileTypeLocalhost || p.LocalhostProfile == nil || *p.LocalhostProfile != "lanewatch.json" {
+			t.Errorf("%s: seccompProfile %+v: want Localhost lanewatch.json", mode, p)
+		}
 	}
 }
 
@@ -433,4 +498,12 @@ func TestWithoutOperator(t *testing.T) {
 		podOf(t, mode, objs)
 		find[*corev1.Service](t, objs)
 	}
+}
+
+// deref is *p, or nil.
+func deref[T any](p *T) any {
+	if p == nil {
+		return nil
+	}
+	return *p
 }

@@ -108,16 +108,18 @@ resources:
   {{- toYaml .Values.resources | nindent 2 }}
 securityContext:
   privileged: false
-  # The agent runs as nobody. Kubernetes gives a non-root process no ambient
-  # capabilities, so they come from the file capabilities of the image's binary, and
-  # no_new_privs keeps file capabilities only where the runtime already put them in the
-  # launching process's permitted set (setpriv on this project's VM: kept from a
-  # launcher holding them, refused from one without). Escalation stays allowed so they
-  # apply on any runtime; the capability set below bounds them.
+  # The image's user. Kubernetes gives a non-root process no ambient
+  # capabilities: the agent's come from the file capabilities of the image's
+  # /agent (permitted only; it raises them itself), bounded by the set
+  # below. allowPrivilegeEscalation: false (no_new_privs) keeps file
+  # capabilities only where the runtime's launching process already holds
+  # them (cmd/agent TestRunFileCapabilities: from a launcher without them,
+  # all five missing), so it stays true; escalation beyond the set below
+  # is still impossible.
   allowPrivilegeEscalation: true
   runAsNonRoot: true
-  runAsUser: 65534
-  runAsGroup: 65534
+  runAsUser: 65532
+  runAsGroup: 65532
   readOnlyRootFilesystem: true
   seccompProfile:
     {{- toYaml .Values.seccompProfile | nindent 4 }}
