@@ -30,12 +30,13 @@ build: refpath ## build bin/agent and the reference data path
 image: build ## the agent's container image (podman, FROM scratch: bin/agent and the C libraries it loads, no shell) and its seccomp profile; prints the size
 	$(SUDO) bash scripts/image/build.sh bin/agent localhost/lanewatch-agent:dev
 
-test: build nvidia-libs ## vet, check generated files, promtool on the alert rules, the GPU check script's unit tests, run every test (BPF tests need root), deploy-check
+test: build nvidia-libs ## vet, check generated files, promtool on the alert rules, the GPU check script's and the seccomp script's unit tests, run every test (BPF tests need root), deploy-check
 	$(GO) vet ./...
 	GOARCH=arm64 CGO_ENABLED=0 $(GO) vet ./... # the arm64 build (its BPF objects, the site policy) cannot rot
 	$(MAKE) generate-check
 	bash dashboards/check.sh
 	$(PYTHON) -m unittest discover -s scripts/gpucheck -p 'test_*.py' # the GPU check script's non-GPU parts (and, as root, the script under the agent on the reference data path)
+	$(PYTHON) -m unittest discover -s scripts/image -p 'test_*.py' # the image's seccomp profiles: derived from podman's, resolved for Kubernetes
 	$(SUDO) $(GO) test -count=1 -p 1 ./... # one package at a time: the BPF and e2e tests judge rates, and each package traces every process using the reference libraries
 	$(GO) test -run '^$$' -bench . -benchtime 1x ./correlate ./exporters ./otlpbridge # every benchmark once (the probe costs one short round), so `make bench` cannot rot
 	$(SUDO) $(GO) test -short -run '^$$' -bench . -benchtime 1x ./probes
