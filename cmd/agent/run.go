@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/signal"
 	"syscall"
@@ -52,6 +53,11 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&tc.MaxHold, "spans.max-hold", 5*time.Minute, "how long a transfer waits at most, past --spans.hold, while a request that may cover it is still open (servers export a request's spans when it ends); the held transfers stay within their budget")
 	fs.DurationVar(&tc.Index.Window, "otlp.index-window", 2*time.Minute, "how long received spans are kept for attribution")
 	fs.IntVar(&tc.Index.MaxSpans, "otlp.index-max-spans", 100_000, "received spans kept at most for attribution (the oldest are evicted and counted)")
+	maxBody := fs.String("otlp.max-body", "", fmt.Sprintf("the largest OTLP request taken, as received and decompressed, as --memory-limit writes sizes; larger ones get HTTP 413 / gRPC ResourceExhausted (default %d MiB, less when a quarter of --memory-limit cannot decode one that size: %dx it)",
+		otlpbridge.DefaultMaxBody>>20, otlpbridge.BodyCost+otlpbridge.CostPerByte))
+	fs.IntVar(&tc.Limits.MaxConcurrent, "otlp.max-concurrent", otlpbridge.DefaultMaxConcurrent, "OTLP requests read and decoded at once, over both receivers; more, or more than a quarter of --memory-limit can decode, get HTTP 429 / gRPC ResourceExhausted, which OTLP senders retry")
+	fs.IntVar(&tc.Limits.MaxConnections, "otlp.max-connections", otlpbridge.DefaultMaxConnections, "open connections each OTLP receiver serves; more wait in the kernel's listen backlog")
+	fs.DurationVar(&tc.Limits.ReadTimeout, "otlp.read-timeout", otlpbridge.DefaultReadTimeout, "time an OTLP sender has to send a request (headers and body; gRPC: the call); idle connections are closed after it too")
 	fs.Var(&rules, "otlp.rule", "attribution rule replacing the built-in SGLang/vLLM ones (repeatable, first match wins): "+otlpbridge.RuleSyntax)
 	log, code := parse(fs, args, stderr)
 	if log == nil {
@@ -62,6 +68,19 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		notNegative("spans.max-hold", tc.MaxHold), positive("otlp.index-window", tc.Index.Window), positive("evaluate-interval", mc.EvaluateInterval))
 	if tc.Index.MaxSpans <= 0 {
 		flagErr = errors.Join(flagErr, fmt.Errorf("--otlp.index-max-spans %d: must be positive", tc.Index.MaxSpans))
+	}
+	flagErr = errors.Join(flagErr, positiveInt("otlp.max-concurrent", tc.Limits.MaxConcurrent), positiveInt("otlp.max-connections", tc.Limits.MaxConnections),
+		positive("otlp.read-timeout", tc.Limits.ReadTimeout))
+	if *maxBody != "" {
+		n, err := parseSize(*maxBody)
+		switch {
+		case err != nil:
+			flagErr = errors.Join(flagErr, fmt.Errorf("--otlp.max-body %w", err))
+		case n < 1024 || n > math.MaxInt32:
+			flagErr = errors.Join(flagErr, fmt.Errorf("--otlp.max-body %s: want from 1KiB to 2GiB", *maxBody))
+		default:
+			tc.Limits.MaxBody = n
+		}
 	}
 	if flagErr == nil {
 		flagErr = checkPIDs(*procRoot, pids)
@@ -74,6 +93,11 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		return usageErrors(stderr, "run", err)
 	}
 	log.Info("memory limit", "bytes", limit, "go_soft_limit", goLimit, "from", limitSource)
+	if tc.GRPCListen != "" || tc.HTTPListen != "" {
+		if err := otlpLimits(&tc.Limits, limit); err != nil {
+			return usageErrors(stderr, "run", err)
+		}
+	}
 	if tc.Spans, err = exporters.ParseSpanMode(*spans); err != nil {
 		fmt.Fprintf(stderr, "--spans: %v\n", err)
 		return 2
@@ -136,4 +160,19 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	}
 	log.Info("stopped: every probe detached")
 	return 0
+}
+
+// otlpLimits sizes the receivers' decode budget from the memory limit and,
+// unless --otlp.max-body was given, the largest request from the budget;
+// an explicit --otlp.max-body must fit it.
+func otlpLimits(l *otlpbridge.Limits, memoryLimit int64) error {
+	auto := l.MaxBody == 0
+	if auto {
+		l.MaxBody = otlpbridge.DefaultMaxBody
+	}
+	l.DecodeBudget = otlpbridge.DecodeBudgetFor(memoryLimit, *l)
+	if auto {
+		l.MaxBody = min(l.MaxBody, l.DecodeBudget/(otlpbridge.BodyCost+otlpbridge.CostPerByte))
+	}
+	return l.Check()
 }
