@@ -70,10 +70,10 @@ type TracesConfig struct {
 	Index                  otlpbridge.IndexConfig
 	// Limits bound the receivers; a zero DecodeBudget is sized from
 	// RunConfig.MemoryLimit (otlpbridge.DecodeBudgetFor).
-	Limits otlpbridge.Limits
-	Spans                  exporters.SpanMode
-	Hold                   time.Duration // a transfer waits this for the server's spans
-	MaxHold                time.Duration // ... and at most this while a request that may cover it is open
+	Limits  otlpbridge.Limits
+	Spans   exporters.SpanMode
+	Hold    time.Duration // a transfer waits this for the server's spans
+	MaxHold time.Duration // ... and at most this while a request that may cover it is open
 }
 
 // Run traces until ctx is done, then detaches every probe, flushes every

@@ -92,7 +92,7 @@ type Bridge struct {
 	httpSrv        *http.Server
 	wg             sync.WaitGroup
 
-	received           [2]atomic.Uint64                  // by transports index
+	received           [2]atomic.Uint64                   // by transports index
 	refused            [2][len(reasonIndex)]atomic.Uint64 // by transport, reason
 	forwarded, fwdErrs atomic.Uint64
 }
