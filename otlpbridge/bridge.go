@@ -229,7 +229,12 @@ func (b *Bridge) newHTTPServer() *http.Server {
 		WriteTimeout: rt + b.cfg.Upstream.Timeout + 5*time.Second, MaxHeaderBytes: 64 << 10, ErrorLog: errLog}
 }
 
-// Close stops the receivers (letting running exports finish) and the forwarder.
+// closeGrace is how long Close lets running exports finish; then the
+// connections still open (a sender that sends nothing holds one until its
+// read timeout) are cut.
+const closeGrace = 2 * time.Second
+
+// Close stops the receivers, within closeGrace, and the forwarder.
 func (b *Bridge) Close() error {
 	var errs []error
 	if b.grpcSrv != nil {
@@ -237,15 +242,17 @@ func (b *Bridge) Close() error {
 		go func() { b.grpcSrv.GracefulStop(); close(done) }()
 		select {
 		case <-done:
-		case <-time.After(5 * time.Second):
+		case <-time.After(closeGrace):
 			b.grpcSrv.Stop()
 		}
 	} else if b.grpcLn != nil {
 		b.grpcLn.Close()
 	}
 	if b.httpSrv != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		errs = append(errs, b.httpSrv.Shutdown(ctx))
+		ctx, cancel := context.WithTimeout(context.Background(), closeGrace)
+		if err := b.httpSrv.Shutdown(ctx); err != nil {
+			errs = append(errs, b.httpSrv.Close())
+		}
 		cancel()
 	} else if b.httpLn != nil {
 		b.httpLn.Close()
