@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"compress/gzip"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -23,6 +24,10 @@ import (
 	collectorpb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"golang.org/x/sys/unix"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
@@ -52,13 +57,14 @@ func agentBin() (string, []string) {
 	return os.Args[0], []string{"LW_AGENT_MAIN=1"}
 }
 
-func startHostileAgent(t *testing.T, cgroupBytes int64, args ...string) *hostileAgent {
+func startHostileAgent(t *testing.T, cgroupBytes int64, env []string, args ...string) *hostileAgent {
 	t.Helper()
 	a := &hostileAgent{out: filepath.Join(t.TempDir(), "out.jsonl"), grpc: freePort(t), http: freePort(t), metrics: freePort(t)}
-	bin, env := agentBin()
+	bin, binEnv := agentBin()
 	a.cmd = exec.Command(bin, append([]string{"run", "--output", a.out, "--otlp.grpc-listen", a.grpc, "--otlp.http-listen", a.http,
 		"--web.listen-address", a.metrics}, args...)...)
-	a.cmd.Env = append(os.Environ(), append(env, "GOMEMLIMIT=", "OTEL_EXPORTER_OTLP_ENDPOINT=", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=")...)
+	a.cmd.Env = append(os.Environ(), append(binEnv, "GOMEMLIMIT=", "OTEL_EXPORTER_OTLP_ENDPOINT=", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=")...)
+	a.cmd.Env = append(a.cmd.Env, env...) // the last value of a variable wins
 	stderr, err := a.cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -241,7 +247,7 @@ func TestOTLPHostileLoad(t *testing.T) {
 	testenv.RequireRoot(t)
 	refDir := testenv.RefDir(t)
 	const limit = 1 << 30
-	a := startHostileAgent(t, limit, "--memory-limit", "1GiB",
+	a := startHostileAgent(t, limit, nil, "--memory-limit", "1GiB",
 		"--lib", filepath.Join(refDir, "lib", "libcuda.so.1"), "--lib", filepath.Join(refDir, "plain", "libcudart.so.12"))
 	pb60, js60 := bigRequests(t, 60e6)
 	var gz bytes.Buffer
@@ -391,7 +397,7 @@ func (a *hostileAgent) scrape(t *testing.T) string {
 func TestOTLPIdleConnections(t *testing.T) {
 	testenv.RequireRoot(t)
 	refDir := testenv.RefDir(t)
-	a := startHostileAgent(t, 0)
+	a := startHostileAgent(t, 0, nil)
 	if err := unix.Prlimit(a.cmd.Process.Pid, unix.RLIMIT_NOFILE, &unix.Rlimit{Cur: 2048, Max: 2048}, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -455,6 +461,63 @@ func TestOTLPIdleConnections(t *testing.T) {
 		t.Errorf("the new process under the flood: %d records of %d, problems %v", res.Got, res.WantRecords, res.Problems)
 	}
 	for _, l := range strings.Split(strings.TrimSpace(a.log.String()), "\n") {
+		if !strings.HasPrefix(l, "time=") {
+			t.Errorf("a log line not through the structured logger: %q", l)
+		}
+	}
+}
+
+// TestRunUpstreamDown: with the trace upstream down, every failed forward
+// and every span the exporter gave up on is counted, and logged once per
+// cause per minute through the structured logger. On main each failed
+// forward was a WARN line of its own, nothing counted the spans, and the
+// OTel SDK wrote its own unstructured "traces export" lines.
+func TestRunUpstreamDown(t *testing.T) {
+	testenv.RequireRoot(t)
+	refDir := testenv.RefDir(t)
+	down := freePort(t) // nothing listens there
+	a := startHostileAgent(t, 0, []string{"OTEL_EXPORTER_OTLP_ENDPOINT=http://" + down, "OTEL_EXPORTER_OTLP_PROTOCOL=grpc",
+		"OTEL_EXPORTER_OTLP_INSECURE=true", "OTEL_EXPORTER_OTLP_TIMEOUT=300", "OTEL_BSP_SCHEDULE_DELAY=100", "OTEL_BSP_EXPORT_TIMEOUT=500"},
+		"--spans.hold", "0s", "--lib", filepath.Join(refDir, "lib", "libcuda.so.1"), "--lib", filepath.Join(refDir, "plain", "libcudart.so.12"))
+	conn, err := grpc.NewClient(a.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	for range 5 {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		_, err := collectorpb.NewTraceServiceClient(conn).Export(ctx, &collectorpb.ExportTraceServiceRequest{})
+		cancel()
+		if status.Code(err) != codes.Unavailable {
+			t.Errorf("export with the upstream down: %v, want Unavailable (retryable)", err)
+		}
+	}
+	runScenario(t, refDir, "hicache-load", filepath.Join(t.TempDir(), "truth.jsonl"))
+	const failedSpans = `lanewatch_spans_exported_total{result="failed"}`
+	var metrics string
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		metrics = a.scrape(t)
+		if metricValue(metrics, failedSpans) > 0 || time.Now().After(deadline) {
+			break
+		}
+	}
+	a.stop(t)
+	log := a.log.String()
+	t.Log(grepLines(metrics, "lanewatch_spans_exported_total{", "lanewatch_otlp_forwarded_requests_total{"))
+	t.Log(grepLines(log, "upstream", "OTel SDK", "span export"))
+	if n := metricValue(metrics, `lanewatch_otlp_forwarded_requests_total{result="failed"}`); n != 5 {
+		t.Errorf("%d failed forwards counted, want 5", n)
+	}
+	if n := metricValue(metrics, failedSpans); n <= 0 {
+		t.Errorf("%d spans counted as failed, want the transfer spans", n)
+	}
+	if n := strings.Count(log, `msg="forward OTLP traces upstream"`); n != 1 {
+		t.Errorf("%d lines for 5 failed forwards, want 1 within the minute", n)
+	}
+	if !strings.Contains(log, `msg="OTel SDK"`) {
+		t.Errorf("the SDK's export failure is not logged")
+	}
+	for _, l := range strings.Split(strings.TrimSpace(log), "\n") {
 		if !strings.HasPrefix(l, "time=") {
 			t.Errorf("a log line not through the structured logger: %q", l)
 		}
