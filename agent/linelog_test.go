@@ -35,7 +35,7 @@ func TestLineLogger(t *testing.T) {
 		t.Errorf("the held-back lines are not counted: %s", lines[2])
 	}
 	for in, want := range map[string]string{
-		"traces export: context deadline exceeded": "traces export: context deadline exceeded",
+		"traces export: context deadline exceeded":  "traces export: context deadline exceeded",
 		"http: Accept error: accept tcp 10.0.0.1:1": "http: Accept error: accept tcp ",
 		strings.Repeat("x", 200):                    strings.Repeat("x", 80),
 	} {
