@@ -90,6 +90,7 @@ type Bridge struct {
 	grpcLn, httpLn net.Listener
 	grpcSrv        *grpc.Server
 	httpSrv        *http.Server
+	conns          connSet // every connection accepted, for Close
 	wg             sync.WaitGroup
 
 	received           [2]atomic.Uint64                   // by transports index
@@ -191,7 +192,7 @@ func (b *Bridge) Serve() {
 		"max_connections", b.lim.MaxConnections, "read_timeout", b.lim.ReadTimeout)
 	if b.grpcLn != nil {
 		b.grpcSrv = b.newGRPCServer()
-		ln := netutil.LimitListener(b.grpcLn, b.lim.MaxConnections)
+		ln := netutil.LimitListener(trackedListener{b.grpcLn, &b.conns}, b.lim.MaxConnections)
 		b.wg.Add(1)
 		go func() {
 			defer b.wg.Done()
@@ -203,7 +204,7 @@ func (b *Bridge) Serve() {
 	}
 	if b.httpLn != nil {
 		b.httpSrv = b.newHTTPServer()
-		ln := netutil.LimitListener(b.httpLn, b.lim.MaxConnections)
+		ln := netutil.LimitListener(trackedListener{b.httpLn, &b.conns}, b.lim.MaxConnections)
 		b.wg.Add(1)
 		go func() {
 			defer b.wg.Done()
@@ -229,35 +230,44 @@ func (b *Bridge) newHTTPServer() *http.Server {
 		WriteTimeout: rt + b.cfg.Upstream.Timeout + 5*time.Second, MaxHeaderBytes: 64 << 10, ErrorLog: errLog}
 }
 
-// closeGrace is how long Close lets running exports finish; then the
-// connections still open (a sender that sends nothing holds one until its
-// read timeout) are cut.
+// closeGrace is how long Close lets running exports finish, both
+// receivers at once; then the connections still open (a sender that sends
+// nothing holds one until its read timeout) are cut.
 const closeGrace = 2 * time.Second
 
 // Close stops the receivers, within closeGrace, and the forwarder.
 func (b *Bridge) Close() error {
-	var errs []error
+	deadline := time.Now().Add(closeGrace)
+	var stopping sync.WaitGroup
+	var httpErr error
 	if b.grpcSrv != nil {
-		done := make(chan struct{})
-		go func() { b.grpcSrv.GracefulStop(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(closeGrace):
-			b.grpcSrv.Stop()
-		}
+		stopping.Go(func() {
+			done := make(chan struct{})
+			go func() { b.grpcSrv.GracefulStop(); close(done) }()
+			select {
+			case <-done:
+			case <-time.After(time.Until(deadline)):
+				b.conns.closeAll() // gRPC's Stop waits for connections still in their handshake
+				b.grpcSrv.Stop()
+			}
+		})
 	} else if b.grpcLn != nil {
 		b.grpcLn.Close()
 	}
 	if b.httpSrv != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), closeGrace)
-		if err := b.httpSrv.Shutdown(ctx); err != nil {
-			errs = append(errs, b.httpSrv.Close())
-		}
-		cancel()
+		stopping.Go(func() {
+			ctx, cancel := context.WithDeadline(context.Background(), deadline)
+			defer cancel()
+			if err := b.httpSrv.Shutdown(ctx); err != nil {
+				httpErr = b.httpSrv.Close()
+			}
+		})
 	} else if b.httpLn != nil {
 		b.httpLn.Close()
 	}
+	stopping.Wait()
 	b.wg.Wait()
+	errs := []error{httpErr}
 	if b.fwd != nil {
 		errs = append(errs, b.fwd.close())
 	}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"sync"
 	"time"
 )
@@ -220,4 +221,53 @@ func (c *claim) readAll(r io.Reader, limit, sizeHint, cost int64) ([]byte, error
 			return nil, err
 		}
 	}
+}
+
+// connSet holds the receivers' open connections, so that Close can cut
+// them all (gRPC's own Stop waits for those still in their handshake).
+type connSet struct {
+	mu    sync.Mutex
+	conns map[*trackedConn]struct{}
+}
+
+func (s *connSet) closeAll() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for c := range s.conns {
+		c.Conn.Close()
+	}
+}
+
+// trackedListener adds every connection it accepts to a connSet.
+type trackedListener struct {
+	net.Listener
+	set *connSet
+}
+
+func (l trackedListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	tc := &trackedConn{Conn: c, set: l.set}
+	l.set.mu.Lock()
+	if l.set.conns == nil {
+		l.set.conns = map[*trackedConn]struct{}{}
+	}
+	l.set.conns[tc] = struct{}{}
+	l.set.mu.Unlock()
+	return tc, nil
+}
+
+// trackedConn leaves its set when closed.
+type trackedConn struct {
+	net.Conn
+	set *connSet
+}
+
+func (c *trackedConn) Close() error {
+	c.set.mu.Lock()
+	delete(c.set.conns, c)
+	c.set.mu.Unlock()
+	return c.Conn.Close()
 }

@@ -360,3 +360,32 @@ func TestLimitsCheck(t *testing.T) {
 		t.Errorf("budget without a limit: %d", got)
 	}
 }
+
+// Close ends within its grace whatever senders hold open: an idle
+// connection on each receiver and a request whose body never comes.
+func TestCloseWithOpenConnections(t *testing.T) {
+	b, err := New(Config{GRPCListen: "127.0.0.1:0", HTTPListen: "127.0.0.1:0", Logger: slog.New(slog.DiscardHandler), Limits: Limits{ReadTimeout: time.Minute}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Serve()
+	for _, addr := range []string{b.GRPCAddr().String(), b.HTTPAddr().String(), b.HTTPAddr().String()} {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if addr == b.HTTPAddr().String() {
+			fmt.Fprintf(c, "POST /v1/traces HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-protobuf\r\nContent-Length: 100\r\n\r\n")
+		}
+	}
+	start := time.Now()
+	if err := b.Close(); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+	// Not a timing test: without cutting them, Close waited for the
+	// senders' timeouts (gRPC's handshake: 10 s; the read timeout: 1 min).
+	if took := time.Since(start); took > 9*time.Second {
+		t.Errorf("Close took %s: it waited for the senders, past its grace of %s", took, closeGrace)
+	}
+}
