@@ -68,12 +68,13 @@ type TracesConfig struct {
 	GRPCListen, HTTPListen string // the bridge's listeners; both "" turns it off
 	Upstream               otlpbridge.Upstream
 	Index                  otlpbridge.IndexConfig
+	Spans                  exporters.SpanMode
+	Hold                   time.Duration // a transfer waits this for the server's spans
+	MaxHold                time.Duration // ... and at most this while a request that may cover it is open
+
 	// Limits bound the receivers; a zero DecodeBudget is sized from
 	// RunConfig.MemoryLimit (otlpbridge.DecodeBudgetFor).
-	Limits  otlpbridge.Limits
-	Spans   exporters.SpanMode
-	Hold    time.Duration // a transfer waits this for the server's spans
-	MaxHold time.Duration // ... and at most this while a request that may cover it is open
+	Limits otlpbridge.Limits
 }
 
 // Run traces until ctx is done, then detaches every probe, flushes every
