@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"sync"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel"
 
 	"github.com/lanewatch/lanewatch/checks"
 	"github.com/lanewatch/lanewatch/collectors"
@@ -73,6 +75,10 @@ type TracesConfig struct {
 	Spans                  exporters.SpanMode
 	Hold                   time.Duration // a transfer waits this for the server's spans
 	MaxHold                time.Duration // ... and at most this while a request that may cover it is open
+
+	// Limits bound the receivers; a zero DecodeBudget is sized from
+	// RunConfig.MemoryLimit (otlpbridge.DecodeBudgetFor).
+	Limits otlpbridge.Limits
 }
 
 // Run traces until ctx is done, then detaches every probe, flushes every
@@ -106,12 +112,18 @@ func Run(ctx context.Context, cfg RunConfig) (err error) {
 		}
 	}()
 
-	tr, err := startTraces(cfg, place, log)
+	// Libraries' own failure lines (net/http's, the OTel SDK's) go through
+	// the logger, one line per cause per interval.
+	limited := newLimitedLog(log, cmp.Or(cfg.Trace.LogInterval, time.Minute))
+	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
+		limited.Log(slog.LevelWarn, "otel\x00"+lineCause(err.Error()), "OTel SDK", "err", err)
+	}))
+	tr, err := startTraces(cfg, place, log, limited)
 	if err != nil {
 		return err
 	}
 	closers = append(closers, tr.stop)
-	mx, err := listenMetrics(cfg, place, tr.spans, log)
+	mx, err := listenMetrics(cfg, place, tr.collectors(), log, limited)
 	if err != nil {
 		return err
 	}
@@ -208,7 +220,7 @@ type metrics struct {
 }
 
 // listenMetrics builds the metrics and binds the listener.
-func listenMetrics(cfg RunConfig, place func(uint32) checks.Placement, spans *exporters.Spans, log *slog.Logger) (*metrics, error) {
+func listenMetrics(cfg RunConfig, place func(uint32) checks.Placement, extra map[string]exporters.Collector, log *slog.Logger, limited *limitedLog) (*metrics, error) {
 	mc := cfg.Metrics
 	if mc.Listen == "" {
 		return &metrics{}, nil
@@ -260,9 +272,7 @@ func listenMetrics(cfg RunConfig, place func(uint32) checks.Placement, spans *ex
 	if gpu != nil {
 		scrapers["gpu"] = collectors.NewGPUMetrics(gpu)
 	}
-	if spans != nil {
-		scrapers["spans"] = exporters.SpansCollector{S: spans}
-	}
+	maps.Copy(scrapers, extra)
 	reg := exporters.NewRegistry(m.exp, scrapers, log)
 	if m.ln, err = net.Listen("tcp", mc.Listen); err != nil {
 		m.close()
@@ -290,7 +300,7 @@ func listenMetrics(cfg RunConfig, place func(uint32) checks.Placement, spans *ex
 		}
 		fmt.Fprintf(w, "<html><head><title>lanewatch</title></head><body><h1>lanewatch</h1><p><a href=%q>Metrics</a> <a href=/healthz>Alive</a> <a href=/readyz>Ready</a></p></body></html>\n", mc.Path)
 	})
-	m.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	m.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: time.Minute, ErrorLog: limited.lineLogger("metrics server")}
 	return m, nil
 }
 
@@ -395,6 +405,7 @@ type traces struct {
 	log    *slog.Logger
 	bridge *otlpbridge.Bridge
 	spans  *exporters.Spans
+	sent   *exporters.CountingExporter // the spans' exporter
 	stopTP func(context.Context) error
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -404,7 +415,7 @@ type traces struct {
 
 // startTraces opens the bridge's listeners and the span exporter. Either
 // may be off.
-func startTraces(cfg RunConfig, place func(uint32) checks.Placement, log *slog.Logger) (*traces, error) {
+func startTraces(cfg RunConfig, place func(uint32) checks.Placement, log *slog.Logger, limited *limitedLog) (*traces, error) {
 	tc := cfg.Traces
 	t := &traces{log: log, done: make(chan struct{})}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -421,8 +432,12 @@ func startTraces(cfg RunConfig, place func(uint32) checks.Placement, log *slog.L
 		tc.Index.MaxBytes = otlpbridge.IndexBytesFor(cfg.MemoryLimit) // its share of the ceiling
 	}
 	if tc.GRPCListen != "" || tc.HTTPListen != "" {
+		if tc.Limits.DecodeBudget == 0 {
+			tc.Limits.DecodeBudget = otlpbridge.DecodeBudgetFor(cfg.MemoryLimit, tc.Limits)
+		}
 		br, err := otlpbridge.New(otlpbridge.Config{GRPCListen: tc.GRPCListen, HTTPListen: tc.HTTPListen, Upstream: tc.Upstream,
-			Logger: log, Index: tc.Index})
+			Logger: log, Index: tc.Index, Limits: tc.Limits, ErrorLog: limited.lineLogger("OTLP HTTP receiver"),
+			Warn: func(cause, msg string, args ...any) { limited.Log(slog.LevelWarn, cause, msg, args...) }})
 		if err != nil {
 			cancel()
 			return nil, err
@@ -447,7 +462,8 @@ func startTraces(cfg RunConfig, place func(uint32) checks.Placement, log *slog.L
 		close(t.done)
 		return nil, errors.Join(err, t.stop())
 	}
-	tp := exporters.NewTracerProvider(res, exp)
+	t.sent = exporters.CountExports(exp)
+	tp := exporters.NewTracerProvider(res, t.sent)
 	t.stopTP = tp.Shutdown
 	clock := otlpbridge.NewClock()
 	sc := exporters.SpansConfig{Tracer: tp.Tracer("github.com/lanewatch/lanewatch"), Mode: tc.Spans, Wall: clock.Wall, Hold: tc.Hold,
@@ -482,6 +498,21 @@ func startTraces(cfg RunConfig, place func(uint32) checks.Placement, log *slog.L
 	}()
 	log.Info("transfer spans", "mode", tc.Spans, "upstream", tc.Upstream.Endpoint, "hold", tc.Hold, "max_hold", max(tc.MaxHold, tc.Hold))
 	return t, nil
+}
+
+// collectors are the metrics of the bridge and the span exporter.
+func (t *traces) collectors() map[string]exporters.Collector {
+	c := map[string]exporters.Collector{}
+	if t.spans != nil {
+		c["spans"] = exporters.SpansCollector{S: t.spans}
+	}
+	if t.sent != nil {
+		c["span_export"] = exporters.SpanExportCollector{E: t.sent}
+	}
+	if t.bridge != nil {
+		c["otlp"] = exporters.OTLPCollector{Stats: t.bridge.Stats}
+	}
+	return c
 }
 
 // tee adds the span exporter to the transfer sinks.
@@ -525,11 +556,13 @@ func (t *traces) shutdown() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		errs = append(errs, t.stopTP(ctx))
 		cancel()
+		ok, failed := t.sent.Counts()
+		t.log.Info("span export", "exported", ok, "failed", failed)
 	}
 	if t.bridge != nil {
 		errs = append(errs, t.bridge.Close())
 		st := t.bridge.Stats()
-		t.log.Info("OTLP bridge", "requests", st.Requests, "bad", st.BadRequests, "forwarded", st.Forwarded, "forward_errors", st.ForwardErrors,
+		t.log.Info("OTLP bridge", "requests", st.Requests, "refused", st.BadRequests, "forwarded", st.Forwarded, "forward_errors", st.ForwardErrors,
 			"spans", st.Index.Spans, "indexed", st.Index.Indexed, "evicted", st.Index.Evicted, "cap_evicted", st.Index.CapEvicts,
 			"info_evicted", st.Index.InfoEvicts, "clamped", st.Index.Clamped, "index_bytes", st.Index.Bytes,
 			"open_requests", st.Index.Open, "open_expired", st.Index.OpenExpired, "open_dropped", st.Index.OpenDropped)

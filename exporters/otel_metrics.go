@@ -2,6 +2,8 @@ package exporters
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/lanewatch/lanewatch/otlpbridge"
 )
 
 var (
@@ -42,5 +44,55 @@ func (c SpansCollector) Update(ch chan<- prometheus.Metric) error {
 	ch <- prometheus.MustNewConstMetric(descSpanEarly, prometheus.CounterValue, float64(st.EarlyRelease))
 	ch <- prometheus.MustNewConstMetric(descSpanHeld, prometheus.GaugeValue, float64(st.Held-st.Waiting), "hold")
 	ch <- prometheus.MustNewConstMetric(descSpanHeld, prometheus.GaugeValue, float64(st.Waiting), "open")
+	return nil
+}
+
+var (
+	descOTLPReceived = prometheus.NewDesc("lanewatch_otlp_received_requests_total",
+		"OTLP export requests received by the bridge, by transport (grpc, http).", []string{"transport"}, nil)
+	descOTLPRefused = prometheus.NewDesc("lanewatch_otlp_rejected_requests_total",
+		"OTLP export requests refused, by transport and reason: too_large (past --otlp.max-body: HTTP 413, gRPC ResourceExhausted), "+
+			"bad_payload (undecodable: HTTP 400, gRPC InvalidArgument), unsupported (Content-Type or Content-Encoding: HTTP 415), "+
+			"overloaded (--otlp.max-concurrent or the decode budget reached: HTTP 429, gRPC ResourceExhausted, both retryable), "+
+			"read_error (the body could not be read: timeout, sender gone).",
+		[]string{"transport", "reason"}, nil)
+	descOTLPForwarded = prometheus.NewDesc("lanewatch_otlp_forwarded_requests_total",
+		"Received OTLP requests forwarded upstream, by result (ok, failed: the sender was told so and may retry).", []string{"result"}, nil)
+	descOTLPInFlight = prometheus.NewDesc("lanewatch_otlp_requests_in_flight",
+		"OTLP requests being read or decoded now (at most --otlp.max-concurrent).", nil, nil)
+	descOTLPBudget = prometheus.NewDesc("lanewatch_otlp_decode_budget_bytes",
+		"The memory OTLP requests being read and decoded may hold (state=max, a quarter of --memory-limit) and hold now (state=used).", []string{"state"}, nil)
+	descSpansExported = prometheus.NewDesc("lanewatch_spans_exported_total",
+		"lanewatch's own spans (transfers, findings) sent upstream, by result (ok, failed: dropped after the exporter's retries).", []string{"result"}, nil)
+)
+
+// OTLPCollector exposes the bridge's counters at scrape time.
+type OTLPCollector struct{ Stats func() otlpbridge.Stats }
+
+// Update implements Collector.
+func (c OTLPCollector) Update(ch chan<- prometheus.Metric) error {
+	st := c.Stats()
+	for _, t := range []string{otlpbridge.TransportGRPC, otlpbridge.TransportHTTP} {
+		ch <- prometheus.MustNewConstMetric(descOTLPReceived, prometheus.CounterValue, float64(st.Received[t]), t)
+		for _, r := range otlpbridge.Reasons {
+			ch <- prometheus.MustNewConstMetric(descOTLPRefused, prometheus.CounterValue, float64(st.Refused[otlpbridge.Refusal{Transport: t, Reason: r}]), t, r)
+		}
+	}
+	ch <- prometheus.MustNewConstMetric(descOTLPForwarded, prometheus.CounterValue, float64(st.Forwarded), "ok")
+	ch <- prometheus.MustNewConstMetric(descOTLPForwarded, prometheus.CounterValue, float64(st.ForwardErrors), "failed")
+	ch <- prometheus.MustNewConstMetric(descOTLPInFlight, prometheus.GaugeValue, float64(st.InFlight))
+	ch <- prometheus.MustNewConstMetric(descOTLPBudget, prometheus.GaugeValue, float64(st.Budget), "max")
+	ch <- prometheus.MustNewConstMetric(descOTLPBudget, prometheus.GaugeValue, float64(st.BudgetUsed), "used")
+	return nil
+}
+
+// SpanExportCollector exposes the span exporter's sent and failed spans.
+type SpanExportCollector struct{ E *CountingExporter }
+
+// Update implements Collector.
+func (c SpanExportCollector) Update(ch chan<- prometheus.Metric) error {
+	ok, failed := c.E.Counts()
+	ch <- prometheus.MustNewConstMetric(descSpansExported, prometheus.CounterValue, float64(ok), "ok")
+	ch <- prometheus.MustNewConstMetric(descSpansExported, prometheus.CounterValue, float64(failed), "failed")
 	return nil
 }

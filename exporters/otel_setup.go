@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"sync/atomic"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
@@ -46,4 +47,32 @@ func NewOTLPSpanExporter(ctx context.Context) (sdktrace.SpanExporter, error) {
 func NewTracerProvider(res *resource.Resource, exp sdktrace.SpanExporter, opts ...sdktrace.BatchSpanProcessorOption) *sdktrace.TracerProvider {
 	return sdktrace.NewTracerProvider(sdktrace.WithResource(res), sdktrace.WithBatcher(exp, opts...),
 		sdktrace.WithSampler(sdktrace.AlwaysSample()))
+}
+
+// CountingExporter counts the spans its exporter sent and those it failed
+// to send (the batch is dropped: the SDK does not retry past its exporter).
+type CountingExporter struct {
+	sdktrace.SpanExporter
+	exported, failed atomic.Uint64
+}
+
+// CountExports wraps exp.
+func CountExports(exp sdktrace.SpanExporter) *CountingExporter {
+	return &CountingExporter{SpanExporter: exp}
+}
+
+// ExportSpans implements sdktrace.SpanExporter.
+func (c *CountingExporter) ExportSpans(ctx context.Context, spans []sdktrace.ReadOnlySpan) error {
+	err := c.SpanExporter.ExportSpans(ctx, spans)
+	if err != nil {
+		c.failed.Add(uint64(len(spans)))
+	} else {
+		c.exported.Add(uint64(len(spans)))
+	}
+	return err
+}
+
+// Counts returns the spans exported and failed so far.
+func (c *CountingExporter) Counts() (exported, failed uint64) {
+	return c.exported.Load(), c.failed.Load()
 }

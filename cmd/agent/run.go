@@ -59,6 +59,11 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		"things the span index keeps at most: spans, request names, rooms, open requests (the oldest are evicted and counted; 0: --otlp.index-max-bytes alone)")
 	indexBytes := fs.String("otlp.index-max-bytes", "",
 		"the span index's memory budget (estimated), as --memory-limit writes it; the oldest are evicted and counted (default an eighth of --memory-limit, 64MiB without one)")
+	maxBody := fs.String("otlp.max-body", "", fmt.Sprintf("the largest OTLP request taken, as received and decompressed, as --memory-limit writes sizes; larger ones get HTTP 413 / gRPC ResourceExhausted (default %d MiB, less when a quarter of --memory-limit cannot decode one that size: %dx it)",
+		otlpbridge.DefaultMaxBody>>20, otlpbridge.BodyCost+otlpbridge.CostPerByte))
+	fs.IntVar(&tc.Limits.MaxConcurrent, "otlp.max-concurrent", otlpbridge.DefaultMaxConcurrent, "OTLP requests read and decoded at once, over both receivers; more, or more than a quarter of --memory-limit can decode, get HTTP 429 / gRPC ResourceExhausted, which OTLP senders retry")
+	fs.IntVar(&tc.Limits.MaxConnections, "otlp.max-connections", otlpbridge.DefaultMaxConnections, "open connections each OTLP receiver serves; more wait in the kernel's listen backlog")
+	fs.DurationVar(&tc.Limits.ReadTimeout, "otlp.read-timeout", otlpbridge.DefaultReadTimeout, "time an OTLP sender has to send a request (headers and body; gRPC: the call); idle connections are closed after it too")
 	fs.Var(&rules, "otlp.rule", "attribution rule replacing the built-in SGLang/vLLM ones (repeatable, first match wins): "+otlpbridge.RuleSyntax)
 	log, code := parse(fs, args, stderr)
 	if log == nil {
@@ -85,6 +90,19 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 			flagErr = errors.Join(flagErr, fmt.Errorf("--otlp.index-max-bytes off: needs --otlp.index-max-spans, or nothing bounds the index"))
 		}
 	}
+	flagErr = errors.Join(flagErr, positiveInt("otlp.max-concurrent", tc.Limits.MaxConcurrent), positiveInt("otlp.max-connections", tc.Limits.MaxConnections),
+		positive("otlp.read-timeout", tc.Limits.ReadTimeout))
+	if *maxBody != "" {
+		n, err := parseSize(*maxBody)
+		switch {
+		case err != nil:
+			flagErr = errors.Join(flagErr, fmt.Errorf("--otlp.max-body %w", err))
+		case n < 1024 || n > math.MaxInt32:
+			flagErr = errors.Join(flagErr, fmt.Errorf("--otlp.max-body %s: want from 1KiB to 2GiB", *maxBody))
+		default:
+			tc.Limits.MaxBody = n
+		}
+	}
 	if flagErr == nil {
 		flagErr = checkPIDs(*procRoot, pids)
 	}
@@ -96,6 +114,11 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		return usageErrors(stderr, "run", err)
 	}
 	log.Info("memory limit", "bytes", limit, "go_soft_limit", goLimit, "from", limitSource)
+	if tc.GRPCListen != "" || tc.HTTPListen != "" {
+		if err := otlpLimits(&tc.Limits, limit); err != nil {
+			return usageErrors(stderr, "run", err)
+		}
+	}
 	if tc.Spans, err = exporters.ParseSpanMode(*spans); err != nil {
 		fmt.Fprintf(stderr, "--spans: %v\n", err)
 		return 2
@@ -158,4 +181,19 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	}
 	log.Info("stopped: every probe detached")
 	return 0
+}
+
+// otlpLimits sizes the receivers' decode budget from the memory limit and,
+// unless --otlp.max-body was given, the largest request from the budget;
+// an explicit --otlp.max-body must fit it.
+func otlpLimits(l *otlpbridge.Limits, memoryLimit int64) error {
+	auto := l.MaxBody == 0
+	if auto {
+		l.MaxBody = otlpbridge.DefaultMaxBody
+	}
+	l.DecodeBudget = otlpbridge.DecodeBudgetFor(memoryLimit, *l)
+	if auto {
+		l.MaxBody = min(l.MaxBody, l.DecodeBudget/(otlpbridge.BodyCost+otlpbridge.CostPerByte))
+	}
+	return l.Check()
 }

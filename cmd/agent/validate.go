@@ -138,6 +138,14 @@ func positive(flag string, d time.Duration) error {
 	return nil
 }
 
+// positiveInt checks an integer flag that must be more than zero.
+func positiveInt(flag string, n int) error {
+	if n <= 0 {
+		return fmt.Errorf("--%s %d: must be positive", flag, n)
+	}
+	return nil
+}
+
 // notNegative checks a duration flag for which zero means none or every time.
 func notNegative(flag string, d time.Duration) error {
 	if d < 0 {
@@ -152,15 +160,23 @@ func usageErrors(stderr io.Writer, cmd string, err error) int {
 	if err == nil {
 		return 0
 	}
-	var joined interface{ Unwrap() []error }
-	errs := []error{err}
-	if errors.As(err, &joined) {
-		errs = joined.Unwrap()
-	}
-	for _, e := range errs {
+	for _, e := range flatten(err) {
 		fmt.Fprintf(stderr, "agent %s: %v\n", cmd, e)
 	}
 	return 2
+}
+
+// flatten lists the errors of nested errors.Join.
+func flatten(err error) []error {
+	joined, ok := err.(interface{ Unwrap() []error })
+	if !ok {
+		return []error{err}
+	}
+	var errs []error
+	for _, e := range joined.Unwrap() {
+		errs = append(errs, flatten(e)...)
+	}
+	return errs
 }
 
 // checkPrivileges names every capability the probes lack

@@ -98,6 +98,11 @@ func TestFlagsSayNo(t *testing.T) {
 		{[]string{"run", "--ready.max-drop-ratio", "1.5"}, "agent run: --ready.max-drop-ratio 1.5: must be in (0, 1]"},
 		{[]string{"run", "--ready.max-drop-ratio", "NaN"}, "agent run: --ready.max-drop-ratio NaN: must be in (0, 1]"},
 		{[]string{"run", "--memory-limit", "10MiB"}, "agent run: --memory-limit 10485760: leaves the Go heap"},
+		{[]string{"run", "--otlp.max-body", "12"}, "agent run: --otlp.max-body 12: want from 1KiB to 2GiB"},
+		{[]string{"run", "--otlp.max-body", "8M"}, `agent run: --otlp.max-body "8M": unit "M" is not B`},
+		{[]string{"run", "--otlp.max-concurrent", "0"}, "agent run: --otlp.max-concurrent 0: must be positive"},
+		{[]string{"run", "--otlp.max-connections", "-3"}, "agent run: --otlp.max-connections -3: must be positive"},
+		{[]string{"run", "--otlp.read-timeout", "0s"}, "agent run: --otlp.read-timeout 0s: must be positive"},
 		{[]string{"run", "--memory-limit", "1G"}, `agent run: --memory-limit "1G": unit "G" is not B, KiB, MiB, GiB or TiB`},
 		{[]string{"diagnose", "--sample", "-5s"}, "agent diagnose: --sample -5s: must not be negative"},
 		{[]string{"diagnose", "--pid", gone}, "agent diagnose: --pid " + gone + ": no such process"},
@@ -114,8 +119,17 @@ func TestFlagsSayNo(t *testing.T) {
 			t.Errorf("%q: exit %d, stderr %q; want exit 2 and %q", tc.args, code, errb.String(), tc.want)
 		}
 	}
-	// Every error at once.
+	// A request of --otlp.max-body must fit the receivers' decode budget,
+	// a quarter of --memory-limit (checked only with a receiver on).
 	var out, errb bytes.Buffer
+	if code := realMain([]string{"run", "--memory-limit", "256MiB", "--otlp.max-body", "8MiB", "--otlp.grpc-listen", "127.0.0.1:0",
+		"--otlp.http-listen", "", "--web.listen-address", ""}, &out, &errb); code != 2 ||
+		!strings.Contains(errb.String(), "agent run: --otlp.max-body 8388608: a request that size may take 83886080 bytes to decode, more than the receivers' budget of 67108864") {
+		t.Errorf("max-body over the budget: exit %d, stderr %q", code, errb.String())
+	}
+	// Every error at once.
+	out.Reset()
+	errb.Reset()
 	if code := realMain(append([]string{"run", "--lib", text, "--ring-bytes", "5", "--spans.hold", "-1s"}, off...), &out, &errb); code != 2 ||
 		strings.Count(errb.String(), "agent run: ") != 3 {
 		t.Errorf("three bad flags: exit %d, stderr %q", code, errb.String())
