@@ -510,7 +510,7 @@ func (t *traces) collectors() map[string]exporters.Collector {
 		c["span_export"] = exporters.SpanExportCollector{E: t.sent}
 	}
 	if t.bridge != nil {
-		c["otlp"] = exporters.OTLPCollector{Stats: t.bridge.Stats}
+		c["otlp"] = exporters.OTLPCollector{Stats: t.bridge.Stats, Index: t.bridge.Index().Stats}
 	}
 	return c
 }

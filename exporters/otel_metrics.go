@@ -64,10 +64,20 @@ var (
 		"The memory OTLP requests being read and decoded may hold (state=max, a quarter of --memory-limit) and hold now (state=used).", []string{"state"}, nil)
 	descSpansExported = prometheus.NewDesc("lanewatch_spans_exported_total",
 		"lanewatch's own spans (transfers, findings) sent upstream, by result (ok, failed: dropped after the exporter's retries).", []string{"result"}, nil)
+	descIndexStored = prometheus.NewDesc("lanewatch_otlp_index_stored",
+		"What the span index holds now for attribution: spans, request names, rooms and open requests (kind=things), and their estimated size (kind=bytes; the budget is --otlp.index-max-bytes).", []string{"kind"}, nil)
+	descIndexEvicted = prometheus.NewDesc("lanewatch_otlp_index_evicted_total",
+		"What the span index let go, by reason: age (a span past --otlp.index-window), budget (a span, the budget full), info_budget (a request name or room, the budget full), "+
+			"open_expired (an open request without its span after the window), open_dropped (an open request not tracked: the budget full).", []string{"reason"}, nil)
+	descIndexClamped = prometheus.NewDesc("lanewatch_otlp_index_clamped_spans_total",
+		"Spans whose end lay past their arrival + --otlp.index-window: kept only until then.", nil, nil)
 )
 
 // OTLPCollector exposes the bridge's counters at scrape time.
-type OTLPCollector struct{ Stats func() otlpbridge.Stats }
+type OTLPCollector struct {
+	Stats func() otlpbridge.Stats
+	Index func() otlpbridge.IndexStats // nil: no index metrics
+}
 
 // Update implements Collector.
 func (c OTLPCollector) Update(ch chan<- prometheus.Metric) error {
@@ -83,6 +93,19 @@ func (c OTLPCollector) Update(ch chan<- prometheus.Metric) error {
 	ch <- prometheus.MustNewConstMetric(descOTLPInFlight, prometheus.GaugeValue, float64(st.InFlight))
 	ch <- prometheus.MustNewConstMetric(descOTLPBudget, prometheus.GaugeValue, float64(st.Budget), "max")
 	ch <- prometheus.MustNewConstMetric(descOTLPBudget, prometheus.GaugeValue, float64(st.BudgetUsed), "used")
+	if c.Index == nil {
+		return nil
+	}
+	ix := c.Index()
+	ch <- prometheus.MustNewConstMetric(descIndexStored, prometheus.GaugeValue, float64(ix.Stored), "things")
+	ch <- prometheus.MustNewConstMetric(descIndexStored, prometheus.GaugeValue, float64(ix.Bytes), "bytes")
+	for _, e := range []struct {
+		reason string
+		n      uint64
+	}{{"age", ix.Evicted}, {"budget", ix.CapEvicts}, {"info_budget", ix.InfoEvicts}, {"open_expired", ix.OpenExpired}, {"open_dropped", ix.OpenDropped}} {
+		ch <- prometheus.MustNewConstMetric(descIndexEvicted, prometheus.CounterValue, float64(e.n), e.reason)
+	}
+	ch <- prometheus.MustNewConstMetric(descIndexClamped, prometheus.CounterValue, float64(ix.Clamped))
 	return nil
 }
 
