@@ -184,6 +184,10 @@ func TestNVMLStandInKernelCopy(t *testing.T) {
 	// so the stand-in reads the variable again.
 	t.Setenv(refenv.NVMLNoPCIeFields())
 	t.Setenv(refenv.NVMLLink(4, 8))
+	// NVLink totals as a 276.07 GB/s peer copy (nvbandwidth's, see
+	// TestNVLinkBytes) leaves them after one second: read through go-nvml's
+	// C call with scopeId UINT_MAX, KiB to bytes.
+	t.Setenv(refenv.NVMLNVLinkKiB(269599609, 1))
 	c2, err := OpenNVML(lib)
 	if err != nil {
 		t.Fatal(err)
@@ -196,6 +200,9 @@ func TestNVMLStandInKernelCopy(t *testing.T) {
 	g2 := findGPU(t, s, refenv.NVMLName(gpu))
 	if g2.HasPCIeBytes || !g2.HasPCIeRate || g2.PCIeRxBps != 0 || g2.PCIeTxBps != 0 {
 		t.Errorf("fallback reading %+v: want an idle rate-only reading", g2)
+	}
+	if !g2.HasNVLink || g2.NVLinkTxBytes != 269599609*1024 || g2.NVLinkRxBytes != 1024 {
+		t.Errorf("NVLink totals %+v: want TX 269599609 KiB, RX 1 KiB in bytes", g2)
 	}
 	if g2.LinkGen != 4 || g2.LinkWidth != 8 || g2.MaxLinkGen != 5 || g2.MaxLinkWidth != 16 {
 		t.Errorf("degraded link %+v: want gen 4 ×8 of 5 ×16", g2)
