@@ -47,6 +47,17 @@ type Verdict struct {
 	// gets no overlap judgement and no lane).
 	Checks []checks.Check
 	Lanes  []LaneRate
+	// Peers are the window's peer copies (D2D between two GPUs) per pair
+	// and path: only PCIe ones are lane demand (out of Src, into Dst);
+	// NVLink ones cross no PCIe lane, and unknown ones are put on none.
+	Peers []PeerRate
+}
+
+// PeerRate is the rate of the peer copies from one GPU to another over a
+// window, and the path the topology says they took (checks.Path*).
+type PeerRate struct {
+	Src, Dst, Path string
+	Bps            float64
 }
 
 // EvaluatorConfig tunes an Evaluator.
@@ -75,6 +86,10 @@ type EvaluatorConfig struct {
 	// placed process names (a transfer's own GPU), 0 unknown; nil: only
 	// the placements' capacities are known.
 	LinkCapacity func(gpu string) float64
+	// GPUPath says how two GPUs (PCI addresses) exchange peer copies,
+	// checks.PathNVLink or checks.PathPCIe; ok false, or nil: unknown, and
+	// those copies are on no lane.
+	GPUPath func(src, dst string) (string, bool)
 	// Now is CLOCK_MONOTONIC in ns, the probes' clock (probes.Now when nil),
 	// to stamp the counter samples on the transfers' time line.
 	Now func() uint64
@@ -231,17 +246,34 @@ func (e *Evaluator) Evaluate(now time.Time) Verdict {
 		}
 		return e.cfg.Place(pid)
 	}
-	for k, b := range win.LinkBytes(placeDemand) {
-		l := lanes[laneKey{k[0], k[1]}]
+	lane := func(gpu, dir string) *LaneRate {
+		l := lanes[laneKey{gpu, dir}]
 		if l == nil {
-			l = &LaneRate{GPU: k[0], Direction: k[1]}
+			l = &LaneRate{GPU: gpu, Direction: dir}
 			if e.cfg.LinkCapacity != nil {
-				l.Capacity = e.cfg.LinkCapacity(k[0]) * 1e9
+				l.Capacity = e.cfg.LinkCapacity(gpu) * 1e9
 			}
-			lanes[laneKey{k[0], k[1]}] = l
+			lanes[laneKey{gpu, dir}] = l
 		}
-		if span > 0 {
-			l.Demand += float64(b) / span.Seconds()
+		return l
+	}
+	rate := func(b uint64) float64 {
+		if span <= 0 {
+			return 0
+		}
+		return float64(b) / span.Seconds()
+	}
+	for k, b := range win.LinkBytes(placeDemand) {
+		lane(k[0], k[1]).Demand += rate(b)
+	}
+	// Peer copies: PCIe ones leave the source's link and enter the
+	// destination's; NVLink ones cross no PCIe lane; unknown ones are on
+	// none, never guessed onto one.
+	for _, f := range win.PeerBytes(e.cfg.GPUPath) {
+		v.Peers = append(v.Peers, PeerRate{Src: f.Src, Dst: f.Dst, Path: f.Path, Bps: rate(f.Bytes)})
+		if f.Path == checks.PathPCIe {
+			lane(f.Src, checks.Outbound).Demand += rate(f.Bytes)
+			lane(f.Dst, checks.Inbound).Demand += rate(f.Bytes)
 		}
 	}
 	// Same-direction overlap: one judgement per GPU link, over the flows of

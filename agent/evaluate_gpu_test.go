@@ -1,6 +1,8 @@
 package agent_test
 
 import (
+	"fmt"
+	"os"
 	"testing"
 	"time"
 
@@ -8,6 +10,7 @@ import (
 	"github.com/lanewatch/lanewatch/checks"
 	"github.com/lanewatch/lanewatch/correlate"
 	"github.com/lanewatch/lanewatch/event"
+	"github.com/lanewatch/lanewatch/topology"
 )
 
 // Lane demand follows each copy's GPU (docs/design.md, "Which GPU"): a TP
@@ -53,4 +56,69 @@ func TestEvaluatorLanesByCopyGPU(t *testing.T) {
 	if len(v.Lanes) != 3 { // 17 in and out (placed), 3b in
 		t.Errorf("lanes %+v", v.Lanes)
 	}
+}
+
+// Peer copies (D2D between two GPUs) are PCIe lane demand only where the
+// topology says the pair has no NVLink: out of the source's link and into
+// the destination's. Over NVLink they are on no PCIe lane; with the
+// topology unknown they are on none either and say so (path unknown). The
+// topology is DGX-1's hybrid cube mesh (msccl-tools' `topo -m`): GPU0–GPU3
+// NV2, GPU0–GPU5 SYS.
+func TestEvaluatorPeerCopyLanes(t *testing.T) {
+	smi := dgx1Topology(t)
+	gpu := func(i int) string { return fmt.Sprintf("0000:%02x:00.0", 0x10+i) }
+	var all []string
+	for i := range 8 {
+		all = append(all, gpu(i))
+	}
+	for _, c := range []struct {
+		name     string
+		path     func(src, dst string) (string, bool)
+		dst      string
+		wantPath string
+		onLanes  bool
+	}{
+		{"NVLink peer", smi.PeerPaths(all), gpu(3), checks.PathNVLink, false},
+		{"PCIe peer", smi.PeerPaths(all), gpu(5), checks.PathPCIe, true},
+		{"topology unknown", nil, gpu(5), checks.PathUnknown, false},
+		{"GPU count differs", smi.PeerPaths(all[:4]), gpu(3), checks.PathUnknown, false},
+	} {
+		e := agent.NewEvaluator(agent.EvaluatorConfig{Interval: time.Second, GPUPath: c.path})
+		start := time.Now()
+		e.Transfer(&correlate.Transfer{PID: 20, TID: 20, Stream: 0x10, API: "cudaMemcpyPeerAsync", Op: "copy_peer", Direction: correlate.DirD2D,
+			Bytes: 256 << 20, Src: correlate.Side{Mem: event.MemDevice}, Dst: correlate.Side{Mem: event.MemDevice},
+			GPU: c.dst, SrcGPU: gpu(0), SubmitNs: 1e6, CompleteNs: 2e6, BatchIndex: -1, Layer: -1})
+		v := e.Evaluate(start.Add(time.Second))
+		bps := float64(256<<20) / v.Window.Seconds()
+		if len(v.Peers) != 1 || v.Peers[0] != (agent.PeerRate{Src: gpu(0), Dst: c.dst, Path: c.wantPath, Bps: bps}) {
+			t.Errorf("%s: peers %+v, want %s→%s %s at %v", c.name, v.Peers, gpu(0), c.dst, c.wantPath, bps)
+		}
+		demand := map[string]float64{}
+		for _, l := range v.Lanes {
+			demand[l.GPU+" "+l.Direction] = l.Demand
+		}
+		want := map[string]float64{}
+		if c.onLanes {
+			want = map[string]float64{gpu(0) + " outbound": bps, c.dst + " inbound": bps}
+		}
+		if fmt.Sprint(demand) != fmt.Sprint(want) {
+			t.Errorf("%s: lane demand %v, want %v", c.name, demand, want)
+		}
+		t.Logf("%s: path %s, lanes %v", c.name, v.Peers[0].Path, demand)
+	}
+}
+
+func dgx1Topology(t *testing.T) *topology.SMIMatrix {
+	t.Helper()
+	const file = "../topology/testdata/topo_m/msccl-tools_dgx1_8xV100_4xmlx5_unsorted_nolastnewline.txt"
+	f, err := os.Open(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	m, err := topology.ParseNvidiaSMI(f, file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
 }

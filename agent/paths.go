@@ -1,6 +1,8 @@
 package agent
 
 import (
+	"fmt"
+	"os"
 	"sync"
 
 	"github.com/lanewatch/lanewatch/checks"
@@ -90,4 +92,29 @@ func (p *Paths) Path(t *correlate.Transfer) (exporters.Path, bool) {
 		}
 	}
 	return out, true
+}
+
+// PeerPaths reads a saved `nvidia-smi topo -m` of this host (--topo-m) and
+// says how two of its GPUs exchange peer copies, NVLink or PCIe
+// (topology.SMIMatrix.PeerPaths; EvaluatorConfig.GPUPath), the file's GPUs
+// matched by index to sysfs's in PCI order, as nvidia-smi numbers them.
+func PeerPaths(file, sysRoot string) (func(src, dst string) (string, bool), error) {
+	f, err := os.Open(file)
+	if err != nil {
+		return nil, fmt.Errorf("--topo-m: %w", err)
+	}
+	defer f.Close()
+	smi, err := topology.ParseNvidiaSMI(f, file)
+	if err != nil {
+		return nil, fmt.Errorf("--topo-m: %w", err)
+	}
+	host, err := topology.Read(sysRoot)
+	if err != nil {
+		return nil, fmt.Errorf("--topo-m: this host's GPUs: %w", err)
+	}
+	gpus := host.BDFs(topology.KindGPU)
+	if n := len(smi.GPUs()); n != len(gpus) {
+		return nil, fmt.Errorf("--topo-m %s: %d GPUs, sysfs %s has %d", file, n, sysRoot, len(gpus))
+	}
+	return smi.PeerPaths(gpus), nil
 }

@@ -2,6 +2,7 @@ package agent_test
 
 import (
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -105,5 +106,53 @@ func TestPathsWithoutAGPU(t *testing.T) {
 	}
 	if got, ok := p.Path(&correlate.Transfer{PID: uint32(os.Getpid()), Direction: correlate.DirD2H}); ok {
 		t.Fatalf("a path on a host without GPU: %+v", got)
+	}
+}
+
+// --topo-m is read once at start: a file that cannot be read or parsed, or
+// whose GPUs are not this host's, is an error naming it, never a guess.
+func TestPeerPathsFileErrors(t *testing.T) {
+	dir := t.TempDir()
+	garbage := filepath.Join(dir, "garbage.txt")
+	if err := os.WriteFile(garbage, []byte("GPU0 GPU1\nnot a matrix\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	const dgx1 = "../topology/testdata/topo_m/msccl-tools_dgx1_8xV100_4xmlx5_unsorted_nolastnewline.txt"
+	sys := filepath.Join(dir, "sys")
+	if err := os.MkdirAll(filepath.Join(sys, "bus", "pci", "devices"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ file, want string }{
+		{filepath.Join(dir, "missing.txt"), "--topo-m: open " + filepath.Join(dir, "missing.txt")},
+		{garbage, "--topo-m: " + garbage + ":"},
+		{dgx1, "--topo-m " + dgx1 + ": 8 GPUs, sysfs " + sys + " has 0"},
+	} {
+		f, err := agent.PeerPaths(c.file, sys)
+		if err == nil || f != nil || !strings.HasPrefix(err.Error(), c.want) {
+			t.Errorf("%s: %v; want an error starting %q", c.file, err, c.want)
+		}
+	}
+}
+
+// A host's two GPUs matched by index to princeton della's 2×A100 `topo -m`
+// (GPU0–GPU1 SYS, the legend lists NV#): their peer copies are PCIe.
+func TestPeerPathsHost(t *testing.T) {
+	gpu := func(bdf, hb string) sysfstest.Func {
+		return sysfstest.Func{BDF: bdf, HB: hb, Class: "0x030200", Vendor: "0x10de", Device: "0x20b5", NUMA: "0",
+			Cur: "16.0 GT/s PCIe", Max: "16.0 GT/s PCIe", CurW: "16", MaxW: "16"}
+	}
+	sys := sysfstest.Build(t, sysfstest.Host{
+		Nodes: []sysfstest.Node{{CPUs: "0-3", Distance: "10"}},
+		Funcs: []sysfstest.Func{gpu("0000:81:00.0", "pci0000:80"), gpu("0000:21:00.0", "pci0000:20")},
+	})
+	path, err := agent.PeerPaths("../topology/testdata/topo_m/princeton_della-i14g20_2xA100_2xmlx5_oldformat.txt", sys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p, ok := path("0000:21:00.0", "0000:81:00.0"); p != "pcie" || !ok {
+		t.Errorf("GPU0→GPU1: %q %v, want pcie", p, ok)
+	}
+	if p, ok := path("0000:21:00.0", "0000:3b:00.0"); ok {
+		t.Errorf("to a GPU not on the host: %q", p)
 	}
 }

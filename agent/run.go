@@ -62,6 +62,10 @@ type MetricsConfig struct {
 	EvaluateInterval  time.Duration
 	HostCheckInterval time.Duration
 	GPU               GPUConfig
+	// TopoM is a saved `nvidia-smi topo -m` of this host (--topo-m): peer
+	// copies between GPUs it shows NVLinked are kept off the PCIe lanes,
+	// the others are put on them; "": every peer copy's path is unknown.
+	TopoM string
 	// ReadyMaxDropRatio: /readyz fails while more than this share of the
 	// probe events since its previous check were dropped (0: DefaultReadyMaxDropRatio).
 	ReadyMaxDropRatio float64
@@ -263,8 +267,14 @@ func listenMetrics(cfg RunConfig, place func(uint32) checks.Placement, extra map
 	if err != nil {
 		log.Warn("GPU NUMA nodes unknown: remote-numa-pool is not judged on the pages copies read", "err", err)
 	}
+	var peerPath func(src, dst string) (string, bool)
+	if mc.TopoM != "" {
+		if peerPath, err = PeerPaths(mc.TopoM, cfg.SysRoot); err != nil {
+			return nil, err
+		}
+	}
 	m.eval = NewEvaluator(EvaluatorConfig{Interval: mc.EvaluateInterval, Place: place, Publish: m.publish, GPU: gpu, Congestion: cong,
-		GPUNode: gpuNode, LinkCapacity: LaneCapacity(capacityHost(procRoot, cfg.SysRoot, log), m.links)})
+		GPUNode: gpuNode, LinkCapacity: LaneCapacity(capacityHost(procRoot, cfg.SysRoot, log), m.links), GPUPath: peerPath})
 	scrapers := map[string]exporters.Collector{
 		"rdma_ports": collectors.NewInfiniBandMetrics(cfg.SysRoot),
 		"host":       collectors.NewHostMetrics(cfg.Trace.ProcRoot, cfg.SysRoot),
@@ -379,6 +389,9 @@ func (m *metrics) publish(v Verdict) {
 	for _, l := range v.Lanes {
 		w.Lanes = append(w.Lanes, exporters.Lane{GPU: l.GPU, Direction: l.Direction, Demand: l.Demand, Capacity: l.Capacity,
 			Measured: l.Measured, Unattributed: l.Unattributed, HasMeasured: l.HasMeasured, SMTransfers: l.SMTransfers})
+	}
+	for _, p := range v.Peers {
+		w.Peers = append(w.Peers, exporters.Peer{Src: p.Src, Dst: p.Dst, Path: p.Path, Bps: p.Bps})
 	}
 	m.exp.SetWindow(w)
 	if m.onVerdict != nil {

@@ -48,6 +48,9 @@ type Window struct {
 	// their bytes and direction being unknown (docs/design.md, "Kernel
 	// movers").
 	sm map[string]int
+	// peers are the peer copies' bytes per {source GPU, destination GPU}:
+	// which path they took is the topology's to say (PeerBytes).
+	peers map[[2]string]uint64
 }
 
 // maxRDMAKept bounds the work requests a window keeps for latency.
@@ -170,6 +173,7 @@ func (w *Window) Transfer(t *correlate.Transfer) {
 	}
 	d.add(t.Bytes, t.SubmitNs, end)
 	w.linkCopy(t)
+	w.linkPeer(t)
 	switch t.Direction {
 	case correlate.DirH2D:
 		p.addFlow(flowKey{pid: t.PID, stream: t.Stream, kind: t.Direction, dir: Inbound}, t.SubmitNs, end, t.Bytes)
@@ -239,8 +243,8 @@ func (w *Window) RDMAs() []correlate.Transfer {
 func (w *Window) Rotate() *Window {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	old := &Window{procs: w.procs, rdmas: w.rdmas, links: w.links, linkSpans: w.linkSpans, counters: w.counters, sm: w.sm}
-	w.procs, w.rdmas, w.links, w.linkSpans, w.counters, w.sm = map[uint32]*procWindow{}, nil, nil, 0, nil, nil
+	old := &Window{procs: w.procs, rdmas: w.rdmas, links: w.links, linkSpans: w.linkSpans, counters: w.counters, sm: w.sm, peers: w.peers}
+	w.procs, w.rdmas, w.links, w.linkSpans, w.counters, w.sm, w.peers = map[uint32]*procWindow{}, nil, nil, 0, nil, nil, nil
 	return old
 }
 

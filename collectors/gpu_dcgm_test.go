@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 )
@@ -671,5 +673,53 @@ func TestOpenDCGMUnavailable(t *testing.T) {
 			t.Errorf("OpenDCGM took %v to fail", el)
 		}
 		t.Logf("try %d (%v): %v", i, el, err)
+	}
+}
+
+// DCGM's NVLink profiling fields (1011/1012, bytes/s) integrated into
+// totals and exported at scrape time as lanewatch_gpu_nvlink_bytes_total,
+// next to a GPU whose NVLink fields DCGM leaves blank: that GPU has no
+// NVLink series at all, never a 0. The rates are nvbandwidth's
+// device_to_device_memcpy_write_ce on an 8-GPU NVLink system, GPU 0 ← GPU 1
+// 276.07 GB/s (shared/samples/bandwidth/nvidia_nvbandwidth_README_example_8gpu_H2D_26GBps.txt),
+// written by GPU 1 (TX) into GPU 0 (RX), for two seconds.
+func TestDCGMNVLinkExported(t *testing.T) {
+	src := newFakeDCGM()
+	src.gpus = []uint{0, 1, 2}
+	src.identity(0, "GPU-0")
+	src.identity(1, "GPU-1")
+	src.identity(2, "GPU-pcie-only")
+	const bps = 276070000000
+	push := func(ts float64) {
+		for gpu := uint(0); gpu < 3; gpu++ {
+			src.rate(ts, gpu, dcgmFieldPCIeTxBytes, 1000)
+			src.rate(ts, gpu, dcgmFieldPCIeRxBytes, 2000)
+		}
+		src.rate(ts, 0, dcgmFieldNVLinkRxBytes, bps)
+		src.rate(ts, 0, dcgmFieldNVLinkTxBytes, 0)
+		src.rate(ts, 1, dcgmFieldNVLinkTxBytes, bps)
+		src.rate(ts, 1, dcgmFieldNVLinkRxBytes, 0)
+	}
+	c := newDCGMCollector(src, DCGMOptions{})
+	push(10)
+	if _, err := c.Sample(); err != nil { // the totals count from here
+		t.Fatal(err)
+	}
+	push(11)
+	push(12)
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectorFunc(NewGPUMetrics(c).Update))
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(fmt.Sprintf(`
+# HELP lanewatch_gpu_nvlink_bytes_total Bytes over all of the GPU's NVLinks per direction, as the GPU counts them.
+# TYPE lanewatch_gpu_nvlink_bytes_total counter
+lanewatch_gpu_nvlink_bytes_total{direction="inbound",gpu="0000:34:00.0"} %d
+lanewatch_gpu_nvlink_bytes_total{direction="outbound",gpu="0000:34:00.0"} 0
+lanewatch_gpu_nvlink_bytes_total{direction="inbound",gpu="0000:35:00.0"} 0
+lanewatch_gpu_nvlink_bytes_total{direction="outbound",gpu="0000:35:00.0"} %[1]d
+`, 2*bps)), "lanewatch_gpu_nvlink_bytes_total"); err != nil {
+		t.Error(err) // GPU 2 (0000:36:00.0) has no NVLink fields: no series
+	}
+	if n, _ := testutil.GatherAndCount(reg, "lanewatch_gpu_pcie_bytes_total"); n != 6 {
+		t.Errorf("%d PCIe series, want the three GPUs' two directions", n)
 	}
 }

@@ -109,6 +109,10 @@ type nvmlCollector struct {
 	// fields is false once a device said the PCIe byte fields are
 	// unsupported: Sample then reads nvmlDeviceGetPcieThroughput.
 	fields []bool
+	// nvlink is false once a device said the NVLink throughput fields are
+	// unsupported (a GPU without NVLink, a driver before them): not asked
+	// again, and the GPU has no NVLink counters.
+	nvlink []bool
 	closed bool
 }
 
@@ -153,6 +157,7 @@ func OpenNVML(libPath string) (GPUCounters, error) {
 		}
 		c.devs = append(c.devs, d)
 		c.fields = append(c.fields, true)
+		c.nvlink = append(c.nvlink, true)
 	}
 	return c, nil
 }
@@ -237,6 +242,17 @@ func (c *nvmlCollector) read(i int, d nvml.Device) (GPUReading, error) {
 			g.PCIeTxBps, g.PCIeRxBps, g.HasPCIeRate = float64(tx)*1024, float64(rx)*1024, true
 		}
 	}
+	if c.nvlink[i] {
+		fv := nvlinkFields()
+		ret := d.GetFieldValues(fv)
+		tx, rx, ok := nvlinkBytes(fv)
+		switch {
+		case ret == nvml.SUCCESS && ok:
+			g.NVLinkTxBytes, g.NVLinkRxBytes, g.HasNVLink = tx, rx, true
+		case ret == nvml.SUCCESS || ret == nvml.ERROR_NOT_SUPPORTED || ret == nvml.ERROR_INVALID_ARGUMENT:
+			c.nvlink[i] = false
+		}
+	}
 	if v, ret := d.GetPcieReplayCounter(); ret == nvml.SUCCESS {
 		g.Replay, g.HasReplay = uint64(v), true
 	}
@@ -253,6 +269,34 @@ func (c *nvmlCollector) read(i int, d nvml.Device) (GPUReading, error) {
 		g.MaxLinkWidth = v
 	}
 	return g, nil
+}
+
+// nvlinkAllLinks is the scopeId that asks NVML for a throughput field
+// summed over all of the GPU's NVLinks (nvml.h: UINT_MAX).
+const nvlinkAllLinks = ^uint32(0)
+
+// nvlinkFields asks for NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX and _RX (138,
+// 139) over all links: the current way to read NVLink bytes, where
+// nvmlDeviceGetNvLinkUtilizationCounter is deprecated.
+func nvlinkFields() []nvml.FieldValue {
+	return []nvml.FieldValue{
+		{FieldId: nvml.FI_DEV_NVLINK_THROUGHPUT_DATA_TX, ScopeId: nvlinkAllLinks},
+		{FieldId: nvml.FI_DEV_NVLINK_THROUGHPUT_DATA_RX, ScopeId: nvlinkAllLinks},
+	}
+}
+
+// nvlinkBytes turns nvlinkFields' answers (monotonic data payload totals in
+// KiB) into bytes; ok only when both directions were read.
+func nvlinkBytes(fv []nvml.FieldValue) (tx, rx uint64, ok bool) {
+	if len(fv) != 2 {
+		return 0, 0, false
+	}
+	txKiB, txOK := fieldUint(fv[0])
+	rxKiB, rxOK := fieldUint(fv[1])
+	if !txOK || !rxOK {
+		return 0, 0, false
+	}
+	return txKiB * 1024, rxKiB * 1024, true
 }
 
 // fieldUint reads an unsigned field value (NVML reports the PCIe byte

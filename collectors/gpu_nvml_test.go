@@ -5,6 +5,7 @@ package collectors
 import (
 	"bufio"
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,6 +18,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/lanewatch/lanewatch/internal/testenv"
 	"github.com/lanewatch/lanewatch/selftest/refenv"
 )
@@ -134,6 +136,9 @@ func TestNVMLStandInKernelCopy(t *testing.T) {
 	if !regexp.MustCompile(`^f[0-9a-f]{3}:[0-9a-f]{2}:00\.0$`).MatchString(g0.BusID) { // NVML's "0000F123:45:00.0" in sysfs form
 		t.Errorf("bus id %q", g0.BusID)
 	}
+	if g0.HasNVLink { // the stand-in answers NOT_SUPPORTED for fields 138/139, as a GPU without NVLink
+		t.Errorf("stand-in GPU without NVLink has NVLink counters: %+v", g0)
+	}
 	if g0.LinkGen != 5 || g0.MaxLinkGen != 5 || g0.LinkWidth != 16 || g0.MaxLinkWidth != 16 || !g0.HasReplay {
 		t.Errorf("link: %+v, want gen 5 ×16 and a replay counter", g0)
 	}
@@ -179,6 +184,10 @@ func TestNVMLStandInKernelCopy(t *testing.T) {
 	// so the stand-in reads the variable again.
 	t.Setenv(refenv.NVMLNoPCIeFields())
 	t.Setenv(refenv.NVMLLink(4, 8))
+	// NVLink totals as a 276.07 GB/s peer copy (nvbandwidth's, see
+	// TestNVLinkBytes) leaves them after one second: read through go-nvml's
+	// C call with scopeId UINT_MAX, KiB to bytes.
+	t.Setenv(refenv.NVMLNVLinkKiB(269599609, 1))
 	c2, err := OpenNVML(lib)
 	if err != nil {
 		t.Fatal(err)
@@ -191,6 +200,9 @@ func TestNVMLStandInKernelCopy(t *testing.T) {
 	g2 := findGPU(t, s, refenv.NVMLName(gpu))
 	if g2.HasPCIeBytes || !g2.HasPCIeRate || g2.PCIeRxBps != 0 || g2.PCIeTxBps != 0 {
 		t.Errorf("fallback reading %+v: want an idle rate-only reading", g2)
+	}
+	if !g2.HasNVLink || g2.NVLinkTxBytes != 269599609*1024 || g2.NVLinkRxBytes != 1024 {
+		t.Errorf("NVLink totals %+v: want TX 269599609 KiB, RX 1 KiB in bytes", g2)
 	}
 	if g2.LinkGen != 4 || g2.LinkWidth != 8 || g2.MaxLinkGen != 5 || g2.MaxLinkWidth != 16 {
 		t.Errorf("degraded link %+v: want gen 4 ×8 of 5 ×16", g2)
@@ -243,5 +255,44 @@ func (h *heldKernelCopy) finish(t *testing.T) {
 	h.stdin.Close()
 	if err := h.cmd.Wait(); err != nil {
 		t.Fatalf("kernel-copy: %v; stderr: %s", err, h.stderr.String())
+	}
+}
+
+// nvField is one nvmlFieldValue_t answer: an unsigned value of NVML's type
+// typ, or a per-field error ret.
+func nvField(id uint32, ret nvml.Return, typ nvml.ValueType, v uint64) nvml.FieldValue {
+	f := nvml.FieldValue{FieldId: id, ScopeId: nvlinkAllLinks, NvmlReturn: uint32(ret), ValueType: uint32(typ)}
+	binary.LittleEndian.PutUint64(f.Value[:], v)
+	return f
+}
+
+// NVLink throughput fields 138/139 are KiB totals over all links. The
+// figures: one second of nvbandwidth's device_to_device_memcpy_write_ce on
+// an 8-GPU NVLink system, 276.07 GB/s (shared/samples/bandwidth/
+// nvidia_nvbandwidth_README_example_8gpu_H2D_26GBps.txt), is 269599609 KiB.
+func TestNVLinkBytes(t *testing.T) {
+	const tx, rx = nvml.FI_DEV_NVLINK_THROUGHPUT_DATA_TX, nvml.FI_DEV_NVLINK_THROUGHPUT_DATA_RX
+	ull, ui := nvml.VALUE_TYPE_UNSIGNED_LONG_LONG, nvml.VALUE_TYPE_UNSIGNED_INT
+	for _, c := range []struct {
+		name           string
+		fv             []nvml.FieldValue
+		wantTx, wantRx uint64
+		ok             bool
+	}{
+		{"both", []nvml.FieldValue{nvField(tx, nvml.SUCCESS, ull, 269599609), nvField(rx, nvml.SUCCESS, ull, 1)}, 269599609 * 1024, 1024, true},
+		{"unsigned int", []nvml.FieldValue{nvField(tx, nvml.SUCCESS, ui, 1<<32|7), nvField(rx, nvml.SUCCESS, ui, 0)}, 7 * 1024, 0, true},
+		{"no NVLink", []nvml.FieldValue{nvField(tx, nvml.ERROR_NOT_SUPPORTED, 0, 0), nvField(rx, nvml.ERROR_NOT_SUPPORTED, 0, 0)}, 0, 0, false},
+		{"one direction", []nvml.FieldValue{nvField(tx, nvml.SUCCESS, ull, 5), nvField(rx, nvml.ERROR_NOT_SUPPORTED, 0, 0)}, 0, 0, false},
+		{"signed type", []nvml.FieldValue{nvField(tx, nvml.SUCCESS, nvml.VALUE_TYPE_SIGNED_LONG_LONG, 5), nvField(rx, nvml.SUCCESS, ull, 5)}, 0, 0, false},
+		{"short", []nvml.FieldValue{nvField(tx, nvml.SUCCESS, ull, 5)}, 0, 0, false},
+	} {
+		gotTx, gotRx, ok := nvlinkBytes(c.fv)
+		if gotTx != c.wantTx || gotRx != c.wantRx || ok != c.ok {
+			t.Errorf("%s: got %d, %d, %v; want %d, %d, %v", c.name, gotTx, gotRx, ok, c.wantTx, c.wantRx, c.ok)
+		}
+	}
+	f := nvlinkFields()
+	if len(f) != 2 || f[0].FieldId != 138 || f[1].FieldId != 139 || f[0].ScopeId != math.MaxUint32 || f[1].ScopeId != math.MaxUint32 {
+		t.Errorf("fields asked: %+v; want 138 and 139 over all links (scopeId UINT_MAX)", f)
 	}
 }

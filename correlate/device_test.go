@@ -143,6 +143,18 @@ func TestDeviceTwoThreads(t *testing.T) {
 	w.h2d(2, dev0+mib)                                    // thread 2 (device 1) into device 0's memory
 	w.copy("cuMemcpyDtoDAsync_v2", 1, dev1+mib, dev0+mib) // across devices: the destination
 	w.copy("cuMemcpyDtoDAsync_v2", 2, dev1+2*mib, dev1)   // within device 1
+	w.e.Flush()
+	var peers []string
+	for _, tr := range w.s.got {
+		if tr.Direction == DirD2D {
+			peers = append(peers, tr.SrcGPU+"→"+tr.GPU)
+		}
+	}
+	// The copy across devices read device 0's memory: a peer copy; the one
+	// within device 1 has no source GPU apart from its own.
+	if fmt.Sprint(peers) != "[0000:00:00.0→0000:10:00.0 →0000:10:00.0]" {
+		t.Errorf("D2D copies' source→destination GPUs: %q", peers)
+	}
 	w.want("two threads", "0000:00:00.0", "0000:10:00.0", "0000:00:00.0", "0000:10:00.0", "0000:10:00.0")
 }
 

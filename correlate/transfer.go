@@ -67,6 +67,9 @@ type Side struct {
 //	host_mem_reason   why host_mem is unknown (the host side's reason)
 //	gpu               PCI address (sysfs form, "0000:3b:00.0") of the GPU whose
 //	                  link the copy crossed; absent when unknown
+//	src_gpu           D2D between two GPUs (a peer copy): PCI address of the GPU
+//	                  whose memory the copy read, when it differs from gpu;
+//	                  absent when unknown or the same GPU
 //	submit_ns         CLOCK_MONOTONIC ns when the call was entered
 //	complete_ns       CLOCK_MONOTONIC ns by which a synchronisation proved the
 //	                  copy finished (an upper bound); absent when unknown
@@ -109,7 +112,12 @@ type Transfer struct {
 	// GPU is the PCI address (sysfs form) of the GPU whose link the copy
 	// crossed: the device owning its device pointer, else the device current
 	// on the submitting thread; "" when unknown.
-	GPU        string `json:"gpu,omitempty"`
+	GPU string `json:"gpu,omitempty"`
+	// SrcGPU is, for a D2D copy between two GPUs (a peer copy), the GPU
+	// whose memory it read (the owner of its source pointer); "" when
+	// unknown or the same as GPU. The copy's path between the two (NVLink
+	// or PCIe) is the topology's to say (checks.Window.PeerBytes).
+	SrcGPU     string `json:"src_gpu,omitempty"`
 	SubmitNs   uint64 `json:"submit_ns"`
 	CompleteNs uint64 `json:"complete_ns,omitempty"`
 	BatchIndex int    `json:"batch_index"`

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lanewatch/lanewatch/collectors"
 	"github.com/lanewatch/lanewatch/correlate"
 	"github.com/lanewatch/lanewatch/event"
 	"github.com/lanewatch/lanewatch/exporters"
@@ -117,7 +118,8 @@ func TestDashboardShape(t *testing.T) {
 	for _, want := range []string{"sglang:time_to_first_token_seconds", "sglang:inter_token_latency_seconds",
 		"vllm:time_to_first_token_seconds", "vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds",
 		`direction="inbound"`, `direction="outbound"`, "lanewatch_lane_capacity_bytes_per_second", `host_mem="pageable"`,
-		`rule="remote-numa-pool"`, "lanewatch_rdma_posted_to_completed_seconds", `rule="rdma-congestion"`} {
+		`rule="remote-numa-pool"`, "lanewatch_rdma_posted_to_completed_seconds", `rule="rdma-congestion"`,
+		"lanewatch_gpu_nvlink_bytes_total", "lanewatch_peer_copy_bytes_per_second"} {
 		if !strings.Contains(all, want) {
 			t.Errorf("no dashboard query uses %s", want)
 		}
@@ -141,8 +143,11 @@ func exporterNames(t *testing.T) map[string]bool {
 	} {
 		m.Transfer(&tr)
 	}
-	m.SetWindow(exporters.Window{At: time.Now(), Lanes: []exporters.Lane{{GPU: "0000:17:00.0", Direction: "inbound", Demand: 1, Capacity: 1, Measured: 1, HasMeasured: true}}})
-	mfs, err := exporters.NewRegistry(m, nil, nil).Gather()
+	m.SetWindow(exporters.Window{At: time.Now(), Lanes: []exporters.Lane{{GPU: "0000:17:00.0", Direction: "inbound", Demand: 1, Capacity: 1, Measured: 1, HasMeasured: true}},
+		Peers: []exporters.Peer{{Src: "0000:17:00.0", Dst: "0000:3b:00.0", Path: "nvlink", Bps: 1}}})
+	gpu := collectors.GPUReading{BusID: "0000:17:00.0", HasPCIeBytes: true, HasNVLink: true, HasReplay: true, LinkGen: 5, LinkWidth: 16}
+	scrapers := map[string]exporters.Collector{"gpu": collectors.NewGPUMetrics(oneGPU{collectors.GPUSnapshot{GPUs: []collectors.GPUReading{gpu}}})}
+	mfs, err := exporters.NewRegistry(m, scrapers, nil).Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,6 +161,13 @@ func exporterNames(t *testing.T) map[string]bool {
 	}
 	return names
 }
+
+// oneGPU is a GPU counter source that always reads the same snapshot.
+type oneGPU struct{ snap collectors.GPUSnapshot }
+
+func (o oneGPU) Sample() (collectors.GPUSnapshot, error) { return o.snap, nil }
+func (oneGPU) Source() string                            { return "fixed" }
+func (oneGPU) Close() error                              { return nil }
 
 var lanewatchName = regexp.MustCompile(`\blanewatch_[a-z_]+[a-z]`)
 

@@ -78,6 +78,15 @@ type Window struct {
 	Duration time.Duration       // how long judging took
 	Findings []correlate.Finding // active findings: the rules that fired on the window
 	Lanes    []Lane              // per GPU link direction, demand and capacity
+	Peers    []Peer              // peer copies per pair of GPUs and path
+}
+
+// Peer is the rate of the window's peer copies (D2D between two GPUs)
+// from Src to Dst, and the path the topology says they took: "nvlink"
+// (on no PCIe lane), "pcie" (in both GPUs' lane demand) or "unknown".
+type Peer struct {
+	Src, Dst, Path string
+	Bps            float64
 }
 
 // Lane is one direction of one GPU's link during the window.
@@ -187,6 +196,9 @@ var (
 	descLaneSM = prometheus.NewDesc("lanewatch_lane_sm_transfers",
 		"KV-transfer kernel launches (transfers moved by SMs) on the GPU during the last window, on both of its lanes: their direction is unknown, and their bytes are in the lanes' unattributed rate.",
 		[]string{"gpu", "direction"}, nil)
+	descPeerCopy = prometheus.NewDesc("lanewatch_peer_copy_bytes_per_second",
+		"Bytes per second the probed peer copies (D2D between two GPUs) moved from src_gpu to dst_gpu during the last window, by path: nvlink (on no PCIe lane), pcie (in both GPUs' lane demand) or unknown (no topology says: on no lane).",
+		[]string{"src_gpu", "dst_gpu", "path"}, nil)
 	descGPUCounters = prometheus.NewDesc("lanewatch_gpu_counters_available",
 		"1 when GPU link counters are read (source dcgm or nvml), 0 with the source none when neither library is on this host.",
 		[]string{"source"}, nil)
@@ -332,6 +344,7 @@ func (m *Metrics) Transfer(t *correlate.Transfer) {
 func (m *Metrics) SetWindow(w Window) {
 	w.Findings = append([]correlate.Finding(nil), w.Findings...)
 	w.Lanes = append([]Lane(nil), w.Lanes...)
+	w.Peers = append([]Peer(nil), w.Peers...)
 	m.mu.Lock()
 	m.window, m.hasWindow = w, true
 	m.mu.Unlock()
@@ -340,7 +353,7 @@ func (m *Metrics) SetWindow(w Window) {
 // Describe implements prometheus.Collector.
 func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descTransfers, descTransferBytes, descTransferSize, descFailed, descSMTransfers, descLaunches, descWRs, descWRLatency,
-		descFindings, descLaneDemand, descLaneCapacity, descLaneMeasured, descLaneUnattributed, descLaneSM, descGPUCounters,
+		descFindings, descLaneDemand, descLaneCapacity, descLaneMeasured, descLaneUnattributed, descLaneSM, descPeerCopy, descGPUCounters,
 		descEvalDuration, descEvalTime,
 		descEvents, descDrops, descAttached, descAttachFailures, descUnprobed, descCallerUnclassified, descPending, descPageLookups} {
 		ch <- d
@@ -431,6 +444,9 @@ func (m *Metrics) collectWindow(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(descLaneUnattributed, prometheus.GaugeValue, l.Unattributed, l.GPU, l.Direction)
 		}
 		ch <- prometheus.MustNewConstMetric(descLaneSM, prometheus.GaugeValue, float64(l.SMTransfers), l.GPU, l.Direction)
+	}
+	for _, p := range w.Peers {
+		ch <- prometheus.MustNewConstMetric(descPeerCopy, prometheus.GaugeValue, p.Bps, p.Src, p.Dst, p.Path)
 	}
 	ch <- prometheus.MustNewConstMetric(descEvalDuration, prometheus.GaugeValue, w.Duration.Seconds())
 	ch <- prometheus.MustNewConstMetric(descEvalTime, prometheus.GaugeValue, float64(w.At.UnixNano())/1e9)

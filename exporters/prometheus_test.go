@@ -45,6 +45,10 @@ func feed(m *Metrics) {
 			{GPU: "0000:17:00.0", Direction: "outbound", Demand: 0, Capacity: 63.015e9},
 			{GPU: "0000:3b:00.0", Direction: "inbound", Demand: 3.9e9},
 		},
+		Peers: []Peer{
+			{Src: "0000:17:00.0", Dst: "0000:3b:00.0", Path: "nvlink", Bps: 276.07e9}, // nvbandwidth's D2D write CE, one GPU pair
+			{Src: "0000:3b:00.0", Dst: "0000:17:00.0", Path: "unknown", Bps: 1e6},
+		},
 	})
 }
 
@@ -98,6 +102,10 @@ lanewatch_lane_demand_bytes_per_second{direction="outbound",gpu="0000:17:00.0"} 
 lanewatch_lane_sm_transfers{direction="inbound",gpu="0000:17:00.0"} 12
 lanewatch_lane_sm_transfers{direction="inbound",gpu="0000:3b:00.0"} 0
 lanewatch_lane_sm_transfers{direction="outbound",gpu="0000:17:00.0"} 0
+# HELP lanewatch_peer_copy_bytes_per_second Bytes per second the probed peer copies (D2D between two GPUs) moved from src_gpu to dst_gpu during the last window, by path: nvlink (on no PCIe lane), pcie (in both GPUs' lane demand) or unknown (no topology says: on no lane).
+# TYPE lanewatch_peer_copy_bytes_per_second gauge
+lanewatch_peer_copy_bytes_per_second{dst_gpu="0000:3b:00.0",path="nvlink",src_gpu="0000:17:00.0"} 2.7607e+11
+lanewatch_peer_copy_bytes_per_second{dst_gpu="0000:17:00.0",path="unknown",src_gpu="0000:3b:00.0"} 1e+06
 # HELP lanewatch_rdma_work_requests_total RDMA work requests posted, by opcode (RDMA_WRITE, WRITE_IMM, RDMA_READ, SEND, RECV) and completion status (none: emitted without a polled completion).
 # TYPE lanewatch_rdma_work_requests_total counter
 lanewatch_rdma_work_requests_total{opcode="RDMA_READ",status="remote_access_error"} 1
@@ -125,7 +133,7 @@ lanewatch_unprobed_libraries{library="libcuda.so.1"} 1
 lanewatch_transfers_pending 5
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want),
-		"lanewatch_findings", "lanewatch_lane_capacity_bytes_per_second", "lanewatch_lane_demand_bytes_per_second", "lanewatch_lane_sm_transfers",
+		"lanewatch_findings", "lanewatch_lane_capacity_bytes_per_second", "lanewatch_lane_demand_bytes_per_second", "lanewatch_lane_sm_transfers", "lanewatch_peer_copy_bytes_per_second",
 		"lanewatch_rdma_work_requests_total", "lanewatch_probe_dropped_events_total", "lanewatch_attached_probes",
 		"lanewatch_attach_failures_total", "lanewatch_unprobed_libraries", "lanewatch_transfers_pending"); err != nil {
 		t.Error(err)

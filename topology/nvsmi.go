@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -41,6 +42,11 @@ type SMIMatrix struct {
 	// everything it read but could not name or left out (no NIC legend,
 	// affinity cells that split more than one way). Empty for a clean file.
 	Notes []string
+	// NVLinkShown: the output shows NVLinks where there are some (an NV#
+	// cell, or the `topo -m` legend's "NV#" line), so a PCIe cell between
+	// two GPUs means they have no NVLink. A `topo -mp` output (PCIe only)
+	// does not show them.
+	NVLinkShown bool
 }
 
 // The affinity columns, as the header names them. They follow the device
@@ -291,6 +297,8 @@ func (p *smiParser) parse() (*SMIMatrix, error) {
 			smiList(unnamed, len(unnamed)))
 	}
 	m.Notes = p.notes
+	m.NVLinkShown = slices.ContainsFunc(p.lines, func(l string) bool { return strings.Contains(l, "NV#") }) ||
+		slices.ContainsFunc(slices.Collect(maps.Values(m.Rel)), func(c string) bool { return strings.HasPrefix(c, "NV") })
 	return m, nil
 }
 
@@ -842,4 +850,39 @@ func smiLeadingRun(s string, digits bool) (run, rest string) {
 		i++
 	}
 	return s[:i], s[i:]
+}
+
+// Peer copy paths between two GPUs (PeerPaths).
+const (
+	PeerNVLink = "nvlink"
+	PeerPCIe   = "pcie"
+)
+
+// PeerPaths says how two GPUs, by PCI address, exchange peer copies: over
+// NVLink (an NV# cell), or PCIe (a PCIe cell in an output that shows
+// NVLinks: NVLinkShown). gpus are the host's GPU addresses in nvidia-smi's
+// order (PCI bus order: GPU0 first), matched by index as Compare does; ok
+// is false for an address not among them, a count that differs from the
+// file's GPUs, a cell that says neither, or a PCIe cell of a `topo -mp`.
+func (m *SMIMatrix) PeerPaths(gpus []string) func(src, dst string) (string, bool) {
+	names := map[string]string{}
+	if len(gpus) == len(m.GPUs()) {
+		for i, bdf := range gpus {
+			names[bdf] = "GPU" + strconv.Itoa(i)
+		}
+	}
+	return func(src, dst string) (string, bool) {
+		a, okA := names[src]
+		b, okB := names[dst]
+		if !okA || !okB || a == b {
+			return "", false
+		}
+		if _, ok := m.NVLinks(a, b); ok {
+			return PeerNVLink, true
+		}
+		if _, ok := m.Relation(a, b); ok && m.NVLinkShown {
+			return PeerPCIe, true
+		}
+		return "", false
+	}
 }

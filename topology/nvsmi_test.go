@@ -1006,6 +1006,22 @@ func FuzzParseNvidiaSMI(f *testing.F) {
 				}
 			}
 		}
+		// Peer paths are symmetric, and NVLink exactly where the cell is NV#.
+		var bdfs []string
+		for i := range m.GPUs() {
+			bdfs = append(bdfs, fmt.Sprintf("0000:%02x:00.0", i))
+		}
+		path := m.PeerPaths(bdfs)
+		for i, a := range bdfs {
+			for j, b := range bdfs {
+				p, ok := path(a, b)
+				q, okq := path(b, a)
+				_, nv := m.NVLinks(m.GPUs()[i], m.GPUs()[j])
+				if p != q || ok != okq || (p == PeerNVLink) != (nv && i != j) || (i == j && ok) {
+					t.Fatalf("GPU%d→GPU%d: %q %v, back %q %v, NV# %v", i, j, p, ok, q, okq, nv)
+				}
+			}
+		}
 		for _, note := range m.Notes {
 			if !strings.HasPrefix(note, name+":") {
 				t.Fatalf("note does not start with the file name: %s", note)

@@ -46,6 +46,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		"/readyz fails while more than this share of the probe events since its previous check were dropped or damaged (beside /metrics, with /healthz)")
 	fs.StringVar(&mc.GPU.Source, "gpu-counters", "auto", "GPU link counters: auto (DCGM, else NVML), dcgm, nvml or off; read once per evaluation")
 	fs.StringVar(&mc.GPU.NVMLLibrary, "nvml.library", "libnvidia-ml.so.1", "the NVML library to load at run time")
+	fs.StringVar(&mc.TopoM, "topo-m", "", "a `file` holding this host's nvidia-smi topo -m output: peer copies (D2D between GPUs) over the NVLinks it shows are kept off the PCIe lanes, the others are PCIe lane demand; without it, peer copies are on no lane (path unknown)")
 	fs.StringVar(&mc.GPU.DCGMAddress, "dcgm.address", "", "a standalone nv-hostengine (host:port); empty starts an embedded host engine")
 
 	var tc agent.TracesConfig

@@ -31,11 +31,17 @@
  *   replay  counter 0, or LW_REF_NVML_REPLAY.
  * LW_REF_NVML_NO_PCIE_FIELDS=1 makes the PCIe byte fields NOT_SUPPORTED (as on GPUs
  * older than Hopper), so a reader falls back to nvmlDeviceGetPcieThroughput.
+ *   NVLink  none: NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX/RX are NOT_SUPPORTED, as on
+ *           a GPU without NVLink; with LW_REF_NVML_NVLINK_KIB="TX,RX" every device
+ *           answers those KiB totals for scopeId UINT_MAX (all links; a single
+ *           link's id is NOT_SUPPORTED). The reference path moves nothing over
+ *           NVLink: the totals are what the test gives, for the read path only.
  */
 #include "refcuda.h"
 #include "refnvml.h"
 #include <dirent.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -67,6 +73,8 @@ static struct {
 	unsigned int idle_gen, idle_width; /* 0: the link never trains down */
 	uint64_t idle_ns;
 	int no_fields;
+	int nvlink; /* LW_REF_NVML_NVLINK_KIB given */
+	unsigned long long nvlink_tx_kib, nvlink_rx_kib;
 } S = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
 /* FNV-1a-64 and the PCI identity are refcuda.h's: the reference driver's
@@ -170,6 +178,8 @@ API nvmlReturn_t nvmlInitWithFlags(unsigned int flags)
 		S.replay = r ? (unsigned int)strtoul(r, NULL, 0) : 0;
 		const char *nf = getenv("LW_REF_NVML_NO_PCIE_FIELDS");
 		S.no_fields = nf && *nf && strcmp(nf, "0") != 0;
+		const char *nv = getenv("LW_REF_NVML_NVLINK_KIB");
+		S.nvlink = nv && sscanf(nv, "%llu,%llu", &S.nvlink_tx_kib, &S.nvlink_rx_kib) == 2;
 		scan();
 	}
 	pthread_mutex_unlock(&S.mu);
@@ -356,6 +366,15 @@ API nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int valuesCount, 
 			}
 			f->valueType = NVML_VALUE_TYPE_UNSIGNED_LONG_LONG;
 			f->value.ullVal = lane_bytes(v, f->fieldId == NVML_FI_DEV_PCIE_COUNT_RX_BYTES);
+			break;
+		case NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX:
+		case NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX:
+			if (!S.nvlink || f->scopeId != UINT_MAX) {
+				f->nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
+				break;
+			}
+			f->valueType = NVML_VALUE_TYPE_UNSIGNED_LONG_LONG;
+			f->value.ullVal = f->fieldId == NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX ? S.nvlink_tx_kib : S.nvlink_rx_kib;
 			break;
 		case NVML_FI_DEV_PCIE_REPLAY_COUNTER:
 			f->valueType = NVML_VALUE_TYPE_UNSIGNED_INT;

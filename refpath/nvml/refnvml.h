@@ -73,6 +73,10 @@ typedef struct nvmlFieldValue_st {
 #define NVML_FI_DEV_PCIE_REPLAY_COUNTER 94
 #define NVML_FI_DEV_PCIE_COUNT_TX_BYTES 197 /* device to host */
 #define NVML_FI_DEV_PCIE_COUNT_RX_BYTES 198 /* host to device */
+/* NVLink data payload totals in KiB; scopeId a link id, or UINT_MAX for the
+ * sum over all links. */
+#define NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX 138
+#define NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX 139
 
 #define NVML_DEVICE_UUID_V2_BUFFER_SIZE 96
 #define NVML_DEVICE_NAME_V2_BUFFER_SIZE 96

@@ -76,6 +76,13 @@ func NVMLIdleMS(ms int) (key, value string) { return "LW_REF_NVML_IDLE_MS", strc
 // PCIe byte counter fields, as GPUs without them do.
 func NVMLNoPCIeFields() (key, value string) { return "LW_REF_NVML_NO_PCIE_FIELDS", "1" }
 
+// NVMLNVLinkKiB makes every GPU of the NVML stand-in answer NVLink data
+// totals of tx and rx KiB over all its links (fields 138/139, scopeId
+// UINT_MAX); without it they are NOT_SUPPORTED, as on a GPU without NVLink.
+func NVMLNVLinkKiB(tx, rx uint64) (key, value string) {
+	return "LW_REF_NVML_NVLINK_KIB", fmt.Sprintf("%d,%d", tx, rx)
+}
+
 // NoDeviceEnv makes the reference driver's cuInit fail with
 // CUDA_ERROR_NO_DEVICE (100), as a real driver does on a host without a GPU.
 const NoDeviceEnv = "LW_REF_NO_DEVICE=1"
