@@ -16,7 +16,8 @@ type growth struct {
 	Floor       float64 // growth up to this is allowed whatever the ratio
 	Samples     int
 	Fail        bool
-	TooFewSince bool // fewer than 3 samples after warm-up: not judged
+	TooFewSince bool   // fewer than 3 samples after warm-up: not judged
+	Excused     string // why a growth beyond the limit is not a failure
 }
 
 // judgeGrowth judges values (the samples after warm-up, in order) with a
@@ -44,7 +45,10 @@ func (g growth) String() string {
 		pct = 100 * (g.Last - g.Base) / g.Base
 	}
 	verdict := "ok"
-	if g.Fail {
+	switch {
+	case g.Fail && g.Excused != "":
+		verdict = "beyond the limit, but " + g.Excused
+	case g.Fail:
 		verdict = "FAIL: grew beyond the limit"
 	}
 	return fmt.Sprintf("%s: %s after warm-up, %s at the end (%+.1f%%, limit %s): %s", g.Name, fmtFigure(g.Name, g.Base),

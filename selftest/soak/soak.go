@@ -89,6 +89,7 @@ type Sample struct {
 	Elapsed    time.Duration
 	RSS        uint64
 	Goroutines float64 // go_goroutines
+	HeapInuse  float64 // go_memstats_heap_inuse_bytes
 	FDs        int     // /proc/PID/fd
 	Links      int     // bpf_link fds
 	Probes     float64 // lanewatch_attached_probes
@@ -310,14 +311,14 @@ func (s *soak) quietSample(ctx context.Context) (Sample, error) {
 		return Sample{}, fmt.Errorf("scrape: %w", err)
 	}
 	pending, _ := s.ledger.pending(now)
-	return Sample{Elapsed: now.Sub(s.start).Round(time.Second), RSS: fig.RSS, Goroutines: sc.Goroutines, FDs: fig.FDs, Links: fig.Links,
+	return Sample{Elapsed: now.Sub(s.start).Round(time.Second), RSS: fig.RSS, HeapInuse: sc.HeapInuse, Goroutines: sc.Goroutines, FDs: fig.FDs, Links: fig.Links,
 		Probes: sc.Probes, Drops: sc.Drops, RingFull: sc.RingFull, Ledger: s.ledger.stats(), Pending: pending, Upstream: s.up.currentMode()}, nil
 }
 
 func (s *soak) printSample(sm Sample) {
 	l := sm.Ledger
-	fmt.Fprintf(s.cfg.Out, "t=%-5s rss=%6.1fMiB goroutines=%-3.0f fds=%-3d links=%-3d probes=%-3.0f drops=%.0f(ring_full:%.0f) procs=%d matched=%d/%d records=%d/%d pending=%d bad=%d foreign=%d upstream=%s otlp=normal:%d,hostile:%d\n",
-		sm.Elapsed, float64(sm.RSS)/(1<<20), sm.Goroutines, sm.FDs, sm.Links, sm.Probes, sm.Drops, sm.RingFull, l.Finished, l.Matched,
+	fmt.Fprintf(s.cfg.Out, "t=%-5s rss=%6.1fMiB heap=%6.1fMiB goroutines=%-3.0f fds=%-3d links=%-3d probes=%-3.0f drops=%.0f(ring_full:%.0f) procs=%d matched=%d/%d records=%d/%d pending=%d bad=%d foreign=%d upstream=%s otlp=normal:%d,hostile:%d\n",
+		sm.Elapsed, float64(sm.RSS)/(1<<20), sm.HeapInuse/(1<<20), sm.Goroutines, sm.FDs, sm.Links, sm.Probes, sm.Drops, sm.RingFull, l.Finished, l.Matched,
 		l.Finished-sm.Pending, l.GotRecords, l.WantRecords, sm.Pending, l.Mismatched, l.Foreign, sm.Upstream,
 		s.counts.total("normal"), s.counts.total("hostile"))
 }
@@ -474,14 +475,12 @@ func (s *soak) judge() {
 		// links that grow faster than the sites they serve leak.
 		judgeGrowth("links-per-site", series(func(sm Sample) float64 { return float64(sm.Links) / max(sm.Probes, 1) }), cfg.Growth, 0),
 	}
-	for _, g := range rep.Growth {
-		if g.TooFewSince {
-			rep.fail("%s", g)
+	for i, g := range rep.Growth {
+		if g.Name == "links" && g.Fail && s.linksExplained() {
+			rep.Growth[i].Excused = "no faster than the probe sites (libraries other programs on the host mapped)"
+			continue
 		}
-		if g.Fail && !(g.Name == "links" && s.linksExplained()) {
-			if g.Name == "links" {
-				g.Name = "links (more than the probe sites grew)"
-			}
+		if g.TooFewSince || g.Fail {
 			rep.fail("%s", g)
 		}
 	}
