@@ -59,8 +59,6 @@ func fmtFigure(name string, v float64) string {
 	switch name {
 	case "rss":
 		return fmt.Sprintf("%.1f MiB", v/(1<<20))
-	case "links-per-site":
-		return fmt.Sprintf("%.3f", v)
 	}
 	return fmt.Sprintf("%.1f", v)
 }
