@@ -6,7 +6,7 @@ REFPATH := refpath/build
 # go-nvml's cgo prologue calls functions NVML marks deprecated: keep the build quiet.
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 
-.PHONY: help generate generate-check refpath nvidia-libs build image test deploy-generate deploy-check jaeger-e2e run bench selftest-load fuzz clean
+.PHONY: help generate generate-check refpath nvidia-libs build image test deploy-generate deploy-check jaeger-e2e run bench selftest-load soak fuzz clean
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -63,6 +63,10 @@ bench: build nvidia-libs ## per-call probe cost (reference stack: none / bpftrac
 
 selftest-load: build ## agent selftest RUNS times (default 20) in a row with every CPU kept busy; stops at the first failure
 	$(SUDO) bash scripts/selftest-under-load.sh $(or $(RUNS),20)
+
+soak: build ## bin/agent for DURATION (default 10m) under process churn, normal and hostile OTLP traffic, scrapes and a flapping upstream; a line every interval; fails on growth after warm-up, any lost or wrong record, any drop, an unclean exit (SOAKFLAGS: more flags, bin/soak -h)
+	$(GO) build -o bin/soak ./selftest/soak/cmd/soak
+	$(SUDO) ./bin/soak -duration $(or $(DURATION),10m) $(SOAKFLAGS)
 
 # Go minimises every new interesting input with O(n²) runs, up to a minute each by
 # default, fuzzing nothing meanwhile (golang/go#48820): FUZZMINIMIZE bounds it in runs.

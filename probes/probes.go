@@ -476,14 +476,31 @@ func (s *sites) add(addr, cookie uint64) {
 	s.cookies = append(s.cookies, cookie)
 }
 
-// closeLinks detaches links, keeping every error.
+// closeLinks detaches links, keeping every error. Each detach waits for
+// the kernel's RCU grace periods (tens of ms per uprobe-multi link): they
+// run side by side, so that shutdown does not grow with the libraries
+// probed.
 func closeLinks(links []link.Link) error {
 	errs := make([]error, len(links))
-	for i, l := range links {
-		errs[i] = l.Close()
+	var wg sync.WaitGroup
+	next := make(chan int)
+	for range min(len(links), closeWorkers) {
+		wg.Go(func() {
+			for i := range next {
+				errs[i] = links[i].Close()
+			}
+		})
 	}
+	for i := range links {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
 	return errors.Join(errs...)
 }
+
+// closeWorkers bounds the links detached at once (each holds a thread).
+const closeWorkers = 32
 
 // Files returns a copy of what is attached, by file.
 func (p *Probes) Files() map[FileID]AttachedFile {

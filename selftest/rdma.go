@@ -76,6 +76,13 @@ func rdmaRun(ctx context.Context, refDir, scenario, tmp string, col *Collector, 
 	return out
 }
 
+// CompareRDMA matches an RDMA role's records with its truth: every work
+// request by queue pair and wr_id, the copies as Compare does (the soak's
+// ledger, selftest/soak).
+func CompareRDMA(res *Result, truth []TruthCall, got []correlate.Transfer) {
+	compareRDMA(res, truth, got)
+}
+
 // compareRDMA matches every work request of the truth with the agent's, by
 // queue pair and wr_id, and the copies as the CUDA scenarios do.
 func compareRDMA(res *Result, truth []TruthCall, got []correlate.Transfer) {
