@@ -67,7 +67,7 @@ func (a *Agent) between(idle bool) {
 			continue
 		}
 		a.reap.lost.Add(1)
-		a.limited.Log(slog.LevelWarn, "lost exit", "process exit event lost (ring full): finished now that /proc no longer shows it",
+		a.limited.Log(slog.LevelWarn, "lost exit", "process gone without its exit event (lost in the ring, or not seen by the exit probe): finished now that /proc no longer shows it",
 			"pid", pid, "missing_for", now.Sub(since).Round(time.Millisecond).String())
 		a.handle(&event.Call{Kind: event.KindExit, PID: pid, TID: pid, Time: probes.Now()})
 	}
