@@ -411,7 +411,7 @@ func laneDir(into bool) string {
 // pairRun runs one pair scenario: two kvpath processes with their lanes on
 // one shared reference GPU, released together, one row each; the second
 // row carries the overlap verdict over both processes' transfers.
-func pairRun(ctx context.Context, kvpath, scenario, tmp string, col *Collector, cfg Config, drops func() uint64) []Result {
+func pairRun(ctx context.Context, kvpath, scenario, tmp string, col *Collector, cfg Config, drops lossCount) []Result {
 	gpu := fmt.Sprintf("selftest-%d-%s", os.Getpid(), scenario)
 	defer os.Remove(refenv.LaneFile(gpu))
 	defer os.Remove(refenv.PairFile(gpu))
@@ -453,7 +453,11 @@ func pairRun(ctx context.Context, kvpath, scenario, tmp string, col *Collector, 
 	if len(out) == 0 {
 		return []Result{{Scenario: scenario, Runtime: names[0], Problems: problems}}
 	}
-	dropped := drops() - before
+	var pids []uint32
+	for _, p := range procs {
+		pids = append(pids, p.pid)
+	}
+	dropped := drops(pids...) - before
 	for i := range out {
 		out[i].Drops = dropped
 	}

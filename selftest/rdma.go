@@ -3,6 +3,7 @@ package selftest
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,7 +20,7 @@ import (
 var RDMAScenarios = []string{"pd-transfer", "pd-overlap", "pd-send-duplex", "rdma-read"}
 
 // rdmaRun runs one RDMA scenario and returns a result per role.
-func rdmaRun(ctx context.Context, refDir, scenario, tmp string, col *Collector, cfg Config, drops func() uint64) []Result {
+func rdmaRun(ctx context.Context, refDir, scenario, tmp string, col *Collector, cfg Config, drops lossCount) []Result {
 	dir := filepath.Join(tmp, scenario)
 	os.MkdirAll(dir, 0o755)
 	before := drops()
@@ -56,7 +57,7 @@ func rdmaRun(ctx context.Context, refDir, scenario, tmp string, col *Collector, 
 			all = append(all, got[role]...)
 		}
 	}
-	dropped := drops() - before
+	dropped := drops(slices.Collect(maps.Values(pids))...) - before
 
 	var out []Result
 	for _, role := range roles {

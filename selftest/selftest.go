@@ -24,6 +24,7 @@ import (
 
 	"github.com/lanewatch/lanewatch/agent"
 	"github.com/lanewatch/lanewatch/correlate"
+	"github.com/lanewatch/lanewatch/event"
 	"github.com/lanewatch/lanewatch/selftest/refenv"
 )
 
@@ -109,14 +110,47 @@ type Collector struct {
 	// driver failed to initialise, once the agent tried its runtime layer.
 	runtimeLayer map[uint32]chan int
 	exitedAt     map[uint32]time.Time // processes exited, not yet forgotten
+	// lost counts, per process, its events that said it lost events
+	// before them (OnCall): a row's drops are its own processes', never
+	// those of other processes firing the same probes.
+	lost map[uint32]uint64
 }
 
 // NewCollector returns an empty collector; live, when not nil, gets a line
 // per transfer as it arrives.
 func NewCollector(live io.Writer) *Collector {
 	return &Collector{byPID: map[uint32][]correlate.Transfer{}, live: live, exits: map[uint32]chan struct{}{},
-		runtimeLayer: map[uint32]chan int{}}
+		runtimeLayer: map[uint32]chan int{}, lost: map[uint32]uint64{}}
 }
+
+// OnCall is agent.Config.OnCall: it counts the events that said their
+// process lost events before them (a full ring, a read fault, no slot).
+func (c *Collector) OnCall(e *event.Call) {
+	if !e.LostBefore {
+		return
+	}
+	c.mu.Lock()
+	c.lost[e.PID]++
+	c.mu.Unlock()
+}
+
+// Lost is how many events of these processes said they lost events.
+func (c *Collector) Lost(pids ...uint32) uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var n uint64
+	for _, pid := range pids {
+		n += c.lost[pid]
+	}
+	return n
+}
+
+// lossCount is what a row counts as its drops: the losses its processes
+// said, and every "any process may have lost" (cumulative: rows take the
+// difference). Not the host-wide BPF drop counters: every process using a
+// probed library file fires the probes, and one entered before an attach
+// returns without its entry, which loses nothing of a row's process.
+type lossCount func(pids ...uint32) uint64
 
 // Transfer implements correlate.Sink.
 func (c *Collector) Transfer(t *correlate.Transfer) {
@@ -163,6 +197,7 @@ func (c *Collector) OnExit(pid uint32) {
 			delete(c.byPID, p)
 			delete(c.exits, p)
 			delete(c.runtimeLayer, p)
+			delete(c.lost, p)
 			delete(c.exitedAt, p)
 		}
 	}
@@ -256,6 +291,7 @@ func Run(ctx context.Context, cfg Config) (results []Result, stats agent.Stats, 
 		Devices:        refDevices("/proc", cfg.Logger),
 		Kernels:        true, // kernel-copy's launches: the kernel rows beside every scenario's copies
 		OnExit:         col.OnExit,
+		OnCall:         col.OnCall,
 		OnRuntimeLayer: col.OnRuntimeLayer,
 		OnReady:        func() { close(ready) },
 	})
@@ -274,9 +310,10 @@ func Run(ctx context.Context, cfg Config) (results []Result, stats agent.Stats, 
 		return nil, stats, fmt.Errorf("agent did not attach within %s", cfg.Timeout)
 	}
 	defer func() { stats = ag.Stats() }() // runs before the agent stops
+	drops := func(pids ...uint32) uint64 { return col.Lost(pids...) + ag.Stats().Engine.LostAny }
 
 	run := func(name, runtime string, start func() (*proc, error)) error {
-		before := ag.Stats().Drops.Total()
+		before := drops()
 		p, err := start()
 		if err != nil {
 			return err
@@ -285,7 +322,7 @@ func Run(ctx context.Context, cfg Config) (results []Result, stats agent.Stats, 
 		if err := p.wait(col, cfg.Timeout); err != nil {
 			res.Problems = append(res.Problems, err.Error())
 		}
-		res.Drops = ag.Stats().Drops.Total() - before
+		res.Drops = drops(p.pid) - before
 		truth, err := ReadTruthFile(p.truth)
 		if err != nil {
 			res.Problems = append(res.Problems, err.Error())
@@ -323,21 +360,21 @@ func Run(ctx context.Context, cfg Config) (results []Result, stats agent.Stats, 
 		}
 	}
 	if cfg.KernelCopy {
-		results = append(results, kernelCopyRun(ctx, cfg.RefDir, tmp, col, cfg, func() uint64 { return ag.Stats().Drops.Total() }))
+		results = append(results, kernelCopyRun(ctx, cfg.RefDir, tmp, col, cfg, drops))
 	}
 	for _, lt := range cfg.LinkTrains {
-		results = append(results, linkTrainRun(ctx, cfg.RefDir, tmp, col, cfg, func() uint64 { return ag.Stats().Drops.Total() }, lt))
+		results = append(results, linkTrainRun(ctx, cfg.RefDir, tmp, col, cfg, drops, lt))
 	}
 	if cfg.TPWorkers {
 		for _, rt := range cfg.Runtimes {
-			results = append(results, tpWorkersRun(ctx, kvpath, rt, tmp, col, cfg, func() uint64 { return ag.Stats().Drops.Total() })...)
+			results = append(results, tpWorkersRun(ctx, kvpath, rt, tmp, col, cfg, drops)...)
 		}
 	}
 	for _, sc := range cfg.RDMA {
-		results = append(results, rdmaRun(ctx, cfg.RefDir, sc, tmp, col, cfg, func() uint64 { return ag.Stats().Drops.Total() })...)
+		results = append(results, rdmaRun(ctx, cfg.RefDir, sc, tmp, col, cfg, drops)...)
 	}
 	for _, sc := range cfg.Pairs {
-		results = append(results, pairRun(ctx, kvpath, sc, tmp, col, cfg, func() uint64 { return ag.Stats().Drops.Total() })...)
+		results = append(results, pairRun(ctx, kvpath, sc, tmp, col, cfg, drops)...)
 	}
 	if slices.Contains(cfg.Scenarios, "hicache-load") { // span output: request and layer attribution (selftest_spans.go)
 		results = append(results, spansCheck(ctx, kvpath, filepath.Join(tmp, "spans-hicache-load.jsonl"), col, cfg))
