@@ -116,12 +116,12 @@ func checkOverlap(res *Result, scenario string, procs []scenarioProc, transfers 
 			agent, byStamps, overlapText(links), overlapText(matched))
 	}
 	if (byLanes != "") != want {
-		res.OverlapErr = true
 		verb := "did not produce its designed overlap"
 		if !want {
 			verb = "produced an overlap it was not designed to"
 		}
-		note("overlap: the scenario %s on this run: lanes %s", verb, overlapText(lanes))
+		res.ShapeMissed = fmt.Sprintf("overlap: the scenario %s on this run: lanes %s", verb, overlapText(lanes))
+		note("%s", res.ShapeMissed)
 	}
 	switch {
 	case byStamps != byEvidence:
