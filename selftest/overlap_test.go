@@ -75,8 +75,9 @@ func TestCheckOverlap(t *testing.T) {
 			res := Result{Scenario: c.scenario}
 			checkOverlap(&res, c.scenario, []scenarioProc{{pid: 7, gpu: privateGPU(7), truth: truth}}, got)
 			text := strings.Join(res.Problems, " | ")
-			if res.Overlap != c.overlap || res.OverlapErr != c.err || res.OtherErrs != c.other || !strings.Contains(text, c.text) {
-				t.Errorf("overlap %q err %v other %d, want %q %v %d with %q: %s", res.Overlap, res.OverlapErr, res.OtherErrs,
+			wrong := res.OverlapErr || res.ShapeMissed != "" // the agent's verdict, or the scenario's shape
+			if res.Overlap != c.overlap || wrong != c.err || res.OtherErrs != c.other || !strings.Contains(text, c.text) || (c.err && res.OK()) {
+				t.Errorf("overlap %q err %v other %d, want %q %v %d with %q: %s", res.Overlap, wrong, res.OtherErrs,
 					c.overlap, c.err, c.other, c.text, text)
 			}
 		})
