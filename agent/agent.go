@@ -48,6 +48,9 @@ type Config struct {
 	// was tried for a process whose driver failed to initialise, with the
 	// number of runtime probes attached for it (0 when none could be).
 	OnRuntimeLayer func(pid uint32, probes int)
+	// OnProvider runs on the discovery goroutine once a verbs context of
+	// pid was resolved: its provider's data path probed, or why not logged.
+	OnProvider func(pid uint32)
 	// OnCall sees every decoded call before the engine does, on the reading
 	// goroutine: it must not block (diagnose uses it to locate pools while
 	// their process is alive).

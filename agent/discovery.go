@@ -357,6 +357,9 @@ func (a *Agent) attachProvider(req providerReq) {
 		a.contexts = map[providerReq]bool{} // bounded; resolving again is harmless
 	}
 	a.contexts[req] = true
+	if a.cfg.OnProvider != nil {
+		defer a.cfg.OnProvider(uint32(req.pid))
+	}
 	fns, err := probes.ResolveProviderOps(a.cfg.ProcRoot, req.pid, req.ctx)
 	if err != nil {
 		a.limited.Log(slog.LevelWarn, "provider\x00"+strconv.Itoa(req.pid), "RDMA provider not probed", "pid", req.pid, "err", err)

@@ -30,13 +30,27 @@ func TestRunWithoutAGPUInSysfs(t *testing.T) {
 		Nodes: []sysfstest.Node{{CPUs: "0-1", Distance: "10"}},
 		Funcs: []sysfstest.Func{{BDF: "0000:00:03.0", HB: "pci0000:00", Class: "0x020000", Vendor: "0x1af4", Device: "0x1000", NUMA: "0"}},
 	})
+	// A shell that waits for a line, then becomes kvpath: its pid is known
+	// before the agent starts, so the agent counts this process's copies
+	// only, not those of other processes using the same reference libraries.
+	cmd := exec.Command("/bin/sh", "-c", `read _ && exec "$0" "$@"`, filepath.Join(ref, "bin", "kvpath"),
+		"--scenario", "h2d-overlap", "--truth", filepath.Join(t.TempDir(), "truth.jsonl"))
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
 	logs := &syncBuffer{}
 	ready := make(chan struct{})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
 		done <- agent.Run(ctx, agent.RunConfig{
-			Trace:   agent.Config{Libs: []string{filepath.Join(ref, "plain", "libcudart.so.12"), filepath.Join(ref, "lib", "libcuda.so.1")}},
+			Trace:   agent.Config{PIDs: []int{cmd.Process.Pid}, Libs: []string{filepath.Join(ref, "plain", "libcudart.so.12"), filepath.Join(ref, "lib", "libcuda.so.1")}},
 			Output:  io.Discard,
 			SysRoot: sys,
 			Logger:  slog.New(slog.NewTextHandler(io.MultiWriter(logs, testWriter{t}), nil)),
@@ -58,9 +72,9 @@ func TestRunWithoutAGPUInSysfs(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("not ready after 30 s")
 	}
-	cmd := exec.Command(filepath.Join(ref, "bin", "kvpath"), "--scenario", "h2d-overlap", "--truth", filepath.Join(t.TempDir(), "truth.jsonl"))
-	cmd.Stderr = os.Stderr
-	if err := cmd.Run(); err != nil {
+	io.WriteString(stdin, "go\n")
+	stdin.Close()
+	if err := cmd.Wait(); err != nil {
 		t.Fatal(err)
 	}
 	reason := "GPU of pid " + strconv.Itoa(cmd.Process.Pid) + " unknown: no GPU in " + sys

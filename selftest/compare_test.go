@@ -104,3 +104,21 @@ func TestCollectorForgetsUnclaimed(t *testing.T) {
 		t.Errorf("claimed in time: %v", got)
 	}
 }
+
+// A row's drops are its own processes' losses: another process's (firing
+// the same probes) are not counted against it.
+func TestCollectorCountsLossesByProcess(t *testing.T) {
+	c := NewCollector(nil)
+	for _, e := range []event.Call{{PID: 7, LostBefore: true}, {PID: 7}, {PID: 8, LostBefore: true}, {PID: 7, LostBefore: true}} {
+		c.OnCall(&e)
+	}
+	if got := c.Lost(7); got != 2 {
+		t.Errorf("pid 7 lost %d, want 2", got)
+	}
+	if got := c.Lost(9); got != 0 {
+		t.Errorf("pid 9 lost %d, want 0", got)
+	}
+	if got := c.Lost(7, 8); got != 3 {
+		t.Errorf("pids 7, 8 lost %d, want 3", got)
+	}
+}

@@ -39,7 +39,7 @@ func GPUCountersLine() string {
 // evaluator must count them on both lanes of the GPU, and each layer's
 // span must carry the request of the current-form SGLang spans covering it
 // (smSpansCheck).
-func kernelCopyRun(ctx context.Context, refDir, tmp string, col *Collector, cfg Config, drops func() uint64) Result {
+func kernelCopyRun(ctx context.Context, refDir, tmp string, col *Collector, cfg Config, drops lossCount) Result {
 	res := Result{Scenario: "kernel-copy", Runtime: "nvml"}
 	fail := func(format string, args ...any) Result {
 		res.Problems = append(res.Problems, fmt.Sprintf(format, args...))
@@ -103,7 +103,7 @@ func kernelCopyRun(ctx context.Context, refDir, tmp string, col *Collector, cfg 
 	sm, copies := splitSM(got)
 	s1, err1 := counters.Sample()
 	v := eval.Evaluate(time.Now())
-	res.Drops = drops() - before
+	res.Drops = drops(res.PID) - before
 	if err0 != nil || err1 != nil {
 		return fail("read counters: %v %v", err0, err1)
 	}

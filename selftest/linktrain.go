@@ -84,7 +84,7 @@ func pair(k, v string) [2]string { return [2]string{k, v} }
 //   - the link state read under load is the loaded one, and link-degraded
 //     fails exactly when it is below the maximum;
 //   - and, as for every scenario, every copy is reported as the truth says.
-func linkTrainRun(ctx context.Context, refDir, tmp string, col *Collector, cfg Config, drops func() uint64, lt LinkTrain) Result {
+func linkTrainRun(ctx context.Context, refDir, tmp string, col *Collector, cfg Config, drops lossCount, lt LinkTrain) Result {
 	res := Result{Scenario: lt.Name, Runtime: "nvml"}
 	fail := func(format string, args ...any) Result {
 		res.OtherErrs++
@@ -179,7 +179,7 @@ func linkTrainRun(ctx context.Context, refDir, tmp string, col *Collector, cfg C
 	}
 	loads := links.Take()
 	v := eval.Evaluate(time.Now())
-	res.Drops = drops() - before
+	res.Drops = drops(res.PID) - before
 	calls, err := ReadTruthFile(truth)
 	if err != nil {
 		return fail("%v", err)

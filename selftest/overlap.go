@@ -116,12 +116,12 @@ func checkOverlap(res *Result, scenario string, procs []scenarioProc, transfers 
 			agent, byStamps, overlapText(links), overlapText(matched))
 	}
 	if (byLanes != "") != want {
-		res.OverlapErr = true
 		verb := "did not produce its designed overlap"
 		if !want {
 			verb = "produced an overlap it was not designed to"
 		}
-		note("overlap: the scenario %s on this run: lanes %s", verb, overlapText(lanes))
+		res.ShapeMissed = fmt.Sprintf("overlap: the scenario %s on this run: lanes %s", verb, overlapText(lanes))
+		note("%s", res.ShapeMissed)
 	}
 	switch {
 	case byStamps != byEvidence:
@@ -411,7 +411,7 @@ func laneDir(into bool) string {
 // pairRun runs one pair scenario: two kvpath processes with their lanes on
 // one shared reference GPU, released together, one row each; the second
 // row carries the overlap verdict over both processes' transfers.
-func pairRun(ctx context.Context, kvpath, scenario, tmp string, col *Collector, cfg Config, drops func() uint64) []Result {
+func pairRun(ctx context.Context, kvpath, scenario, tmp string, col *Collector, cfg Config, drops lossCount) []Result {
 	gpu := fmt.Sprintf("selftest-%d-%s", os.Getpid(), scenario)
 	defer os.Remove(refenv.LaneFile(gpu))
 	defer os.Remove(refenv.PairFile(gpu))
@@ -453,7 +453,11 @@ func pairRun(ctx context.Context, kvpath, scenario, tmp string, col *Collector, 
 	if len(out) == 0 {
 		return []Result{{Scenario: scenario, Runtime: names[0], Problems: problems}}
 	}
-	dropped := drops() - before
+	var pids []uint32
+	for _, p := range procs {
+		pids = append(pids, p.pid)
+	}
+	dropped := drops(pids...) - before
 	for i := range out {
 		out[i].Drops = dropped
 	}

@@ -75,10 +75,41 @@ func TestCheckOverlap(t *testing.T) {
 			res := Result{Scenario: c.scenario}
 			checkOverlap(&res, c.scenario, []scenarioProc{{pid: 7, gpu: privateGPU(7), truth: truth}}, got)
 			text := strings.Join(res.Problems, " | ")
-			if res.Overlap != c.overlap || res.OverlapErr != c.err || res.OtherErrs != c.other || !strings.Contains(text, c.text) {
-				t.Errorf("overlap %q err %v other %d, want %q %v %d with %q: %s", res.Overlap, res.OverlapErr, res.OtherErrs,
+			wrong := res.OverlapErr || res.ShapeMissed != "" // the agent's verdict, or the scenario's shape
+			if res.Overlap != c.overlap || wrong != c.err || res.OtherErrs != c.other || !strings.Contains(text, c.text) || (c.err && res.OK()) {
+				t.Errorf("overlap %q err %v other %d, want %q %v %d with %q: %s", res.Overlap, wrong, res.OtherErrs,
 					c.overlap, c.err, c.other, c.text, text)
 			}
 		})
+	}
+}
+
+// A scenario whose truth missed its designed shape is run again, at most
+// shapeRuns times, only while its rows are otherwise exact; each row says
+// why it was run again.
+func TestRerunUnshaped(t *testing.T) {
+	missed := "overlap: the scenario did not produce its designed overlap on this run: lanes x"
+	unshaped := Result{Scenario: "s", ShapeMissed: missed, Problems: []string{missed}}
+	wrong := unshaped
+	wrong.DirectionErrs = 1
+	for _, tc := range []struct {
+		name  string
+		runs  []Result
+		calls int
+		ok    bool
+	}{
+		{"shaped at once", []Result{{Scenario: "s"}}, 1, true},
+		{"shaped on the second run", []Result{unshaped, {Scenario: "s"}}, 2, true},
+		{"never shaped", []Result{unshaped, unshaped, unshaped, {Scenario: "s"}}, shapeRuns, false},
+		{"wrong otherwise: not run again", []Result{wrong, {Scenario: "s"}}, 1, false},
+	} {
+		calls := 0
+		rs := rerunUnshaped("s", func() []Result { calls++; return []Result{tc.runs[calls-1]} })
+		if calls != tc.calls || rs[0].OK() != tc.ok {
+			t.Errorf("%s: %d runs, OK %v; want %d, %v: %q", tc.name, calls, rs[0].OK(), tc.calls, tc.ok, rs[0].Problems)
+		}
+		if notes := len(rs[0].Problems) - len(tc.runs[calls-1].Problems); notes != calls-1 {
+			t.Errorf("%s: %d notes of earlier runs, want %d: %q", tc.name, notes, calls-1, rs[0].Problems)
+		}
 	}
 }

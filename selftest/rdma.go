@@ -3,11 +3,14 @@ package selftest
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/lanewatch/lanewatch/correlate"
 	"github.com/lanewatch/lanewatch/event"
@@ -19,21 +22,31 @@ import (
 var RDMAScenarios = []string{"pd-transfer", "pd-overlap", "pd-send-duplex", "rdma-read"}
 
 // rdmaRun runs one RDMA scenario and returns a result per role.
-func rdmaRun(ctx context.Context, refDir, scenario, tmp string, col *Collector, cfg Config, drops func() uint64) []Result {
+func rdmaRun(ctx context.Context, refDir, scenario, tmp string, col *Collector, cfg Config, drops lossCount) []Result {
 	dir := filepath.Join(tmp, scenario)
 	os.MkdirAll(dir, 0o755)
 	before := drops()
-	// --settle-ms: the roles pause after opening the device, as a server sets
-	// up long before KV flows, so the provider's data path is probed (it is
-	// found from the first context) before the first work request.
-	cmd := exec.CommandContext(ctx, filepath.Join(refDir, "bin", "rdmapath"), "--scenario", scenario, "--truth-dir", dir, "--settle-ms", "300")
+	// --settle-file: the roles wait after opening the device, as a server
+	// sets up long before KV flows, until the agent resolved both roles'
+	// provider (found from the first context), so its data path is probed
+	// before the first work request however loaded the machine is.
+	settled := filepath.Join(dir, "settled")
+	os.Remove(settled)
+	cmd := exec.CommandContext(ctx, filepath.Join(refDir, "bin", "rdmapath"), "--scenario", scenario, "--truth-dir", dir, "--settle-file", settled)
 	cmd.Stderr = os.Stderr
-	runErr := cmd.Run()
+	var problems []string
+	runErr := cmd.Start()
+	if runErr == nil {
+		if err := waitProviders(cmd.Process.Pid, col, cfg.Timeout); err != nil {
+			problems = append(problems, err.Error())
+		}
+		os.WriteFile(settled, nil, 0o644) // released either way: a role waiting on it would only time out
+		runErr = cmd.Wait()
+	}
 
 	roles := []string{"prefill", "decode"}
 	truths := map[string][]TruthCall{}
 	pids := map[string]uint32{}
-	var problems []string
 	if runErr != nil {
 		problems = append(problems, fmt.Sprintf("rdmapath: %v", runErr))
 	}
@@ -56,7 +69,7 @@ func rdmaRun(ctx context.Context, refDir, scenario, tmp string, col *Collector, 
 			all = append(all, got[role]...)
 		}
 	}
-	dropped := drops() - before
+	dropped := drops(slices.Collect(maps.Values(pids))...) - before
 
 	var out []Result
 	for _, role := range roles {
@@ -219,6 +232,30 @@ func compareRDMA(res *Result, truth []TruthCall, got []correlate.Transfer) {
 }
 
 // isFindingNote tells a problem line that only reports a finding.
+// waitProviders waits until the agent resolved a verbs context of both
+// roles, the launcher's two children.
+func waitProviders(launcher int, col *Collector, timeout time.Duration) error {
+	children := fmt.Sprintf("/proc/%d/task/%d/children", launcher, launcher)
+	for deadline := time.Now().Add(timeout); ; time.Sleep(5 * time.Millisecond) {
+		b, err := os.ReadFile(children)
+		if err != nil {
+			return fmt.Errorf("rdmapath (pid %d) ended before the agent resolved its roles' verbs provider", launcher)
+		}
+		resolved := 0
+		for _, f := range strings.Fields(string(b)) {
+			if pid, err := strconv.ParseUint(f, 10, 32); err == nil && col.ProviderResolved(uint32(pid)) {
+				resolved++
+			}
+		}
+		if resolved == 2 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the agent resolved the verbs provider of %d of the 2 roles (children of pid %d) in %s", resolved, launcher, timeout)
+		}
+	}
+}
+
 func isFindingNote(p string) bool { return strings.HasPrefix(p, "finding: ") }
 
 func wrKey(recv bool, qp uint32, id uint64) [3]uint64 {

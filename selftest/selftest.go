@@ -24,6 +24,7 @@ import (
 
 	"github.com/lanewatch/lanewatch/agent"
 	"github.com/lanewatch/lanewatch/correlate"
+	"github.com/lanewatch/lanewatch/event"
 	"github.com/lanewatch/lanewatch/selftest/refenv"
 )
 
@@ -81,8 +82,12 @@ type Result struct {
 	Drops                 uint64
 	Latency               string // RDMA: posted→completed p50/p99, agent/truth
 	Overlap               string // "flagged" or "none"
-	OverlapErr            bool   // the overlap verdict differs from the scenario's design
-	Problems              []string
+	OverlapErr            bool   // the agent's overlap verdict differs from the truth's
+	// ShapeMissed says (a problem line) that the truth itself did not show
+	// the scenario's designed overlap shape on this run: not a verdict on
+	// the agent, but the run does not test it (rerunUnshaped).
+	ShapeMissed string
+	Problems    []string
 }
 
 // OK reports whether the agent saw exactly what the scenario did.
@@ -94,7 +99,51 @@ func (r Result) OK() bool {
 		}
 	}
 	return r.WantRecords == r.Got && r.WantBytes == r.GotBytes && r.WantFailed == r.GotFailed && r.ErrorErrs == 0 &&
-		r.DirectionErrs == 0 && r.MemoryErrs == 0 && r.OtherErrs == 0 && r.Drops == 0 && !r.OverlapErr && problems == 0
+		r.DirectionErrs == 0 && r.MemoryErrs == 0 && r.OtherErrs == 0 && r.Drops == 0 && !r.OverlapErr && r.ShapeMissed == "" && problems == 0
+}
+
+// shapeRuns bounds the runs of a scenario whose truth did not show its
+// designed overlap shape. The shapes are made by construction (movers,
+// lockstep submission), but on a machine whose CPUs are all busy with other
+// processes' movers too, the scenario's own threads can still fall behind.
+const shapeRuns = 3
+
+// rerunUnshaped runs a scenario again, at most shapeRuns times in all, while
+// its truth missed the designed shape and every row was otherwise exact;
+// the rows kept say how many runs were made and why. A row wrong in any
+// other way is returned as it is: only the scenario's own failure to make
+// its shape is run again, never the agent's.
+func rerunUnshaped(scenario string, once func() []Result) []Result {
+	var earlier []string
+	for run := 1; ; run++ {
+		rs := once()
+		missed := ""
+		for _, r := range rs {
+			if r.ShapeMissed == "" {
+				continue
+			}
+			missed = r.ShapeMissed
+			if !r.otherwiseOK() {
+				missed = ""
+				break
+			}
+		}
+		if missed == "" || run == shapeRuns {
+			for i := range rs {
+				rs[i].Problems = append(slices.Clone(earlier), rs[i].Problems...)
+			}
+			return rs
+		}
+		earlier = append(earlier, fmt.Sprintf("finding: run %d of %s (of at most %d) was run again: %s", run, scenario, shapeRuns, missed))
+	}
+}
+
+// otherwiseOK is OK but for a missed shape.
+func (r Result) otherwiseOK() bool {
+	o := r
+	o.ShapeMissed = ""
+	o.Problems = slices.DeleteFunc(slices.Clone(r.Problems), func(p string) bool { return p == r.ShapeMissed })
+	return o.OK()
 }
 
 // Collector is a sink that keeps every transfer by pid and signals process
@@ -109,14 +158,64 @@ type Collector struct {
 	// driver failed to initialise, once the agent tried its runtime layer.
 	runtimeLayer map[uint32]chan int
 	exitedAt     map[uint32]time.Time // processes exited, not yet forgotten
+	// lost counts, per process, its events that said it lost events
+	// before them (OnCall): a row's drops are its own processes', never
+	// those of other processes firing the same probes.
+	lost map[uint32]uint64
+	// providers: processes a verbs context of which the agent resolved.
+	providers map[uint32]bool
 }
 
 // NewCollector returns an empty collector; live, when not nil, gets a line
 // per transfer as it arrives.
 func NewCollector(live io.Writer) *Collector {
 	return &Collector{byPID: map[uint32][]correlate.Transfer{}, live: live, exits: map[uint32]chan struct{}{},
-		runtimeLayer: map[uint32]chan int{}}
+		runtimeLayer: map[uint32]chan int{}, lost: map[uint32]uint64{},
+		providers: map[uint32]bool{}}
 }
+
+// OnProvider is agent.Config.OnProvider.
+func (c *Collector) OnProvider(pid uint32) {
+	c.mu.Lock()
+	c.providers[pid] = true
+	c.mu.Unlock()
+}
+
+// ProviderResolved says whether the agent resolved a verbs context of pid.
+func (c *Collector) ProviderResolved(pid uint32) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.providers[pid]
+}
+
+// OnCall is agent.Config.OnCall: it counts the events that said their
+// process lost events before them (a full ring, a read fault, no slot).
+func (c *Collector) OnCall(e *event.Call) {
+	if !e.LostBefore {
+		return
+	}
+	c.mu.Lock()
+	c.lost[e.PID]++
+	c.mu.Unlock()
+}
+
+// Lost is how many events of these processes said they lost events.
+func (c *Collector) Lost(pids ...uint32) uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var n uint64
+	for _, pid := range pids {
+		n += c.lost[pid]
+	}
+	return n
+}
+
+// lossCount is what a row counts as its drops: the losses its processes
+// said, and every "any process may have lost" (cumulative: rows take the
+// difference). Not the host-wide BPF drop counters: every process using a
+// probed library file fires the probes, and one entered before an attach
+// returns without its entry, which loses nothing of a row's process.
+type lossCount func(pids ...uint32) uint64
 
 // Transfer implements correlate.Sink.
 func (c *Collector) Transfer(t *correlate.Transfer) {
@@ -163,6 +262,8 @@ func (c *Collector) OnExit(pid uint32) {
 			delete(c.byPID, p)
 			delete(c.exits, p)
 			delete(c.runtimeLayer, p)
+			delete(c.lost, p)
+			delete(c.providers, p)
 			delete(c.exitedAt, p)
 		}
 	}
@@ -256,6 +357,8 @@ func Run(ctx context.Context, cfg Config) (results []Result, stats agent.Stats, 
 		Devices:        refDevices("/proc", cfg.Logger),
 		Kernels:        true, // kernel-copy's launches: the kernel rows beside every scenario's copies
 		OnExit:         col.OnExit,
+		OnCall:         col.OnCall,
+		OnProvider:     col.OnProvider,
 		OnRuntimeLayer: col.OnRuntimeLayer,
 		OnReady:        func() { close(ready) },
 	})
@@ -274,18 +377,19 @@ func Run(ctx context.Context, cfg Config) (results []Result, stats agent.Stats, 
 		return nil, stats, fmt.Errorf("agent did not attach within %s", cfg.Timeout)
 	}
 	defer func() { stats = ag.Stats() }() // runs before the agent stops
+	drops := func(pids ...uint32) uint64 { return col.Lost(pids...) + ag.Stats().Engine.LostAny }
 
-	run := func(name, runtime string, start func() (*proc, error)) error {
-		before := ag.Stats().Drops.Total()
+	runOne := func(name, runtime string, start func() (*proc, error)) (Result, error) {
+		before := drops()
 		p, err := start()
 		if err != nil {
-			return err
+			return Result{}, err
 		}
 		res := Result{Scenario: name, Runtime: runtime, PID: p.pid}
 		if err := p.wait(col, cfg.Timeout); err != nil {
 			res.Problems = append(res.Problems, err.Error())
 		}
-		res.Drops = ag.Stats().Drops.Total() - before
+		res.Drops = drops(p.pid) - before
 		truth, err := ReadTruthFile(p.truth)
 		if err != nil {
 			res.Problems = append(res.Problems, err.Error())
@@ -294,8 +398,14 @@ func Run(ctx context.Context, cfg Config) (results []Result, stats agent.Stats, 
 		Compare(&res, truth, got)
 		checkOverlap(&res, name, []scenarioProc{{pid: p.pid, gpu: privateGPU(p.pid), truth: truth}}, got)
 		checkPages(&res, name, p.pid, p.truth, got)
-		results = append(results, res)
-		return nil
+		return res, nil
+	}
+	run := func(name, runtime string, start func() (*proc, error)) error {
+		res, err := runOne(name, runtime, start)
+		if err == nil {
+			results = append(results, res)
+		}
+		return err
 	}
 
 	if err := run("late-attach", "plain", func() (*proc, error) { return late, late.release() }); err != nil {
@@ -311,9 +421,18 @@ func Run(ctx context.Context, cfg Config) (results []Result, stats agent.Stats, 
 		}
 		for _, sc := range cfg.Scenarios {
 			truth := filepath.Join(tmp, rt+"-"+sc+".jsonl")
-			if err := run(sc, rt, func() (*proc, error) { return start(ctx, kvpath, sc, truth, env) }); err != nil {
+			var err error
+			rs := rerunUnshaped(sc, func() []Result {
+				res, e := runOne(sc, rt, func() (*proc, error) { return start(ctx, kvpath, sc, truth, env) })
+				if err = e; e != nil {
+					return nil
+				}
+				return []Result{res}
+			})
+			if err != nil {
 				return results, stats, err
 			}
+			results = append(results, rs...)
 		}
 		if cfg.NoDevice {
 			truth := filepath.Join(tmp, rt+"-no-device.jsonl")
@@ -323,21 +442,21 @@ func Run(ctx context.Context, cfg Config) (results []Result, stats agent.Stats, 
 		}
 	}
 	if cfg.KernelCopy {
-		results = append(results, kernelCopyRun(ctx, cfg.RefDir, tmp, col, cfg, func() uint64 { return ag.Stats().Drops.Total() }))
+		results = append(results, kernelCopyRun(ctx, cfg.RefDir, tmp, col, cfg, drops))
 	}
 	for _, lt := range cfg.LinkTrains {
-		results = append(results, linkTrainRun(ctx, cfg.RefDir, tmp, col, cfg, func() uint64 { return ag.Stats().Drops.Total() }, lt))
+		results = append(results, linkTrainRun(ctx, cfg.RefDir, tmp, col, cfg, drops, lt))
 	}
 	if cfg.TPWorkers {
 		for _, rt := range cfg.Runtimes {
-			results = append(results, tpWorkersRun(ctx, kvpath, rt, tmp, col, cfg, func() uint64 { return ag.Stats().Drops.Total() })...)
+			results = append(results, tpWorkersRun(ctx, kvpath, rt, tmp, col, cfg, drops)...)
 		}
 	}
 	for _, sc := range cfg.RDMA {
-		results = append(results, rdmaRun(ctx, cfg.RefDir, sc, tmp, col, cfg, func() uint64 { return ag.Stats().Drops.Total() })...)
+		results = append(results, rerunUnshaped(sc, func() []Result { return rdmaRun(ctx, cfg.RefDir, sc, tmp, col, cfg, drops) })...)
 	}
 	for _, sc := range cfg.Pairs {
-		results = append(results, pairRun(ctx, kvpath, sc, tmp, col, cfg, func() uint64 { return ag.Stats().Drops.Total() })...)
+		results = append(results, rerunUnshaped(sc, func() []Result { return pairRun(ctx, kvpath, sc, tmp, col, cfg, drops) })...)
 	}
 	if slices.Contains(cfg.Scenarios, "hicache-load") { // span output: request and layer attribution (selftest_spans.go)
 		results = append(results, spansCheck(ctx, kvpath, filepath.Join(tmp, "spans-hicache-load.jsonl"), col, cfg))
@@ -604,7 +723,7 @@ func PrintResults(w io.Writer, results []Result, stats agent.Stats) bool {
 			verdict, ok = "FAIL", false
 		}
 		overlap := r.Overlap
-		if r.OverlapErr {
+		if r.OverlapErr || r.ShapeMissed != "" {
 			overlap += "!"
 		}
 		failed := fmt.Sprintf("%d/%d", r.GotFailed, r.WantFailed)

@@ -49,7 +49,7 @@ func refDevices(procRoot string, log *slog.Logger) correlate.DeviceMap {
 // held once done until the agent handed on all their copies: the agent reads
 // a process's environment when it first needs one of its ordinals, which a
 // process that already exited no longer has.
-func tpWorkersRun(ctx context.Context, kvpath, runtime, tmp string, col *Collector, cfg Config, drops func() uint64) []Result {
+func tpWorkersRun(ctx context.Context, kvpath, runtime, tmp string, col *Collector, cfg Config, drops lossCount) []Result {
 	before := drops()
 	var names []string
 	for i := 0; i < 3; i++ {
@@ -112,7 +112,11 @@ func tpWorkersRun(ctx context.Context, kvpath, runtime, tmp string, col *Collect
 		Compare(&res, calls, col.Take(res.PID))
 		out = append(out, res)
 	}
-	dropped := drops() - before
+	pids := []uint32{uint32(cmd.Process.Pid)}
+	for _, r := range out {
+		pids = append(pids, r.PID)
+	}
+	dropped := drops(pids...) - before
 	for i := range out {
 		out[i].Drops = dropped
 	}

@@ -143,7 +143,7 @@ func TestPrometheusAlertsEndToEnd(t *testing.T) {
 	agentCmd := exec.Command(os.Args[0], "run", "--output", filepath.Join(dir, "transfers.jsonl"),
 		"--pid", strings.Join(pids, ","),
 		"--lib", filepath.Join(ref, "plain", "libcudart.so.12"), "--lib", filepath.Join(ref, "lib", "libcuda.so.1"),
-		"--web.listen-address", "127.0.0.1:0", "--evaluate-interval", "1s",
+		"--web.listen-address", "127.0.0.1:0", "--evaluate-interval", "3s",
 		"--otlp.grpc-listen", "", "--otlp.http-listen", "") // traces are another test's subject
 	agentCmd.Env = append(os.Environ(), "LW_AGENT_MAIN=1")
 	stderr, err := agentCmd.StderrPipe()
@@ -237,7 +237,18 @@ scrape_configs:
 		v, s := value(`sum(lanewatch_transfers_total{job="lanewatch",host_mem="pinned"})`)
 		return v >= 3*32, s
 	})
-	time.Sleep(4 * time.Second) // several evaluation windows, scrapes and rule evaluations
+	// Judged: Prometheus scraped an evaluation made after the transfers were
+	// counted, and the rules ran on that scrape (no fixed sleep: a loaded
+	// machine delays each step).
+	counted := float64(time.Now().UnixNano()) / 1e9
+	until("an evaluation after the hicache-load transfers reaches Prometheus", 30*time.Second, func() (bool, string) {
+		v, s := value(`max(lanewatch_evaluation_timestamp_seconds{job="lanewatch"})`)
+		return v > counted, s
+	})
+	time.Sleep(2 * time.Second) // two rule evaluations (every 1 s) on that scrape
+	if strings.Contains(logs.String(), `msg=finding`) {
+		t.Errorf("hicache-load raised findings:\n%s", logs.String())
+	}
 	if v, s := value(`sum(max_over_time(lanewatch_findings{job="lanewatch"}[1m]))`); v != 0 {
 		t.Errorf("hicache-load raised findings: %s", s)
 	}
@@ -261,7 +272,15 @@ scrape_configs:
 		st := alertStates("LanewatchPageableCopies", "LanewatchPageableCopyFinding")
 		return st["LanewatchPageableCopies"] == "firing", fmt.Sprintf("alerts %v after %d pageable-load runs", st, next)
 	})
-	until("pageable-copy finding alert firing", 20*time.Second, func() (bool, string) {
+	// A finding is active for one evaluation window (3 s): Prometheus scrapes
+	// it every second, but a loaded machine can stall a scrape. Each
+	// further pageable-load run is another window with the finding.
+	until("pageable-copy finding alert firing", 40*time.Second, func() (bool, string) {
+		if next < len(pageable) && time.Since(lastRun) > 4*time.Second {
+			pageable[next].run(t)
+			next++
+			lastRun = time.Now()
+		}
 		st := alertStates("LanewatchPageableCopyFinding")
 		return st["LanewatchPageableCopyFinding"] == "firing", fmt.Sprint(st)
 	})

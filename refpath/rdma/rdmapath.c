@@ -1,5 +1,6 @@
 /*
  * rdmapath --scenario NAME --truth-dir DIR [--pages N] [--page-bytes B] [--timeout-s S] [--settle-ms MS]
+ *          [--settle-file PATH]
  *
  * The PD-disaggregation scenarios of the reference data path. The launcher
  * re-executes itself twice (/proc/self/exe --role prefill|decode), so an observer
@@ -23,6 +24,8 @@
 #include "truth.h"
 #include "wire.h"
 #include <arpa/inet.h>
+#include <pthread.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -44,6 +47,7 @@ static struct {
 	size_t pages, page_bytes;
 	unsigned timeout_s;
 	unsigned settle_ms; /* pause after opening the device, before connecting: a server sets up long before data flows */
+	const char *settle_file; /* or wait until this file exists: an observer says it probed the provider */
 } O = {.role = -1, .pages = 64, .page_bytes = 1 * MiB, .timeout_s = 60};
 
 static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
@@ -111,6 +115,21 @@ static void barrier(uint32_t k, const char *what)
  * refpath/driver/mover.c), however late either role is scheduled.
  */
 #define LOCKSTEP_AHEAD 6
+
+/*
+ * The lockstep bounds how far either flow runs ahead, not how long both wait for a
+ * submitter the CPU scheduler left out: on a machine whose CPUs are all busy, a role
+ * descheduled for longer than LOCKSTEP_AHEAD pages take lets both lanes drain, and
+ * the two flows stop saturating the lane. So for the concurrent phase each role's
+ * submitting thread runs as the movers do (refpath/driver/mover.c): SCHED_FIFO at the
+ * lowest priority, where it has the privilege. It waits in short naps, never holding
+ * a CPU; the kernel's RT throttling bounds it anyway.
+ */
+static void submit_as_mover(int on)
+{
+	struct sched_param p = {.sched_priority = on ? 1 : 0};
+	(void)pthread_setschedparam(pthread_self(), on ? SCHED_FIFO : SCHED_OTHER, &p);
+}
 
 /* Waits until *c >= want (the other role's progress), or fails like barrier(). */
 static void wait_count(const uint64_t *c, uint64_t want, const char *what)
@@ -664,9 +683,12 @@ static int sc_pd_write(int overlap)
 				barrier(25, "decode's H2D alone"); /* decode ran its loads alone meanwhile */
 			uint64_t t0 = truth_now_ns();
 			R->t_first_post[ph] = 0;
+			if (overlap && ph == 1)
+				submit_as_mover(1);
 			int sig = post_pages(IBV_WR_RDMA_WRITE_WITH_IMM, src, mr, N, B, ph, 0x10000 + (uint64_t)ph * 0x1000,
 					     overlap && ph == 1);
 			uint64_t t1 = reap_sends(sig, "WRITE_WITH_IMM send completions");
+			submit_as_mover(0);
 			rd[ph] = rate(total, t0, t1);
 			barrier(11 + (uint32_t)ph * 10, "decode verified");
 		}
@@ -705,6 +727,7 @@ static int sc_pd_write(int overlap)
 			hicache_reset(&h);
 			barrier(25, "decode's H2D alone");
 			/* both at once, in lockstep with prefill's posts */
+			submit_as_mover(1);
 			for (size_t i = 0; i < h.layers; i++) {
 				if (i >= LOCKSTEP_AHEAD)
 					wait_count(&R->rdma_posted, i + 1 - LOCKSTEP_AHEAD, "prefill's WRITE_WITH_IMMs");
@@ -717,6 +740,7 @@ static int sc_pd_write(int overlap)
 			/* the copies' completion is proven as soon as the receives are: a sync
 			 * delayed by the checks below would stretch their time in flight */
 			hicache_finish(&h, "concurrent");
+			submit_as_mover(0);
 			h2d[1] = h2d_gbps("concurrent");
 		}
 		/* consumable only now: the completion is the publish point */
@@ -919,6 +943,21 @@ static void write_truth(void)
 
 /* ---------------- roles and launcher ---------------- */
 
+/* Waits, after opening the device, until O.settle_file exists: the observer
+ * (the selftest) creates it once it probed both roles' provider, so no load on
+ * the machine can make a role post before that (a fixed pause can). */
+static void settle_until_file(void)
+{
+	uint64_t deadline = truth_now_ns() + (uint64_t)O.timeout_s * 1000000000ull;
+	while (access(O.settle_file, F_OK) != 0) {
+		if (__atomic_load_n(&R->failed, __ATOMIC_ACQUIRE))
+			die("the %s role failed (waiting for %s)", role_names[other], O.settle_file);
+		if (truth_now_ns() > deadline)
+			die("timed out after %us waiting for %s", O.timeout_s, O.settle_file);
+		nap_us(1000);
+	}
+}
+
 static int run_role(void)
 {
 	me = O.role;
@@ -931,6 +970,8 @@ static int run_role(void)
 	verbs_open();
 	if (O.settle_ms)
 		nap_us((long)O.settle_ms * 1000);
+	if (O.settle_file)
+		settle_until_file();
 	int rc;
 	if (!strcmp(O.scenario, "pd-transfer"))
 		rc = sc_pd_write(0);
@@ -972,7 +1013,11 @@ static int launch(char **argv)
 			setenv("LW_REF_GPU", r == DECODE ? "gpu-decode" : "gpu-prefill", 1);
 			char *args[] = {"rdmapath", "--role", (char *)role_names[r], "--scenario", (char *)O.scenario,
 					"--truth-dir", (char *)O.dir, "--pages", pages, "--page-bytes", pb,
-					"--timeout-s", to, "--settle-ms", settle, NULL};
+					"--timeout-s", to, "--settle-ms", settle, NULL, NULL, NULL};
+			if (O.settle_file) {
+				args[15] = "--settle-file";
+				args[16] = (char *)O.settle_file;
+			}
 			execv("/proc/self/exe", args);
 			perror("exec /proc/self/exe");
 			_exit(127);
@@ -1024,7 +1069,7 @@ static size_t num(const char *flag, const char *v)
 
 static void usage(FILE *f)
 {
-	fprintf(f, "usage: rdmapath --scenario NAME --truth-dir DIR [--pages N] [--page-bytes B] [--timeout-s S] [--settle-ms MS]\n"
+	fprintf(f, "usage: rdmapath --scenario NAME --truth-dir DIR [--pages N] [--page-bytes B] [--timeout-s S] [--settle-ms MS] [--settle-file PATH]\n"
 		   "scenarios: pd-transfer pd-overlap pd-send-duplex rdma-read\n");
 }
 
@@ -1044,6 +1089,8 @@ int main(int argc, char **argv)
 			O.timeout_s = (unsigned)num(a, v), i++;
 		else if (!strcmp(a, "--settle-ms")) /* 0 (no pause) is what the parent passes by default */
 			O.settle_ms = v && !strcmp(v, "0") ? 0 : (unsigned)num(a, v), i++;
+		else if (!strcmp(a, "--settle-file") && v)
+			O.settle_file = v, i++;
 		else if (!strcmp(a, "--role") && v) {
 			O.role = !strcmp(v, "prefill") ? PREFILL : !strcmp(v, "decode") ? DECODE : -2;
 			i++;
