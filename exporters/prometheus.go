@@ -40,7 +40,13 @@ type Metrics struct {
 	latency   map[string]*histogram // by RDMA opcode
 	window    Window
 	hasWindow bool
+	// fired counts the evaluation windows in which each rule and
+	// severity had a finding: a window shorter than the scrape interval
+	// is seen by increase() even when no scrape caught its gauge.
+	fired map[findingKey]uint64
 }
+
+type findingKey struct{ rule, sev string }
 
 // Health is the agent's own state, read at every scrape.
 type Health struct {
@@ -181,6 +187,9 @@ var (
 	descFindings = prometheus.NewDesc("lanewatch_findings",
 		"Active findings of the last evaluation window, by rule and severity (0: the rule did not fire).",
 		[]string{"rule", "severity"}, nil)
+	descFindingWindows = prometheus.NewDesc("lanewatch_finding_windows_total",
+		"Evaluation windows in which the rule had a finding of this severity: alert on increase(), which sees a window no scrape caught in lanewatch_findings.",
+		[]string{"rule", "severity"}, nil)
 	descLaneDemand = prometheus.NewDesc("lanewatch_lane_demand_bytes_per_second",
 		"Bytes per second moved over one direction of a GPU's link during the last evaluation window.",
 		[]string{"gpu", "direction"}, nil)
@@ -240,6 +249,12 @@ func NewMetrics(health func() Health) *Metrics {
 		sizes:     map[string]*histogram{},
 		wrs:       map[wrKey]uint64{},
 		latency:   map[string]*histogram{},
+		fired:     map[findingKey]uint64{},
+	}
+	for _, r := range correlate.Rules {
+		for _, sev := range r.Severities {
+			m.fired[findingKey{r.Name, string(sev)}] = 0
+		}
 	}
 	// Host<->device copies start at 0 for every memory kind, so that rate()
 	// sees the first pageable copy instead of a series born non-zero.
@@ -347,13 +362,22 @@ func (m *Metrics) SetWindow(w Window) {
 	w.Peers = append([]Peer(nil), w.Peers...)
 	m.mu.Lock()
 	m.window, m.hasWindow = w, true
+	seen := map[findingKey]bool{}
+	for _, f := range w.Findings {
+		k := findingKey{f.Rule, string(f.Severity)}
+		if _, known := m.fired[k]; seen[k] || !known && len(m.fired) >= maxSeries {
+			continue
+		}
+		seen[k] = true
+		m.fired[k]++
+	}
 	m.mu.Unlock()
 }
 
 // Describe implements prometheus.Collector.
 func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descTransfers, descTransferBytes, descTransferSize, descFailed, descSMTransfers, descLaunches, descWRs, descWRLatency,
-		descFindings, descLaneDemand, descLaneCapacity, descLaneMeasured, descLaneUnattributed, descLaneSM, descPeerCopy, descGPUCounters,
+		descFindings, descFindingWindows, descLaneDemand, descLaneCapacity, descLaneMeasured, descLaneUnattributed, descLaneSM, descPeerCopy, descGPUCounters,
 		descEvalDuration, descEvalTime,
 		descEvents, descDrops, descAttached, descAttachFailures, descUnprobed, descCallerUnclassified, descPending, descPageLookups} {
 		ch <- d
@@ -429,6 +453,11 @@ func (m *Metrics) collectWindow(ch chan<- prometheus.Metric) {
 	for k, n := range active {
 		ch <- prometheus.MustNewConstMetric(descFindings, prometheus.GaugeValue, float64(n), k.rule, k.sev)
 	}
+	m.mu.Lock()
+	for k, n := range m.fired {
+		ch <- prometheus.MustNewConstMetric(descFindingWindows, prometheus.CounterValue, float64(n), k.rule, k.sev)
+	}
+	m.mu.Unlock()
 	if !ok {
 		return
 	}
