@@ -43,7 +43,7 @@ func TestFindingWindowsCounted(t *testing.T) {
 		`lanewatch_finding_windows_total{rule="pageable-copy",severity="fail"}`:     3,
 		`lanewatch_finding_windows_total{rule="fragmented-copies",severity="warn"}`: 1,
 		`lanewatch_finding_windows_total{rule="remote-numa-pool",severity="fail"}`:  0,
-		`lanewatch_findings{rule="pageable-copy",severity="fail"}`:                   1, // the last window only
+		`lanewatch_findings{rule="pageable-copy",severity="fail"}`:                  1, // the last window only
 	} {
 		if got := gatherValue(t, reg, name); got != want {
 			t.Errorf("%s = %v, want %v", name, got, want)
