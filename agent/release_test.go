@@ -61,9 +61,21 @@ func TestReleaseUnmappedLibraries(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	after, afterFDs := r.agent.Stats().Links, linkFDs(t)
-	if maps.Equal(baseFiles, agent.ProbedFiles(r.agent)) && (after != baseLinks || afterFDs != baseFDs) {
-		t.Errorf("links %d (link fds %d) after the release, want the baseline %d (%d)", after, afterFDs, baseLinks, baseFDs)
+	// Back to the baseline, unless other processes on this host made the
+	// agent probe or release other libraries meanwhile (then per file only).
+	var after, afterFDs int
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		after, afterFDs = r.agent.Stats().Links, linkFDs(t)
+		if !maps.Equal(baseFiles, agent.ProbedFiles(r.agent)) {
+			t.Logf("other libraries probed or released meanwhile: links %d (fds %d), baseline %d (%d)", after, afterFDs, baseLinks, baseFDs)
+			break
+		}
+		if after == baseLinks && afterFDs == baseFDs {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("links %d (link fds %d) 10 s after the release, want the baseline %d (%d)", after, afterFDs, baseLinks, baseFDs)
+		}
 	}
 	if n := r.agent.LibraryDetaches(); n < copies {
 		t.Errorf("library detaches = %d, want at least %d", n, copies)
