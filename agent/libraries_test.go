@@ -136,3 +136,20 @@ func TestReleaseCandidates(t *testing.T) {
 		t.Errorf("released %v, want %v", got, want)
 	}
 }
+
+// Releasing one mount of an overlay layer file forgets every mount of it
+// and its shared verdict: seen again, each is attached afresh.
+func TestReleaseOverlayGroup(t *testing.T) {
+	layer := probes.Fingerprint{Inode: 7, Size: 100}
+	v := fileVerdict{probed: true, overlay: true, fp: layer}
+	a := &Agent{
+		probes:   &probes.Probes{},
+		files:    map[probes.FileID]*fileState{{Inode: 1}: {v: v, final: true}, {Inode: 2}: {v: v, final: true}, {Inode: 3}: {v: fileVerdict{probed: true}, final: true}},
+		sameFile: map[probes.Fingerprint]fileVerdict{layer: v},
+		limited:  newLimitedLog(slog.New(slog.NewTextHandler(io.Discard, nil)), time.Minute),
+	}
+	a.release(probes.FileID{Inode: 2})
+	if len(a.files) != 1 || a.files[probes.FileID{Inode: 3}] == nil || len(a.sameFile) != 0 {
+		t.Errorf("after releasing one mount: files %v, shared verdicts %v; want only inode 3, none", a.files, a.sameFile)
+	}
+}

@@ -40,8 +40,8 @@ func (a *Agent) releaseUnmapped(gen uint64) {
 	}
 	keep := map[probes.Fingerprint]bool{} // a mapped mount keeps its layer file's probes
 	a.filesMu.Lock()
-	for _, id := range ids {
-		if st := a.files[id]; mapped[id] && st != nil && st.v.overlay {
+	for id, st := range a.files {
+		if mapped[id] && st.v.overlay {
 			keep[st.v.fp] = true
 		}
 	}
@@ -131,11 +131,13 @@ func (a *Agent) release(id probes.FileID) {
 	a.filesMu.Lock()
 	st := a.files[id]
 	delete(a.files, id)
-	if st != nil && st.v.overlay { // the other mounts share its probes: forget them too
+	group := []probes.FileID{id}
+	if st != nil && st.v.overlay { // the other mounts share its probes: they go too
 		delete(a.sameFile, st.v.fp)
 		for other, ost := range a.files {
 			if ost.v.overlay && ost.v.fp == st.v.fp {
 				delete(a.files, other)
+				group = append(group, other)
 			}
 		}
 	}
@@ -144,9 +146,14 @@ func (a *Agent) release(id probes.FileID) {
 		return
 	}
 	start := time.Now()
-	links, err := a.probes.DetachFile(id)
+	links, errs := 0, []error{}
+	for _, gid := range group { // the probes are in one of them (the first attached)
+		n, err := a.probes.DetachFile(gid)
+		links, errs = links+n, append(errs, err)
+	}
+	err := errors.Join(errs...)
 	if links == 0 && err == nil {
-		return // another mount's probes (overlay), released with it
+		return // nothing attached in the file itself
 	}
 	a.libDetaches.Add(1)
 	a.limited.Log(slog.LevelInfo, "release\x00"+st.name, "library no longer mapped by any process: probes detached (attached again when a process maps it)",
