@@ -26,10 +26,13 @@ type Config struct {
 	PIDs           []int         // only these processes (empty: every process)
 	Libs           []string      // files to probe at start, before any process maps them
 	RescanInterval time.Duration // safety-net rescan of every process's mappings
-	RingBytes      uint32        // ring buffer size, 0 for the default
-	Record         io.Writer     // raw events, for offline replay; nil for none
-	Sink           correlate.Sink
-	Logger         *slog.Logger
+	// ReleaseAfter: a probed library no process has mapped for this long
+	// (found by the rescan) has its probes detached (0: 30 s).
+	ReleaseAfter time.Duration
+	RingBytes    uint32    // ring buffer size, 0 for the default
+	Record       io.Writer // raw events, for offline replay; nil for none
+	Sink         correlate.Sink
+	Logger       *slog.Logger
 	// LogInterval: a cause that repeats (a library failing to attach at
 	// every rescan) is logged at most once per interval (0: a minute).
 	LogInterval time.Duration
@@ -89,6 +92,9 @@ type Stats struct {
 	// LostExits counts processes whose exit event was lost (a full ring),
 	// finished when /proc no longer showed them.
 	LostExits uint64
+	// LibraryDetaches counts libraries whose probes were detached: no
+	// process mapped them any more.
+	LibraryDetaches uint64
 }
 
 // Agent traces CUDA transfers in every matching process.
@@ -131,6 +137,7 @@ type Agent struct {
 	attached    atomic.Bool
 	readerRound atomic.Int64
 	attachErr   atomic.Uint64 // files whose probes could not be attached
+	libDetaches atomic.Uint64 // libraries detached, mapped by no process any more
 	targets     map[int]bool  // PIDs as a set; nil means all
 
 	// callers classifies the driver calls the probes could not (the
@@ -166,6 +173,9 @@ func New(cfg Config) (*Agent, error) {
 	}
 	if cfg.RescanInterval == 0 {
 		cfg.RescanInterval = 10 * time.Second
+	}
+	if cfg.ReleaseAfter == 0 {
+		cfg.ReleaseAfter = defaultReleaseAfter
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -374,6 +384,7 @@ func (a *Agent) discover(stop <-chan struct{}) {
 				a.rescanProcess(pid)
 			}
 			a.endFullScan(gen)
+			a.releaseUnmapped(gen)
 		}
 	}
 }
@@ -562,7 +573,8 @@ func (a *Agent) Stats() Stats {
 	es := a.engine.Stats()
 	a.engineMu.Unlock()
 	return Stats{Events: a.events.Load(), Drops: d, Links: a.probes.Links(), Files: len(a.probes.Files()), Engine: es, Rescans: a.rescans.Load(),
-		AttachFailures: a.attachErr.Load(), CallerUnclassified: a.callerErrs.Load(), Pages: a.pages.Stats(), LostExits: a.reap.lost.Load()}
+		AttachFailures: a.attachErr.Load(), CallerUnclassified: a.callerErrs.Load(), Pages: a.pages.Stats(), LostExits: a.reap.lost.Load(),
+		LibraryDetaches: a.libDetaches.Load()}
 }
 
 func (a *Agent) close() error {

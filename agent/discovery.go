@@ -31,6 +31,10 @@ type fileVerdict struct {
 	// a runtime library, probed for a process only when that process's
 	// driver failed to initialise (runtimeLayer).
 	runtime map[string]probes.Symbol
+	// fp names the file on overlayfs (overlay): other containers' mounts
+	// of the same image layer share its probes (sameFile).
+	fp      probes.Fingerprint
+	overlay bool
 }
 
 // symbolNames are the table's symbols, looked up in every mapped ELF file.
@@ -69,7 +73,7 @@ func (a *Agent) inspectFile(id probes.FileID, name string, pid int, open func() 
 	a.filesMu.Lock()
 	st := a.files[id]
 	if st != nil {
-		st.seenGen = a.scanGen
+		st.seenGen, st.lastSeen = a.scanGen, now
 		if st.unprobed && pid > 0 {
 			st.pid = pid
 		}
@@ -93,7 +97,8 @@ func (a *Agent) inspectFile(id probes.FileID, name string, pid int, open func() 
 		st = &fileState{name: name, pid: pid}
 		a.files[id] = st
 	}
-	st.v, st.final, st.seenGen = v, final, a.scanGen
+	st.v, st.final, st.seenGen, st.lastSeen = v, final, a.scanGen, now
+	st.pinned = st.pinned || pid == 0
 	if fail == nil {
 		if st.unprobed && v.probed {
 			a.log.Info("library probed after earlier failures", "path", st.name, "failures", st.failures, "since", st.since.Format(time.RFC3339))
@@ -151,6 +156,7 @@ func (a *Agent) tryFile(id probes.FileID, name string, pid int, open func() (*pr
 	if err != nil {
 		a.log.Debug("overlay fingerprint", "path", name, "err", err)
 	}
+	v.fp, v.overlay = fp, onOverlay
 	if onOverlay {
 		a.filesMu.Lock()
 		same, seen := a.sameFile[fp]
@@ -178,6 +184,7 @@ func (a *Agent) tryFile(id probes.FileID, name string, pid int, open func() (*pr
 	if len(syms) == 0 {
 		return v, true, nil // only runtime entry points: nothing to attach for every process
 	}
+	start := time.Now()
 	af, err := a.probes.AttachFileAs(id, name, mf.OpenPath(), syms, a.attachPID())
 	if err != nil {
 		return v, false, &attachFailure{cause: "attach", msg: "attach failed (retried at the next rescan)", level: slog.LevelError,
@@ -189,7 +196,8 @@ func (a *Agent) tryFile(id probes.FileID, name string, pid int, open func() (*pr
 		a.sameFile[fp] = v
 		a.filesMu.Unlock()
 	}
-	a.log.Info("attached", "path", name, "probes", len(af.Sites), "sites", siteSummary(af.Sites), "via", mf.Via)
+	a.log.Info("attached", "path", name, "probes", len(af.Sites), "sites", siteSummary(af.Sites), "via", mf.Via,
+		"took", time.Since(start).Round(time.Millisecond).String())
 	for sym, site := range af.Sites {
 		if site.NotResolved != "" {
 			a.log.Warn("dispatch thunk probed at the thunk itself (single-stepped: slower)", "path", name, "symbol", sym, "why", site.NotResolved)

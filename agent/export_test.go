@@ -16,3 +16,23 @@ func Holds(a *Agent, pid int) bool {
 	defer a.engineMu.Unlock()
 	return slices.Contains(a.engine.Processes(), uint32(pid))
 }
+
+// LinksIn counts the links attached in the files attached under path.
+func LinksIn(a *Agent, path string) int {
+	n := 0
+	for id, af := range a.probes.Files() {
+		if af.Path == path {
+			n += a.probes.FileLinks(id)
+		}
+	}
+	return n
+}
+
+// ProbedFiles lists the files with probes.
+func ProbedFiles(a *Agent) map[probes.FileID]bool {
+	out := map[probes.FileID]bool{}
+	for id := range a.probes.Files() {
+		out[id] = true
+	}
+	return out
+}

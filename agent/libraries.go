@@ -30,6 +30,8 @@ type fileState struct {
 	since    time.Time // the first failure
 	retryAt  time.Time // no new try before (zero: at the next sighting)
 	seenGen  uint64    // the full scan that last saw it mapped
+	lastSeen time.Time // when a scan last saw it mapped
+	pinned   bool      // named on the command line: probed whoever maps it
 }
 
 // UnprobedLibrary is a library a process maps that the agent could not

@@ -101,3 +101,55 @@ func TestUnprobedRetryAndForget(t *testing.T) {
 		t.Errorf("not probed once it could be opened: %+v", v)
 	}
 }
+
+// Which probed libraries a full scan may release: unseen by it and for the
+// grace; never a --lib file, the dynamic linker, a file still awaiting its
+// verdict, or an overlay file while another mount of the same layer file is
+// mapped (they share its probes).
+func TestReleaseCandidates(t *testing.T) {
+	now := time.Now()
+	probed := fileVerdict{probed: true}
+	layer := probes.Fingerprint{Inode: 7, Size: 100}
+	overlay := fileVerdict{probed: true, overlay: true, fp: layer}
+	other := fileVerdict{probed: true, overlay: true, fp: probes.Fingerprint{Inode: 8}}
+	old, recent := now.Add(-time.Minute), now.Add(-time.Second)
+	files := map[probes.FileID]*fileState{
+		{Inode: 1}:  {v: probed, final: true, seenGen: 4, lastSeen: old},                          // released
+		{Inode: 2}:  {v: probed, final: true, seenGen: 5, lastSeen: old},                          // seen by this scan
+		{Inode: 3}:  {v: probed, final: true, seenGen: 4, lastSeen: recent},                       // within the grace
+		{Inode: 4}:  {v: probed, final: true, seenGen: 4, lastSeen: old, pinned: true},            // --lib
+		{Inode: 5}:  {v: fileVerdict{probed: true, linkerOnly: true}, final: true, lastSeen: old}, // ld.so
+		{Inode: 6}:  {v: probed, seenGen: 4, lastSeen: old},                                       // no verdict yet
+		{Inode: 7}:  {v: fileVerdict{}, final: true, seenGen: 4, lastSeen: old},                   // nothing probed
+		{Inode: 8}:  {v: overlay, final: true, seenGen: 4, lastSeen: old},                         // a sibling mount is mapped
+		{Inode: 9}:  {v: overlay, final: true, seenGen: 5, lastSeen: now},
+		{Inode: 10}: {v: other, final: true, seenGen: 4, lastSeen: old}, // every mount unmapped: released
+		{Inode: 11}: {v: other, final: true, seenGen: 3, lastSeen: old},
+	}
+	a := &Agent{cfg: Config{ReleaseAfter: 30 * time.Second}, files: files}
+	got := map[uint64]bool{}
+	for _, id := range a.releaseCandidates(5, now) {
+		got[id.Inode] = true
+	}
+	want := map[uint64]bool{1: true, 10: true, 11: true}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("released %v, want %v", got, want)
+	}
+}
+
+// Releasing one mount of an overlay layer file forgets every mount of it
+// and its shared verdict: seen again, each is attached afresh.
+func TestReleaseOverlayGroup(t *testing.T) {
+	layer := probes.Fingerprint{Inode: 7, Size: 100}
+	v := fileVerdict{probed: true, overlay: true, fp: layer}
+	a := &Agent{
+		probes:   &probes.Probes{},
+		files:    map[probes.FileID]*fileState{{Inode: 1}: {v: v, final: true}, {Inode: 2}: {v: v, final: true}, {Inode: 3}: {v: fileVerdict{probed: true}, final: true}},
+		sameFile: map[probes.Fingerprint]fileVerdict{layer: v},
+		limited:  newLimitedLog(slog.New(slog.NewTextHandler(io.Discard, nil)), time.Minute),
+	}
+	a.release(probes.FileID{Inode: 2})
+	if len(a.files) != 1 || a.files[probes.FileID{Inode: 3}] == nil || len(a.sameFile) != 0 {
+		t.Errorf("after releasing one mount: files %v, shared verdicts %v; want only inode 3, none", a.files, a.sameFile)
+	}
+}

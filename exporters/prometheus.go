@@ -58,6 +58,10 @@ type Health struct {
 	// probes (blind spots, until their probes are in), by file name.
 	AttachFailures map[string]uint64
 	Unprobed       map[string]int
+	// ProbedLibraries: files with probes now; LibraryDetaches: libraries
+	// whose probes were detached because no process mapped them any more.
+	ProbedLibraries int
+	LibraryDetaches uint64
 	// CallerUnclassified counts driver calls neither the probe nor the
 	// process's maps could place (reported under the driver's name).
 	CallerUnclassified uint64
@@ -228,6 +232,10 @@ var (
 	descUnprobed = prometheus.NewDesc("lanewatch_unprobed_libraries",
 		"Libraries processes map that have no probes yet (a blind spot: their calls are not seen), by library file name; the agent log says why.",
 		[]string{"library"}, nil)
+	descProbedLibraries = prometheus.NewDesc("lanewatch_probed_libraries",
+		"Library files with probes attached (each holds its links until no process maps it).", nil, nil)
+	descLibraryDetaches = prometheus.NewDesc("lanewatch_library_detaches_total",
+		"Libraries whose probes were detached because no process mapped them for the grace period (attached again when one does).", nil, nil)
 	descCallerUnclassified = prometheus.NewDesc("lanewatch_caller_unclassified_total",
 		"Driver calls whose caller neither the probe nor the process's maps could place: reported under the driver's name, not the runtime call's.", nil, nil)
 	descPageLookups = prometheus.NewDesc("lanewatch_page_lookups_total",
@@ -379,7 +387,7 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descTransfers, descTransferBytes, descTransferSize, descFailed, descSMTransfers, descLaunches, descWRs, descWRLatency,
 		descFindings, descFindingWindows, descLaneDemand, descLaneCapacity, descLaneMeasured, descLaneUnattributed, descLaneSM, descPeerCopy, descGPUCounters,
 		descEvalDuration, descEvalTime,
-		descEvents, descDrops, descAttached, descAttachFailures, descUnprobed, descCallerUnclassified, descPending, descPageLookups} {
+		descEvents, descDrops, descAttached, descAttachFailures, descUnprobed, descProbedLibraries, descLibraryDetaches, descCallerUnclassified, descPending, descPageLookups} {
 		ch <- d
 	}
 }
@@ -499,6 +507,8 @@ func collectHealth(ch chan<- prometheus.Metric, h Health) {
 	for lib, n := range h.Unprobed {
 		ch <- prometheus.MustNewConstMetric(descUnprobed, prometheus.GaugeValue, float64(n), lib)
 	}
+	ch <- prometheus.MustNewConstMetric(descProbedLibraries, prometheus.GaugeValue, float64(h.ProbedLibraries))
+	ch <- prometheus.MustNewConstMetric(descLibraryDetaches, prometheus.CounterValue, float64(h.LibraryDetaches))
 	ch <- prometheus.MustNewConstMetric(descCallerUnclassified, prometheus.CounterValue, float64(h.CallerUnclassified))
 	ch <- prometheus.MustNewConstMetric(descPending, prometheus.GaugeValue, float64(h.Pending))
 	for _, l := range []struct {

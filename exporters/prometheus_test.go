@@ -60,10 +60,11 @@ func testHealth() Health {
 			"/usr/lib/x86_64-linux-gnu/libcuda.so.1": 20, "/proc/42/root/usr/lib/x86_64-linux-gnu/libcuda.so.1": 20,
 			"/opt/venv/lib/libcudart.so.12": 30,
 		},
-		AttachFailures: map[string]uint64{"libcuda.so.1": 2},
-		Unprobed:       map[string]int{"libcuda.so.1": 1},
-		Pending:        5,
-		Kernels:        correlate.KernelStats{Launches: 9, KV: 2, Other: 5, Unnamed: 2},
+		AttachFailures:  map[string]uint64{"libcuda.so.1": 2},
+		Unprobed:        map[string]int{"libcuda.so.1": 1},
+		ProbedLibraries: 2, LibraryDetaches: 7,
+		Pending: 5,
+		Kernels: correlate.KernelStats{Launches: 9, KV: 2, Other: 5, Unnamed: 2},
 	}
 }
 
@@ -128,6 +129,12 @@ lanewatch_attach_failures_total{library="libcuda.so.1"} 2
 # HELP lanewatch_unprobed_libraries Libraries processes map that have no probes yet (a blind spot: their calls are not seen), by library file name; the agent log says why.
 # TYPE lanewatch_unprobed_libraries gauge
 lanewatch_unprobed_libraries{library="libcuda.so.1"} 1
+# HELP lanewatch_probed_libraries Library files with probes attached (each holds its links until no process maps it).
+# TYPE lanewatch_probed_libraries gauge
+lanewatch_probed_libraries 2
+# HELP lanewatch_library_detaches_total Libraries whose probes were detached because no process mapped them for the grace period (attached again when one does).
+# TYPE lanewatch_library_detaches_total counter
+lanewatch_library_detaches_total 7
 # HELP lanewatch_transfers_pending Transfers waiting for a synchronisation to prove their completion, plus RDMA work requests not yet completed.
 # TYPE lanewatch_transfers_pending gauge
 lanewatch_transfers_pending 5
@@ -135,7 +142,7 @@ lanewatch_transfers_pending 5
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want),
 		"lanewatch_findings", "lanewatch_lane_capacity_bytes_per_second", "lanewatch_lane_demand_bytes_per_second", "lanewatch_lane_sm_transfers", "lanewatch_peer_copy_bytes_per_second",
 		"lanewatch_rdma_work_requests_total", "lanewatch_probe_dropped_events_total", "lanewatch_attached_probes",
-		"lanewatch_attach_failures_total", "lanewatch_unprobed_libraries", "lanewatch_transfers_pending"); err != nil {
+		"lanewatch_attach_failures_total", "lanewatch_unprobed_libraries", "lanewatch_probed_libraries", "lanewatch_library_detaches_total", "lanewatch_transfers_pending"); err != nil {
 		t.Error(err)
 	}
 

@@ -513,6 +513,40 @@ func (p *Probes) Files() map[FileID]AttachedFile {
 	return out
 }
 
+// DetachFile removes every probe attached in one file (AttachFile), and
+// returns how many links it closed: the file is then unknown to Probes, and
+// attaching it again starts afresh. Its links count in Links until they
+// are closed. The caller attaches nothing in the file meanwhile.
+func (p *Probes) DetachFile(id FileID) (int, error) {
+	p.mu.Lock()
+	af := p.files[id]
+	var links []link.Link
+	if af != nil {
+		links = af.links
+	}
+	p.mu.Unlock()
+	if af == nil {
+		return 0, nil
+	}
+	err := closeLinks(links) // not under mu: tens of ms each
+	p.mu.Lock()
+	if p.files[id] == af {
+		delete(p.files, id)
+	}
+	p.mu.Unlock()
+	return len(links), err
+}
+
+// FileLinks is the number of links attached in one file.
+func (p *Probes) FileLinks(id FileID) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if af := p.files[id]; af != nil {
+		return len(af.links)
+	}
+	return 0
+}
+
 // Links is the number of attach points in place.
 func (p *Probes) Links() int {
 	p.mu.Lock()
