@@ -8,7 +8,6 @@ package main
 // needs a Jaeger build that takes minutes, so `make test` never compiles it.
 
 import (
-	"bytes"
 	"context"
 	"encoding/hex"
 	"encoding/json"
@@ -17,7 +16,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -72,24 +70,10 @@ func TestJaegerE2E(t *testing.T) {
 	grpcAddr, httpAddr := freePort(t), freePort(t)
 	tmp := t.TempDir()
 
-	var stderr syncBuf
-	code := make(chan int, 1)
-	go func() {
-		code <- realMain([]string{"run", "--output", filepath.Join(tmp, "out.jsonl"),
-			"--lib", filepath.Join(refDir, "lib", "libcuda.so.1"), "--lib", filepath.Join(refDir, "plain", "libcudart.so.12"),
-			"--otlp.grpc-listen", grpcAddr, "--otlp.http-listen", httpAddr, "--spans.hold", "1h",
-			"--web.listen-address", freePort(t)}, &bytes.Buffer{}, &stderr)
-	}()
-	for deadline := time.Now().Add(60 * time.Second); !strings.Contains(stderr.String(), "lanewatch running"); time.Sleep(50 * time.Millisecond) {
-		select {
-		case c := <-code:
-			t.Fatalf("agent exited %d:\n%s", c, stderr.String())
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("agent not ready:\n%s", stderr.String())
-		}
-	}
+	a := startAgent(t, 60*time.Second, "--output", filepath.Join(tmp, "out.jsonl"),
+		"--lib", filepath.Join(refDir, "lib", "libcuda.so.1"), "--lib", filepath.Join(refDir, "plain", "libcudart.so.12"),
+		"--otlp.grpc-listen", grpcAddr, "--otlp.http-listen", httpAddr, "--spans.hold", "1h",
+		"--web.listen-address", freePort(t))
 	truth := runScenario(t, refDir, "hicache-load", filepath.Join(tmp, "truth.jsonl"))
 	sg, per := selftest.SGLangSpans(truth, otlpbridge.NewClock().Offset())
 	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -103,11 +87,8 @@ func TestJaegerE2E(t *testing.T) {
 	// The engine emits the scenario's transfers at its exit: give the reader
 	// a moment, then stop; the held transfers are exported on the way out.
 	time.Sleep(time.Second)
-	syscall.Kill(os.Getpid(), syscall.SIGTERM)
-	if c := <-code; c != 0 {
-		t.Fatalf("agent run exited %d:\n%s", c, stderr.String())
-	}
-	t.Log(grepLines(stderr.String(), "transfer spans", "OTLP bridge", "OTLP forwarding"))
+	a.stop(t, time.Minute)
+	t.Log(grepLines(a.stderr.String(), "transfer spans", "OTLP bridge", "OTLP forwarding"))
 
 	sent := map[string]string{} // span id (hex) → trace id (hex) of every server span sent
 	for _, rs := range sg.GetResourceSpans() {

@@ -40,6 +40,55 @@ type syncBuf struct {
 func (s *syncBuf) Write(p []byte) (int, error) { s.mu.Lock(); defer s.mu.Unlock(); return s.b.Write(p) }
 func (s *syncBuf) String() string              { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
 
+// inProcessAgent is `agent run` started by realMain in this test process
+// (its SIGTERM is this process's).
+type inProcessAgent struct {
+	stderr  syncBuf
+	code    chan int
+	stopped bool
+}
+
+// startAgent runs `agent run args...` here and waits up to ready for it to
+// say it is running; the agent is stopped when the test ends, if the test
+// did not stop it.
+func startAgent(t *testing.T, ready time.Duration, args ...string) *inProcessAgent {
+	t.Helper()
+	a := &inProcessAgent{code: make(chan int, 1)}
+	go func() { a.code <- realMain(append([]string{"run"}, args...), &bytes.Buffer{}, &a.stderr) }()
+	for deadline := time.Now().Add(ready); !strings.Contains(a.stderr.String(), "lanewatch running"); time.Sleep(50 * time.Millisecond) {
+		select {
+		case c := <-a.code:
+			t.Fatalf("agent exited %d:\n%s", c, a.stderr.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("agent not ready:\n%s", a.stderr.String())
+		}
+	}
+	t.Cleanup(func() {
+		if !a.stopped {
+			syscall.Kill(os.Getpid(), syscall.SIGTERM)
+			<-a.code
+		}
+	})
+	return a
+}
+
+// stop sends SIGTERM and waits up to limit for a clean exit.
+func (a *inProcessAgent) stop(t *testing.T, limit time.Duration) {
+	t.Helper()
+	a.stopped = true
+	syscall.Kill(os.Getpid(), syscall.SIGTERM)
+	select {
+	case c := <-a.code:
+		if c != 0 {
+			t.Fatalf("agent run exited %d:\n%s", c, a.stderr.String())
+		}
+	case <-time.After(limit):
+		t.Fatalf("agent run still running %v after SIGTERM", limit)
+	}
+}
+
 func freePort(t *testing.T) string {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -87,33 +136,10 @@ func TestRunTraces(t *testing.T) {
 	grpcAddr, httpAddr := freePort(t), freePort(t)
 	tmp := t.TempDir()
 
-	var stderr syncBuf
-	code := make(chan int, 1)
-	go func() {
-		code <- realMain([]string{"run", "--output", filepath.Join(tmp, "out.jsonl"),
-			"--lib", filepath.Join(refDir, "lib", "libcuda.so.1"), "--lib", filepath.Join(refDir, "plain", "libcudart.so.12"),
-			"--otlp.grpc-listen", grpcAddr, "--otlp.http-listen", httpAddr, "--spans.hold", "1h",
-			"--web.listen-address", freePort(t)}, &bytes.Buffer{}, &stderr)
-	}()
-	deadline := time.Now().Add(30 * time.Second)
-	for !strings.Contains(stderr.String(), "lanewatch running") {
-		select {
-		case c := <-code:
-			t.Fatalf("agent exited %d:\n%s", c, stderr.String())
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("agent not ready:\n%s", stderr.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	stopped := false
-	defer func() {
-		if !stopped {
-			syscall.Kill(os.Getpid(), syscall.SIGTERM)
-			<-code
-		}
-	}()
+	a := startAgent(t, 30*time.Second, "--output", filepath.Join(tmp, "out.jsonl"),
+		"--lib", filepath.Join(refDir, "lib", "libcuda.so.1"), "--lib", filepath.Join(refDir, "plain", "libcudart.so.12"),
+		"--otlp.grpc-listen", grpcAddr, "--otlp.http-listen", httpAddr, "--spans.hold", "1h",
+		"--web.listen-address", freePort(t))
 
 	sgTruth := runScenario(t, refDir, "hicache-load", filepath.Join(tmp, "sglang.jsonl"))
 	vlTruth := runScenario(t, refDir, "hicache-load", filepath.Join(tmp, "vllm.jsonl"))
@@ -147,12 +173,8 @@ func TestRunTraces(t *testing.T) {
 	// The engine emits the scenario's transfers at its exit; give the
 	// reader a moment, then stop: the held transfers are exported.
 	time.Sleep(time.Second)
-	syscall.Kill(os.Getpid(), syscall.SIGTERM)
-	stopped = true
-	if c := <-code; c != 0 {
-		t.Fatalf("agent run exited %d:\n%s", c, stderr.String())
-	}
-	t.Log(grepLines(stderr.String(), "transfer spans", "OTLP bridge", "OTLP forwarding"))
+	a.stop(t, time.Minute)
+	t.Log(grepLines(a.stderr.String(), "transfer spans", "OTLP bridge", "OTLP forwarding"))
 
 	reqs := rec.Requests()
 	for name, sent := range map[string]*collectorpb.ExportTraceServiceRequest{"SGLang (gRPC)": sg, "vLLM (HTTP/JSON)": vl} {

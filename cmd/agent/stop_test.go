@@ -1,15 +1,12 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -44,32 +41,9 @@ func TestRunStopsWithFullIndex(t *testing.T) {
 	t.Setenv("OTEL_EXPORTER_OTLP_INSECURE", "true")
 	grpcAddr := freePort(t)
 	tmp := t.TempDir()
-	var stderr syncBuf
-	code := make(chan int, 1)
-	go func() {
-		code <- realMain([]string{"run", "--output", filepath.Join(tmp, "out.jsonl"),
-			"--lib", filepath.Join(refDir, "lib", "libcuda.so.1"), "--lib", filepath.Join(refDir, "plain", "libcudart.so.12"),
-			"--otlp.grpc-listen", grpcAddr, "--otlp.http-listen", "", "--spans.hold", "1h", "--web.listen-address", ""}, &bytes.Buffer{}, &stderr)
-	}()
-	deadline := time.Now().Add(30 * time.Second)
-	for !strings.Contains(stderr.String(), "lanewatch running") {
-		select {
-		case c := <-code:
-			t.Fatalf("agent exited %d:\n%s", c, stderr.String())
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("agent not ready:\n%s", stderr.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	stopped := false
-	defer func() {
-		if !stopped {
-			syscall.Kill(os.Getpid(), syscall.SIGTERM)
-			<-code
-		}
-	}()
+	a := startAgent(t, 30*time.Second, "--output", filepath.Join(tmp, "out.jsonl"),
+		"--lib", filepath.Join(refDir, "lib", "libcuda.so.1"), "--lib", filepath.Join(refDir, "plain", "libcudart.so.12"),
+		"--otlp.grpc-listen", grpcAddr, "--otlp.http-listen", "", "--spans.hold", "1h", "--web.listen-address", "")
 
 	// Older vLLM's llm_request (no process attribute: any process), from
 	// a minute ago to a minute ahead.
@@ -99,19 +73,10 @@ func TestRunStopsWithFullIndex(t *testing.T) {
 	time.Sleep(time.Second) // the engine emits the scenario's transfers at its exit
 
 	sent := time.Now()
-	syscall.Kill(os.Getpid(), syscall.SIGTERM)
-	stopped = true
-	select {
-	case c := <-code:
-		if c != 0 {
-			t.Fatalf("agent run exited %d:\n%s", c, stderr.String())
-		}
-	case <-time.After(time.Minute):
-		t.Fatalf("agent run still running a minute after SIGTERM")
-	}
+	a.stop(t, time.Minute)
 	took := time.Since(sent)
 	line := func(msg string) string {
-		for _, l := range strings.Split(stderr.String(), "\n") {
+		for _, l := range strings.Split(a.stderr.String(), "\n") {
 			if strings.Contains(l, msg) && strings.Contains(l, "spans=") {
 				return l
 			}
