@@ -3,6 +3,8 @@ package collectors
 import (
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -156,4 +158,17 @@ func DiskRates(prev, cur DiskSample) ([]DiskRate, []string) {
 func wentBack(p, c DiskStat) bool {
 	return c.ReadsCompleted < p.ReadsCompleted || c.WritesCompleted < p.WritesCompleted ||
 		c.SectorsRead < p.SectorsRead || c.SectorsWritten < p.SectorsWritten || c.IOMs < p.IOMs
+}
+
+// ReadDiskstats reads procRoot/diskstats now.
+func ReadDiskstats(procRoot string) (DiskSample, error) {
+	p := filepath.Join(procRoot, "diskstats")
+	fh, err := os.Open(p)
+	if err != nil {
+		return DiskSample{}, err
+	}
+	defer fh.Close()
+	now := time.Now()
+	ds, err := ParseDiskstats(fh, p)
+	return DiskSample{Time: now, Disks: ds}, err
 }
