@@ -80,11 +80,14 @@ func Run(ctx context.Context, cfg Config) (*checks.Report, error) {
 		for _, c := range win.transfers.OverlapChecks(host.Place, capacity, cfg.Sample) {
 			r.Add(c)
 		}
+		r.Add(win.storageCheck(host))
 	} else {
 		r.Add(checks.Skipped(checks.HostScope, "pinned memory", "pinned pools are seen as they are registered: rerun with --sample"))
 		r.Add(checks.Skipped(checks.HostScope, checks.CheckCongestion, "needs a live window (--sample) to compare counter rates with latency"))
 		r.Add(checks.Skipped(checks.HostScope, checks.CheckOverlap, "needs a live window (--sample): flows are judged by when they were in flight"))
+		r.Add(checks.Skipped(checks.HostScope, checks.CheckStorage, "throughput is measured over a live window (--sample)"))
 	}
+	r.Add(checks.GDSCheck(cfg.ProcRoot, cfg.SysRoot))
 	for _, pid := range targets(cfg, win) {
 		var pools []checks.Pool
 		var transfers *checks.Window
@@ -135,6 +138,8 @@ type window struct {
 	pools      map[int][]checks.Pool
 	pinned     map[uint32]uint64
 	links      map[string]checks.LinkLoad // GPU link states read under load (watchLinks)
+	disks      [2]collectors.DiskSample   // /proc/diskstats at the window's start and end
+	disksErr   error
 }
 
 func (w *window) poolsOf(pid int) []checks.Pool {
@@ -175,6 +180,15 @@ func (w *window) congestionCheck(cfg Config) checks.Check {
 		}
 	}
 	return c
+}
+
+// storageCheck lists block device throughput over the window.
+func (w *window) storageCheck(host *checks.Host) checks.Check {
+	if w.disksErr != nil {
+		return checks.Skipped(checks.HostScope, checks.CheckStorage, "diskstats: %v", w.disksErr)
+	}
+	rates, reset := collectors.DiskRates(w.disks[0], w.disks[1])
+	return host.StorageCheck(rates, reset)
 }
 
 // poolQueue bounds the placements waiting for move_pages; past it, pools are
@@ -252,6 +266,7 @@ func sample(ctx context.Context, cfg Config, env *collectors.EnvCache) (*window,
 		if cong != nil {
 			cong.Sample()
 		}
+		w.disks[0], w.disksErr = collectors.ReadDiskstats(cfg.ProcRoot)
 		if cfg.OnSampleStart != nil {
 			cfg.OnSampleStart()
 		}
@@ -263,6 +278,9 @@ func sample(ctx context.Context, cfg Config, env *collectors.EnvCache) (*window,
 			if cong != nil {
 				cong.Sample()
 			}
+		}
+		if w.disksErr == nil {
+			w.disks[1], w.disksErr = collectors.ReadDiskstats(cfg.ProcRoot)
 		}
 	case err := <-done:
 		stop()

@@ -109,6 +109,13 @@ func TestDiagnoseSampleHicacheLoad(t *testing.T) {
 	if c == nil || c.Status != checks.Pass || !strings.Contains(c.Detail, "32 transfers, none from pageable memory") {
 		t.Fatalf("pageable copies: %+v\n%s", c, reportText(r))
 	}
+	// The storage leg, from this host's /proc/diskstats and /sys.
+	if c := findCheck(r, "host", checks.CheckStorage); c == nil || c.Status != checks.Info || !strings.Contains(c.Detail, " block devices, ") {
+		t.Errorf("storage devices: %+v", c)
+	}
+	if c := findCheck(r, "host", checks.CheckGDS); c == nil || c.Status != checks.Info || !strings.Contains(c.Detail, "nvidia_fs module") {
+		t.Errorf("GPUDirect Storage: %+v", c)
+	}
 	// Other tests' processes using the same reference libraries may share
 	// the window: only the host and this scenario's process are judged.
 	for _, c := range r.Checks {

@@ -28,8 +28,9 @@ func cmdDiagnose(args []string, stdout, stderr io.Writer) int {
 host topology, PCIe link training, IOMMU mode, numactl, hugepages; then per process
 (--pid, or every process mapping a CUDA library) its NUMA binding and where its pinned
 pools live; with --sample, a live probe window that reports pageable copies,
-fragmentation and same-direction overlap, and RDMA congestion per port and queue pair.
-Each item is PASS, WARN, FAIL or SKIP with the reason and what to do, or INFO for a
+fragmentation and same-direction overlap, RDMA congestion per port and queue pair, and
+block device throughput with each device's NUMA node and switch; GPUDirect Storage
+(nvidia_fs loaded, libcufile mapped) always. Each item is PASS, WARN, FAIL or SKIP with the reason and what to do, or INFO for a
 listing that judges nothing. Exit code: 0 when nothing fails, 1 on a FAIL, 2 when
 diagnose itself could not run.`)
 	var pids pidList

@@ -1,0 +1,116 @@
+package checks
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/lanewatch/lanewatch/collectors"
+	"github.com/lanewatch/lanewatch/probes"
+)
+
+// Storage check names.
+const (
+	CheckGDS     = "GPUDirect Storage"
+	CheckStorage = "storage devices"
+)
+
+// GDSCheck reports whether GPUDirect Storage can be in use: the nvidia_fs
+// module loaded (sysRoot/module/nvidia_fs exists) and which processes map
+// libcufile. INFO with what was found; SKIP when sysfs has no module
+// directory or no process's maps could be read, so nothing can be known.
+func GDSCheck(procRoot, sysRoot string) Check {
+	modDir := filepath.Join(sysRoot, "module")
+	if _, err := os.Stat(modDir); err != nil {
+		return Skipped(HostScope, CheckGDS, "cannot tell whether nvidia_fs is loaded: %v", err)
+	}
+	module := "nvidia_fs module not loaded"
+	if _, err := os.Stat(filepath.Join(modDir, "nvidia_fs")); err == nil {
+		module = "nvidia_fs module loaded"
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return Skipped(HostScope, CheckGDS, "cannot tell whether nvidia_fs is loaded: %v", err)
+	}
+	users, read, err := cufileUsers(procRoot)
+	if err != nil || read == 0 {
+		return Skipped(HostScope, CheckGDS, "%s, but no process's maps were readable under %s (%v): run as root", module, procRoot, err)
+	}
+	lib := fmt.Sprintf("no process maps libcufile (%d processes read)", read)
+	if len(users) > 0 {
+		lib = "libcufile mapped by pid " + joinLimited(users, 8)
+	}
+	return Check{Scope: HostScope, Name: CheckGDS, Status: Info, Detail: module + "; " + lib}
+}
+
+// cufileUsers lists the processes that map libcufile (libcufile.so*,
+// libcufile_rdma.so*) and how many processes' maps were read.
+func cufileUsers(procRoot string) (users []string, read int, err error) {
+	ents, err := os.ReadDir(procRoot)
+	if err != nil {
+		return nil, 0, err
+	}
+	for _, e := range ents {
+		pid, perr := strconv.Atoi(e.Name())
+		if perr != nil || pid <= 0 {
+			continue
+		}
+		maps, merr := probes.ReadMaps(procRoot, pid)
+		if merr != nil {
+			continue // gone, kernel thread, or not ours to read
+		}
+		read++
+		for _, m := range maps {
+			if m.FileBacked() && strings.HasPrefix(filepath.Base(m.Path), "libcufile") {
+				users = append(users, e.Name())
+				break
+			}
+		}
+	}
+	return users, read, nil
+}
+
+// StorageCheck lists each block device's throughput over the sample and
+// where it sits: NUMA node, switch (upstream port) and the GPUs sharing
+// it, or why that is unknown. Devices idle over the sample are counted,
+// not listed. INFO: a listing; reset names devices whose counters went
+// back (no rate).
+func (h *Host) StorageCheck(rates []collectors.DiskRate, reset []string) Check {
+	var lines []string
+	idle := 0
+	for _, r := range rates {
+		if r.ReadsPerSec == 0 && r.WritesPerSec == 0 {
+			idle++
+			continue
+		}
+		p := h.Topo.PlaceBlock(h.SysRoot, r.Name)
+		where := "placement unknown: " + p.Unknown
+		if p.BDF != "" {
+			node := "node unknown"
+			if p.NUMANode >= 0 {
+				node = fmt.Sprintf("node %d", p.NUMANode)
+			}
+			where = p.BDF + ", " + node
+			if p.Switch != "" {
+				where += ", switch " + p.Switch
+				if gpus := h.Topo.SharesSwitch(p); len(gpus) > 0 {
+					where += " shared with GPU " + joinLimited(gpus, 4)
+				}
+			} else {
+				where += ", no switch"
+			}
+		}
+		lines = append(lines, fmt.Sprintf("%s read %.1f MB/s write %.1f MB/s busy %.0f%% (%s)",
+			r.Name, r.ReadBytesPerSec/1e6, r.WriteBytesPerSec/1e6, 100*r.BusyFraction, where))
+	}
+	detail := fmt.Sprintf("%d block devices, %d idle", len(rates)+len(reset), idle)
+	if len(lines) > 0 {
+		detail += "; " + strings.Join(lines, "; ")
+	}
+	if len(reset) > 0 {
+		detail += "; counters went back (no rate): " + strings.Join(reset, ", ")
+	}
+	return Check{Scope: HostScope, Name: CheckStorage, Status: Info, Detail: detail}
+}
