@@ -10,8 +10,11 @@ import (
 	"strings"
 
 	"github.com/lanewatch/lanewatch/collectors"
-	"github.com/lanewatch/lanewatch/probes"
 )
+
+// MappedFiles lists the files a process maps (the paths in its
+// /proc/PID/maps); diagnose reads them with the probes' maps parser.
+type MappedFiles func(procRoot string, pid int) ([]string, error)
 
 // Storage check names.
 const (
@@ -23,7 +26,7 @@ const (
 // module loaded (sysRoot/module/nvidia_fs exists) and which processes map
 // libcufile. INFO with what was found; SKIP when sysfs has no module
 // directory or no process's maps could be read, so nothing can be known.
-func GDSCheck(procRoot, sysRoot string) Check {
+func GDSCheck(procRoot, sysRoot string, mapped MappedFiles) Check {
 	modDir := filepath.Join(sysRoot, "module")
 	if _, err := os.Stat(modDir); err != nil {
 		return Skipped(HostScope, CheckGDS, "cannot tell whether nvidia_fs is loaded: %v", err)
@@ -34,7 +37,7 @@ func GDSCheck(procRoot, sysRoot string) Check {
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return Skipped(HostScope, CheckGDS, "cannot tell whether nvidia_fs is loaded: %v", err)
 	}
-	users, read, err := cufileUsers(procRoot)
+	users, read, err := cufileUsers(procRoot, mapped)
 	if err != nil || read == 0 {
 		return Skipped(HostScope, CheckGDS, "%s, but no process's maps were readable under %s (%v): run as root", module, procRoot, err)
 	}
@@ -47,7 +50,7 @@ func GDSCheck(procRoot, sysRoot string) Check {
 
 // cufileUsers lists the processes that map libcufile (libcufile.so*,
 // libcufile_rdma.so*) and how many processes' maps were read.
-func cufileUsers(procRoot string) (users []string, read int, err error) {
+func cufileUsers(procRoot string, mapped MappedFiles) (users []string, read int, err error) {
 	ents, err := os.ReadDir(procRoot)
 	if err != nil {
 		return nil, 0, err
@@ -57,13 +60,13 @@ func cufileUsers(procRoot string) (users []string, read int, err error) {
 		if perr != nil || pid <= 0 {
 			continue
 		}
-		maps, merr := probes.ReadMaps(procRoot, pid)
+		files, merr := mapped(procRoot, pid)
 		if merr != nil {
 			continue // gone, kernel thread, or not ours to read
 		}
 		read++
-		for _, m := range maps {
-			if m.FileBacked() && strings.HasPrefix(filepath.Base(m.Path), "libcufile") {
+		for _, f := range files {
+			if strings.HasPrefix(filepath.Base(f), "libcufile") {
 				users = append(users, e.Name())
 				break
 			}

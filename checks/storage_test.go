@@ -9,6 +9,7 @@ import (
 
 	"github.com/lanewatch/lanewatch/collectors"
 	"github.com/lanewatch/lanewatch/internal/sysfstest"
+	"github.com/lanewatch/lanewatch/probes"
 )
 
 const cufileMaps = "7f0000002000-7f0000003000 r-xp 00000000 fd:01 1234 /usr/local/cuda/lib64/libcufile.so.1.9.0\n"
@@ -43,7 +44,7 @@ func TestGDSCheck(t *testing.T) {
 			Skip, "nvidia_fs module loaded, but no process's maps were readable"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := GDSCheck(tc.proc, tc.sys)
+			c := GDSCheck(tc.proc, tc.sys, probes.MappedFiles)
 			if c.Status != tc.status || !strings.HasPrefix(c.Detail, tc.detail) || c.Name != CheckGDS {
 				t.Fatalf("got %s %q, want %s %q", c.Status, c.Detail, tc.status, tc.detail)
 			}
@@ -54,7 +55,7 @@ func TestGDSCheck(t *testing.T) {
 // TestGDSCheckRealHost: on this host, what the check says of nvidia_fs
 // must match sysfs.
 func TestGDSCheckRealHost(t *testing.T) {
-	c := GDSCheck("/proc", "/sys")
+	c := GDSCheck("/proc", "/sys", probes.MappedFiles)
 	t.Logf("%s: %s", c.Status, c.Detail)
 	_, err := os.Stat("/sys/module/nvidia_fs")
 	want := "nvidia_fs module not loaded"

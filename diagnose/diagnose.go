@@ -87,7 +87,7 @@ func Run(ctx context.Context, cfg Config) (*checks.Report, error) {
 		r.Add(checks.Skipped(checks.HostScope, checks.CheckOverlap, "needs a live window (--sample): flows are judged by when they were in flight"))
 		r.Add(checks.Skipped(checks.HostScope, checks.CheckStorage, "throughput is measured over a live window (--sample)"))
 	}
-	r.Add(checks.GDSCheck(cfg.ProcRoot, cfg.SysRoot))
+	r.Add(checks.GDSCheck(cfg.ProcRoot, cfg.SysRoot, probes.MappedFiles))
 	for _, pid := range targets(cfg, win) {
 		var pools []checks.Pool
 		var transfers *checks.Window

@@ -162,3 +162,19 @@ func (m Mapping) FileID() (FileID, error) {
 	}
 	return FileID{Dev: ma<<32 | mi, Inode: m.Inode}, nil
 }
+
+// MappedFiles lists the paths of the files a process maps (file-backed
+// mappings of <procRoot>/<pid>/maps, in order, repeated as mapped).
+func MappedFiles(procRoot string, pid int) ([]string, error) {
+	maps, err := ReadMaps(procRoot, pid)
+	if err != nil {
+		return nil, err
+	}
+	var paths []string
+	for _, m := range maps {
+		if m.FileBacked() {
+			paths = append(paths, m.Path)
+		}
+	}
+	return paths, nil
+}
