@@ -101,19 +101,10 @@ func FuzzParseDiskstats(f *testing.F) {
 	f.Add([]byte("   3    0   hda 446216 784926 9550688 4382310 424847 312726 5922052 19310380 0 3376340 23705160\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		ds, err := ParseDiskstats(strings.NewReader(string(data)), "fuzz.diskstats")
-		if err != nil {
-			if !strings.HasPrefix(err.Error(), "fuzz.diskstats:") {
-				t.Fatalf("error %q does not name the file", err)
-			}
+		if !namesFile(t, err, "fuzz.diskstats") {
 			return
 		}
-		var lines int
-		for l := range strings.SplitSeq(string(data), "\n") {
-			if strings.TrimSpace(l) != "" {
-				lines++
-			}
-		}
-		if len(ds) != lines {
+		if lines := nonBlankLines(data); len(ds) != lines {
 			t.Fatalf("%d devices from %d lines", len(ds), lines)
 		}
 	})

@@ -91,19 +91,10 @@ func FuzzParseMeminfo(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		mi, err := ParseMeminfo(strings.NewReader(string(data)), "fuzz.meminfo")
-		if err != nil {
-			if !strings.HasPrefix(err.Error(), "fuzz.meminfo:") {
-				t.Fatalf("error %q does not name the file", err)
-			}
+		if !namesFile(t, err, "fuzz.meminfo") {
 			return
 		}
-		var lines int
-		for l := range strings.SplitSeq(string(data), "\n") {
-			if strings.TrimSpace(l) != "" {
-				lines++
-			}
-		}
-		if len(mi.Fields) != lines {
+		if lines := nonBlankLines(data); len(mi.Fields) != lines {
 			t.Fatalf("%d fields from %d lines", len(mi.Fields), lines)
 		}
 	})

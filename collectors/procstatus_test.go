@@ -121,19 +121,10 @@ func FuzzParseStatus(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		st, err := ParseStatus(strings.NewReader(string(data)), "fuzz.status")
-		if err != nil {
-			if !strings.HasPrefix(err.Error(), "fuzz.status:") {
-				t.Fatalf("error %q does not name the file", err)
-			}
+		if !namesFile(t, err, "fuzz.status") {
 			return
 		}
-		var lines int
-		for l := range strings.SplitSeq(string(data), "\n") {
-			if strings.TrimSpace(l) != "" {
-				lines++
-			}
-		}
-		if len(st.Fields) != lines {
+		if lines := nonBlankLines(data); len(st.Fields) != lines {
 			t.Fatalf("%d fields from %d lines", len(st.Fields), lines)
 		}
 	})
