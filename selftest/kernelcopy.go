@@ -6,13 +6,9 @@ import (
 	"fmt"
 	"os"
 	"strconv"
-	"time"
 
-	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
 	collectorpb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/lanewatch/lanewatch/correlate"
 	"github.com/lanewatch/lanewatch/exporters"
@@ -173,42 +169,10 @@ func SGLangCurrentSpans(truth []TruthCall, offset int64) (*collectorpb.ExportTra
 // named by its kernel. It returns the problems and the layers matched.
 func smSpansCheck(ctx context.Context, truth []TruthCall, sm []correlate.Transfer, cfg Config) (problems []string, matched int) {
 	fail := func(err error) ([]string, int) { return append(problems, err.Error()), matched }
-	rec, err := otlpbridge.NewRecorder()
-	if err != nil {
-		return fail(err)
-	}
-	defer rec.Close()
-	br, err := otlpbridge.New(otlpbridge.Config{GRPCListen: "127.0.0.1:0", Logger: cfg.Logger,
-		Upstream: otlpbridge.Upstream{Endpoint: "http://" + rec.Addr(), Protocol: "grpc", Insecure: true, Timeout: 5 * time.Second}})
-	if err != nil {
-		return fail(err)
-	}
-	br.Serve()
-	defer br.Close()
-	exp, err := otlptracegrpc.New(ctx, otlptracegrpc.WithEndpoint(rec.Addr()), otlptracegrpc.WithInsecure())
-	if err != nil {
-		return fail(err)
-	}
-	resource, _ := exporters.NewResource(ctx)
-	tp := exporters.NewTracerProvider(resource, exp)
-	defer tp.Shutdown(context.Background())
 	clock := otlpbridge.NewClock()
-	spans := exporters.NewSpans(exporters.SpansConfig{Tracer: tp.Tracer("lanewatch-selftest"), Mode: exporters.SpansBatched,
-		Attributor: br.Index(), Wall: clock.Wall, Logger: cfg.Logger})
-	for i := range sm {
-		spans.Transfer(&sm[i])
-	}
 	sent, per := SGLangCurrentSpans(truth, clock.Offset())
-	conn, err := grpc.NewClient(br.GRPCAddr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	received, err := throughBridge(ctx, cfg, clock, sm, sent)
 	if err != nil {
-		return fail(err)
-	}
-	defer conn.Close()
-	if _, err := collectorpb.NewTraceServiceClient(conn).Export(ctx, sent); err != nil {
-		return fail(fmt.Errorf("send SGLang spans to the bridge: %w", err))
-	}
-	spans.Release(time.Time{})
-	if err := tp.ForceFlush(ctx); err != nil {
 		return fail(err)
 	}
 	pid := ""
@@ -216,7 +180,7 @@ func smSpansCheck(ctx context.Context, truth []TruthCall, sm []correlate.Transfe
 		pid = strconv.FormatUint(uint64(sm[0].PID), 10)
 	}
 	seen := map[int]bool{}
-	for _, sp := range TransferSpans(rec.Requests()) {
+	for _, sp := range TransferSpans(received) {
 		if v, _ := attrText(sp.GetAttributes(), "lanewatch.pid"); v != pid {
 			continue
 		}

@@ -331,45 +331,12 @@ func spansCheck(ctx context.Context, kvpath, truthPath string, col *Collector, c
 	if err != nil {
 		return fail(err)
 	}
-	rec, err := otlpbridge.NewRecorder()
-	if err != nil {
-		return fail(err)
-	}
-	defer rec.Close()
-	br, err := otlpbridge.New(otlpbridge.Config{GRPCListen: "127.0.0.1:0", Logger: cfg.Logger,
-		Upstream: otlpbridge.Upstream{Endpoint: "http://" + rec.Addr(), Protocol: "grpc", Insecure: true, Timeout: 5 * time.Second}})
-	if err != nil {
-		return fail(err)
-	}
-	br.Serve()
-	defer br.Close()
-	exp, err := otlptracegrpc.New(ctx, otlptracegrpc.WithEndpoint(rec.Addr()), otlptracegrpc.WithInsecure())
-	if err != nil {
-		return fail(err)
-	}
-	resource, _ := exporters.NewResource(ctx)
-	tp := exporters.NewTracerProvider(resource, exp)
-	defer tp.Shutdown(context.Background())
 	clock := otlpbridge.NewClock()
-	spans := exporters.NewSpans(exporters.SpansConfig{Tracer: tp.Tracer("lanewatch-selftest"), Mode: exporters.SpansBatched,
-		Attributor: br.Index(), Wall: clock.Wall, Logger: cfg.Logger})
-	for i := range got {
-		spans.Transfer(&got[i])
-	}
 	sent, per := SGLangSpans(truth, clock.Offset())
-	conn, err := grpc.NewClient(br.GRPCAddr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	reqs, err := throughBridge(ctx, cfg, clock, got, sent)
 	if err != nil {
 		return fail(err)
 	}
-	defer conn.Close()
-	if _, err := collectorpb.NewTraceServiceClient(conn).Export(ctx, sent); err != nil {
-		return fail(fmt.Errorf("send SGLang spans to the bridge: %w", err))
-	}
-	spans.Release(time.Time{})
-	if err := tp.ForceFlush(ctx); err != nil {
-		return fail(err)
-	}
-	reqs := rec.Requests()
 	forwarded := false
 	want, _ := proto.MarshalOptions{Deterministic: true}.Marshal(sent)
 	for _, r := range reqs {
@@ -397,4 +364,50 @@ func spansCheck(ctx context.Context, kvpath, truthPath string, col *Collector, c
 	}
 	res.Problems = append(res.Problems, problems...)
 	return res
+}
+
+// throughBridge runs the agent's span path in miniature: the transfers go
+// to the span exporter, which attributes them through an OTLP bridge's
+// index (spans stamped by clock); the server's spans go to the bridge,
+// which forwards them, as the exporter sends its own, to a recorder. It
+// returns what the recorder received.
+func throughBridge(ctx context.Context, cfg Config, clock *otlpbridge.Clock, got []correlate.Transfer,
+	sent *collectorpb.ExportTraceServiceRequest) ([]*collectorpb.ExportTraceServiceRequest, error) {
+	rec, err := otlpbridge.NewRecorder()
+	if err != nil {
+		return nil, err
+	}
+	defer rec.Close()
+	br, err := otlpbridge.New(otlpbridge.Config{GRPCListen: "127.0.0.1:0", Logger: cfg.Logger,
+		Upstream: otlpbridge.Upstream{Endpoint: "http://" + rec.Addr(), Protocol: "grpc", Insecure: true, Timeout: 5 * time.Second}})
+	if err != nil {
+		return nil, err
+	}
+	br.Serve()
+	defer br.Close()
+	exp, err := otlptracegrpc.New(ctx, otlptracegrpc.WithEndpoint(rec.Addr()), otlptracegrpc.WithInsecure())
+	if err != nil {
+		return nil, err
+	}
+	resource, _ := exporters.NewResource(ctx)
+	tp := exporters.NewTracerProvider(resource, exp)
+	defer tp.Shutdown(context.Background())
+	spans := exporters.NewSpans(exporters.SpansConfig{Tracer: tp.Tracer("lanewatch-selftest"), Mode: exporters.SpansBatched,
+		Attributor: br.Index(), Wall: clock.Wall, Logger: cfg.Logger})
+	for i := range got {
+		spans.Transfer(&got[i])
+	}
+	conn, err := grpc.NewClient(br.GRPCAddr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	if _, err := collectorpb.NewTraceServiceClient(conn).Export(ctx, sent); err != nil {
+		return nil, fmt.Errorf("send SGLang spans to the bridge: %w", err)
+	}
+	spans.Release(time.Time{})
+	if err := tp.ForceFlush(ctx); err != nil {
+		return nil, err
+	}
+	return rec.Requests(), nil
 }
