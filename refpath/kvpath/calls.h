@@ -5,6 +5,9 @@
 #include "refcuda.h"
 #include "truth.h"
 
+void *pool_mmap(size_t n, int seed);                         /* populated anonymous memory filled with seed */
+void host_register(void *p, size_t n, int before_attach);      /* cudaHostRegister, recorded */
+char *pinned_pool(size_t n, int seed);                          /* pool_mmap + host_register */
 void host_unregister(void *p);
 char *dev_alloc(size_t n);
 void dev_free(void *d);

@@ -23,23 +23,6 @@
 #include <string.h>
 #include <sys/mman.h>
 
-static char *lt_pool(size_t n, int seed)
-{
-	char *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
-	if (p == MAP_FAILED) {
-		perror("mmap pool");
-		exit(1);
-	}
-	memset(p, seed, n);
-	struct truth_rec *r = truth_new("cudaHostRegister", "host_register");
-	r->ptr = (uintptr_t)p;
-	r->size = n;
-	r->has_flags = 1;
-	TCALL(r, cudaHostRegister(p, n, cudaHostRegisterDefault));
-	truth_note_mem(p, n, MEM_PINNED, 0);
-	return p;
-}
-
 static void lt_copy(void *dst, const void *src, size_t n, cudaStream_t s, int layer)
 {
 	struct truth_rec *r = truth_copy("cudaMemcpyAsync", "copy", dst, src, n, cudaMemcpyHostToDevice, s, layer);
@@ -50,7 +33,7 @@ int sc_link_trains_up(const struct opts *o, struct result *res)
 {
 	size_t lb = o->layer_bytes, total = lb * (size_t)o->layers;
 	long rounds = o->iterations > 0 ? o->iterations : 16;
-	char *a = lt_pool(total, 0x51), *b = lt_pool(total, 0x52);
+	char *a = pinned_pool(total, 0x51), *b = pinned_pool(total, 0x52);
 	char *da = dev_alloc(total), *db = dev_alloc(total);
 	cudaStream_t s1, s2;
 	CHECK(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking));

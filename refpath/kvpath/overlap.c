@@ -37,23 +37,6 @@
 
 #define OV_KiB 1024ull
 
-static char *ov_pool(size_t n, int seed)
-{
-	char *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
-	if (p == MAP_FAILED) {
-		perror("mmap pool");
-		exit(1);
-	}
-	memset(p, seed, n);
-	struct truth_rec *r = truth_new("cudaHostRegister", "host_register");
-	r->ptr = (uintptr_t)p;
-	r->size = n;
-	r->has_flags = 1;
-	TCALL(r, cudaHostRegister(p, n, cudaHostRegisterDefault));
-	truth_note_mem(p, n, MEM_PINNED, 0);
-	return p;
-}
-
 static void ov_unpool(char *p, size_t n)
 {
 	host_unregister(p);
@@ -117,7 +100,7 @@ static uint64_t engine_overlap_ns(cudaStream_t a, cudaStream_t b)
 int sc_no_overlap(const struct opts *o, struct result *res)
 {
 	size_t lb = o->layer_bytes, total = lb * (size_t)o->layers;
-	char *a = ov_pool(total, 0x61), *b = ov_pool(total, 0x62);
+	char *a = pinned_pool(total, 0x61), *b = pinned_pool(total, 0x62);
 	char *da = dev_alloc(total), *db = dev_alloc(total);
 	cudaStream_t sa = ov_stream(), sb = ov_stream();
 	hold_point(o);
@@ -149,7 +132,7 @@ int sc_no_overlap(const struct opts *o, struct result *res)
 int sc_big_and_trickle(const struct opts *o, struct result *res)
 {
 	size_t lb = o->layer_bytes, total = lb * (size_t)o->layers, tn = 4 * OV_KiB;
-	char *a = ov_pool(total, 0x63), *t = ov_pool(4 * tn, 0x64);
+	char *a = pinned_pool(total, 0x63), *t = pinned_pool(4 * tn, 0x64);
 	char *da = dev_alloc(total), *dt = dev_alloc(4 * tn);
 	cudaStream_t big = ov_stream(), trickle = ov_stream();
 	hold_point(o);
@@ -253,7 +236,7 @@ int sc_two_proc_lane(const struct opts *o, struct result *res)
 		return 2;
 	}
 	size_t lb = o->layer_bytes, total = lb * (size_t)o->layers;
-	char *a = ov_pool(total, 0x65);
+	char *a = pinned_pool(total, 0x65);
 	char *da = dev_alloc(total);
 	cudaStream_t s = ov_stream();
 	char name[128];

@@ -20,26 +20,6 @@
 
 /* ---------------- recorded wrappers ---------------- */
 
-static void *pool_mmap(size_t n, int seed)
-{
-	void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
-	if (p == MAP_FAILED) {
-		perror("mmap pool");
-		exit(1);
-	}
-	memset(p, seed, n);
-	return p;
-}
-
-static void host_register(void *p, size_t n, int before_attach)
-{
-	struct truth_rec *r = truth_new("cudaHostRegister", "host_register");
-	r->ptr = (uintptr_t)p;
-	r->size = n;
-	r->has_flags = 1;
-	TCALL(r, cudaHostRegister(p, n, cudaHostRegisterDefault));
-	truth_note_mem(p, n, MEM_PINNED, before_attach);
-}
 
 
 

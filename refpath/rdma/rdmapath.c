@@ -387,23 +387,6 @@ static uint64_t poll_n(struct ibv_cq *cq, int want, struct ibv_wc *wcs, const ch
 
 /* ---------------- CUDA side (recorded like kvpath) ---------------- */
 
-static char *pool_mmap(size_t n)
-{
-	void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
-	if (p == MAP_FAILED)
-		die("mmap %zu: %s", n, strerror(errno));
-	return p;
-}
-
-static void host_register(void *p, size_t n)
-{
-	struct truth_rec *r = truth_new("cudaHostRegister", "host_register");
-	r->ptr = (uintptr_t)p;
-	r->size = n;
-	r->has_flags = 1;
-	TCALL(r, cudaHostRegister(p, n, cudaHostRegisterDefault));
-	truth_note_mem(p, n, MEM_PINNED, 0);
-}
 
 
 
@@ -441,9 +424,9 @@ static void hicache_setup(struct hicache *h, size_t layers, size_t lb)
 {
 	h->layers = layers;
 	h->lb = lb;
-	h->pool = pool_mmap(layers * lb);
+	h->pool = pool_mmap(layers * lb, 0);
 	memset(h->pool, 0x5a, layers * lb);
-	host_register(h->pool, layers * lb);
+	host_register(h->pool, layers * lb, 0);
 	h->dev = dev_alloc(layers * lb);
 	CHECK(cudaStreamCreateWithFlags(&h->s, cudaStreamNonBlocking));
 }
@@ -671,9 +654,9 @@ static int sc_pd_write(int overlap)
 	double rd[2] = {0}, h2d[2] = {0};
 	if (me == PREFILL) {
 		/* pd-transfer: GPU memory (GPUDirect); pd-overlap: pinned host memory */
-		char *src = overlap ? pool_mmap(total) : dev_alloc(total);
+		char *src = overlap ? pool_mmap(total, 0) : dev_alloc(total);
 		if (overlap)
-			host_register(src, total);
+			host_register(src, total, 0);
 		fill(src, N, B, 1);
 		struct ibv_mr *mr = reg_mr(PD, src, total, IBV_ACCESS_LOCAL_WRITE);
 		connect_qp(NULL);
@@ -774,8 +757,8 @@ static int sc_pd_send_duplex(void)
 	size_t N = O.pages, B = O.page_bytes, total = N * B;
 	double rd[2] = {0}, h2d[2] = {0};
 	if (me == PREFILL) {
-		char *dst = pool_mmap(total); /* registered host memory: RDMA-only, no CUDA */
-		char *msg = pool_mmap(4096);
+		char *dst = pool_mmap(total, 0); /* registered host memory: RDMA-only, no CUDA */
+		char *msg = pool_mmap(4096, 0);
 		struct ibv_mr *mr = reg_mr(PD, dst, total, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
 		struct ibv_mr *mm = reg_mr(PD, msg, 4096, IBV_ACCESS_LOCAL_WRITE);
 		connect_qp(mr);
@@ -800,7 +783,7 @@ static int sc_pd_send_duplex(void)
 	}
 	char *src = dev_alloc(total);
 	fill(src, N, B, 2);
-	char *msg = pool_mmap(4096);
+	char *msg = pool_mmap(4096, 0);
 	snprintf(msg, 64, "pages done");
 	struct ibv_mr *mr = reg_mr(PD, src, total, IBV_ACCESS_LOCAL_WRITE);
 	struct ibv_mr *mm = reg_mr(PD, msg, 4096, IBV_ACCESS_LOCAL_WRITE);
