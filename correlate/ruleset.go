@@ -61,6 +61,10 @@ var Rules = []Rule{
 	{Name: "rdma-congestion", Severities: []Severity{SevWarn, SevFail}, Checklist: checkCongestion, Where: InWindow | InDiagnose,
 		Remediation: "check the fabric, not the host: ECN/PFC configuration (the RoCE priority must be lossless and match DCQCN's), " +
 			"switch buffer and egress congestion toward this port, and whether PD traffic and other tenants share the priority"},
+	{Name: "storage-far-pool", Severities: []Severity{SevWarn}, Checklist: checkStorageDirect, Where: InWindow | InDiagnose,
+		Remediation: "put the storage device and the pool it fills on one node: read into a pool bound to the device's node, or serve the GPU from storage on its own socket"},
+	{Name: "storage-shared-uplink", Severities: []Severity{SevWarn}, Checklist: checkStorageUplink, Where: InWindow | InDiagnose,
+		Remediation: "stagger storage I/O and the GPU's copies in that direction, or move the NVMe (or the KV cache files) behind another switch"},
 }
 
 // RuleNamed returns the registry entry of a rule.
