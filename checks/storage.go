@@ -22,10 +22,16 @@ const (
 	CheckStorage = "storage devices"
 )
 
-// GDSCheck reports whether GPUDirect Storage can be in use: the nvidia_fs
-// module loaded (sysRoot/module/nvidia_fs exists) and which processes map
-// libcufile. INFO with what was found; SKIP when sysfs has no module
-// directory or no process's maps could be read, so nothing can be known.
+// GDSCheck is checklist item 8, whether GPUDirect Storage can be in use:
+// the nvidia_fs module loaded (sysRoot/module/nvidia_fs exists) and which
+// processes map libcufile. PASS: both (the direct path is there; whether a
+// read took it is cuFile's choice per file); WARN: libcufile mapped without
+// nvidia_fs, so cuFile runs in compatibility mode (POSIX reads into host
+// bounce buffers, then a copy to the GPU) unless the platform has the
+// P2PDMA mode (CUDA 12.8+, no nvidia_fs); INFO: no process maps libcufile
+// (SGLang HiCache has no GDS path: storage → host pool → GPU by design);
+// SKIP when sysfs has no module directory or no process's maps could be
+// read, so nothing can be known.
 func GDSCheck(procRoot, sysRoot string, mapped MappedFiles) Check {
 	modDir := filepath.Join(sysRoot, "module")
 	if _, err := os.Stat(modDir); err != nil {
@@ -41,11 +47,21 @@ func GDSCheck(procRoot, sysRoot string, mapped MappedFiles) Check {
 	if err != nil || read == 0 {
 		return Skipped(HostScope, CheckGDS, "%s, but no process's maps were readable under %s (%v): run as root", module, procRoot, err)
 	}
-	lib := fmt.Sprintf("no process maps libcufile (%d processes read)", read)
-	if len(users) > 0 {
-		lib = "libcufile mapped by pid " + joinLimited(users, 8)
+	c := Check{Scope: HostScope, Name: CheckGDS, Status: Info,
+		Detail: fmt.Sprintf("%s; no process maps libcufile (%d processes read): GDS not in use", module, read)}
+	loaded := module == "nvidia_fs module loaded"
+	switch {
+	case len(users) > 0 && loaded:
+		c.Status = Pass
+		c.Detail = module + "; libcufile mapped by pid " + joinLimited(users, 8) +
+			": the direct storage→GPU path is available (whether a read took it is cuFile's choice per file: gdscheck -p, cufile.log)"
+	case len(users) > 0:
+		c.Status = Warn
+		c.Detail = module + "; libcufile mapped by pid " + joinLimited(users, 8) +
+			": cuFile runs in compatibility mode (POSIX reads into host bounce buffers, then a copy to the GPU) unless the platform has P2PDMA mode (CUDA 12.8+)"
+		c.Fix = "load nvidia_fs (or set up GDS P2PDMA mode); gdscheck -p says which modes libcufile supports"
 	}
-	return Check{Scope: HostScope, Name: CheckGDS, Status: Info, Detail: module + "; " + lib}
+	return c
 }
 
 // cufileUsers lists the processes that map libcufile (libcufile.so*,

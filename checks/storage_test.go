@@ -35,9 +35,11 @@ func TestGDSCheck(t *testing.T) {
 		detail    string
 	}{
 		{"GDS in use", procWithMaps(t, map[string]string{"10": libcMaps, "42": libcMaps + cufileMaps}), withModule,
-			Info, "nvidia_fs module loaded; libcufile mapped by pid 42"},
+			Pass, "nvidia_fs module loaded; libcufile mapped by pid 42: the direct storage→GPU path is available"},
+		{"compatibility mode", procWithMaps(t, map[string]string{"10": libcMaps, "42": libcMaps + cufileMaps}), noModule,
+			Warn, "nvidia_fs module not loaded; libcufile mapped by pid 42: cuFile runs in compatibility mode"},
 		{"neither", procWithMaps(t, map[string]string{"10": libcMaps}), noModule,
-			Info, "nvidia_fs module not loaded; no process maps libcufile (1 processes read)"},
+			Info, "nvidia_fs module not loaded; no process maps libcufile (1 processes read): GDS not in use"},
 		{"no module directory", procWithMaps(t, map[string]string{"10": libcMaps}), t.TempDir(),
 			Skip, "cannot tell whether nvidia_fs is loaded"},
 		{"no readable maps", t.TempDir(), withModule,
