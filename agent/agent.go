@@ -69,6 +69,10 @@ type Config struct {
 	// KVKernels are the KV-transfer kernels, regular expressions over a
 	// kernel's demangled function name; nil: correlate.DefaultKVKernels.
 	KVKernels []string
+	// Storage, when set, traces the storage reads of every process the
+	// agent sees make a call (NewStorageReads; docs/design.md, "The storage
+	// leg"). The caller closes it after Run.
+	Storage *StorageReads
 }
 
 // Stats is the agent's own health.
@@ -154,6 +158,10 @@ type Agent struct {
 
 	reap reaper // processes whose exit event was lost (the reading goroutine's)
 
+	// storageWatched: the processes the storage tracer was told of (the
+	// reading goroutine's).
+	storageWatched map[uint32]bool
+
 	// afterMaps, set by tests before Run, runs on the scanning goroutine
 	// once a scan has read a process's maps: a test can end the process
 	// there, between the maps and the files they name.
@@ -221,7 +229,10 @@ func New(cfg Config) (*Agent, error) {
 		attachFails:  map[string]uint64{},
 		sameFile:     map[probes.Fingerprint]fileVerdict{},
 		limited:      newLimitedLog(cfg.Logger, cfg.LogInterval),
+
+		storageWatched: map[uint32]bool{},
 	}
+	a.storageLookup()
 	if len(cfg.PIDs) > 0 {
 		a.targets = map[int]bool{}
 		for _, pid := range cfg.PIDs {
@@ -488,6 +499,7 @@ func (a *Agent) handle(c *event.Call) {
 		a.procMu.Lock()
 		delete(a.procs, int(c.PID))
 		a.procMu.Unlock()
+		a.storageExit(c.PID)
 		a.callers.forget(c.PID)
 		select {
 		case a.exited <- int(c.PID):
@@ -541,6 +553,7 @@ func (a *Agent) handle(c *event.Call) {
 	a.engineMu.Lock()
 	a.engine.Handle(c)
 	a.engineMu.Unlock()
+	a.storageSeen(c.PID)
 }
 
 // RDMALatency summarises posted→completed latency per queue pair and opcode.

@@ -26,6 +26,7 @@ import (
 	"github.com/lanewatch/lanewatch/correlate"
 	"github.com/lanewatch/lanewatch/event"
 	"github.com/lanewatch/lanewatch/selftest/refenv"
+	"github.com/lanewatch/lanewatch/topology"
 )
 
 // Scenarios the selftest runs on each runtime build, after late-attach and
@@ -62,7 +63,10 @@ type Config struct {
 	// each see every reference GPU and choose theirs per thread; every copy's
 	// GPU is compared.
 	TPWorkers bool
-	Timeout   time.Duration
+	// Storage runs storage-load twice, its file's device placed on the
+	// pool's node and on another (storage.go), with the storage tracer on.
+	Storage bool
+	Timeout time.Duration
 }
 
 // Result is one row of the selftest table.
@@ -344,8 +348,20 @@ func Run(ctx context.Context, cfg Config) (results []Result, stats agent.Stats, 
 	}
 	defer pages.cmd.Process.Kill()
 
+	var storage *agent.StorageReads
+	sp := &storagePlacement{}
+	if cfg.Storage {
+		if sp.topo, err = topology.Read("/sys"); err != nil {
+			cfg.Logger.Warn("storage runs: the PCI tree is unreadable, devices are placed by name", "err", err)
+		}
+		if storage, err = agent.NewStorageReads(agent.StorageConfig{Place: sp.place, Logger: cfg.Logger}); err != nil {
+			return nil, stats, fmt.Errorf("storage tracer: %w", err)
+		}
+		defer storage.Close()
+	}
 	ready := make(chan struct{})
 	ag, err := agent.New(agent.Config{
+		Storage: storage,
 		Libs: []string{
 			filepath.Join(cfg.RefDir, "lib", "libcuda.so.1"),
 			filepath.Join(cfg.RefDir, "plain", "libcudart.so.12"),
@@ -451,6 +467,9 @@ func Run(ctx context.Context, cfg Config) (results []Result, stats agent.Stats, 
 		for _, rt := range cfg.Runtimes {
 			results = append(results, tpWorkersRun(ctx, kvpath, rt, tmp, col, cfg, drops)...)
 		}
+	}
+	if cfg.Storage {
+		results = append(results, storageRun(ctx, kvpath, tmp, col, cfg, drops, storage, sp)...)
 	}
 	for _, sc := range cfg.RDMA {
 		results = append(results, rerunUnshaped(sc, func() []Result { return rdmaRun(ctx, cfg.RefDir, sc, tmp, col, cfg, drops) })...)

@@ -39,6 +39,7 @@ int sc_tp_workers(const struct opts *o, struct result *res);     /* tpworkers.c 
 int sc_late_pool_pages(const struct opts *o, struct result *res); /* late_pool_pages.c */
 int sc_vmm_pool_managed(const struct opts *o, struct result *res); /* vmm_pool_managed.c */
 int sc_launchbench(const struct opts *o, struct result *res);     /* launchbench.c */
+int sc_storage_load(const struct opts *o, struct result *res);    /* storage_load.c */
 
 /* overlap.c: the shapes of same-direction overlap */
 int sc_no_overlap(const struct opts *o, struct result *res);

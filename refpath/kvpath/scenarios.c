@@ -1055,5 +1055,6 @@ const struct scenario scenarios[] = {
 	{"tp-workers", sc_tp_workers, 4, 1 * MiB, 1}, /* ranks x (4 + 3) copies of 1 MiB, on three GPUs */
 	{"callbench", sc_callbench, 1, 64, 0},
 	{"launchbench", sc_launchbench, 1, 64, 0},
+	{"storage-load", sc_storage_load, 16, 2 * MiB, 1}, /* 16 x 2 MiB read from a file into the pool, each then H2D */
 	{NULL, NULL, 0, 0, 0},
 };
