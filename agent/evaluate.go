@@ -90,6 +90,12 @@ type EvaluatorConfig struct {
 	// checks.PathNVLink or checks.PathPCIe; ok false, or nil: unknown, and
 	// those copies are on no lane.
 	GPUPath func(src, dst string) (string, bool)
+	// Storage is the storage reads of the traced processes
+	// (--trace-storage-reads): checklist item 6 and storage-far-pool per
+	// window; nil: not judged. Disks reads the block devices for item 7
+	// (storage-shared-uplink); nil: not judged.
+	Storage *StorageReads
+	Disks   *DiskWindow
 	// Now is CLOCK_MONOTONIC in ns, the probes' clock (probes.Now when nil),
 	// to stamp the counter samples on the transfers' time line.
 	Now func() uint64
@@ -337,6 +343,7 @@ func (e *Evaluator) Evaluate(now time.Time) Verdict {
 		}
 		return v.Lanes[i].Direction < v.Lanes[j].Direction
 	})
+	e.storageChecks(win, &v)
 	if e.cfg.Congestion != nil { // rdma-congestion: the window's counters against its completions
 		e.cfg.Congestion.Sample()
 		c := e.cfg.Congestion.Judge(win.RDMAs())

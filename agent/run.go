@@ -51,6 +51,10 @@ type RunConfig struct {
 	// Trace.ProcRoot.
 	Env *collectors.EnvCache
 
+	// TraceStorageReads traces the storage reads of the traced processes
+	// (--trace-storage-reads; docs/design.md, "The storage leg").
+	TraceStorageReads bool
+
 	Metrics MetricsConfig
 	Traces  TracesConfig
 }
@@ -122,6 +126,14 @@ func Run(ctx context.Context, cfg RunConfig) (err error) {
 	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
 		limited.Log(slog.LevelWarn, "otel\x00"+lineCause(err.Error()), "OTel SDK", "err", err)
 	}))
+	if cfg.TraceStorageReads {
+		st, err := NewStorageReads(StorageConfig{ProcRoot: cfg.Trace.ProcRoot, SysRoot: cfg.SysRoot, Logger: log})
+		if err != nil {
+			return fmt.Errorf("--trace-storage-reads: %w", err)
+		}
+		closers = append(closers, st.Close)
+		cfg.Trace.Storage = st
+	}
 	tr, err := startTraces(cfg, place, log, limited)
 	if err != nil {
 		return err
@@ -273,11 +285,20 @@ func listenMetrics(cfg RunConfig, place func(uint32) checks.Placement, extra map
 			return nil, err
 		}
 	}
+	var disks *DiskWindow
+	var diskPlace func(string) collectors.DiskPlace
+	if sh, err := HostStorage(cfg.SysRoot); err != nil {
+		log.Warn("block devices unplaced: storage-shared-uplink is not judged, disk metrics are labelled unknown", "err", err)
+	} else {
+		disks, diskPlace = NewDiskWindow(procRoot, sh, log), DiskPlacer(sh)
+	}
 	m.eval = NewEvaluator(EvaluatorConfig{Interval: mc.EvaluateInterval, Place: place, Publish: m.publish, GPU: gpu, Congestion: cong,
-		GPUNode: gpuNode, LinkCapacity: LaneCapacity(capacityHost(procRoot, cfg.SysRoot, log), m.links), GPUPath: peerPath})
+		GPUNode: gpuNode, LinkCapacity: LaneCapacity(capacityHost(procRoot, cfg.SysRoot, log), m.links), GPUPath: peerPath,
+		Storage: cfg.Trace.Storage, Disks: disks})
 	scrapers := map[string]exporters.Collector{
 		"rdma_ports": collectors.NewInfiniBandMetrics(cfg.SysRoot),
 		"host":       collectors.NewHostMetrics(cfg.Trace.ProcRoot, cfg.SysRoot),
+		"disk":       collectors.NewDiskMetrics(procRoot, cfg.SysRoot, diskPlace),
 	}
 	if gpu != nil {
 		scrapers["gpu"] = collectors.NewGPUMetrics(gpu)

@@ -172,8 +172,11 @@ func (h StorageHost) UplinkCheck(rates []collectors.DiskRate, gpu GPURates) Chec
 		if !h.Whole(r.Name) {
 			continue
 		}
+		if r.ReadBytesPerSec+r.WriteBytesPerSec == 0 {
+			continue // idle: nothing to share an uplink with
+		}
 		p := h.Place(r.Name)
-		if p.NUMANode >= 0 && r.ReadBytesPerSec+r.WriteBytesPerSec > 0 {
+		if p.NUMANode >= 0 {
 			mem = append(mem, fmt.Sprintf("%s on N%d read %s write %s", r.Name, p.NUMANode, gbsText(r.ReadBytesPerSec), gbsText(r.WriteBytesPerSec)))
 		}
 		gpus := h.Topo.SharesSwitch(p)
@@ -212,7 +215,12 @@ func (h StorageHost) UplinkCheck(rates []collectors.DiskRate, gpu GPURates) Chec
 		memText = "host memory: no storage or H2D traffic on a known node"
 	}
 	if len(uplinks) == 0 {
-		c.Status, c.Detail = Skip, fmt.Sprintf("no storage device shares a switch with a GPU (%s); %s", strings.Join(placed, "; "), memText)
+		// The reason stays the same from window to window: `agent run` logs
+		// each skipped judgement once per reason.
+		c.Status, c.Detail = Skip, "no storage device was busy"
+		if len(placed) > 0 {
+			c.Detail = fmt.Sprintf("no busy storage device shares a switch with a GPU (%s)", strings.Join(placed, "; "))
+		}
 		return c
 	}
 	var lines []string

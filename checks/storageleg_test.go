@@ -69,7 +69,7 @@ func TestStorageUplinkCheck(t *testing.T) {
 		{"writes and H2D fill it down", switchHost(true), []collectors.DiskRate{disk("nvme0n1", 0, 6*gb)}, gpu(20*gb, 0),
 			Warn, "host memory: H2D to 0000:19:00.0 (N0) 20.00 GB/s, nvme0n1 on N0 read 0.00 GB/s write 6.00 GB/s"},
 		{"disk on its own root port", switchHost(true), []collectors.DiskRate{disk("nvme1n1", 8*gb, 0)}, gpu(20*gb, 0),
-			Skip, "no storage device shares a switch with a GPU (nvme1n1: no switch)"},
+			Skip, "no busy storage device shares a switch with a GPU (nvme1n1: no switch)"},
 		{"uplink capacity unknown", switchHost(false), []collectors.DiskRate{disk("nvme0n1", 8*gb, 0)}, gpu(0, 20*gb),
 			Info, "uplink capacity unknown"},
 	}

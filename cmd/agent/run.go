@@ -32,6 +32,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	memLimit := fs.String("memory-limit", "", fmt.Sprintf("the agent's memory ceiling, as GOMEMLIMIT writes it (512MiB, 2GiB, off); the Go runtime's soft limit is set to it less the BPF ring (twice) and 64 MiB for C libraries, and bounded parts size their budgets from it (default %d MiB, 10x the measured peak; GOMEMLIMIT when set)", defaultMemoryLimit>>20))
 	record := fs.String("record", "", fmt.Sprintf("also write every raw probe event to this file (%d-byte records of bpf/lanewatch.h's struct lw_event), for offline replay", probes.EventSize))
 	kernels := fs.Bool("kernels", false, "probe kernel launches (cuLaunchKernel[Ex][_ptsz]) and the calls naming kernels: launches of KV-transfer kernels (HiCache's kernel I/O backend) become transfers moved by SMs, op kernel_copy. Off by default: every kernel launch of every traced process then costs one entry+return pair (+1.6–2.1 µs per launch on the reference path's VM, make bench; docs/design.md, \"Kernel movers\")")
+	storageReads := fs.Bool("trace-storage-reads", false, "trace the read, pread64, preadv and preadv2 of the traced processes: which block device and which buffer (registered pool or not, its NUMA node) each read filled, for storage-far-pool and checklist item 6. Off by default: its program runs at the exit of every system call on the host (+≈0.1 µs per call measured on the reference path's VM, ≈1–2 µs per watched read; docs/design.md, \"The storage leg\"); io_uring and GPUDirect Storage reads are not seen")
 	singleStep := fs.Bool("allow-single-step", false, "on arm64, also probe functions whose first instruction the kernel single-steps rather than simulates (refused by default: single-stepped uprobes have corrupted probed processes on Grace hosts; README \"Probe sites\"). No effect on x86-64")
 	fs.Var(&kvKernels, "kv-kernels", "with --kernels, a `pattern` of KV-transfer kernels: a regular expression over the kernel's demangled function name (repeatable; replaces the default, sgl-kernel's ^transfer_kernel_impl$ and ^transfer_page_head_kernel_impl$)")
 
@@ -151,7 +152,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		Trace: agent.Config{ProcRoot: *procRoot, PIDs: pids, Libs: libs, RescanInterval: *rescan, RingBytes: uint32(*ring),
 			Kernels: *kernels, KVKernels: kv, AllowSingleStep: *singleStep},
 		Output:  stdout,
-		SysRoot: *sysRoot, Version: version, Logger: log, Metrics: mc, Traces: tc, MemoryLimit: limit,
+		SysRoot: *sysRoot, Version: version, Logger: log, Metrics: mc, Traces: tc, MemoryLimit: limit, TraceStorageReads: *storageReads,
 		OnReady: func() { log.Info("lanewatch running: probes attached", "version", version, "output", *output) },
 	}
 	if *record != "" {
