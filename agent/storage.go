@@ -268,6 +268,13 @@ func (s *StorageReads) Watching(pid uint32) bool {
 	return s.watched[pid]
 }
 
+// InPool reports whether the agent knows addr of pid as memory the process
+// registered or allocated pinned (what a read into it is counted as).
+func (s *StorageReads) InPool(pid uint32, addr uint64) bool {
+	k := s.kind.Load()
+	return k != nil && (*k)(pid, addr) == event.MemPinned
+}
+
 // Seen is how many reads of a watched pid were reported and resolved (or
 // found unresolvable) so far.
 func (s *StorageReads) Seen(pid uint32) int {

@@ -20,6 +20,7 @@ import (
 	"github.com/lanewatch/lanewatch/correlate"
 	"github.com/lanewatch/lanewatch/event"
 	"github.com/lanewatch/lanewatch/probes"
+	"github.com/lanewatch/lanewatch/topology"
 )
 
 // Config is what `agent diagnose` can be told.
@@ -36,6 +37,11 @@ type Config struct {
 	Logger    *slog.Logger
 	// OnSampleStart runs once the probes are attached, when the window opens.
 	OnSampleStart func()
+	// TraceStorageReads traces the storage reads of the traced processes
+	// during --sample (checklist item 6, storage-far-pool).
+	TraceStorageReads bool
+	// StoragePlace places block devices for the storage tracer; nil: sysfs.
+	StoragePlace func(name string) topology.BlockPlacement
 	// GPU says where the GPU counters read during --sample come from (the
 	// zero value: DCGM, else NVML): their link states read under load are
 	// what link-degraded judges GPUs by.
@@ -81,11 +87,16 @@ func Run(ctx context.Context, cfg Config) (*checks.Report, error) {
 			r.Add(c)
 		}
 		r.Add(win.storageCheck(host))
+		for _, c := range win.storageLegChecks(cfg, host) {
+			r.Add(c)
+		}
 	} else {
 		r.Add(checks.Skipped(checks.HostScope, "pinned memory", "pinned pools are seen as they are registered: rerun with --sample"))
 		r.Add(checks.Skipped(checks.HostScope, checks.CheckCongestion, "needs a live window (--sample) to compare counter rates with latency"))
 		r.Add(checks.Skipped(checks.HostScope, checks.CheckOverlap, "needs a live window (--sample): flows are judged by when they were in flight"))
 		r.Add(checks.Skipped(checks.HostScope, checks.CheckStorage, "throughput is measured over a live window (--sample)"))
+		r.Add(checks.Skipped(checks.HostScope, checks.CheckStorageDirect, "storage reads are traced over a live window (--sample --trace-storage-reads)"))
+		r.Add(checks.Skipped(checks.HostScope, checks.CheckStorageUplink, "storage and GPU rates are measured over a live window (--sample)"))
 	}
 	r.Add(checks.GDSCheck(cfg.ProcRoot, cfg.SysRoot, probes.MappedFiles))
 	for _, pid := range targets(cfg, win) {
@@ -139,6 +150,8 @@ type window struct {
 	pinned     map[uint32]uint64
 	links      map[string]checks.LinkLoad // GPU link states read under load (watchLinks)
 	disks      [2]collectors.DiskSample   // /proc/diskstats at the window's start and end
+	storage    []checks.StorageFlow       // the traced processes' storage reads (--trace-storage-reads)
+	storageErr error
 	disksErr   error
 }
 
@@ -239,9 +252,17 @@ func sample(ctx context.Context, cfg Config, env *collectors.EnvCache) (*window,
 			dropped++
 		}
 	}
+	var storage *agent.StorageReads
+	if cfg.TraceStorageReads {
+		storage, w.storageErr = agent.NewStorageReads(agent.StorageConfig{ProcRoot: cfg.ProcRoot, SysRoot: cfg.SysRoot,
+			Place: cfg.StoragePlace, Logger: cfg.Logger})
+		if storage != nil {
+			defer func() { w.storage = storage.Flows(); storage.Close() }()
+		}
+	}
 	ready := make(chan struct{})
 	ag, err := agent.New(agent.Config{ProcRoot: cfg.ProcRoot, PIDs: cfg.PIDs, Libs: cfg.Libs, Sink: w.transfers, Logger: cfg.Logger,
-		OnCall: onCall, OnReady: func() { close(ready) },
+		OnCall: onCall, OnReady: func() { close(ready) }, Storage: storage,
 		// each copy's GPU (docs/design.md, "Which GPU"), from sysfs
 		Devices: agent.HostDeviceMap(env, cfg.SysRoot, nil, cfg.Logger)})
 	if err != nil {

@@ -116,6 +116,15 @@ func TestDiagnoseSampleHicacheLoad(t *testing.T) {
 	if c := findCheck(r, "host", checks.CheckGDS); c == nil || c.Status != checks.Info || !strings.Contains(c.Detail, "nvidia_fs module") {
 		t.Errorf("GPUDirect Storage: %+v", c)
 	}
+	// Items 6 and 7: reads not traced without --trace-storage-reads; this
+	// VM's only disk (vda) hangs off the root bus, under no switch.
+	if c := findCheck(r, "host", checks.CheckStorageDirect); c == nil || c.Status != checks.Skip || !strings.Contains(c.Detail, "--trace-storage-reads") {
+		t.Errorf("storage into the pool: %+v", c)
+	}
+	if c := findCheck(r, "host", checks.CheckStorageUplink); c == nil || c.Status != checks.Skip ||
+		(c.Detail != "no storage device was busy" && !strings.Contains(c.Detail, "no busy storage device shares a switch with a GPU")) {
+		t.Errorf("storage vs H2D: %+v", c)
+	}
 	// Other tests' processes using the same reference libraries may share
 	// the window: only the host and this scenario's process are judged.
 	for _, c := range r.Checks {

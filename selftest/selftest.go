@@ -490,6 +490,7 @@ type proc struct {
 	truth string
 	stdin io.WriteCloser
 	out   *bufio.Reader
+	ready string // a held scenario's ready line
 }
 
 func start(ctx context.Context, kvpath, scenario, truth string, env []string) (*proc, error) {
@@ -524,6 +525,7 @@ func startHeld(ctx context.Context, kvpath, scenario, truth string, env []string
 		cmd.Process.Kill()
 		return nil, fmt.Errorf("%s: expected a ready line, got %q: %v", scenario, line, err)
 	}
+	p.ready = strings.TrimSpace(line)
 	return p, nil
 }
 

@@ -177,15 +177,22 @@ func storageRun(ctx context.Context, kvpath, tmp string, col *Collector, cfg Con
 	return out
 }
 
-// releaseReads lets a held storage-load make its reads, reads its "read N"
-// line, waits until the agent resolved N reads of it (while its fds and
-// pool are still there), then lets it exit.
+// releaseReads lets a held storage-load make its reads once the agent
+// watches it and knows its pool (its registration handled: the reads are
+// resolved on another goroutine than the calls), reads its "read N" line,
+// waits until the agent resolved N reads of it (while its fds and pool are
+// still there), then lets it exit.
 func (p *proc) releaseReads(st *agent.StorageReads, timeout time.Duration) error {
+	var pool uint64
+	if _, err := fmt.Sscanf(p.ready, "ready %d pool %v", new(int), &pool); err != nil {
+		p.release()
+		return fmt.Errorf("%s: ready line %q: %v", StorageScenario, p.ready, err)
+	}
 	deadline := time.Now().Add(timeout)
-	for !st.Watching(p.pid) { // the agent saw its calls before the hold
+	for !st.Watching(p.pid) || !st.InPool(p.pid, pool) {
 		if time.Now().After(deadline) {
 			p.release()
-			return fmt.Errorf("%s: the agent did not watch pid %d's reads within %s", StorageScenario, p.pid, timeout)
+			return fmt.Errorf("%s: the agent did not watch pid %d's reads and know its pool %#x within %s", StorageScenario, p.pid, pool, timeout)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

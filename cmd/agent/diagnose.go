@@ -29,8 +29,9 @@ host topology, PCIe link training, IOMMU mode, numactl, hugepages; then per proc
 (--pid, or every process mapping a CUDA library) its NUMA binding and where its pinned
 pools live; with --sample, a live probe window that reports pageable copies,
 fragmentation and same-direction overlap, RDMA congestion per port and queue pair, and
-block device throughput with each device's NUMA node and switch; GPUDirect Storage
-(nvidia_fs loaded, libcufile mapped) always. Each item is PASS, WARN, FAIL or SKIP with the reason and what to do, or INFO for a
+block device throughput with each device's NUMA node and switch, storage reads into the
+pool (--trace-storage-reads) and storage beside GPU traffic on a shared switch uplink;
+GPUDirect Storage (nvidia_fs loaded, libcufile mapped) always. Each item is PASS, WARN, FAIL or SKIP with the reason and what to do, or INFO for a
 listing that judges nothing. Exit code: 0 when nothing fails, 1 on a FAIL, 2 when
 diagnose itself could not run.`)
 	var pids pidList
@@ -39,6 +40,7 @@ diagnose itself could not run.`)
 	fs.Var(&libs, "lib", "also probe this ELF file during --sample (repeatable)")
 	sample := fs.Duration("sample", 0, "watch live transfers for this long (e.g. 10s); 0 = static checks only")
 	asJSON := fs.Bool("json", false, "print the checklist as JSON")
+	storageReads := fs.Bool("trace-storage-reads", false, "with --sample, trace the traced processes' storage reads (which device, which buffer; checklist item 6, storage-far-pool). Off by default: its program runs at every system call's exit on the host while the window lasts")
 	procRoot := fs.String("path.procfs", "/proc", "procfs mount point")
 	sysRoot := fs.String("path.sysfs", "/sys", "sysfs mount point (or a captured tree)")
 	var gpu agent.GPUConfig
@@ -61,7 +63,7 @@ diagnose itself could not run.`)
 	if *sample > 0 && !checkPrivileges(stderr, "diagnose --sample", log) {
 		return exitCannotRun
 	}
-	cfg := diagnose.Config{ProcRoot: *procRoot, SysRoot: *sysRoot, PIDs: pids, Sample: *sample, Libs: libs, Logger: log, GPU: gpu}
+	cfg := diagnose.Config{ProcRoot: *procRoot, SysRoot: *sysRoot, PIDs: pids, Sample: *sample, Libs: libs, Logger: log, GPU: gpu, TraceStorageReads: *storageReads}
 	var err error
 	if cfg.IBDevices, err = checks.ParseIBDevices(ib, os.ReadFile); err != nil {
 		fmt.Fprintln(stderr, err)

@@ -11,7 +11,7 @@
  * line says so ("direct":0). The pool is bound to node 0 (mbind) before its
  * pages are touched, so the selftest knows where it is before it runs.
  *
- * With --hold it stops before the reads ("ready PID") and after them ("read
+ * With --hold it stops before the reads ("ready PID pool 0xADDR") and after them ("read
  * N", until a line on stdin), so that its fds and pool are still there while
  * the observer resolves the reads. The end line carries storage_reads,
  * storage_bytes, direct, storage_dev ("MAJ:MIN" of the file's file system)
@@ -125,7 +125,12 @@ int sc_storage_load(const struct opts *o, struct result *res)
 	char *dev = dev_alloc(total);
 	cudaStream_t s;
 	CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-	hold_point(o);
+	if (o->hold) { /* hold_point's, with the pool's address for the observer */
+		printf("ready %d pool 0x%lx\n", (int)getpid(), (unsigned long)(uintptr_t)pool);
+		fflush(stdout);
+		char line[64];
+		(void)!fgets(line, sizeof line, stdin);
+	}
 
 	int reads = 0;
 	for (int i = 0; i < o->layers; i++) {
