@@ -64,7 +64,9 @@ type Config struct {
 	// GPU is compared.
 	TPWorkers bool
 	// Storage runs storage-load twice, its file's device placed on the
-	// pool's node and on another (storage.go), with the storage tracer on.
+	// pool's node and on another (storage.go), with the storage tracer on,
+	// and storage-writeback twice, the disk and a reference GPU placed under
+	// one switch and apart (uplink.go).
 	Storage bool
 	Timeout time.Duration
 }
@@ -470,6 +472,7 @@ func Run(ctx context.Context, cfg Config) (results []Result, stats agent.Stats, 
 	}
 	if cfg.Storage {
 		results = append(results, storageRun(ctx, kvpath, tmp, col, cfg, drops, storage, sp)...)
+		results = append(results, uplinkRun(ctx, kvpath, tmp, col, cfg, drops)...)
 	}
 	for _, sc := range cfg.RDMA {
 		results = append(results, rerunUnshaped(sc, func() []Result { return rdmaRun(ctx, cfg.RefDir, sc, tmp, col, cfg, drops) })...)

@@ -103,9 +103,31 @@ type storageTruth struct {
 }
 
 func readStorageTruth(path string) (storageTruth, error) {
+	var t storageTruth
+	if err := readEnd(path, &t); err != nil || t.Dev == "" {
+		return storageTruth{}, fmt.Errorf("%s: end line: no storage truth (%v)", path, err)
+	}
+	return t, nil
+}
+
+// readEndField reads one number of a truth file's end line.
+func readEndField(path, key string, v *uint64) error {
+	m := map[string]json.RawMessage{}
+	if err := readEnd(path, &m); err != nil {
+		return err
+	}
+	raw, ok := m[key]
+	if !ok {
+		return fmt.Errorf("%s: end line has no %s", path, key)
+	}
+	return json.Unmarshal(raw, v)
+}
+
+// readEnd decodes the last non-blank line of a truth file.
+func readEnd(path string, v any) error {
 	raw, err := os.ReadFile(path)
 	if err != nil {
-		return storageTruth{}, err
+		return err
 	}
 	var last []byte
 	sc := bufio.NewScanner(bytes.NewReader(raw))
@@ -115,11 +137,10 @@ func readStorageTruth(path string) (storageTruth, error) {
 			last = append(last[:0], sc.Bytes()...)
 		}
 	}
-	var t storageTruth
-	if err := json.Unmarshal(last, &t); err != nil || t.Dev == "" {
-		return storageTruth{}, fmt.Errorf("%s: end line %q: no storage truth (%v)", path, last, err)
+	if err := json.Unmarshal(last, v); err != nil {
+		return fmt.Errorf("%s: end line %q: %w", path, last, err)
 	}
-	return t, nil
+	return nil
 }
 
 // storageRun runs storage-load once per placement: the records compared

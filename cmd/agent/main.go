@@ -142,7 +142,7 @@ func cmdSelftest(args []string, stdout, stderr io.Writer) int {
 	kernelCopy := fs.Bool("kernel-copy", true, "run the copy-kernel stand-in and read its GPU counters through the reference NVML library")
 	noDevice := fs.Bool("no-device", true, "run no-device on each runtime build: cuInit fails, every runtime call fails before the driver, and the agent must attach the runtime layer to report them")
 	linkTrain := fs.Bool("link-train", true, "run link-trains-up: a reference GPU whose NVML link idles at Gen1 and trains to its maximum under load; the lane capacity must be the trained maximum and no link or overlap finding appear")
-	storage := fs.Bool("storage", true, "run storage-load twice: layers read O_DIRECT from a file on this machine's disk into the registered pool, then H2D, the file's device placed on the pool's node (storage-far-pool must not fire) and on another (it must)")
+	storage := fs.Bool("storage", true, "run storage-load twice: layers read O_DIRECT from a file on this machine's disk into the registered pool, then H2D, the file's device placed on the pool's node (storage-far-pool must not fire) and on another (it must); and storage-writeback twice, file reads beside D2H with the disk and a reference GPU placed under one switch (storage-shared-uplink must fire) and apart (it must not)")
 	tpWorkers := fs.Bool("tp-workers", true, "run tp-workers on each runtime build: worker processes that each see every reference GPU and choose theirs per thread, every copy's GPU compared")
 	log, code := parse(fs, args, stderr)
 	if log == nil {

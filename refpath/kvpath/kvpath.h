@@ -40,6 +40,7 @@ int sc_late_pool_pages(const struct opts *o, struct result *res); /* late_pool_p
 int sc_vmm_pool_managed(const struct opts *o, struct result *res); /* vmm_pool_managed.c */
 int sc_launchbench(const struct opts *o, struct result *res);     /* launchbench.c */
 int sc_storage_load(const struct opts *o, struct result *res);    /* storage_load.c */
+int sc_storage_writeback(const struct opts *o, struct result *res); /* storage_writeback.c */
 
 /* overlap.c: the shapes of same-direction overlap */
 int sc_no_overlap(const struct opts *o, struct result *res);

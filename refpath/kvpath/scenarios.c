@@ -1056,5 +1056,6 @@ const struct scenario scenarios[] = {
 	{"callbench", sc_callbench, 1, 64, 0},
 	{"launchbench", sc_launchbench, 1, 64, 0},
 	{"storage-load", sc_storage_load, 16, 2 * MiB, 1}, /* 16 x 2 MiB read from a file into the pool, each then H2D */
+	{"storage-writeback", sc_storage_writeback, 64, 4 * MiB, 1}, /* 64 x 4 MiB read from a file beside 64 x 4 MiB D2H */
 	{NULL, NULL, 0, 0, 0},
 };
