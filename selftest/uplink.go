@@ -201,18 +201,12 @@ func checkUplink(res *Result, truthPath, gpu string, shared bool, d0, d1 collect
 		problem("uplink: the agent's D2H on GPU %s: %d B, the scenario copied %d B", gpu, d2h, t.D2H)
 	}
 	rates, _ := collectors.DiskRates(d0, d1)
-	var read, interval float64
-	for _, r := range rates {
-		if r.Name == disk {
-			read, interval = r.ReadBytesPerSec, r.Interval.Seconds()
-		}
-	}
-	if interval <= 0 {
-		problem("uplink: no rate of %s over the window", disk)
+	interval := d1.Time.Sub(d0.Time).Seconds()
+	if read, ok := diskReadBytes(d0, d1, disk); !ok || interval <= 0 {
+		problem("uplink: no reading of %s over the window", disk)
 		return
-	}
-	if read*interval < float64(t.Bytes) {
-		problem("uplink: %s read %.0f B over the window by diskstats, the scenario alone read %d B", disk, read*interval, t.Bytes)
+	} else if read < t.Bytes {
+		problem("uplink: %s read %d B over the window by diskstats, the scenario alone read %d B", disk, read, t.Bytes)
 	}
 	h := uplinkFixture(gpu, disk, shared)
 	var r checks.Report
@@ -243,4 +237,24 @@ func checkUplink(res *Result, truthPath, gpu string, shared bool, d0, d1 collect
 		return
 	}
 	res.Problems = append(res.Problems, note)
+}
+
+// diskReadBytes is what diskstats says name read between two readings, in
+// whole sectors.
+func diskReadBytes(d0, d1 collectors.DiskSample, name string) (uint64, bool) {
+	var a, b *collectors.DiskStat
+	for i := range d0.Disks {
+		if d0.Disks[i].Name == name {
+			a = &d0.Disks[i]
+		}
+	}
+	for i := range d1.Disks {
+		if d1.Disks[i].Name == name {
+			b = &d1.Disks[i]
+		}
+	}
+	if a == nil || b == nil || b.SectorsRead < a.SectorsRead {
+		return 0, false
+	}
+	return (b.SectorsRead - a.SectorsRead) * collectors.SectorBytes, true
 }
