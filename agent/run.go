@@ -208,6 +208,11 @@ func logSummary(log *slog.Logger, ag *Agent) {
 		log.Info("host pages of copies", "copies", p.Copies, "located", p.Located, "from_cache", p.Cached, "no_node", p.NoNode,
 			"failed", p.Failed, "over_budget", p.OverRate, "behind", p.Behind, "move_pages_calls", p.Queries, "pages_asked", p.Pages)
 	}
+	if sr := ag.cfg.Storage; sr != nil {
+		s := sr.Stats()
+		log.Info("storage reads", "reads", s.Reads, "not_block_device", s.NotBlock, "unresolved", s.Unresolved,
+			"dropped", s.Dropped, "flows_over_cap", s.OverCap)
+	}
 	if rs := ag.RDMAStats(); rs.WorkRequests > 0 {
 		log.Info("rdma", "work_requests", rs.WorkRequests, "completions", rs.Completions, "by_status", fmt.Sprint(rs.ByStatus),
 			"unmatched_completions", rs.Unmatched, "never_completed", rs.Evicted,

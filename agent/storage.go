@@ -154,9 +154,11 @@ func (s *StorageReads) unwatch(pid uint32) {
 	}
 }
 
-// file resolves pid's fd, from the cache when it still names the same file.
+// file resolves pid's fd: one stat per read, which tells a reused fd; the
+// fdinfo, block device and placement once per file behind it (an O_DIRECT
+// set later with fcntl on the same fd is not seen).
 func (s *StorageReads) file(pid uint32, fd int32) (fileInfo, error) {
-	of, err := collectors.ReadOpenFile(s.cfg.ProcRoot, pid, fd)
+	of, err := collectors.StatFD(s.cfg.ProcRoot, pid, fd)
 	if err != nil {
 		return fileInfo{}, err
 	}
@@ -164,12 +166,17 @@ func (s *StorageReads) file(pid uint32, fd int32) (fileInfo, error) {
 	s.mu.Lock()
 	f, ok := s.files[k]
 	s.mu.Unlock()
-	if ok && f.OpenFile == of {
+	if ok && f.Dev == of.Dev && f.Ino == of.Ino {
 		return f, nil
 	}
 	f = fileInfo{OpenFile: of}
 	if f.device, err = collectors.BlockDeviceName(s.cfg.SysRoot, of.Dev); err != nil {
 		return fileInfo{}, err
+	}
+	if f.device != "" { // a pipe's or socket's flags do not matter: not storage
+		if f.Direct, err = collectors.FDDirect(s.cfg.ProcRoot, pid, fd); err != nil {
+			return fileInfo{}, err
+		}
 	}
 	if f.device != "" {
 		f.place = s.cfg.Place(f.device)

@@ -46,21 +46,33 @@ type OpenFile struct {
 
 // ReadOpenFile stats procRoot/PID/fd/FD and reads its fdinfo flags.
 func ReadOpenFile(procRoot string, pid uint32, fd int32) (OpenFile, error) {
-	base := filepath.Join(procRoot, strconv.Itoa(int(pid)))
+	of, err := StatFD(procRoot, pid, fd)
+	if err != nil {
+		return OpenFile{}, err
+	}
+	of.Direct, err = FDDirect(procRoot, pid, fd)
+	return of, err
+}
+
+// StatFD is the device and inode of the file behind procRoot/PID/fd/FD
+// (Direct unset).
+func StatFD(procRoot string, pid uint32, fd int32) (OpenFile, error) {
 	var st unix.Stat_t
-	if err := unix.Stat(filepath.Join(base, "fd", strconv.Itoa(int(fd))), &st); err != nil {
+	if err := unix.Stat(filepath.Join(procRoot, strconv.Itoa(int(pid)), "fd", strconv.Itoa(int(fd))), &st); err != nil {
 		return OpenFile{}, fmt.Errorf("pid %d fd %d: %w", pid, fd, err)
 	}
-	p := filepath.Join(base, "fdinfo", strconv.Itoa(int(fd)))
+	return OpenFile{Dev: uint64(st.Dev), Ino: st.Ino}, nil
+}
+
+// FDDirect reports whether pid's fd is open O_DIRECT (its fdinfo flags).
+func FDDirect(procRoot string, pid uint32, fd int32) (bool, error) {
+	p := filepath.Join(procRoot, strconv.Itoa(int(pid)), "fdinfo", strconv.Itoa(int(fd)))
 	b, err := os.ReadFile(p)
 	if err != nil {
-		return OpenFile{}, err
+		return false, err
 	}
 	flags, err := ParseFdinfoFlags(string(b), p)
-	if err != nil {
-		return OpenFile{}, err
-	}
-	return OpenFile{Dev: uint64(st.Dev), Ino: st.Ino, Direct: flags&unix.O_DIRECT != 0}, nil
+	return flags&unix.O_DIRECT != 0, err
 }
 
 // BlockDeviceName names the block device dev (a file system's st_dev) from
