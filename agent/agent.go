@@ -263,6 +263,9 @@ func (a *Agent) Run(ctx context.Context) (err error) {
 		}
 	}
 	a.initialScan()
+	for _, pid := range a.cfg.PIDs { // named: their storage reads from now, not from their next call
+		a.storageSeen(uint32(pid))
+	}
 	a.attached.Store(true)
 	if a.cfg.OnReady != nil {
 		a.cfg.OnReady()

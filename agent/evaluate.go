@@ -94,7 +94,7 @@ type EvaluatorConfig struct {
 	// (--trace-storage-reads): checklist item 6 and storage-far-pool per
 	// window; nil: not judged. Disks reads the block devices for item 7
 	// (storage-shared-uplink); nil: not judged.
-	Storage *StorageReads
+	Storage StorageFlows
 	Disks   *DiskWindow
 	// Now is CLOCK_MONOTONIC in ns, the probes' clock (probes.Now when nil),
 	// to stamp the counter samples on the transfers' time line.

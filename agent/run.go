@@ -299,7 +299,7 @@ func listenMetrics(cfg RunConfig, place func(uint32) checks.Placement, extra map
 	}
 	m.eval = NewEvaluator(EvaluatorConfig{Interval: mc.EvaluateInterval, Place: place, Publish: m.publish, GPU: gpu, Congestion: cong,
 		GPUNode: gpuNode, LinkCapacity: LaneCapacity(capacityHost(procRoot, cfg.SysRoot, log), m.links), GPUPath: peerPath,
-		Storage: cfg.Trace.Storage, Disks: disks})
+		Storage: storageFlows(cfg.Trace.Storage), Disks: disks})
 	scrapers := map[string]exporters.Collector{
 		"rdma_ports": collectors.NewInfiniBandMetrics(cfg.SysRoot),
 		"host":       collectors.NewHostMetrics(cfg.Trace.ProcRoot, cfg.SysRoot),

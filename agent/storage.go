@@ -306,6 +306,11 @@ func (s *StorageReads) Close() error {
 	return err
 }
 
+// StorageFlows ends a window of storage reads (StorageReads.Flows).
+type StorageFlows interface {
+	Flows() []checks.StorageFlow
+}
+
 // StorageDirectChecks is checklist item 6 for each process with storage
 // reads in a window, h2d its host→device bytes in the same window.
 func StorageDirectChecks(flows []checks.StorageFlow, h2d func(pid uint32) uint64) []checks.Check {
@@ -330,6 +335,7 @@ func (a *Agent) storageSeen(pid uint32) {
 	}
 	a.storageWatched[pid] = true
 	a.cfg.Storage.watch(pid)
+	a.log.Debug("storage reads watched", "pid", pid)
 }
 
 // storageExit forgets an exited process.

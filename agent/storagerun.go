@@ -125,3 +125,12 @@ func (e *Evaluator) storageChecks(win *checks.Window, v *Verdict) {
 		v.Findings = append(v.Findings, c.Findings...)
 	}
 }
+
+// storageFlows is s as the evaluator takes it: nil stays nil, not an
+// interface holding a nil pointer.
+func storageFlows(s *StorageReads) StorageFlows {
+	if s == nil {
+		return nil
+	}
+	return s
+}

@@ -77,3 +77,26 @@ func TestDiskWindowUplink(t *testing.T) {
 		t.Errorf("evaluator checks %+v: want the idle storage vs H2D SKIP", v.Checks)
 	}
 }
+
+type fixedFlows []checks.StorageFlow
+
+func (f fixedFlows) Flows() []checks.StorageFlow { return f }
+
+// The evaluator judges each window's storage reads per process: a pool
+// read from a device placed on node 1 while its pages are on node 0 is a
+// WARN with storage-far-pool among the verdict's findings.
+func TestEvaluatorStorageChecks(t *testing.T) {
+	far := checks.StorageFlow{PID: 7, Device: "nvme0n1", Reads: 16, DirectPool: map[int]uint64{0: 32 << 20},
+		Place: topology.BlockPlacement{Name: "nvme0n1", BDF: "0000:1a:00.0", NUMANode: 1}}
+	e := agent.NewEvaluator(agent.EvaluatorConfig{Interval: time.Second, Storage: fixedFlows{far}})
+	v := e.Evaluate(time.Now())
+	var c *checks.Check
+	for i := range v.Checks {
+		if v.Checks[i].Name == checks.CheckStorageDirect && v.Checks[i].Scope == "pid 7" {
+			c = &v.Checks[i]
+		}
+	}
+	if c == nil || c.Status != checks.Warn || len(v.Findings) != 1 || v.Findings[0].Rule != "storage-far-pool" {
+		t.Fatalf("checks %+v findings %+v", v.Checks, v.Findings)
+	}
+}

@@ -100,12 +100,26 @@ func StorageDirectCheck(scope string, flows []StorageFlow, h2d uint64) Check {
 		c.Fix = "read straight into the registered host pool (O_DIRECT into the pool, or a backend that registers it: Mooncake, NIXL page_first)"
 	case direct > 0 && staged == 0:
 		c.Status = Pass
-		c.Detail += "; every byte read straight into the pool (no T_stage), on the device's node"
+		c.Detail += "; every byte read straight into the pool (no T_stage)"
+		if unplaced := unplacedDevices(flows); unplaced != "" {
+			c.Detail += "; the node of " + unplaced + " is unknown: storage-far-pool not judged"
+		}
 	default:
 		c.Status = Info
 		c.Detail += "; no copy from the pool followed in the window: not judged"
 	}
 	return c
+}
+
+// unplacedDevices names the flows' devices whose NUMA node is unknown.
+func unplacedDevices(flows []StorageFlow) string {
+	var out []string
+	for _, f := range flows {
+		if f.Place.NUMANode < 0 || f.Place.BDF == "" {
+			out = append(out, f.Device)
+		}
+	}
+	return strings.Join(out, ", ")
 }
 
 func mibText(b uint64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }

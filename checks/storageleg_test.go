@@ -114,6 +114,8 @@ func TestStorageDirectCheck(t *testing.T) {
 			Warn, "a staging hop (T_stage) before H2D", false},
 		{"into other memory, no H2D", flow(0, func(s *StorageFlow) { s.CachedOther = 64 << 20 }), 0,
 			Info, "not judged", false},
+		{"direct into the pool, device node unknown", flow(-1, func(s *StorageFlow) { s.DirectPool[0] = 64 << 20 }), 64 << 20,
+			Pass, "the node of nvme0n1 is unknown: storage-far-pool not judged", false},
 	}
 	for _, c := range cases {
 		var r Report
