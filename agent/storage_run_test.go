@@ -16,6 +16,7 @@ import (
 
 	"github.com/lanewatch/lanewatch/agent"
 	"github.com/lanewatch/lanewatch/internal/testenv"
+	"github.com/lanewatch/lanewatch/selftest/refenv"
 )
 
 // agent run --trace-storage-reads on this host: storage-load's 16 reads from
@@ -27,7 +28,7 @@ func TestRunTracesStorageReads(t *testing.T) {
 	ref := testenv.RefDir(t)
 	cmd := exec.Command(filepath.Join(ref, "bin", "kvpath"), "--scenario", "storage-load", "--hold",
 		"--truth", filepath.Join(t.TempDir(), "truth.jsonl"))
-	cmd.Env = append(os.Environ(), "LW_REF_STORAGE_DIR="+t.TempDir())
+	cmd.Env = append(os.Environ(), refenv.StorageDir(t.TempDir()))
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {

@@ -16,6 +16,7 @@ import (
 	"github.com/lanewatch/lanewatch/agent"
 	"github.com/lanewatch/lanewatch/checks"
 	"github.com/lanewatch/lanewatch/collectors"
+	"github.com/lanewatch/lanewatch/selftest/refenv"
 	"github.com/lanewatch/lanewatch/topology"
 	"golang.org/x/sys/unix"
 )
@@ -160,7 +161,7 @@ func storageRun(ctx context.Context, kvpath, tmp string, col *Collector, cfg Con
 		sp.node.Store(int64(run.node))
 		truthPath := filepath.Join(tmp, run.name+".jsonl")
 		before := drops()
-		p, err := startHeld(ctx, kvpath, StorageScenario, truthPath, []string{"LW_REF_STORAGE_DIR=" + dir})
+		p, err := startHeld(ctx, kvpath, StorageScenario, truthPath, []string{refenv.StorageDir(dir)})
 		if err != nil {
 			res.Problems = append(res.Problems, err.Error())
 			out = append(out, res)

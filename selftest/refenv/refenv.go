@@ -92,6 +92,11 @@ const NoDeviceEnv = "LW_REF_NO_DEVICE=1"
 // their identities (BusID), as CUDA orders GPUs of one model.
 func SharedGPUs(names ...string) string { return "LW_REF_GPUS=" + strings.Join(names, ",") }
 
+// StorageDir tells the storage scenarios (storage-load, storage-writeback)
+// where to write the file they read back: a directory on a block device
+// that takes O_DIRECT.
+func StorageDir(dir string) string { return "LW_REF_STORAGE_DIR=" + dir }
+
 // BusID is the PCI address, in sysfs form, that the reference driver
 // (cuDeviceGetPCIBusId) and the NVML stand-in give the named reference GPU:
 // domain 0xF000 | bits 8..19 of FNV-1a-64(name), bus its low byte
