@@ -52,6 +52,7 @@ type linkFlow struct {
 // addLink adds one transfer to its flow on a GPU link; end 0 is a
 // transfer without a proven completion. Called with w.mu held.
 func (w *Window) addLink(k linkFlowKey, start, end, bytes uint64) {
+	w.addInflight(k, start, end, bytes)
 	if w.links == nil {
 		w.links = map[linkFlowKey]*linkFlow{}
 	}
@@ -89,6 +90,9 @@ func (w *Window) linkCopy(t *correlate.Transfer) {
 // a request whose transfer names its GPU is placed there. Called with w.mu
 // held.
 func (w *Window) linkRDMA(t *correlate.Transfer) {
+	if len(rdmaLanes(t)) == 0 { // on no GPU link: its in-flight is still measured (inflight.go)
+		w.addInflight(linkFlowKey{owner: t.PID, pid: t.PID, id: uint64(t.QPNum), rdma: true, kind: t.Direction}, t.SubmitNs, t.CompleteNs, t.Bytes)
+	}
 	for i, l := range rdmaLanes(t) {
 		gpu := ""
 		if i == 0 && l.owner == t.PID {

@@ -51,6 +51,8 @@ type Window struct {
 	// peers are the peer copies' bytes per {source GPU, destination GPU}:
 	// which path they took is the topology's to say (PeerBytes).
 	peers map[[2]string]uint64
+	// inflight is every flow's operations, one by one (inflight.go).
+	inflight inflightWindow
 }
 
 // maxRDMAKept bounds the work requests a window keeps for latency.
@@ -245,6 +247,7 @@ func (w *Window) Rotate() *Window {
 	defer w.mu.Unlock()
 	old := &Window{procs: w.procs, rdmas: w.rdmas, links: w.links, linkSpans: w.linkSpans, counters: w.counters, sm: w.sm, peers: w.peers}
 	w.procs, w.rdmas, w.links, w.linkSpans, w.counters, w.sm, w.peers = map[uint32]*procWindow{}, nil, nil, 0, nil, nil, nil
+	old.inflight, w.inflight = w.inflight, inflightWindow{}
 	return old
 }
 

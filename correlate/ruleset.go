@@ -61,6 +61,8 @@ var Rules = []Rule{
 	{Name: "rdma-congestion", Severities: []Severity{SevWarn, SevFail}, Checklist: checkCongestion, Where: InWindow | InDiagnose,
 		Remediation: "check the fabric, not the host: ECN/PFC configuration (the RoCE priority must be lossless and match DCQCN's), " +
 			"switch buffer and egress congestion toward this port, and whether PD traffic and other tenants share the priority"},
+	{Name: "too-little-in-flight", Severities: []Severity{SevWarn}, Checklist: checkInFlight, Where: InWindow | InDiagnose,
+		Remediation: "keep more in flight: queue more copies before synchronising (one sync or event per layer), or more work requests outstanding per queue pair; in flight must cover the path's bandwidth × turnaround"},
 }
 
 // RuleNamed returns the registry entry of a rule.
