@@ -51,6 +51,9 @@ type Verdict struct {
 	// and path: only PCIe ones are lane demand (out of Src, into Dst);
 	// NVLink ones cross no PCIe lane, and unknown ones are put on none.
 	Peers []PeerRate
+	// InFlight is every flow's operations in flight over the window, per
+	// flow and per GPU lane (lanewatch_inflight_*).
+	InFlight checks.InFlightReport
 }
 
 // PeerRate is the rate of the peer copies from one GPU to another over a
@@ -285,6 +288,12 @@ func (e *Evaluator) Evaluate(now time.Time) Verdict {
 		return e.cfg.Place(pid)
 	}
 	for _, c := range win.OverlapChecks(placeOf, e.cfg.LinkCapacity, span) {
+		v.Checks = append(v.Checks, c)
+		v.Findings = append(v.Findings, c.Findings...)
+	}
+	// In-flight sufficiency: every flow on its lane (checks/inflight.go).
+	v.InFlight = win.InFlights(placeOf, e.cfg.LinkCapacity, span)
+	for _, c := range v.InFlight.Checks() {
 		v.Checks = append(v.Checks, c)
 		v.Findings = append(v.Findings, c.Findings...)
 	}

@@ -393,6 +393,7 @@ func (m *metrics) publish(v Verdict) {
 	for _, p := range v.Peers {
 		w.Peers = append(w.Peers, exporters.Peer{Src: p.Src, Dst: p.Dst, Path: p.Path, Bps: p.Bps})
 	}
+	w.InFlightLanes, w.InFlightQPs = inflightSeries(v.InFlight, v.Window)
 	m.exp.SetWindow(w)
 	if m.onVerdict != nil {
 		m.onVerdict(v)

@@ -81,11 +81,16 @@ func Run(ctx context.Context, cfg Config) (*checks.Report, error) {
 			r.Add(c)
 		}
 		r.Add(win.storageCheck(host))
+		// In-flight sufficiency, per flow on its GPU lane (docs/design.md 7).
+		for _, c := range win.transfers.InFlightChecks(host.Place, capacity, cfg.Sample) {
+			r.Add(c)
+		}
 	} else {
 		r.Add(checks.Skipped(checks.HostScope, "pinned memory", "pinned pools are seen as they are registered: rerun with --sample"))
 		r.Add(checks.Skipped(checks.HostScope, checks.CheckCongestion, "needs a live window (--sample) to compare counter rates with latency"))
 		r.Add(checks.Skipped(checks.HostScope, checks.CheckOverlap, "needs a live window (--sample): flows are judged by when they were in flight"))
 		r.Add(checks.Skipped(checks.HostScope, checks.CheckStorage, "throughput is measured over a live window (--sample)"))
+		r.Add(checks.Skipped(checks.HostScope, checks.CheckInFlight, "needs a live window (--sample): operations in flight are measured over time"))
 	}
 	r.Add(checks.GDSCheck(cfg.ProcRoot, cfg.SysRoot, probes.MappedFiles))
 	for _, pid := range targets(cfg, win) {
