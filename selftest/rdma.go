@@ -85,6 +85,7 @@ func rdmaRun(ctx context.Context, refDir, scenario, tmp string, col *Collector, 
 			}
 		}
 		checkOverlap(&out[1], scenario, procs, all)
+		checkInflight(&out[1], scenario, procs, all)
 	}
 	return out
 }

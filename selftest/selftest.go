@@ -31,7 +31,8 @@ import (
 // Scenarios the selftest runs on each runtime build, after late-attach and
 // late-pool-pages (PagesScenario).
 var Scenarios = []string{"hicache-load", "pageable-load", "fragmented-load", "writeback-duplex",
-	"h2d-overlap", "no-overlap", "big-and-trickle", "default-kind", "api-coverage", "failing-copies", "vmm-pool-managed"}
+	"h2d-overlap", "no-overlap", "big-and-trickle", "default-kind", "api-coverage", "failing-copies", "vmm-pool-managed",
+	"inflight-serial", "inflight-queued"}
 
 // Runtimes are the two builds of the reference runtime: with and without a
 // CET prologue, so both probe-site choices are exercised.
@@ -397,6 +398,7 @@ func Run(ctx context.Context, cfg Config) (results []Result, stats agent.Stats, 
 		got := col.Take(p.pid)
 		Compare(&res, truth, got)
 		checkOverlap(&res, name, []scenarioProc{{pid: p.pid, gpu: privateGPU(p.pid), truth: truth}}, got)
+		checkInflight(&res, name, []scenarioProc{{pid: p.pid, gpu: privateGPU(p.pid), truth: truth}}, got)
 		checkPages(&res, name, p.pid, p.truth, got)
 		return res, nil
 	}

@@ -1053,6 +1053,8 @@ const struct scenario scenarios[] = {
 	{"big-and-trickle", sc_big_and_trickle, 64, 1 * MiB, 1}, /* 64 x 1 MiB H2D and 4 x 4 KiB */
 	{"two-proc-lane", sc_two_proc_lane, 64, 1 * MiB, 1},     /* per process: 64 x 1 MiB H2D, in lockstep */
 	{"tp-workers", sc_tp_workers, 4, 1 * MiB, 1}, /* ranks x (4 + 3) copies of 1 MiB, on three GPUs */
+	{"inflight-serial", sc_inflight_serial, 8, 512 * KiB, 1}, /* 8 x 32 pages of 16 KiB, each waited for */
+	{"inflight-queued", sc_inflight_queued, 8, 512 * KiB, 1}, /* the same, one sync per layer */
 	{"callbench", sc_callbench, 1, 64, 0},
 	{"launchbench", sc_launchbench, 1, 64, 0},
 	{NULL, NULL, 0, 0, 0},
