@@ -19,7 +19,8 @@ import (
 
 // RDMAScenarios run two processes (prefill and decode roles) on the
 // reference RDMA provider; pd-overlap must be flagged, the rest not.
-var RDMAScenarios = []string{"pd-transfer", "pd-overlap", "pd-send-duplex", "rdma-read"}
+var RDMAScenarios = []string{"pd-transfer", "pd-overlap", "pd-send-duplex", "rdma-read",
+	"rdma-write-serial", "rdma-write-pipelined"}
 
 // rdmaRun runs one RDMA scenario and returns a result per role.
 func rdmaRun(ctx context.Context, refDir, scenario, tmp string, col *Collector, cfg Config, drops lossCount) []Result {

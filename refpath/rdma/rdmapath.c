@@ -19,6 +19,9 @@
  *   pd-send-duplex  decode RDMA_WRITEs out of its GPU (outbound) while loading (inbound)
  *   rdma-read       decode READs pages from prefill's GPU into its own (inbound), then
  *                   one READ with a bad rkey (IBV_WC_REM_ACCESS_ERR)
+ *   rdma-write-serial, rdma-write-pipelined
+ *                   prefill RDMA_WRITEs 256 pages of 16 KiB from pinned host memory
+ *                   into decode's GPU, one WR in flight at a time or all posted ahead
  */
 #include "calls.h"
 #include "truth.h"
@@ -875,7 +878,66 @@ static int sc_rdma_read(void)
 	return 0;
 }
 
-static const char *scenario_names[] = {"pd-transfer", "pd-overlap", "pd-send-duplex", "rdma-read", NULL};
+/*
+ * rdma-write-serial and rdma-write-pipelined (seed 002 §8.3; docs/design.md 6): a
+ * store's transfer engine writes 256 pages of 16 KiB from its registered host pool
+ * into decode's GPU with RDMA_WRITEs on one QP (Mooncake's put).
+ *   serial     posts one WR, polls its completion, posts the next: one in flight at
+ *              a time, each paying the NIC's turnaround (provider.c WR_TURNAROUND_NS)
+ *              with the links idle meanwhile: too-little-in-flight.
+ *   pipelined  posts them all ahead in chains of 4 (post_pages) and then reaps the
+ *              completions: the NIC overlaps each turnaround with earlier WRs' bytes.
+ */
+#define INFLIGHT_PAGES 256
+#define INFLIGHT_PAGE_BYTES (16u * 1024u)
+
+static int sc_rdma_write_inflight(int serial)
+{
+	size_t N = O.pages, B = O.page_bytes, total = N * B;
+	if (me == DECODE) {
+		char *dst = dev_alloc(total);
+		memset(dst, 0, total);
+		struct ibv_mr *mr = reg_mr(PD, dst, total, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+		connect_qp(mr);
+		/* a WRITE gives the target nothing to poll: it waits to be told */
+		barrier(10, "writes done");
+		verify(dst, N, B, 4, "RDMA_WRITE");
+		dereg_mr(mr);
+		dev_free(dst);
+		snprintf(extra, sizeof extra, "\"target_completions\":0");
+		return 0;
+	}
+	char *src = pinned_pool(total, 0);
+	fill(src, N, B, 4);
+	struct ibv_mr *mr = reg_mr(PD, src, total, IBV_ACCESS_LOCAL_WRITE);
+	connect_qp(NULL);
+	uint64_t t0 = truth_now_ns(), t1;
+	if (serial) {
+		for (size_t p = 0; p < N; p++) {
+			struct ibv_sge sge = {(uintptr_t)src + p * B, (uint32_t)B, mr->lkey};
+			struct ibv_send_wr w = {.wr_id = 0x60000 + p, .sg_list = &sge, .num_sge = 1,
+						.opcode = IBV_WR_RDMA_WRITE, .send_flags = IBV_SEND_SIGNALED};
+			w.wr.rdma.remote_addr = R->addr[other] + p * B;
+			w.wr.rdma.rkey = R->rkey[other];
+			post_send(&w, 0);
+			reap_sends(1, "the page's RDMA_WRITE completion");
+		}
+		t1 = truth_now_ns();
+	} else {
+		t1 = reap_sends(post_pages(IBV_WR_RDMA_WRITE, src, mr, N, B, 0, 0x60000, 0), "RDMA_WRITE completions");
+	}
+	barrier(10, "writes done");
+	dereg_mr(mr);
+	host_unregister(src);
+	munmap(src, total);
+	double gbps = rate(total, t0, t1);
+	fprintf(stderr, "%s prefill: RDMA_WRITE into gpu-decode %.2f GB/s\n", O.scenario, gbps);
+	snprintf(extra, sizeof extra, "\"gbps\":{\"rdma_write\":%.3f}", gbps);
+	return 0;
+}
+
+static const char *scenario_names[] = {"pd-transfer", "pd-overlap", "pd-send-duplex", "rdma-read", "rdma-write-serial",
+				       "rdma-write-pipelined", NULL};
 
 /* ---------------- truth file: CUDA lines from truth.c, verbs lines from here ---------------- */
 
@@ -962,6 +1024,8 @@ static int run_role(void)
 		rc = sc_pd_write(1);
 	else if (!strcmp(O.scenario, "pd-send-duplex"))
 		rc = sc_pd_send_duplex();
+	else if (!strncmp(O.scenario, "rdma-write-", 11))
+		rc = sc_rdma_write_inflight(!strcmp(O.scenario, "rdma-write-serial"));
 	else
 		rc = sc_rdma_read();
 	barrier(100, "the end");
@@ -1053,11 +1117,12 @@ static size_t num(const char *flag, const char *v)
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: rdmapath --scenario NAME --truth-dir DIR [--pages N] [--page-bytes B] [--timeout-s S] [--settle-ms MS] [--settle-file PATH]\n"
-		   "scenarios: pd-transfer pd-overlap pd-send-duplex rdma-read\n");
+		   "scenarios: pd-transfer pd-overlap pd-send-duplex rdma-read rdma-write-serial rdma-write-pipelined\n");
 }
 
 int main(int argc, char **argv)
 {
+	int pages_given = 0;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 		if (!strcmp(a, "--scenario") && v)
@@ -1065,9 +1130,9 @@ int main(int argc, char **argv)
 		else if (!strcmp(a, "--truth-dir") && v)
 			O.dir = argv[++i];
 		else if (!strcmp(a, "--pages"))
-			O.pages = num(a, v), i++;
+			O.pages = num(a, v), i++, pages_given = 1;
 		else if (!strcmp(a, "--page-bytes"))
-			O.page_bytes = num(a, v), i++;
+			O.page_bytes = num(a, v), i++, pages_given = 1;
 		else if (!strcmp(a, "--timeout-s"))
 			O.timeout_s = (unsigned)num(a, v), i++;
 		else if (!strcmp(a, "--settle-ms")) /* 0 (no pause) is what the parent passes by default */
@@ -1093,6 +1158,10 @@ int main(int argc, char **argv)
 		fprintf(stderr, "rdmapath: %s\n", !known ? "unknown or missing --scenario" : !O.dir ? "--truth-dir DIR is required" : "--role is prefill or decode");
 		usage(stderr);
 		return 2;
+	}
+	if (!strncmp(O.scenario, "rdma-write-", 11) && !pages_given) { /* small pages: their own defaults */
+		O.pages = INFLIGHT_PAGES;
+		O.page_bytes = INFLIGHT_PAGE_BYTES;
 	}
 	if (O.page_bytes > UINT32_MAX || O.pages > 100000) {
 		fprintf(stderr, "rdmapath: --page-bytes must fit 32 bits and --pages at most 100000\n");
