@@ -144,7 +144,9 @@ func exporterNames(t *testing.T) map[string]bool {
 		m.Transfer(&tr)
 	}
 	m.SetWindow(exporters.Window{At: time.Now(), Lanes: []exporters.Lane{{GPU: "0000:17:00.0", Direction: "inbound", Demand: 1, Capacity: 1, Measured: 1, HasMeasured: true}},
-		Peers: []exporters.Peer{{Src: "0000:17:00.0", Dst: "0000:3b:00.0", Path: "nvlink", Bps: 1}}})
+		Peers:         []exporters.Peer{{Src: "0000:17:00.0", Dst: "0000:3b:00.0", Path: "nvlink", Bps: 1}},
+		InFlightLanes: []exporters.InFlightLane{{GPU: "0000:17:00.0", Direction: "inbound", AvgBytes: 1, AvgOps: 1}},
+		InFlightQPs:   []exporters.InFlightQP{{PID: 1, QP: 7, Kind: "RDMA_WRITE", AvgBytes: 1, AvgOps: 1}}})
 	gpu := collectors.GPUReading{BusID: "0000:17:00.0", HasPCIeBytes: true, HasNVLink: true, HasReplay: true, LinkGen: 5, LinkWidth: 16}
 	scrapers := map[string]exporters.Collector{"gpu": collectors.NewGPUMetrics(oneGPU{collectors.GPUSnapshot{GPUs: []collectors.GPUReading{gpu}}})}
 	mfs, err := exporters.NewRegistry(m, scrapers, nil).Gather()
