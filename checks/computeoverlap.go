@@ -142,7 +142,8 @@ func ComputeCheck(scope string, r correlate.ComputeReport) Check {
 	}
 	var waits []string
 	for _, h := range r.Waits {
-		waits = append(waits, fmt.Sprintf("tid %d %s x%d %.3f ms", h.TID, h.API, h.Count, float64(h.Ns)/1e6))
+		waits = append(waits, fmt.Sprintf("tid %d %s x%d %.3f ms (%.3f ms while loads were in flight)", h.TID, h.API, h.Count,
+			float64(h.Ns)/1e6, float64(h.LoadingNs)/1e6))
 	}
 	if len(waits) > 0 {
 		parts = append(parts, "host waits: "+joinLimited(waits, 6))

@@ -135,7 +135,10 @@ type HostWait struct {
 	API   string
 	Count int
 	Ns    uint64
-	Bytes uint64 // element reads: the bytes they read
+	// LoadingNs is the part of Ns while the window's H2D loads were in
+	// flight (submission to proven completion): waits between layer loads.
+	LoadingNs uint64
+	Bytes     uint64 // element reads: the bytes they read
 }
 
 // ComputeReport is the compute-overlap judgement of one process's window.
@@ -197,7 +200,7 @@ func ComputeOverlap(in ComputeInput) ComputeReport {
 			}
 		}
 	}
-	r.Waits = hostWaits(in.Copies, waits)
+	r.Waits = hostWaits(in.Copies, waits, loading(in.Copies))
 	r.Findings = append(r.Findings, hostSyncInLoop(in, r.Streams, waits, launches, serialWaits)...)
 	return r
 }
@@ -413,29 +416,42 @@ func computeAfter(w *Activity, s LoadStream, launches []*Activity) bool {
 	return false
 }
 
+// loading is when the window's H2D copies were in flight.
+func loading(copies []CopySpan) []tspan {
+	var ss []tspan
+	for _, c := range copies {
+		if c.Direction == DirH2D && c.Complete > c.SubmitNs {
+			ss = append(ss, tspan{c.SubmitNs, c.Complete})
+		}
+	}
+	return union(ss)
+}
+
 // hostWaits totals the window's host waits per thread and API: the
-// synchronisations and the element reads (`.item()`).
-func hostWaits(copies []CopySpan, waits []*Activity) []HostWait {
+// synchronisations and the element reads (`.item()`), and how much of
+// them fell while loads were in flight.
+func hostWaits(copies []CopySpan, waits []*Activity, loads []tspan) []HostWait {
 	type key struct {
 		tid uint32
 		api string
 	}
 	m := map[key]*HostWait{}
-	add := func(tid uint32, api string, ns, bytes uint64) {
+	add := func(tid uint32, api string, from, ns, bytes uint64) {
 		k := key{tid, api}
 		if m[k] == nil {
 			m[k] = &HostWait{TID: tid, API: api}
 		}
 		m[k].Count++
 		m[k].Ns += ns
+		m[k].LoadingNs += measure(intersect([]tspan{{from, from + ns}}, loads))
 		m[k].Bytes += bytes
 	}
 	for _, w := range waits {
-		add(w.TID, w.API, w.waitNs(), 0)
+		add(w.TID, w.API, w.CallNs, w.waitNs(), 0)
 	}
 	for i := range copies {
 		if c := &copies[i]; c.ElementRead() {
-			add(c.TID, c.API, c.CallNs, c.Bytes)
+			add(c.TID, c.API, c.SubmitNs, c.CallNs, c.Bytes)
 		}
 	}
 	out := make([]HostWait, 0, len(m))

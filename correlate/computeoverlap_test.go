@@ -96,6 +96,10 @@ func TestComputeOverlapShapes(t *testing.T) {
 		}
 	}
 	r := ComputeOverlap(hicacheWindow("sync"))
+	// the first wait (100-500 µs) fell while the loads were in flight (to 500)
+	if len(r.Waits) != 1 || r.Waits[0].Count != 9 || r.Waits[0].LoadingNs != 400*us {
+		t.Errorf("sync: waits %+v", r.Waits)
+	}
 	ev := strings.Join(r.Findings[0].Evidence, "; ")
 	for _, want := range []string{"8 layers", "cudaStreamSynchronize x8", "host wait time 0.407 ms"} {
 		if !strings.Contains(ev, want) {
