@@ -14,8 +14,9 @@ import (
 const CheckComputeOverlap = "H2D vs compute overlap and syncs"
 
 // maxComputeItems bounds the copies and activities a window keeps for the
-// compute-overlap judgement; past it they are counted, not kept.
-const maxComputeItems = 1 << 18
+// compute-overlap judgement (about 100 bytes each); past it they are
+// counted, not kept, and the window's compute overlap is not judged.
+const maxComputeItems = 1 << 17
 
 // computeWindow is what the compute-overlap rules need of a window: the
 // H2D copies and element reads, and the engine's activities, per process.
@@ -29,6 +30,45 @@ type computeWindow struct {
 type computeProc struct {
 	copies []correlate.CopySpan
 	acts   []correlate.Activity
+	// runs are the open runs of compute launches, per thread and stream: a
+	// server launches thousands of kernels per wait, and every launch of a
+	// run is bounded by the same wait (correlate.Activity.Launches).
+	runs map[runKey]*correlate.Activity
+}
+
+type runKey struct {
+	tid    uint32
+	gpu    string
+	stream uint64
+}
+
+// launch adds a compute launch to its thread's run on its stream.
+func (c *computeWindow) launch(a *correlate.Activity) {
+	p := c.proc(a.PID)
+	k := runKey{a.TID, a.GPU, a.Stream}
+	if r := p.runs[k]; r != nil {
+		r.ReturnNs = max(r.ReturnNs, a.ReturnNs)
+		r.Launches++
+		return
+	}
+	if !c.room() {
+		return
+	}
+	if p.runs == nil {
+		p.runs = map[runKey]*correlate.Activity{}
+	}
+	r := *a
+	r.Launches = 1
+	p.runs[k] = &r
+}
+
+// closeRuns ends a process's runs: a wait or record may bound the launches
+// before it apart from those after it.
+func (p *computeProc) closeRuns() {
+	for k, r := range p.runs {
+		p.acts = append(p.acts, *r)
+		delete(p.runs, k)
+	}
 }
 
 func (c *computeWindow) proc(pid uint32) *computeProc {
@@ -76,12 +116,20 @@ func (w *Window) Activity(a *correlate.Activity) {
 	default:
 		return
 	}
+	if a.Op == event.OpLaunch && a.KV {
+		return // a load moved by SMs: not compute
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	c := &w.compute
 	c.end = max(c.end, a.CallNs, a.ReturnNs)
+	if a.Op == event.OpLaunch {
+		c.launch(a)
+		return
+	}
+	p := c.proc(a.PID)
+	p.closeRuns()
 	if c.room() {
-		p := c.proc(a.PID)
 		p.acts = append(p.acts, *a)
 	}
 }
@@ -98,8 +146,9 @@ func (w *Window) SetKernelsProbed(on bool) {
 func (w *Window) Compute(pid uint32) correlate.ComputeReport {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	in := correlate.ComputeInput{PID: pid, KernelsProbed: w.kernels, End: w.compute.end}
+	in := correlate.ComputeInput{PID: pid, KernelsProbed: w.kernels, End: w.compute.end, Dropped: w.compute.dropped}
 	if p := w.compute.procs[pid]; p != nil {
+		p.closeRuns()
 		in.Copies, in.Acts = p.copies, p.acts
 	}
 	return correlate.ComputeOverlap(in)

@@ -81,3 +81,34 @@ func TestComputeCheck(t *testing.T) {
 		t.Errorf("empty: %s %q", chk.Status, chk.Detail)
 	}
 }
+
+// A thread's launches on a stream with no wait or record of its process
+// between them are kept as one run: 1500 launches around one
+// synchronisation are two items, counted as 1500, and a KV-transfer
+// kernel's launch is no compute.
+func TestComputeLaunchRuns(t *testing.T) {
+	w := NewWindow()
+	w.SetKernelsProbed(true)
+	launch := func(at uint64) {
+		w.Activity(&correlate.Activity{PID: 9, TID: 9, Op: event.OpLaunch, Stream: 0x20, CallNs: at, ReturnNs: at + 1})
+	}
+	for i := uint64(0); i < 1000; i++ {
+		launch(10 + 2*i)
+	}
+	w.Activity(&correlate.Activity{PID: 9, TID: 9, Op: event.OpStreamSync, Stream: 0x20, CallNs: 3000, ReturnNs: 3100})
+	for i := uint64(0); i < 500; i++ {
+		launch(4000 + 2*i)
+	}
+	w.Activity(&correlate.Activity{PID: 9, TID: 9, Op: event.OpLaunch, KV: true, Stream: 0x10, CallNs: 5000, ReturnNs: 5001})
+	r := w.Compute(9)
+	if r.Launches != 1500 || len(w.compute.procs[9].acts) != 3 || w.compute.kept != 3 {
+		t.Fatalf("launches %d, kept %d items: %+v", r.Launches, w.compute.kept, w.compute.procs[9].acts)
+	}
+	first := w.compute.procs[9].acts[0]
+	if first.CallNs != 10 || first.ReturnNs != 2009 || first.Launches != 1000 {
+		t.Errorf("first run %+v", first)
+	}
+	if r2 := w.Compute(9); r2.Launches != 1500 {
+		t.Errorf("judged again: %d launches", r2.Launches)
+	}
+}

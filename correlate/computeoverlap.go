@@ -40,6 +40,11 @@ type Activity struct {
 	// KV: a launch of a KV-transfer kernel (a load moved by SMs, not
 	// compute).
 	KV bool
+	// Launches > 1: a run of launches of one thread on one stream with no
+	// wait or record of its process between them, merged (checks.Window):
+	// CallNs the first's entry, ReturnNs the last's return. Its bound is
+	// the last launch's, which is never earlier than the others'.
+	Launches int
 }
 
 // ActivitySink receives the engine's activities, on its goroutine; the
@@ -108,6 +113,10 @@ type ComputeInput struct {
 	// compute overlap is unknown, never "none".
 	KernelsProbed bool
 	End           uint64 // the window's last timestamp: the bound of a kernel whose end nothing proved
+	// Dropped counts copies and activities the window did not keep (its
+	// cap): with some missing, neither rule is judged — a missing launch
+	// would lower the bound, a missing record the layers.
+	Dropped uint64
 }
 
 // LoadStream is one stream's H2D copies in a window and how much of their
@@ -180,8 +189,12 @@ func ComputeOverlap(in ComputeInput) ComputeReport {
 			records[a.Stream]++
 		}
 	}
-	r.Launches = len(launches)
+	for _, l := range launches {
+		r.Launches += max(l.Launches, 1)
+	}
 	switch {
+	case in.Dropped > 0:
+		r.Unknown = fmt.Sprintf("%d copies, launches or waits past the window's cap were not kept: compute overlap not judged", in.Dropped)
 	case !in.KernelsProbed:
 		r.Unknown = "kernel launches are not probed (agent run --kernels): compute overlap unknown"
 	case len(launches) == 0:
@@ -201,7 +214,9 @@ func ComputeOverlap(in ComputeInput) ComputeReport {
 		}
 	}
 	r.Waits = hostWaits(in.Copies, waits, loading(in.Copies))
-	r.Findings = append(r.Findings, hostSyncInLoop(in, r.Streams, waits, launches, serialWaits)...)
+	if in.Dropped == 0 {
+		r.Findings = append(r.Findings, hostSyncInLoop(in, r.Streams, waits, launches, serialWaits)...)
+	}
 	return r
 }
 

@@ -132,6 +132,13 @@ func TestComputeOverlapUnknownWithoutLaunches(t *testing.T) {
 	if got := rules(ComputeOverlap(func() ComputeInput { in := hicacheWindow("item"); in.KernelsProbed = false; return in }())); got != "host-sync-in-loop" {
 		t.Errorf("item without launches: %q", got)
 	}
+	for _, shape := range []string{"sync", "item"} {
+		in := hicacheWindow(shape)
+		in.Dropped = 3
+		if r := ComputeOverlap(in); !strings.Contains(r.Unknown, "3 copies, launches or waits past the window's cap") || len(r.Findings) != 0 {
+			t.Errorf("%s with drops: %q %q", shape, r.Unknown, rules(r))
+		}
+	}
 	in := hicacheWindow("sync")
 	var acts []Activity
 	for _, a := range in.Acts {
