@@ -18,8 +18,9 @@
  *                       stream it waits for the layer's kernel): the loads still run
  *                       beside compute (host-sync-in-loop, not serialized-load).
  *
- * The truth has each copy's and each kernel's engine interval; the end line gives the
- * time the loads and the kernels really ran together (overlap_ns).
+ * Each ends the step with cudaDeviceSynchronize (torch.cuda.synchronize()). The truth
+ * has each copy's and each kernel's engine interval; the end line gives the time the
+ * loads and the kernels really ran together (overlap_ns).
  */
 #include "calls.h"
 #include "kvpath.h"
@@ -156,7 +157,9 @@ static int co_run(const struct opts *o, struct result *res, enum co_shape shape)
 			TCALL(r, cudaMemcpy(&value, scalar, 4, cudaMemcpyDeviceToHost));
 		}
 	}
-	stream_sync(compute, NULL);
+	/* the step's end: torch.cuda.synchronize() */
+	struct truth_rec *r = truth_new("cudaDeviceSynchronize", "ctx_sync");
+	TCALL(r, cudaDeviceSynchronize());
 	stream_sync(load, NULL);
 	int bad = memcmp(dev, pool, total) != 0;
 	uint64_t overlap = co_overlap_ns();
