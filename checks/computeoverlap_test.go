@@ -112,3 +112,14 @@ func TestComputeLaunchRuns(t *testing.T) {
 		t.Errorf("judged again: %d launches", r2.Launches)
 	}
 }
+
+// A window's cost per compute launch (a run extended: no allocation).
+func BenchmarkWindowLaunch(b *testing.B) {
+	w := NewWindow()
+	a := correlate.Activity{PID: 9, TID: 9, Op: event.OpLaunch, Stream: 0x20, GPU: "0000:3b:00.0"}
+	b.ReportAllocs()
+	for i := range b.N {
+		a.CallNs, a.ReturnNs = uint64(i)*10, uint64(i)*10+1
+		w.Activity(&a)
+	}
+}

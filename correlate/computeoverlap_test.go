@@ -233,3 +233,34 @@ func TestEngineActivities(t *testing.T) {
 		t.Errorf("API %q", got[5].API)
 	}
 }
+
+type discardActivities struct{}
+
+func (discardActivities) Activity(*Activity) {}
+
+// The engine's cost of reporting activities: launches and a stream
+// synchronisation, with and without an Activity sink (`make bench`).
+func BenchmarkEngineActivities(b *testing.B) {
+	for _, c := range []struct {
+		name string
+		sink ActivitySink
+	}{{"none", nil}, {"sink", discardActivities{}}} {
+		b.Run(c.name, func(b *testing.B) {
+			e := NewEngine(Config{Activity: c.sink})
+			e.ObservedFromStart(testPID)
+			launch := mk(b, "cuLaunchKernel", 1, 0, 0)
+			launch.Stream, launch.Handle = 0x20, 0xf00
+			sync := syncCall(b, "cuStreamSynchronize", 1, 0, 0, 0x20, 0)
+			b.ReportAllocs()
+			for i := range b.N {
+				t := uint64(i) * 10
+				launch.Time, launch.ReturnTime = t+1, t+2
+				e.Handle(launch)
+				if i%64 == 63 {
+					sync.Time, sync.ReturnTime = t+3, t+4
+					e.Handle(sync)
+				}
+			}
+		})
+	}
+}
