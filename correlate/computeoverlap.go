@@ -204,8 +204,9 @@ func ComputeOverlap(in ComputeInput) ComputeReport {
 	r.Streams = loadStreams(in.Copies, kernels, records)
 	serialWaits := map[*Activity]bool{}
 	if r.Unknown == "" {
+		after := launchesAfter(launches)
 		for _, s := range r.Streams {
-			if f, used := serializedLoad(in.PID, s, waits, launches); f != nil {
+			if f, used := serializedLoad(in.PID, s, waits, after); f != nil {
 				r.Findings = append(r.Findings, *f)
 				for _, w := range used {
 					serialWaits[w] = true
@@ -387,7 +388,7 @@ func waitsOn(w *Activity, gpu string, stream uint64) bool {
 // serializedLoad judges one load stream: its copies (almost) never could
 // overlap compute, and the host waited on it before launching compute on
 // another stream, layer after layer. used are those waits.
-func serializedLoad(pid uint32, s LoadStream, waits, launches []*Activity) (*Finding, []*Activity) {
+func serializedLoad(pid uint32, s LoadStream, waits []*Activity, after computeAfter) (*Finding, []*Activity) {
 	ratio := s.Ratio()
 	if ratio < 0 || ratio > serialOverlapMax || s.Layers < minLoopLayers {
 		return nil, nil
@@ -396,7 +397,7 @@ func serializedLoad(pid uint32, s LoadStream, waits, launches []*Activity) (*Fin
 	apis := map[string]int{}
 	var waited uint64
 	for _, w := range waits {
-		if !waitsOn(w, s.GPU, s.Stream) || !computeAfter(w, s, launches) {
+		if !waitsOn(w, s.GPU, s.Stream) || !after(w, s) {
 			continue
 		}
 		used = append(used, w)
@@ -420,15 +421,33 @@ func serializedLoad(pid uint32, s LoadStream, waits, launches []*Activity) (*Fin
 }
 
 // computeAfter reports whether the waiting thread launched compute on
-// another stream of the GPU after the wait returned (before the next
-// wait on the load stream, if any: the layer's compute).
-func computeAfter(w *Activity, s LoadStream, launches []*Activity) bool {
-	for _, l := range launches {
-		if l.TID == w.TID && l.GPU == s.GPU && l.Stream != s.Stream && l.CallNs >= w.ReturnNs {
-			return true
-		}
+// another stream of the load stream's GPU after the wait returned.
+type computeAfter func(w *Activity, s LoadStream) bool
+
+// launchesAfter indexes the launches by thread and GPU, in time order.
+func launchesAfter(launches []*Activity) computeAfter {
+	type key struct {
+		tid uint32
+		gpu string
 	}
-	return false
+	by := map[key][]*Activity{}
+	for _, l := range launches {
+		k := key{l.TID, l.GPU}
+		by[k] = append(by[k], l)
+	}
+	for _, ls := range by {
+		slices.SortFunc(ls, func(a, b *Activity) int { return cmp.Compare(a.CallNs, b.CallNs) })
+	}
+	return func(w *Activity, s LoadStream) bool {
+		ls := by[key{w.TID, s.GPU}]
+		i, _ := slices.BinarySearchFunc(ls, w.ReturnNs, func(l *Activity, t uint64) int { return cmp.Compare(l.CallNs, t) })
+		for _, l := range ls[i:] {
+			if l.Stream != s.Stream {
+				return true
+			}
+		}
+		return false
+	}
 }
 
 // loading is when the window's H2D copies were in flight.
