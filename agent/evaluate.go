@@ -54,6 +54,8 @@ type Verdict struct {
 	// InFlight is every flow's operations in flight over the window, per
 	// flow and per GPU lane (lanewatch_inflight_*).
 	InFlight checks.InFlightReport
+	// Compute is each process's compute overlap (computeoverlap.go).
+	Compute []correlate.ComputeReport
 }
 
 // PeerRate is the rate of the peer copies from one GPU to another over a
@@ -96,6 +98,9 @@ type EvaluatorConfig struct {
 	// Now is CLOCK_MONOTONIC in ns, the probes' clock (probes.Now when nil),
 	// to stamp the counter samples on the transfers' time line.
 	Now func() uint64
+	// Kernels: kernel launches are probed (Config.Kernels); without them
+	// compute overlap is unknown and its rules SKIP.
+	Kernels bool
 }
 
 // Evaluator judges the transfers of each interval with the checks diagnose
@@ -148,7 +153,9 @@ func NewEvaluator(cfg EvaluatorConfig) *Evaluator {
 	if cfg.Now == nil {
 		cfg.Now = probes.Now
 	}
-	return &Evaluator{cfg: cfg, cur: checks.NewWindow(), start: time.Now()}
+	w := checks.NewWindow()
+	w.SetKernelsProbed(cfg.Kernels)
+	return &Evaluator{cfg: cfg, cur: w, start: time.Now()}
 }
 
 // Transfer adds a transfer to the current window. It implements correlate.Sink.
@@ -346,6 +353,7 @@ func (e *Evaluator) Evaluate(now time.Time) Verdict {
 		}
 		return v.Lanes[i].Direction < v.Lanes[j].Direction
 	})
+	judgeCompute(&v, win)
 	if e.cfg.Congestion != nil { // rdma-congestion: the window's counters against its completions
 		e.cfg.Congestion.Sample()
 		c := e.cfg.Congestion.Judge(win.RDMAs())

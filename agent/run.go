@@ -137,6 +137,9 @@ func Run(ctx context.Context, cfg RunConfig) (err error) {
 	}
 
 	cfg.Trace.Sink = tr.tee(mx.tee(jsonl))
+	if mx.eval != nil {
+		cfg.Trace.Activity = mx.eval // compute overlap (computeoverlap.go)
+	}
 	cfg.Trace.OnReady = cfg.OnReady
 	ag, err := New(cfg.Trace)
 	if err != nil {
@@ -274,7 +277,8 @@ func listenMetrics(cfg RunConfig, place func(uint32) checks.Placement, extra map
 		}
 	}
 	m.eval = NewEvaluator(EvaluatorConfig{Interval: mc.EvaluateInterval, Place: place, Publish: m.publish, GPU: gpu, Congestion: cong,
-		GPUNode: gpuNode, LinkCapacity: LaneCapacity(capacityHost(procRoot, cfg.SysRoot, log), m.links), GPUPath: peerPath})
+		GPUNode: gpuNode, LinkCapacity: LaneCapacity(capacityHost(procRoot, cfg.SysRoot, log), m.links), GPUPath: peerPath,
+		Kernels: cfg.Trace.Kernels})
 	scrapers := map[string]exporters.Collector{
 		"rdma_ports": collectors.NewInfiniBandMetrics(cfg.SysRoot),
 		"host":       collectors.NewHostMetrics(cfg.Trace.ProcRoot, cfg.SysRoot),
@@ -395,6 +399,7 @@ func (m *metrics) publish(v Verdict) {
 	}
 	w.InFlightLanes, w.InFlightQPs = inflightSeries(v.InFlight, v.Window)
 	m.exp.SetWindow(w)
+	m.exp.SetCompute(computeMetrics(v))
 	if m.onVerdict != nil {
 		m.onVerdict(v)
 	}

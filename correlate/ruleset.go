@@ -63,7 +63,15 @@ var Rules = []Rule{
 			"switch buffer and egress congestion toward this port, and whether PD traffic and other tenants share the priority"},
 	{Name: "too-little-in-flight", Severities: []Severity{SevWarn}, Checklist: checkInFlight, Where: InWindow | InDiagnose,
 		Remediation: "keep more in flight: queue more copies before synchronising (one sync or event per layer), or more work requests outstanding per queue pair; in flight must cover the path's bandwidth × turnaround"},
+	// compute overlap (computeoverlap.go)
+	{Name: "serialized-load", Severities: []Severity{SevWarn}, Checklist: checkComputeOverlap, Where: InWindow | InDiagnose,
+		Remediation: "wait on the GPU, not the host: record an event on the load stream after each layer and make the compute stream wait for it (cudaStreamWaitEvent); never synchronize the load stream inside the layer loop"},
+	{Name: "host-sync-in-loop", Severities: []Severity{SevWarn}, Checklist: checkComputeOverlap, Where: InWindow | InDiagnose,
+		Remediation: "take the synchronize or the .item() out of the per-layer loop: read scalars once per step, keep them on the GPU, or copy them asynchronously into pinned memory and wait on an event later"},
 }
+
+// checkComputeOverlap is seed 000's L2→L1 item 3.
+const checkComputeOverlap = "L2→L1: do H2D and compute really overlap on different streams; look for an accidental synchronize or .item()"
 
 // RuleNamed returns the registry entry of a rule.
 func RuleNamed(name string) (Rule, bool) {

@@ -40,6 +40,11 @@ type Config struct {
 	// zero value: DCGM, else NVML): their link states read under load are
 	// what link-degraded judges GPUs by.
 	GPU agent.GPUConfig
+	// Kernels probes kernel launches during the window: compute overlap
+	// (checklist item 3) needs them, and each launch of a traced process
+	// costs one entry+return pair while the window lasts. false: item 3's
+	// overlap is unknown and SKIPs.
+	Kernels bool
 }
 
 // Run runs the checklist. An error means diagnose itself could not run.
@@ -91,6 +96,7 @@ func Run(ctx context.Context, cfg Config) (*checks.Report, error) {
 		r.Add(checks.Skipped(checks.HostScope, checks.CheckOverlap, "needs a live window (--sample): flows are judged by when they were in flight"))
 		r.Add(checks.Skipped(checks.HostScope, checks.CheckStorage, "throughput is measured over a live window (--sample)"))
 		r.Add(checks.Skipped(checks.HostScope, checks.CheckInFlight, "needs a live window (--sample): operations in flight are measured over time"))
+		r.Add(checks.Skipped(checks.HostScope, checks.CheckComputeOverlap, "needs a live window (--sample): copies, launches and host waits are judged by when they ran"))
 	}
 	r.Add(checks.GDSCheck(cfg.ProcRoot, cfg.SysRoot, probes.MappedFiles))
 	for _, pid := range targets(cfg, win) {
@@ -102,6 +108,9 @@ func Run(ctx context.Context, cfg Config) (*checks.Report, error) {
 		cs := host.ProcessChecks(pid, pools, transfers)
 		for _, c := range cs {
 			r.Add(c)
+		}
+		if win != nil && len(cs) > 0 && cs[0].Name != "process" { // seed 000 item 3 (computeoverlap.go in checks)
+			r.Add(checks.ComputeCheck(cs[0].Scope, win.transfers.Compute(uint32(pid))))
 		}
 		// The process-wide picture from numa_maps, for the person reading
 		// the report: INFO, no finding, so agent run's periodic checks
@@ -205,6 +214,7 @@ const poolQueue = 1024
 // never blocks. Environments are read through env (the host's).
 func sample(ctx context.Context, cfg Config, env *collectors.EnvCache) (*window, error) {
 	w := &window{length: cfg.Sample, transfers: checks.NewWindow(), pools: map[int][]checks.Pool{}, pinned: map[uint32]uint64{}}
+	w.transfers.SetKernelsProbed(cfg.Kernels)
 	type pool struct {
 		pid         int
 		start, size uint64
@@ -246,6 +256,7 @@ func sample(ctx context.Context, cfg Config, env *collectors.EnvCache) (*window,
 	}
 	ready := make(chan struct{})
 	ag, err := agent.New(agent.Config{ProcRoot: cfg.ProcRoot, PIDs: cfg.PIDs, Libs: cfg.Libs, Sink: w.transfers, Logger: cfg.Logger,
+		Activity: w.transfers, Kernels: cfg.Kernels,
 		OnCall: onCall, OnReady: func() { close(ready) },
 		// each copy's GPU (docs/design.md, "Which GPU"), from sysfs
 		Devices: agent.HostDeviceMap(env, cfg.SysRoot, nil, cfg.Logger)})

@@ -210,6 +210,10 @@ const (
 	OpLaunch         // a kernel launched on Stream: Handle the function (driver) or host stub (runtime), Grid, Block
 	OpKernelName     // a handle named: Handle (out) the new CUfunction or CUkernel, Ptr its module or library; the name came in KindName pieces
 	OpKernelFunction // a CUkernel's CUfunction in the current context: Handle (out) the function, Ptr the kernel
+
+	// OpCtxSync: the host waits for every stream of the thread's current
+	// context (cuCtxSynchronize, cudaDeviceSynchronize).
+	OpCtxSync
 )
 
 var opNames = [...]string{
@@ -226,6 +230,7 @@ var opNames = [...]string{
 	OpMemCreate: "mem_create", OpMemRelease: "mem_release", OpAddressReserve: "address_reserve",
 	OpAddressFree: "address_free", OpMemMap: "mem_map", OpMemUnmap: "mem_unmap", OpDmabufExport: "dmabuf_export",
 	OpLaunch: "launch", OpKernelName: "kernel_name", OpKernelFunction: "kernel_function",
+	OpCtxSync: "ctx_sync",
 }
 
 // String is the op's name as records carry it ("copy", "post_send").
@@ -247,7 +252,7 @@ func (o Op) IsCopy() bool { return o >= OpCopy && o <= OpCopyBatch }
 // IsCUDA reports whether the op is a CUDA runtime or driver call the engine
 // correlates (copies, memory, ordering, initialisation).
 func (o Op) IsCUDA() bool {
-	return o >= OpCopy && o <= OpInit || o.IsContext() || o.IsMemory() || o.IsKernel()
+	return o >= OpCopy && o <= OpInit || o.IsContext() || o.IsMemory() || o.IsKernel() || o == OpCtxSync
 }
 
 // IsKernel reports whether the op launches or names a kernel.

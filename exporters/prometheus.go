@@ -45,6 +45,8 @@ type Metrics struct {
 	// severity had a finding: a window shorter than the scrape interval
 	// is seen by increase() even when no scrape caught its gauge.
 	fired map[findingKey]uint64
+
+	compute computeMetrics // compute.go
 }
 
 type findingKey struct{ rule, sev string }
@@ -393,7 +395,8 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descTransfers, descTransferBytes, descTransferSize, descFailed, descSMTransfers, descLaunches, descWRs, descWRLatency,
 		descFindings, descFindingWindows, descLaneDemand, descLaneCapacity, descLaneMeasured, descLaneUnattributed, descLaneSM, descPeerCopy, descGPUCounters,
 		descEvalDuration, descEvalTime, descInflightBytes, descInflightOps, descQPInflightBytes, descQPInflightOps,
-		descEvents, descDrops, descAttached, descAttachFailures, descUnprobed, descProbedLibraries, descLibraryDetaches, descCallerUnclassified, descPending, descPageLookups} {
+		descEvents, descDrops, descAttached, descAttachFailures, descUnprobed, descProbedLibraries, descLibraryDetaches, descCallerUnclassified, descPending, descPageLookups,
+		descComputeOverlap, descHostWait, descHostWaits} {
 		ch <- d
 	}
 }
@@ -402,6 +405,7 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	m.collectCounts(ch)
 	m.collectWindow(ch)
+	m.collectCompute(ch)
 	if m.health != nil {
 		collectHealth(ch, m.health())
 	}

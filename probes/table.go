@@ -431,5 +431,10 @@ func buildTable() []Probe {
 	// cudaLaunchKernelExC(const cudaLaunchConfig_t *config, const void *func, void **args)
 	rex := dims(rt("cudaLaunchKernelExC", event.OpLaunch, ProgLaunchEx, 0, launchArgs(1, int(lanewatchLwLaunchArgLW_LAUNCH_STREAM)), 2), DimsConfig)
 	add(withForms(rex, "_ptsz")...)
+
+	// Host waits for a whole context (docs/design.md, "Compute overlap"):
+	// cudaDeviceSynchronize calls cuCtxSynchronize; both take no argument.
+	add(driver("cuCtxSynchronize", "cudaDeviceSynchronize", event.OpCtxSync, 0, syncArgs(noArg, noArg, noArg), 0))
+	add(rt("cudaDeviceSynchronize", event.OpCtxSync, ProgEntryReturn, 0, syncArgs(noArg, noArg, noArg), 0))
 	return t
 }

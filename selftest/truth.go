@@ -31,6 +31,8 @@ type TruthCall struct {
 	TCallNs       uint64 `json:"t_call_ns"`     // CLOCK_MONOTONIC ns before the call
 	TReturnNs     uint64 `json:"t_return_ns"`   // ... and after it returned
 	EngineEndNs   uint64 `json:"engine_end_ns"` // when the copy engine finished the copy
+	// EngineStartNs is when the engine began the copy or the kernel.
+	EngineStartNs uint64 `json:"engine_start_ns"`
 	// GPU is the PCI address of the GPU whose link a copy crossed, where the
 	// scenario states it (tp-workers): the agent must report exactly it.
 	GPU string `json:"gpu"`

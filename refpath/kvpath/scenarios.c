@@ -1057,5 +1057,8 @@ const struct scenario scenarios[] = {
 	{"inflight-queued", sc_inflight_queued, 8, 512 * KiB, 1}, /* the same, one sync per layer */
 	{"callbench", sc_callbench, 1, 64, 0},
 	{"launchbench", sc_launchbench, 1, 64, 0},
+	{"layer-compute", sc_layer_compute, 8, 4 * MiB, 1},           /* 8 x 4 MiB H2D up front, 8 kernels of 1 ms */
+	{"layer-compute-sync", sc_layer_compute_sync, 8, 4 * MiB, 1}, /* ... the load stream synchronized per layer */
+	{"layer-compute-item", sc_layer_compute_item, 8, 4 * MiB, 1}, /* ... a 4-byte cudaMemcpy D2H per layer */
 	{NULL, NULL, 0, 0, 0},
 };
