@@ -61,6 +61,12 @@ var Rules = []Rule{
 	{Name: "rdma-congestion", Severities: []Severity{SevWarn, SevFail}, Checklist: checkCongestion, Where: InWindow | InDiagnose,
 		Remediation: "check the fabric, not the host: ECN/PFC configuration (the RoCE priority must be lossless and match DCQCN's), " +
 			"switch buffer and egress congestion toward this port, and whether PD traffic and other tenants share the priority"},
+	{Name: "cross-qp-notify", Severities: []Severity{SevFail}, Checklist: checkNotifyOrder, Where: InWindow | InDiagnose,
+		Remediation: "announce data on the QP that carried it (RDMA_WRITE_WITH_IMM for the last WRITE, or a SEND after the WRITEs on the same QP), " +
+			"or post the notification only after polling the WRITEs' successful completions"},
+	{Name: "mr-dereg-in-flight", Severities: []Severity{SevFail}, Checklist: checkDeregOrder, Where: InWindow | InDiagnose,
+		Remediation: "deregister (and free or reuse) a region only after every request using it completed: poll their completions " +
+			"(a signaled request covers the unsignaled ones before it on its QP), or reference-count the buffer"},
 }
 
 // RuleNamed returns the registry entry of a rule.

@@ -151,6 +151,14 @@ type RDMA struct {
 	// Dmabuf: the region registered is a dma-buf fd's memory
 	// (ibv_reg_dmabuf_mr: Call.Handle the fd, Call.Offset where in it).
 	Dmabuf bool
+	// Where a QP connects (OpQPModify, struct ibv_qp_attr): AttrMask says
+	// which of DestQPNum and the address vector (DGID when IsGlobal, DLID)
+	// the call set.
+	AttrMask  uint32
+	DestQPNum uint32
+	DGID      [16]byte
+	DLID      uint16
+	IsGlobal  bool
 }
 
 // Op is what a probed call does, independent of which API spelled it.
@@ -210,6 +218,10 @@ const (
 	OpLaunch         // a kernel launched on Stream: Handle the function (driver) or host stub (runtime), Grid, Block
 	OpKernelName     // a handle named: Handle (out) the new CUfunction or CUkernel, Ptr its module or library; the name came in KindName pieces
 	OpKernelFunction // a CUkernel's CUfunction in the current context: Handle (out) the function, Ptr the kernel
+
+	// OpQPModify: ibv_modify_qp, where a QP learns its peer (RDMA.AttrMask,
+	// DestQPNum, DGID, DLID, IsGlobal); Ret its result.
+	OpQPModify
 )
 
 var opNames = [...]string{
@@ -226,6 +238,7 @@ var opNames = [...]string{
 	OpMemCreate: "mem_create", OpMemRelease: "mem_release", OpAddressReserve: "address_reserve",
 	OpAddressFree: "address_free", OpMemMap: "mem_map", OpMemUnmap: "mem_unmap", OpDmabufExport: "dmabuf_export",
 	OpLaunch: "launch", OpKernelName: "kernel_name", OpKernelFunction: "kernel_function",
+	OpQPModify: "qp_modify",
 }
 
 // String is the op's name as records carry it ("copy", "post_send").
