@@ -51,6 +51,8 @@ type Window struct {
 	// peers are the peer copies' bytes per {source GPU, destination GPU}:
 	// which path they took is the topology's to say (PeerBytes).
 	peers map[[2]string]uint64
+	// orders are the RDMA ordering facts per process (ordering.go).
+	orders map[uint32]*orderTally
 }
 
 // maxRDMAKept bounds the work requests a window keeps for latency.
@@ -186,6 +188,7 @@ func (w *Window) Transfer(t *correlate.Transfer) {
 // into a peer's GPU memory is inbound there; read into or received by this
 // process's GPU memory is inbound here; written or sent from it, outbound.
 func (w *Window) rdma(t *correlate.Transfer) {
+	w.order(t)
 	if t.CompleteNs == 0 || t.Status == "success" { // a failed request moved an unknown part of its bytes
 		w.linkRDMA(t)
 	}
@@ -243,8 +246,10 @@ func (w *Window) RDMAs() []correlate.Transfer {
 func (w *Window) Rotate() *Window {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	old := &Window{procs: w.procs, rdmas: w.rdmas, links: w.links, linkSpans: w.linkSpans, counters: w.counters, sm: w.sm, peers: w.peers}
+	old := &Window{procs: w.procs, rdmas: w.rdmas, links: w.links, linkSpans: w.linkSpans, counters: w.counters, sm: w.sm, peers: w.peers,
+		orders: w.orders}
 	w.procs, w.rdmas, w.links, w.linkSpans, w.counters, w.sm, w.peers = map[uint32]*procWindow{}, nil, nil, 0, nil, nil, nil
+	w.orders = nil
 	return old
 }
 

@@ -229,8 +229,9 @@ type NotifyHazard struct {
 
 // CrossQPNotify reports a process's notifications posted on one QP while
 // WRITEs to the same peer were outstanding on another (seed 002 §5.3): the
-// receiver may consume stale or partial data.
-func CrossQPNotify(pid uint32, notifies int, hazards []NotifyHazard) *Finding {
+// receiver may consume stale or partial data. ahead counts them all,
+// hazards are the ones kept for evidence.
+func CrossQPNotify(pid uint32, ahead, notifies int, hazards []NotifyHazard) *Finding {
 	if len(hazards) == 0 {
 		return nil
 	}
@@ -246,7 +247,7 @@ func CrossQPNotify(pid uint32, notifies int, hazards []NotifyHazard) *Finding {
 	}
 	return newFinding("cross-qp-notify", SevFail, fmt.Sprintf("pid %d", pid),
 		fmt.Sprintf("%d of %d notifications were posted on another QP than the RDMA WRITEs they follow, before those completed: "+
-			"QPs are not ordered with each other, so the receiver may read stale or partial data", len(hazards), notifies),
+			"QPs are not ordered with each other, so the receiver may read stale or partial data", ahead, notifies),
 		ev, "")
 }
 

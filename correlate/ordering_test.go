@@ -157,7 +157,7 @@ func TestCrossQPNotify(t *testing.T) {
 				if a.Peer == "" || len(a.DataQPs) != 1 || a.DataQPs[0] != data || a.Writes < 1 || a.OldestNs == 0 {
 					t.Errorf("evidence %+v", a)
 				}
-				f := CrossQPNotify(orderPID, 1, []NotifyHazard{{QP: ctrl, WRID: 100, Opcode: "SEND", PostedNs: n.SubmitNs, Ahead: *a}})
+				f := CrossQPNotify(orderPID, 1, 1, []NotifyHazard{{QP: ctrl, WRID: 100, Opcode: "SEND", PostedNs: n.SubmitNs, Ahead: *a}})
 				if f == nil || f.Rule != "cross-qp-notify" || f.Severity != SevFail || !strings.Contains(f.Evidence[0], "QP 5") {
 					t.Errorf("finding %+v", f)
 				}

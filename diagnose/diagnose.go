@@ -124,6 +124,9 @@ func targets(cfg Config, win *window) []int {
 		for _, pid := range win.transfers.PIDs() {
 			set[int(pid)] = true
 		}
+		for _, pid := range win.transfers.OrderingPIDs() {
+			set[int(pid)] = true
+		}
 	}
 	return slices.Sorted(maps.Keys(set))
 }
