@@ -157,7 +157,8 @@ func (r *rdmaTracker) checkNotify(pid, qp uint32, t *Transfer) {
 		slices.Sort(ahead.DataQPs)
 		ahead.Peer = peer
 		r.stats.NotifiesAhead++
-		orderOf(t).NotifyAhead = &ahead
+		a := ahead // on the heap only when it fired
+		orderOf(t).NotifyAhead = &a
 	case unknown:
 		r.stats.NotifyPeerUnknown++
 		orderOf(t).PeerUnknown = true
