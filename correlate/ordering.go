@@ -185,6 +185,9 @@ func (r *rdmaTracker) checkDereg(c *event.Call, mr *memRegion) {
 			if w.nsge == 0 || (w.lkey != mr.lkey && (w.local < mr.addr || w.local-mr.addr >= mr.length)) {
 				continue
 			}
+			if w.t.Order != nil && w.t.Order.Dereg != nil {
+				continue // under an earlier deregistration already: reported with it
+			}
 			d.Outstanding++
 			if !slices.Contains(d.QPs, k.qp) {
 				d.QPs = append(d.QPs, k.qp)

@@ -217,3 +217,75 @@ func TestMRDeregInFlight(t *testing.T) {
 		})
 	}
 }
+
+// FuzzRDMAOrdering feeds arbitrary verbs sequences (two processes, three
+// QPs, two peers, one region, small wr_id alphabets) and checks the
+// tracker's promises: every request is emitted exactly once, a notice's
+// facts only on notices, a deregistration's count equal to the requests
+// that carry it.
+func FuzzRDMAOrdering(f *testing.F) {
+	f.Add([]byte{0, 1, 2, 3, 16, 17, 18, 19, 32, 33, 34, 35, 48, 49, 50, 51})
+	f.Add([]byte("\x00\x05\x10\x15\x20\x25\x30\x35\x40\x45\x50\x55\x60\x65\x70\x75"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		emitted := map[[3]uint64]int{}
+		deregs := map[*MRDereg]int{}
+		posted := 0
+		e := NewEngine(Config{Sink: SinkFunc(func(tr *Transfer) {
+			emitted[[3]uint64{uint64(tr.PID), uint64(tr.QPNum), tr.WRID}]++
+			if tr.Order == nil {
+				return
+			}
+			if tr.Order.NotifyAhead != nil && (tr.Op != "post_send" || (tr.Direction != DirSend && tr.Direction != DirWriteImm)) {
+				t.Fatalf("notice facts on %+v", tr)
+			}
+			if d := tr.Order.Dereg; d != nil {
+				deregs[d]++
+			}
+		})})
+		ts, id := uint64(0), uint64(0)
+		for len(data) >= 2 {
+			a, b := data[0], data[1]
+			data = data[2:]
+			ts += 10
+			pid, qp := uint32(1+a>>7), uint32(5+a>>5&3)
+			switch a & 7 {
+			case 0:
+				e.Handle(call(t, "ibv_reg_mr_iova2", event.Call{Kind: event.KindCall, PID: pid, Time: ts, ReturnTime: ts + 1,
+					Ptr: 0x1000_0000, Size: 1 << 20, RDMA: event.RDMA{MR: 0xa1, LKey: 11, RKey: 12}}))
+			case 1:
+				e.Handle(call(t, "ibv_dereg_mr", event.Call{Kind: event.KindCall, PID: pid, Time: ts, Ptr: 0xa1, RDMA: event.RDMA{MR: 0xa1}}))
+			case 2:
+				e.Handle(call(t, "ibv_modify_qp", event.Call{Kind: event.KindCall, PID: pid, Time: ts, ReturnTime: ts + 1, Ret: uint64(b >> 7),
+					RDMA: event.RDMA{QPNum: qp, AttrMask: uint32(b&1) * ibvQPAV, IsGlobal: b&2 != 0, DGID: [16]byte{15: b >> 2 & 1}, DLID: uint16(b >> 3 & 1)}}))
+			case 3, 4, 5:
+				id++
+				posted++
+				e.Handle(call(t, "provider:post_send", event.Call{Kind: event.KindWR, PID: pid, Time: ts, Bytes: 64,
+					RDMA: event.RDMA{QPNum: qp, WRID: id, Opcode: uint32(b & 3), SendFlags: uint32(b>>2&1) * ibvSendSignaled,
+						Local: 0x1000_0000 + uint64(b>>3)<<16, LKey: 11 + uint32(b>>6&1), NumSGE: uint32(b >> 7)}}))
+			case 6:
+				e.Handle(call(t, "provider:poll_cq", event.Call{Kind: event.KindWC, PID: pid, Time: ts, ReturnTime: ts + 1,
+					RDMA: event.RDMA{QPNum: qp, WRID: id - uint64(b&7), Status: uint32(b >> 6)}}))
+			case 7:
+				e.ProcessExit(pid)
+			}
+		}
+		e.ProcessExit(1)
+		e.ProcessExit(2)
+		n := 0
+		for k, c := range emitted {
+			if c != 1 {
+				t.Fatalf("request %v emitted %d times", k, c)
+			}
+			n++
+		}
+		if n != posted {
+			t.Fatalf("%d requests emitted of %d posted", n, posted)
+		}
+		for d, c := range deregs {
+			if d.Outstanding != c || c == 0 {
+				t.Fatalf("deregistration %+v carried by %d requests", d, c)
+			}
+		}
+	})
+}
