@@ -106,15 +106,25 @@ func (r *rdmaTracker) connect(c *event.Call) {
 	r.peers[k] = peer // "" unknown: a reconnect to no address forgets the old one
 }
 
-// sendQP notes a QP the process posted sends on, for checkNotify.
-func (r *rdmaTracker) sendQP(pid, qp uint32) {
-	s := r.sendQPs[pid]
-	if s == nil {
-		s = map[uint32]struct{}{}
-		r.sendQPs[pid] = s
+// writeQueued and writeGone count a process's plain RDMA WRITEs waiting
+// on each QP, so that a notice looks only at the QPs that have some.
+func (r *rdmaTracker) writeQueued(pid, qp uint32) {
+	w := r.writing[pid]
+	if w == nil {
+		w = map[uint32]int{}
+		r.writing[pid] = w
 	}
-	if len(s) < maxQueued {
-		s[qp] = struct{}{}
+	w[qp]++
+}
+
+func (r *rdmaTracker) writeGone(k queueKey, w *postedWR) {
+	if k.recv || w.opcode != opRDMAWrite {
+		return
+	}
+	if n := r.writing[k.pid][k.qp]; n > 1 {
+		r.writing[k.pid][k.qp] = n - 1
+	} else if n == 1 {
+		delete(r.writing[k.pid], k.qp)
 	}
 }
 
@@ -124,14 +134,11 @@ func (r *rdmaTracker) checkNotify(pid, qp uint32, t *Transfer) {
 	peer := r.peers[pidPtr{pid, uint64(qp)}]
 	var ahead NotifyAhead
 	unknown := false
-	for other := range r.sendQPs[pid] {
+	for other := range r.writing[pid] {
 		if other == qp {
 			continue // one QP executes in order: the notice follows its data
 		}
 		q := r.queues[queueKey{pid, other, false}]
-		if !slices.ContainsFunc(q, func(w postedWR) bool { return w.opcode == opRDMAWrite }) {
-			continue
-		}
 		otherPeer := r.peers[pidPtr{pid, uint64(other)}]
 		if peer == "" || otherPeer == "" {
 			unknown = true
@@ -219,7 +226,7 @@ func (r *rdmaTracker) forgetPeers(pid uint32) {
 			delete(r.peers, k)
 		}
 	}
-	delete(r.sendQPs, pid)
+	delete(r.writing, pid)
 }
 
 // NotifyHazard is one notification a window saw posted ahead of its data.

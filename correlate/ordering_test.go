@@ -269,6 +269,7 @@ func FuzzRDMAOrdering(f *testing.F) {
 			case 7:
 				e.ProcessExit(pid)
 			}
+			checkWriting(t, e.rdma)
 		}
 		e.ProcessExit(1)
 		e.ProcessExit(2)
@@ -288,4 +289,33 @@ func FuzzRDMAOrdering(f *testing.F) {
 			}
 		}
 	})
+}
+
+// checkWriting: the WRITE counts checkNotify reads are the queues' own.
+func checkWriting(t *testing.T, r *rdmaTracker) {
+	want := map[uint32]map[uint32]int{}
+	for k, q := range r.queues {
+		for _, w := range q {
+			if !k.recv && w.opcode == opRDMAWrite {
+				if want[k.pid] == nil {
+					want[k.pid] = map[uint32]int{}
+				}
+				want[k.pid][k.qp]++
+			}
+		}
+	}
+	for pid, m := range r.writing {
+		for qp, n := range m {
+			if want[pid][qp] != n {
+				t.Fatalf("pid %d QP %d: %d WRITEs counted, %d queued", pid, qp, n, want[pid][qp])
+			}
+		}
+	}
+	for pid, m := range want {
+		for qp, n := range m {
+			if r.writing[pid][qp] != n {
+				t.Fatalf("pid %d QP %d: %d WRITEs queued, %d counted", pid, qp, n, r.writing[pid][qp])
+			}
+		}
+	}
 }

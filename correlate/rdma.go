@@ -142,16 +142,16 @@ type rdmaTracker struct {
 	queues map[queueKey][]postedWR
 	lat    map[LatencyKey][]uint64
 	// peers: each QP's remote port (QPPeer), by pid and QP number;
-	// sendQPs: the QPs each process posted sends on (ordering.go).
+	// writing: each process's plain WRITEs queued per QP (ordering.go).
 	peers   map[pidPtr]string
-	sendQPs map[uint32]map[uint32]struct{}
+	writing map[uint32]map[uint32]int
 	stats   RDMAStats
 }
 
 func newRDMATracker() *rdmaTracker {
 	return &rdmaTracker{mrs: map[pidPtr]*memRegion{}, byLKey: map[pidPtr]*memRegion{}, byRKey: map[uint32][]*memRegion{},
 		queues: map[queueKey][]postedWR{}, lat: map[LatencyKey][]uint64{}, peers: map[pidPtr]string{},
-		sendQPs: map[uint32]map[uint32]struct{}{}, stats: RDMAStats{ByStatus: map[string]uint64{}}}
+		writing: map[uint32]map[uint32]int{}, stats: RDMAStats{ByStatus: map[string]uint64{}}}
 }
 
 // handle consumes one verbs or provider event.
@@ -286,11 +286,8 @@ func (r *rdmaTracker) post(e *Engine, c *event.Call, recv bool) {
 	case !recv && t.PeerPID != 0 && (t.Src.Mem == event.MemDevice || t.Dst.Mem == event.MemDevice):
 		t.GPU = e.memGPU(t.PeerPID, r.remoteRegion(c.RDMA.RKey, c.RDMA.RemoteAddr).at(c.RDMA.RemoteAddr))
 	}
-	if !recv {
-		if isNotify(w.opcode) {
-			r.checkNotify(c.PID, c.RDMA.QPNum, t)
-		}
-		r.sendQP(c.PID, c.RDMA.QPNum)
+	if !recv && isNotify(w.opcode) {
+		r.checkNotify(c.PID, c.RDMA.QPNum, t)
 	}
 	k := queueKey{c.PID, c.RDMA.QPNum, recv}
 	q, ok := r.queues[k]
@@ -300,10 +297,14 @@ func (r *rdmaTracker) post(e *Engine, c *event.Call, recv bool) {
 		return
 	}
 	if len(q) >= maxQueued {
+		r.writeGone(k, &q[0])
 		r.emit(e, &q[0].t, "", 0)
 		q = q[1:]
 	}
 	r.queues[k] = append(q, w)
+	if !recv && w.opcode == opRDMAWrite {
+		r.writeQueued(k.pid, k.qp)
+	}
 }
 
 // complete joins a completion with its request. Queues complete in order,
@@ -344,6 +345,7 @@ func (r *rdmaTracker) complete(e *Engine, c *event.Call) {
 				}
 			}
 		}
+		r.writeGone(k, w)
 		r.emit(e, &w.t, st, at)
 	}
 	if q = slices.Delete(q, 0, i+1); len(q) > 0 {
@@ -376,6 +378,11 @@ func (r *rdmaTracker) drain(e *Engine, pid uint32) {
 			r.emit(e, &r.queues[k][i].t, "", 0)
 		}
 		delete(r.queues, k)
+	}
+	if pid == 0 {
+		clear(r.writing)
+	} else {
+		delete(r.writing, pid)
 	}
 }
 
