@@ -179,13 +179,14 @@ func truthOrder(truth []TruthCall) (orderVerdict, []string) {
 			v.ahead[n.WRID] = writes
 		}
 	}
+	charged := map[*truthWR]bool{} // a request is reported with its first deregistration
 	for _, d := range truth {
 		if d.Op != "dereg_mr" {
 			continue
 		}
 		n := 0
 		for _, w := range order {
-			if w.Seq > d.Seq || w.LKey != d.LKey && (w.Addr < d.Addr || w.Addr-d.Addr >= d.Length) || w.Bytes == 0 && w.Op == "post_recv" {
+			if w.Seq > d.Seq || w.NumSGE == 0 || charged[w] || w.LKey != d.LKey && (w.Addr < d.Addr || w.Addr-d.Addr >= d.Length) {
 				continue
 			}
 			out, ok := outstanding(w, d.TCallNs, d.TReturnNs)
@@ -194,6 +195,7 @@ func truthOrder(truth []TruthCall) (orderVerdict, []string) {
 			}
 			if out {
 				n++
+				charged[w] = true
 			}
 		}
 		if n > 0 {

@@ -12,7 +12,7 @@ import (
 func TestCheckOrdering(t *testing.T) {
 	const gid = "fe80::1:0:ab4"
 	post := func(seq int, qp uint32, id uint64, op string, signaled bool, at uint64) TruthCall {
-		return TruthCall{Seq: seq, Op: "post_send", QPNum: qp, WRID: id, Opcode: op, Signaled: signaled, LKey: 5, Addr: 0x1000,
+		return TruthCall{Seq: seq, Op: "post_send", QPNum: qp, WRID: id, Opcode: op, Signaled: signaled, LKey: 5, Addr: 0x1000, NumSGE: 1,
 			Bytes: 4096, TPostNs: at, TPostEnd: at + 10}
 	}
 	done := func(seq int, qp uint32, id uint64, at uint64) TruthCall {

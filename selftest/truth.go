@@ -58,6 +58,7 @@ type TruthCall struct {
 	DestQPNum uint32 `json:"dest_qp_num"`
 	DGID      string `json:"dgid"`
 	LKey      uint32 `json:"lkey"`
+	NumSGE    int    `json:"num_sge"`
 	Addr      uint64 `json:"addr"`
 	Length    uint64 `json:"length"`
 
