@@ -304,6 +304,7 @@ func (e *Evaluator) Evaluate(now time.Time) Verdict {
 		v.Checks = append(v.Checks, c)
 		v.Findings = append(v.Findings, c.Findings...)
 	}
+	v.addOrdering(win)
 	for gpu, n := range win.SMTransfers() {
 		if gpu == "" {
 			continue // no GPU the thread's context calls showed

@@ -413,9 +413,9 @@ func serializedLoad(pid uint32, s LoadStream, waits []*Activity, after computeAf
 		[]string{
 			fmt.Sprintf("%d layers (event records on the stream), %d copies with a proven completion, %d without", s.Layers, s.Copies, s.Unproven),
 			fmt.Sprintf("copy time %s, of which compute on other streams could overlap at most %s (%.1f%%; kernels bounded from launch to the completion a wait proved)",
-				nsText(s.BusyNs), nsText(s.OverlapNs), 100*ratio),
+				msText(s.BusyNs), msText(s.OverlapNs), 100*ratio),
 			"waits before compute: " + countsText(apis),
-			"host wait time " + nsText(waited),
+			"host wait time " + msText(waited),
 		}, "")
 	return f, used
 }
@@ -550,7 +550,7 @@ func hostSyncInLoop(in ComputeInput, streams []LoadStream, waits, launches []*Ac
 		}
 		ev := []string{
 			fmt.Sprintf("%d blocking calls over %d layers (%.1f per layer): %s", t.n, layers, float64(t.n)/float64(layers), countsText(t.apis)),
-			"host wait time " + nsText(t.ns),
+			"host wait time " + msText(t.ns),
 		}
 		if t.bytes > 0 {
 			ev = append(ev, fmt.Sprintf("element reads (.item() shape) of %d bytes in all", t.bytes))
@@ -577,6 +577,6 @@ func countsText(m map[string]int) string {
 	return strings.Join(parts, ", ")
 }
 
-func nsText(ns uint64) string {
+func msText(ns uint64) string {
 	return fmt.Sprintf("%.3f ms", float64(ns)/1e6)
 }

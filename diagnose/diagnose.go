@@ -36,6 +36,9 @@ type Config struct {
 	Logger    *slog.Logger
 	// OnSampleStart runs once the probes are attached, when the window opens.
 	OnSampleStart func()
+	// OnProvider runs once a process's RDMA provider data path is probed
+	// (agent.Config.OnProvider).
+	OnProvider func(pid uint32)
 	// GPU says where the GPU counters read during --sample come from (the
 	// zero value: DCGM, else NVML): their link states read under load are
 	// what link-degraded judges GPUs by.
@@ -136,6 +139,9 @@ func targets(cfg Config, win *window) []int {
 	}
 	if win != nil {
 		for _, pid := range win.transfers.PIDs() {
+			set[int(pid)] = true
+		}
+		for _, pid := range win.transfers.OrderingPIDs() {
 			set[int(pid)] = true
 		}
 	}
@@ -257,7 +263,7 @@ func sample(ctx context.Context, cfg Config, env *collectors.EnvCache) (*window,
 	ready := make(chan struct{})
 	ag, err := agent.New(agent.Config{ProcRoot: cfg.ProcRoot, PIDs: cfg.PIDs, Libs: cfg.Libs, Sink: w.transfers, Logger: cfg.Logger,
 		Activity: w.transfers, Kernels: cfg.Kernels,
-		OnCall: onCall, OnReady: func() { close(ready) },
+		OnCall: onCall, OnReady: func() { close(ready) }, OnProvider: cfg.OnProvider,
 		// each copy's GPU (docs/design.md, "Which GPU"), from sysfs
 		Devices: agent.HostDeviceMap(env, cfg.SysRoot, nil, cfg.Logger)})
 	if err != nil {

@@ -151,6 +151,14 @@ type RDMA struct {
 	// Dmabuf: the region registered is a dma-buf fd's memory
 	// (ibv_reg_dmabuf_mr: Call.Handle the fd, Call.Offset where in it).
 	Dmabuf bool
+	// Where a QP connects (OpQPModify, struct ibv_qp_attr): AttrMask says
+	// which of DestQPNum and the address vector (DGID when IsGlobal, DLID)
+	// the call set.
+	AttrMask  uint32
+	DestQPNum uint32
+	DGID      [16]byte
+	DLID      uint16
+	IsGlobal  bool
 }
 
 // Op is what a probed call does, independent of which API spelled it.
@@ -214,6 +222,9 @@ const (
 	// OpCtxSync: the host waits for every stream of the thread's current
 	// context (cuCtxSynchronize, cudaDeviceSynchronize).
 	OpCtxSync
+	// OpQPModify: ibv_modify_qp, where a QP learns its peer (RDMA.AttrMask,
+	// DestQPNum, DGID, DLID, IsGlobal); Ret its result.
+	OpQPModify
 )
 
 var opNames = [...]string{
@@ -230,7 +241,8 @@ var opNames = [...]string{
 	OpMemCreate: "mem_create", OpMemRelease: "mem_release", OpAddressReserve: "address_reserve",
 	OpAddressFree: "address_free", OpMemMap: "mem_map", OpMemUnmap: "mem_unmap", OpDmabufExport: "dmabuf_export",
 	OpLaunch: "launch", OpKernelName: "kernel_name", OpKernelFunction: "kernel_function",
-	OpCtxSync: "ctx_sync",
+	OpCtxSync:  "ctx_sync",
+	OpQPModify: "qp_modify",
 }
 
 // String is the op's name as records carry it ("copy", "post_send").

@@ -75,6 +75,7 @@ func TestMetricsValues(t *testing.T) {
 	want := `
 # HELP lanewatch_findings Active findings of the last evaluation window, by rule and severity (0: the rule did not fire).
 # TYPE lanewatch_findings gauge
+lanewatch_findings{rule="cross-qp-notify",severity="fail"} 0
 lanewatch_findings{rule="far-nic",severity="warn"} 0
 lanewatch_findings{rule="fragmented-copies",severity="warn"} 0
 lanewatch_findings{rule="host-sync-in-loop",severity="warn"} 0
@@ -82,6 +83,7 @@ lanewatch_findings{rule="iommu-translated",severity="warn"} 0
 lanewatch_findings{rule="link-degraded",severity="fail"} 0
 lanewatch_findings{rule="link-degraded",severity="info"} 0
 lanewatch_findings{rule="link-underused",severity="warn"} 0
+lanewatch_findings{rule="mr-dereg-in-flight",severity="fail"} 0
 lanewatch_findings{rule="numa-bind-skipped",severity="warn"} 0
 lanewatch_findings{rule="pageable-copy",severity="fail"} 2
 lanewatch_findings{rule="pinned-pressure",severity="fail"} 0

@@ -55,6 +55,14 @@ type TruthCall struct {
 	TPostEnd  uint64 `json:"t_post_end_ns"`   // just after it returned
 	TPollBeg  uint64 `json:"t_poll_start_ns"` // just before the poll_cq call that returned the completion
 	TPollNs   uint64 `json:"t_poll_ns"`       // just after it
+	// Ordering (selftest/ordering.go): where a QP connects (connect), the
+	// first SGE of a post and the region of a reg_mr or dereg_mr.
+	DestQPNum uint32 `json:"dest_qp_num"`
+	DGID      string `json:"dgid"`
+	LKey      uint32 `json:"lkey"`
+	NumSGE    int    `json:"num_sge"`
+	Addr      uint64 `json:"addr"`
+	Length    uint64 `json:"length"`
 
 	End     bool   `json:"end"`
 	Calls   int    `json:"calls"`

@@ -859,6 +859,35 @@ API struct ibv_mr *ibv_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size_t 
 	return NULL;
 }
 
+/*
+ * Port 1's GID 0: a RoCE-style link-local GID naming this process's NIC (the wire has
+ * no subnet manager), fe80::<nic slot>:<pid>, which an application exchanges with
+ * its peer and puts in the address vector it connects its QPs with.
+ */
+API int ibv_query_gid(struct ibv_context *context, uint8_t port_num, int index, union ibv_gid *gid)
+{
+	if (!context || !gid || port_num != 1 || index != 0)
+		return -1;
+	struct ref_ctx *c = (struct ref_ctx *)context;
+	uint32_t pid = (uint32_t)getpid();
+	memset(gid, 0, sizeof *gid);
+	gid->raw[0] = 0xfe;
+	gid->raw[1] = 0x80;
+	gid->raw[10] = (uint8_t)(c->nic >> 8);
+	gid->raw[11] = (uint8_t)c->nic;
+	gid->raw[12] = (uint8_t)(pid >> 24);
+	gid->raw[13] = (uint8_t)(pid >> 16);
+	gid->raw[14] = (uint8_t)(pid >> 8);
+	gid->raw[15] = (uint8_t)pid;
+	return 0;
+}
+
+/*
+ * Like mlx5, deregistering succeeds whatever still uses the region: the NIC checks keys
+ * when it starts a WR, so WRs not yet started complete with IBV_WC_LOC_PROT_ERR (the QP
+ * then enters the error state and flushes the rest, IBV_WC_WR_FLUSH_ERR); the one in
+ * progress finishes.
+ */
 API int ibv_dereg_mr(struct ibv_mr *mr)
 {
 	if (!mr)
