@@ -83,15 +83,7 @@ type InFlightReport struct {
 func (w *Window) InFlights(place func(uint32) Placement, capacity func(gpu string) float64, span time.Duration) InFlightReport {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	placed := map[uint32]Placement{}
-	placeOf := func(pid uint32) Placement {
-		pl, ok := placed[pid]
-		if !ok {
-			pl = place(pid)
-			placed[pid] = pl
-		}
-		return pl
-	}
+	placeOf := placeOnce(place)
 	rep := InFlightReport{Dropped: w.inflight.dropped}
 	type lane struct{ gpu, dir string }
 	byLane := map[lane][]int{}

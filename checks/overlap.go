@@ -178,15 +178,7 @@ type LinkOverlap struct {
 func (w *Window) LinkOverlaps(place func(uint32) Placement, capacity func(gpu string) float64, span time.Duration) (out []LinkOverlap, unknown map[uint32]string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	placed := map[uint32]Placement{}
-	placeOf := func(pid uint32) Placement {
-		pl, ok := placed[pid]
-		if !ok {
-			pl = place(pid)
-			placed[pid] = pl
-		}
-		return pl
-	}
+	placeOf := placeOnce(place)
 	type lane struct{ gpu, dir string }
 	flows := map[lane][]linkFlowKey{}
 	capacities := map[string][2]float64{}
@@ -256,4 +248,18 @@ func (w *Window) OverlapChecks(place func(uint32) Placement, capacity func(gpu s
 		out = append(out, Skipped(fmt.Sprintf("pid %d", pid), CheckOverlap, "%s", unknown[pid]))
 	}
 	return out
+}
+
+// placeOnce asks place about each process once: placing reads the
+// process's environment and the PCI tree.
+func placeOnce(place func(uint32) Placement) func(uint32) Placement {
+	placed := map[uint32]Placement{}
+	return func(pid uint32) Placement {
+		pl, ok := placed[pid]
+		if !ok {
+			pl = place(pid)
+			placed[pid] = pl
+		}
+		return pl
+	}
 }

@@ -1,6 +1,7 @@
 package correlate
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"slices"
@@ -115,7 +116,7 @@ func MeasureInFlight(name string, rdma bool, ops []Span) InFlight {
 	if m.Ops == 0 {
 		return m
 	}
-	slices.SortFunc(iv, func(a, b [2]uint64) int { return cmpU64(a[0], b[0]) })
+	slices.SortFunc(iv, func(a, b [2]uint64) int { return cmp.Compare(a[0], b[0]) })
 	m.FirstNs = iv[0][0]
 	curS, curE := iv[0][0], iv[0][1]
 	for _, x := range iv[1:] {
@@ -139,16 +140,6 @@ func MeasureInFlight(name string, rdma bool, ops []Span) InFlight {
 		m.MeanNs = uint64(m.ByteNs / float64(m.Bytes))
 	}
 	return m
-}
-
-func cmpU64(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // percentile is the nearest-rank percentile of sorted values.

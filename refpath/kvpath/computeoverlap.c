@@ -84,26 +84,6 @@ static void co_launch(void *out, cudaStream_t s, int layer)
 	TCALL(r, cudaLaunchKernel((const void *)flash_fwd_stub, g, b, args, 0, s));
 }
 
-static void co_record(cudaEvent_t e, cudaStream_t s, int layer)
-{
-	struct truth_rec *r = truth_new("cudaEventRecord", "event_record");
-	r->event = (uintptr_t)e;
-	r->stream = (uintptr_t)s;
-	r->has_event = r->has_stream = 1;
-	r->layer = layer;
-	TCALL(r, cudaEventRecord(e, s));
-}
-
-static void co_wait_event(cudaStream_t s, cudaEvent_t e, int layer)
-{
-	struct truth_rec *r = truth_new("cudaStreamWaitEvent", "stream_wait_event");
-	r->event = (uintptr_t)e;
-	r->stream = (uintptr_t)s;
-	r->has_event = r->has_stream = r->has_flags = 1;
-	r->layer = layer;
-	TCALL(r, cudaStreamWaitEvent(s, e, 0));
-}
-
 /* How long the loads' copies and the compute kernels ran on their engines together. */
 static uint64_t co_overlap_ns(void)
 {
@@ -144,13 +124,13 @@ static int co_run(const struct opts *o, struct result *res, enum co_shape shape)
 		struct truth_rec *r = truth_copy("cudaMemcpyAsync", "copy", dev + (size_t)i * lb, pool + (size_t)i * lb, lb,
 						 cudaMemcpyHostToDevice, load, i);
 		TCALL(r, cudaMemcpyAsync(dev + (size_t)i * lb, pool + (size_t)i * lb, lb, cudaMemcpyHostToDevice, load));
-		co_record(ev[i], load, i);
+		event_record(ev[i], load, i);
 	}
 	/* the forward pass */
 	for (int i = 0; i < o->layers; i++) {
 		if (shape == CO_SYNC)
 			stream_sync(load, NULL);
-		co_wait_event(compute, ev[i], i);
+		stream_wait_event(compute, ev[i], i);
 		co_launch(scalar, compute, i);
 		if (shape == CO_ITEM) {
 			struct truth_rec *r = truth_copy("cudaMemcpy", "copy", &value, scalar, 4, cudaMemcpyDeviceToHost, NULL, -1);

@@ -20,31 +20,6 @@
 
 /* ---------------- recorded wrappers ---------------- */
 
-
-
-
-
-
-static void event_record(cudaEvent_t e, cudaStream_t s, int layer)
-{
-	struct truth_rec *r = truth_new("cudaEventRecord", "event_record");
-	r->event = (uintptr_t)e;
-	r->stream = (uintptr_t)s;
-	r->has_event = r->has_stream = 1;
-	r->layer = layer;
-	TCALL(r, cudaEventRecord(e, s));
-}
-
-static void stream_wait_event(cudaStream_t s, cudaEvent_t e, int layer)
-{
-	struct truth_rec *r = truth_new("cudaStreamWaitEvent", "stream_wait_event");
-	r->event = (uintptr_t)e;
-	r->stream = (uintptr_t)s;
-	r->has_event = r->has_stream = r->has_flags = 1;
-	r->layer = layer;
-	TCALL(r, cudaStreamWaitEvent(s, e, 0));
-}
-
 static struct truth_rec *copy_async(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind, cudaStream_t s,
 				    int layer, const char *phase)
 {
