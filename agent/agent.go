@@ -32,7 +32,10 @@ type Config struct {
 	RingBytes    uint32    // ring buffer size, 0 for the default
 	Record       io.Writer // raw events, for offline replay; nil for none
 	Sink         correlate.Sink
-	Logger       *slog.Logger
+	// Activity receives the engine's launches, host waits and event
+	// records (correlate.Activity), on the reading goroutine; nil: none.
+	Activity correlate.ActivitySink
+	Logger   *slog.Logger
 	// LogInterval: a cause that repeats (a library failing to attach at
 	// every rescan) is logged at most once per interval (0: a minute).
 	LogInterval time.Duration

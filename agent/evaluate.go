@@ -51,6 +51,11 @@ type Verdict struct {
 	// and path: only PCIe ones are lane demand (out of Src, into Dst);
 	// NVLink ones cross no PCIe lane, and unknown ones are put on none.
 	Peers []PeerRate
+	// InFlight is every flow's operations in flight over the window, per
+	// flow and per GPU lane (lanewatch_inflight_*).
+	InFlight checks.InFlightReport
+	// Compute is each process's compute overlap (computeoverlap.go).
+	Compute []correlate.ComputeReport
 }
 
 // PeerRate is the rate of the peer copies from one GPU to another over a
@@ -99,6 +104,9 @@ type EvaluatorConfig struct {
 	// Now is CLOCK_MONOTONIC in ns, the probes' clock (probes.Now when nil),
 	// to stamp the counter samples on the transfers' time line.
 	Now func() uint64
+	// Kernels: kernel launches are probed (Config.Kernels); without them
+	// compute overlap is unknown and its rules SKIP.
+	Kernels bool
 }
 
 // Evaluator judges the transfers of each interval with the checks diagnose
@@ -151,7 +159,9 @@ func NewEvaluator(cfg EvaluatorConfig) *Evaluator {
 	if cfg.Now == nil {
 		cfg.Now = probes.Now
 	}
-	return &Evaluator{cfg: cfg, cur: checks.NewWindow(), start: time.Now()}
+	w := checks.NewWindow()
+	w.SetKernelsProbed(cfg.Kernels)
+	return &Evaluator{cfg: cfg, cur: w, start: time.Now()}
 }
 
 // Transfer adds a transfer to the current window. It implements correlate.Sink.
@@ -294,6 +304,13 @@ func (e *Evaluator) Evaluate(now time.Time) Verdict {
 		v.Checks = append(v.Checks, c)
 		v.Findings = append(v.Findings, c.Findings...)
 	}
+	// In-flight sufficiency: every flow on its lane (checks/inflight.go).
+	v.InFlight = win.InFlights(placeOf, e.cfg.LinkCapacity, span)
+	for _, c := range v.InFlight.Checks() {
+		v.Checks = append(v.Checks, c)
+		v.Findings = append(v.Findings, c.Findings...)
+	}
+	v.addOrdering(win)
 	for gpu, n := range win.SMTransfers() {
 		if gpu == "" {
 			continue // no GPU the thread's context calls showed
@@ -343,6 +360,7 @@ func (e *Evaluator) Evaluate(now time.Time) Verdict {
 		}
 		return v.Lanes[i].Direction < v.Lanes[j].Direction
 	})
+	judgeCompute(&v, win)
 	e.storageChecks(win, &v)
 	if e.cfg.Congestion != nil { // rdma-congestion: the window's counters against its completions
 		e.cfg.Congestion.Sample()

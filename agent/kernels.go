@@ -129,5 +129,5 @@ func (r *stubResolver) function(path string, off uint64, pid uint32, addr uint64
 
 // engineConfig is the correlation engine's configuration of an agent.
 func engineConfig(cfg Config, sink correlate.Sink, kv *correlate.KernelSet, stubs *stubResolver) correlate.Config {
-	return correlate.Config{Sink: sink, Devices: cfg.Devices, KVKernels: kv, StubName: stubs.name}
+	return correlate.Config{Sink: sink, Devices: cfg.Devices, KVKernels: kv, StubName: stubs.name, Activity: cfg.Activity}
 }

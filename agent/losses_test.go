@@ -58,8 +58,13 @@ func TestLostRegistrationIsNeverPageable(t *testing.T) {
 	var hold sync.Once
 	held, release := make(chan struct{}), make(chan struct{})
 	armed := make(chan struct{})
+	var seenMu sync.Mutex
+	seen := map[uint32]bool{} // processes a call event was read from
 	r := startAgent(t, agent.Config{Libs: []string{filepath.Join(dir, "lib/libcuda.so.1")},
-		OnCall: func(*event.Call) {
+		OnCall: func(c *event.Call) {
+			seenMu.Lock()
+			seen[c.PID] = true
+			seenMu.Unlock()
 			select {
 			case <-armed:
 				hold.Do(func() { close(held); <-release })
@@ -96,6 +101,32 @@ func TestLostRegistrationIsNeverPageable(t *testing.T) {
 		t.Fatalf("victim: %q %v", line, err)
 	}
 	letGo() // the reader drains the ring
+	// The victim's copies must find room in the ring: wait until a call
+	// made after the release was read (the ring is read in order, so
+	// everything before it was drained), not for time to pass — on a busy
+	// machine draining 80000 calls takes a while, and copies lost to a
+	// still-full ring would leave nothing to judge.
+	drained := func(pid int) bool {
+		seenMu.Lock()
+		defer seenMu.Unlock()
+		return seen[uint32(pid)]
+	}
+	for i := 0; ; i++ {
+		marker := exec.Command(kvpath, "--scenario", "callbench", "--iterations", "1")
+		if err := marker.Run(); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(2 * time.Second)
+		for !drained(marker.Process.Pid) && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if drained(marker.Process.Pid) {
+			break
+		}
+		if i == 30 {
+			t.Fatal("no call made after the reader was released was read in 60 s")
+		}
+	}
 	io.WriteString(in, "copy\n")
 	go io.Copy(io.Discard, stdout)
 	if err := victim.Wait(); err != nil {

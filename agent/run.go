@@ -149,6 +149,9 @@ func Run(ctx context.Context, cfg RunConfig) (err error) {
 	}
 
 	cfg.Trace.Sink = tr.tee(mx.tee(jsonl))
+	if mx.eval != nil {
+		cfg.Trace.Activity = mx.eval // compute overlap (computeoverlap.go)
+	}
 	cfg.Trace.OnReady = cfg.OnReady
 	ag, err := New(cfg.Trace)
 	if err != nil {
@@ -216,7 +219,9 @@ func logSummary(log *slog.Logger, ag *Agent) {
 	if rs := ag.RDMAStats(); rs.WorkRequests > 0 {
 		log.Info("rdma", "work_requests", rs.WorkRequests, "completions", rs.Completions, "by_status", fmt.Sprint(rs.ByStatus),
 			"unmatched_completions", rs.Unmatched, "never_completed", rs.Evicted,
-			"regions_not_tracked", rs.RegionCapHits, "queue_cap_hits", rs.QueueCapHits, "latency_samples_not_kept", rs.LatencyCapHits)
+			"regions_not_tracked", rs.RegionCapHits, "queue_cap_hits", rs.QueueCapHits, "latency_samples_not_kept", rs.LatencyCapHits,
+			"notifies_ahead_of_data", rs.NotifiesAhead, "notifies_peer_unknown", rs.NotifyPeerUnknown,
+			"deregs_in_flight", rs.DeregsInFlight, "qp_peers_not_kept", rs.PeerCapHits)
 		for _, l := range ag.RDMALatency() {
 			log.Info("rdma posted→completed", "pid", l.PID, "qp", l.QPNum, "opcode", l.Opcode, "count", l.Count,
 				"p50", time.Duration(l.P50), "p99", time.Duration(l.P99), "in_flight", l.InFlight)
@@ -299,7 +304,7 @@ func listenMetrics(cfg RunConfig, place func(uint32) checks.Placement, extra map
 	}
 	m.eval = NewEvaluator(EvaluatorConfig{Interval: mc.EvaluateInterval, Place: place, Publish: m.publish, GPU: gpu, Congestion: cong,
 		GPUNode: gpuNode, LinkCapacity: LaneCapacity(capacityHost(procRoot, cfg.SysRoot, log), m.links), GPUPath: peerPath,
-		Storage: storageFlows(cfg.Trace.Storage), Disks: disks})
+		Kernels: cfg.Trace.Kernels, Storage: storageFlows(cfg.Trace.Storage), Disks: disks})
 	scrapers := map[string]exporters.Collector{
 		"rdma_ports": collectors.NewInfiniBandMetrics(cfg.SysRoot),
 		"host":       collectors.NewHostMetrics(cfg.Trace.ProcRoot, cfg.SysRoot),
@@ -419,7 +424,9 @@ func (m *metrics) publish(v Verdict) {
 	for _, p := range v.Peers {
 		w.Peers = append(w.Peers, exporters.Peer{Src: p.Src, Dst: p.Dst, Path: p.Path, Bps: p.Bps})
 	}
+	w.InFlightLanes, w.InFlightQPs = inflightSeries(v.InFlight, v.Window)
 	m.exp.SetWindow(w)
+	m.exp.SetCompute(computeMetrics(v))
 	if m.onVerdict != nil {
 		m.onVerdict(v)
 	}

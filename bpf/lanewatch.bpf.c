@@ -37,6 +37,7 @@ const enum lw_outstr *unused_outstr __attribute__((unused));
 const enum lw_prop_arg *unused_prop_arg __attribute__((unused));
 const enum lw_name *unused_name __attribute__((unused));
 const enum lw_launch_arg *unused_launch_arg __attribute__((unused));
+const enum lw_qp_arg *unused_qp_arg __attribute__((unused));
 
 /* The reader drains on its own timer and is woken only when the ring holds
  * wakeup_bytes unread. A wakeup costs microseconds on a VM, and asking the
@@ -710,6 +711,29 @@ int lw_post_recv(struct pt_regs *ctx)
 	if (foreign())
 		return 0;
 	return walk_wrs(ctx, 0);
+}
+
+/* ibv_modify_qp(qp, attr, attr_mask): the QP's number, its destination QP
+ * and address vector (enum lw_qp_arg) at entry; the result at return. */
+SEC("uprobe.multi")
+int lw_modify_qp_enter(struct pt_regs *ctx)
+{
+	if (foreign())
+		return 0;
+	struct lw_event *e = enter(ctx, bpf_get_attach_cookie(ctx), 0);
+	if (!e)
+		return 0;
+	__u64 qp = e->args[0], attr = e->args[1], ah[4] = {};
+	__u32 qp_num = 0, dest = 0;
+	if (bpf_probe_read_user(&qp_num, sizeof(qp_num), (void *)(qp + IBV_QP_QP_NUM)) ||
+	    bpf_probe_read_user(&dest, sizeof(dest), (void *)(attr + LW_QP_DEST_QPN_OFF)) ||
+	    bpf_probe_read_user(ah, sizeof(ah), (void *)(attr + LW_QP_AH_ATTR_OFF)))
+		count_drop(LW_DROP_READ_FAULT, 1);
+	e->args[LW_QP_NUMS] = qp_num | (__u64)dest << 32;
+	e->args[LW_QP_DGID] = ah[0];
+	e->args[LW_QP_DGID + 1] = ah[1];
+	e->args[LW_QP_AV] = ah[3];
+	return 0;
 }
 
 /* poll_cq(cq, num_entries, wc): the entry half is lw_call_enter; at return

@@ -173,6 +173,18 @@ enum lw_prop_arg {
 	LW_PROP_LOCATION_OFF = 8, /* the struct's byte offset of its CUmemLocation (a Go test checks cuda.h) */
 };
 
+/* ibv_modify_qp(qp, attr, attr_mask): where a QP connects, read at entry
+ * by lw_modify_qp_enter into argument slots the call does not use (struct
+ * ibv_qp_attr, rdma-core verbs.h; a Go test checks the offsets). A setup
+ * call: the data path pays nothing for it. */
+enum lw_qp_arg {
+	LW_QP_NUMS = 3,           /* qp->qp_num | attr->dest_qp_num << 32 */
+	LW_QP_DGID = 4,           /* args[4..5]: attr->ah_attr.grh.dgid, 16 bytes in memory order */
+	LW_QP_AV = 6,             /* attr->ah_attr bytes 24..31: dlid u16, sl, src_path_bits, static_rate, is_global, port_num */
+	LW_QP_DEST_QPN_OFF = 28,  /* offsetof(struct ibv_qp_attr, dest_qp_num) */
+	LW_QP_AH_ATTR_OFF = 56,   /* offsetof(struct ibv_qp_attr, ah_attr); sizeof(struct ibv_ah_attr) is 32 */
+};
+
 /* Argument slots of LW_EV_WR events (struct ibv_send_wr / ibv_recv_wr). */
 enum lw_wr_arg {
 	LW_WR_QP = 0,         /* struct ibv_qp * */

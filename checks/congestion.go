@@ -1,6 +1,7 @@
 package checks
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"slices"
@@ -238,9 +239,9 @@ func (c *Congestion) work(byQP map[qpKey][]correlate.Transfer) []qpWork {
 		ts := byQP[k]
 		slices.SortStableFunc(ts, func(a, b correlate.Transfer) int {
 			if a.CompleteNs != b.CompleteNs {
-				return cmpU64(a.CompleteNs, b.CompleteNs)
+				return cmp.Compare(a.CompleteNs, b.CompleteNs)
 			}
-			return cmpU64(a.SubmitNs, b.SubmitNs)
+			return cmp.Compare(a.SubmitNs, b.SubmitNs)
 		})
 		var prevComplete uint64
 		for i := 0; i < len(ts); {
@@ -257,16 +258,6 @@ func (c *Congestion) work(byQP map[qpKey][]correlate.Transfer) []qpWork {
 		out = append(out, w)
 	}
 	return out
-}
-
-func cmpU64(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // slowdown is the queue pair's p99 (nearest rank) of service over

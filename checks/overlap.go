@@ -52,6 +52,7 @@ type linkFlow struct {
 // addLink adds one transfer to its flow on a GPU link; end 0 is a
 // transfer without a proven completion. Called with w.mu held.
 func (w *Window) addLink(k linkFlowKey, start, end, bytes uint64) {
+	w.addInflight(k, start, end, bytes)
 	if w.links == nil {
 		w.links = map[linkFlowKey]*linkFlow{}
 	}
@@ -89,6 +90,9 @@ func (w *Window) linkCopy(t *correlate.Transfer) {
 // a request whose transfer names its GPU is placed there. Called with w.mu
 // held.
 func (w *Window) linkRDMA(t *correlate.Transfer) {
+	if len(rdmaLanes(t)) == 0 { // on no GPU link: its in-flight is still measured (inflight.go)
+		w.addInflight(linkFlowKey{owner: t.PID, pid: t.PID, id: uint64(t.QPNum), rdma: true, kind: t.Direction}, t.SubmitNs, t.CompleteNs, t.Bytes)
+	}
 	for i, l := range rdmaLanes(t) {
 		gpu := ""
 		if i == 0 && l.owner == t.PID {
@@ -174,15 +178,7 @@ type LinkOverlap struct {
 func (w *Window) LinkOverlaps(place func(uint32) Placement, capacity func(gpu string) float64, span time.Duration) (out []LinkOverlap, unknown map[uint32]string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	placed := map[uint32]Placement{}
-	placeOf := func(pid uint32) Placement {
-		pl, ok := placed[pid]
-		if !ok {
-			pl = place(pid)
-			placed[pid] = pl
-		}
-		return pl
-	}
+	placeOf := placeOnce(place)
 	type lane struct{ gpu, dir string }
 	flows := map[lane][]linkFlowKey{}
 	capacities := map[string][2]float64{}
@@ -252,4 +248,18 @@ func (w *Window) OverlapChecks(place func(uint32) Placement, capacity func(gpu s
 		out = append(out, Skipped(fmt.Sprintf("pid %d", pid), CheckOverlap, "%s", unknown[pid]))
 	}
 	return out
+}
+
+// placeOnce asks place about each process once: placing reads the
+// process's environment and the PCI tree.
+func placeOnce(place func(uint32) Placement) func(uint32) Placement {
+	placed := map[uint32]Placement{}
+	return func(pid uint32) Placement {
+		pl, ok := placed[pid]
+		if !ok {
+			pl = place(pid)
+			placed[pid] = pl
+		}
+		return pl
+	}
 }

@@ -90,6 +90,9 @@ func (h *Host) ProcessChecks(pid int, pools []Pool, window *Window) []Check {
 	if window != nil {
 		out = append(out, window.PagesCheck(scope, uint32(pid), h.Place(uint32(pid)), h.GPUNode))
 		out = append(out, window.Checks(scope, uint32(pid))...)
+		if slices.Contains(window.OrderingPIDs(), uint32(pid)) {
+			out = append(out, window.OrderingCheck(scope, uint32(pid)))
+		}
 	}
 	return out
 }

@@ -51,6 +51,14 @@ type Window struct {
 	// peers are the peer copies' bytes per {source GPU, destination GPU}:
 	// which path they took is the topology's to say (PeerBytes).
 	peers map[[2]string]uint64
+	// inflight is every flow's operations, one by one (inflight.go).
+	inflight inflightWindow
+	// compute: copies and activities for the compute-overlap rules
+	// (computeoverlap.go); kernels: launches are probed.
+	compute computeWindow
+	kernels bool
+	// orders are the RDMA ordering facts per process (ordering.go).
+	orders map[uint32]*orderTally
 }
 
 // maxRDMAKept bounds the work requests a window keeps for latency.
@@ -144,6 +152,7 @@ func (w *Window) Transfer(t *correlate.Transfer) {
 		w.rdma(t)
 		return
 	}
+	w.compute.copy(t)
 	p := w.proc(t.PID)
 	p.transfers++
 	p.bytes += t.Bytes
@@ -186,6 +195,7 @@ func (w *Window) Transfer(t *correlate.Transfer) {
 // into a peer's GPU memory is inbound there; read into or received by this
 // process's GPU memory is inbound here; written or sent from it, outbound.
 func (w *Window) rdma(t *correlate.Transfer) {
+	w.order(t)
 	if t.CompleteNs == 0 || t.Status == "success" { // a failed request moved an unknown part of its bytes
 		w.linkRDMA(t)
 	}
@@ -243,8 +253,12 @@ func (w *Window) RDMAs() []correlate.Transfer {
 func (w *Window) Rotate() *Window {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	old := &Window{procs: w.procs, rdmas: w.rdmas, links: w.links, linkSpans: w.linkSpans, counters: w.counters, sm: w.sm, peers: w.peers}
+	old := &Window{procs: w.procs, rdmas: w.rdmas, links: w.links, linkSpans: w.linkSpans, counters: w.counters, sm: w.sm, peers: w.peers,
+		compute: w.compute, kernels: w.kernels, orders: w.orders}
 	w.procs, w.rdmas, w.links, w.linkSpans, w.counters, w.sm, w.peers = map[uint32]*procWindow{}, nil, nil, 0, nil, nil, nil
+	old.inflight, w.inflight = w.inflight, inflightWindow{}
+	w.compute = computeWindow{}
+	w.orders = nil
 	return old
 }
 

@@ -60,6 +60,9 @@ type Config struct {
 	// process and address, on the engine's goroutine. nil: runtime-layer
 	// launches are unnamed.
 	StubName func(pid uint32, addr uint64) string
+	// Activity receives the launches, host waits and event records that
+	// succeeded (computeoverlap.go); nil: none.
+	Activity ActivitySink
 }
 
 // Stats are the engine's counters.
@@ -144,6 +147,8 @@ type Engine struct {
 
 	kernelInfos map[string]kernelInfo // symbol → function name, KV-transfer or not
 	kstats      KernelStats
+
+	act Activity // the activity being handed to cfg.Activity
 }
 
 // NewEngine returns an engine with cfg's zero fields set to the defaults.
@@ -772,10 +777,15 @@ func (e *Engine) apply(p *proc, c *event.Call, key uint64) {
 			// DeviceMap reads its environment (docs/design.md, "Placement").
 			e.pciOf(p, c.Device)
 		}
+	case event.OpCtxSync:
+		// Not a proof for the engine: the context's streams are not known
+		// apart from the process's other GPUs'. Only the wait is reported.
+		e.note(p, c, Activity{Stream: c.Stream})
 	case event.OpStreamSync:
 		if c.ReturnTime == 0 {
 			return
 		}
+		e.note(p, c, Activity{Stream: c.Stream})
 		// Work queued before the call, and all it waited for, is done.
 		if st := p.streams[key]; st != nil {
 			e.completeUpTo(st, e.seq, c.Time, c.ReturnTime)
@@ -789,15 +799,18 @@ func (e *Engine) apply(p *proc, c *event.Call, key uint64) {
 	case event.OpEventRecord:
 		ev := e.cudaEvent(p, c.Event)
 		st := e.stream(p, key)
-		ev.recorded = c.Time
+		ev.recorded, ev.recStream = c.Time, c.Stream
+		e.note(p, c, Activity{Stream: c.Stream})
 		ev.caps = append(append(ev.caps[:0], capture{st: st, upTo: e.seq}), st.deps...)
 		st.records++
 		st.lastRecSeq = e.seq
 	case event.OpEventSync:
 		ev := p.events[c.Event]
 		if c.ReturnTime == 0 || ev == nil || ev.recorded > c.Time {
-			return // a record after the wait began may not be what it waited for
+			e.note(p, c, Activity{}) // a wait on an event whose stream is unknown
+			return                   // a record after the wait began may not be what it waited for
 		}
+		e.note(p, c, Activity{Stream: ev.recStream, RecordNs: ev.recorded})
 		for _, d := range ev.caps {
 			e.completeUpTo(d.st, d.upTo, ^uint64(0), c.ReturnTime)
 			d.st.drained(d.upTo)

@@ -274,6 +274,9 @@ func (e *Engine) launchSymbol(p *proc, c *event.Call) string {
 // launch is only counted. ok is false when no transfer was made.
 func (e *Engine) launch(p *proc, c *event.Call, key uint64) (r ref, ok bool) {
 	symbol := e.launchSymbol(p, c)
+	if !c.Failed() {
+		e.note(p, c, Activity{Stream: c.Stream, KV: symbol != "" && e.kernel(symbol).kv})
+	}
 	if c.Failed() {
 		e.kstats.Failed++
 	} else {

@@ -75,6 +75,8 @@ func (s *stream) drained(upTo uint64) {
 type cudaEvent struct {
 	caps     []capture // what the last record captured, transitive waits included
 	recorded uint64    // Call.Time of that record
+	// recStream is the stream handle that record named (Activity.Stream).
+	recStream uint64
 }
 
 // addDep records that s waits for c, keeping one capture per stream.

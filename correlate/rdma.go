@@ -89,6 +89,10 @@ type postedWR struct {
 	t        Transfer
 	opcode   uint32
 	signaled bool
+	// The first scatter/gather entry: the region it uses (checkDereg).
+	local uint64
+	lkey  uint32
+	nsge  uint32
 }
 
 // LatencyKey names a latency series.
@@ -120,6 +124,11 @@ type RDMAStats struct {
 	// registrations not tracked (their requests' memory unknown), requests
 	// emitted at once without a completion, latency samples not kept.
 	RegionCapHits, QueueCapHits, LatencyCapHits uint64
+	// Ordering (ordering.go): notifications posted ahead of WRITEs to the
+	// same peer on another QP, those not judged because a QP's peer is
+	// unknown, regions deregistered with requests outstanding, and QPs
+	// whose peer was not kept (maxPeers).
+	NotifiesAhead, NotifyPeerUnknown, DeregsInFlight, PeerCapHits uint64
 }
 
 type rdmaTracker struct {
@@ -132,12 +141,17 @@ type rdmaTracker struct {
 	byRKey map[uint32][]*memRegion
 	queues map[queueKey][]postedWR
 	lat    map[LatencyKey][]uint64
-	stats  RDMAStats
+	// peers: each QP's remote port (QPPeer), by pid and QP number;
+	// writing: each process's plain WRITEs queued per QP (ordering.go).
+	peers   map[pidPtr]string
+	writing map[uint32]map[uint32]int
+	stats   RDMAStats
 }
 
 func newRDMATracker() *rdmaTracker {
 	return &rdmaTracker{mrs: map[pidPtr]*memRegion{}, byLKey: map[pidPtr]*memRegion{}, byRKey: map[uint32][]*memRegion{},
-		queues: map[queueKey][]postedWR{}, lat: map[LatencyKey][]uint64{}, stats: RDMAStats{ByStatus: map[string]uint64{}}}
+		queues: map[queueKey][]postedWR{}, lat: map[LatencyKey][]uint64{}, peers: map[pidPtr]string{},
+		writing: map[uint32]map[uint32]int{}, stats: RDMAStats{ByStatus: map[string]uint64{}}}
 }
 
 // handle consumes one verbs or provider event.
@@ -147,8 +161,11 @@ func (r *rdmaTracker) handle(e *Engine, c *event.Call) {
 		r.register(e, c)
 	case event.OpMRDeregister:
 		if mr := r.mrs[pidPtr{c.PID, c.RDMA.MR}]; mr != nil {
+			r.checkDereg(c, mr)
 			r.forget(mr)
 		}
+	case event.OpQPModify:
+		r.connect(c)
 	case event.OpPostSend, event.OpPostRecv:
 		r.post(e, c, c.Op == event.OpPostRecv)
 	case event.OpPollCQ:
@@ -230,7 +247,8 @@ func (r *rdmaTracker) post(e *Engine, c *event.Call, recv bool) {
 	if c.RDMA.NumSGE > 0 { // a receive for WRITE_WITH_IMM has no buffer: its lkey means nothing
 		local = r.byLKey[pidPtr{c.PID, uint64(c.RDMA.LKey)}]
 	}
-	w := postedWR{opcode: c.RDMA.Opcode, signaled: c.RDMA.SendFlags&ibvSendSignaled != 0}
+	w := postedWR{opcode: c.RDMA.Opcode, signaled: c.RDMA.SendFlags&ibvSendSignaled != 0, local: c.RDMA.Local,
+		lkey: c.RDMA.LKey, nsge: c.RDMA.NumSGE}
 	t := &w.t
 	*t = Transfer{PID: c.PID, TID: c.TID, API: "ibv_post_send", Op: "post_send", Mover: MoverNIC, Bytes: c.Bytes,
 		SubmitNs: c.Time, BatchIndex: int(c.BatchIndex), Layer: -1, QPNum: c.RDMA.QPNum, WRID: c.RDMA.WRID}
@@ -268,6 +286,9 @@ func (r *rdmaTracker) post(e *Engine, c *event.Call, recv bool) {
 	case !recv && t.PeerPID != 0 && (t.Src.Mem == event.MemDevice || t.Dst.Mem == event.MemDevice):
 		t.GPU = e.memGPU(t.PeerPID, r.remoteRegion(c.RDMA.RKey, c.RDMA.RemoteAddr).at(c.RDMA.RemoteAddr))
 	}
+	if !recv && isNotify(w.opcode) {
+		r.checkNotify(c.PID, c.RDMA.QPNum, t)
+	}
 	k := queueKey{c.PID, c.RDMA.QPNum, recv}
 	q, ok := r.queues[k]
 	if !ok && len(r.queues) >= maxQueues {
@@ -276,10 +297,14 @@ func (r *rdmaTracker) post(e *Engine, c *event.Call, recv bool) {
 		return
 	}
 	if len(q) >= maxQueued {
+		r.writeGone(k, &q[0])
 		r.emit(e, &q[0].t, "", 0)
 		q = q[1:]
 	}
 	r.queues[k] = append(q, w)
+	if !recv && w.opcode == opRDMAWrite {
+		r.writeQueued(k.pid, k.qp)
+	}
 }
 
 // complete joins a completion with its request. Queues complete in order,
@@ -320,6 +345,7 @@ func (r *rdmaTracker) complete(e *Engine, c *event.Call) {
 				}
 			}
 		}
+		r.writeGone(k, w)
 		r.emit(e, &w.t, st, at)
 	}
 	if q = slices.Delete(q, 0, i+1); len(q) > 0 {
@@ -353,6 +379,11 @@ func (r *rdmaTracker) drain(e *Engine, pid uint32) {
 		}
 		delete(r.queues, k)
 	}
+	if pid == 0 {
+		clear(r.writing)
+	} else {
+		delete(r.writing, pid)
+	}
 }
 
 // exit forgets a process after draining it, its latency samples too: a
@@ -369,6 +400,7 @@ func (r *rdmaTracker) exit(e *Engine, pid uint32) {
 			delete(r.lat, k)
 		}
 	}
+	r.forgetPeers(pid)
 }
 
 // RDMALatency summarises posted→completed latency per queue pair and

@@ -46,6 +46,9 @@ const (
 	checkPinnedMem  = "Host pool: pinned memory is taken out of what the kernel can reclaim"
 	checkUnderused  = "Link bandwidth: the path's rate is its narrowest segment's; the link is not it here"
 	checkCongestion = "RDMA (seed 002 §5, §6.2): posted is not completed; CNP/ECN/PFC and retransmissions explain a completion that comes late"
+	// Seed 002 §5 "已提交 已完成 已可用是三件事" and §4.1.
+	checkNotifyOrder = "RDMA (seed 002 §5.3): QPs are not ordered with each other; data must complete, or travel on the same QP, before the notice that publishes it"
+	checkDeregOrder  = "RDMA (seed 002 §4.1): an MR must not be deregistered, nor its buffer freed or reused, while operations still use it"
 )
 
 // PoolPlacement is where the pages of one pinned host range live.

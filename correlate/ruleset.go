@@ -61,11 +61,27 @@ var Rules = []Rule{
 	{Name: "rdma-congestion", Severities: []Severity{SevWarn, SevFail}, Checklist: checkCongestion, Where: InWindow | InDiagnose,
 		Remediation: "check the fabric, not the host: ECN/PFC configuration (the RoCE priority must be lossless and match DCQCN's), " +
 			"switch buffer and egress congestion toward this port, and whether PD traffic and other tenants share the priority"},
+	{Name: "too-little-in-flight", Severities: []Severity{SevWarn}, Checklist: checkInFlight, Where: InWindow | InDiagnose,
+		Remediation: "keep more in flight: queue more copies before synchronising (one sync or event per layer), or more work requests outstanding per queue pair; in flight must cover the path's bandwidth × turnaround"},
+	// compute overlap (computeoverlap.go)
+	{Name: "serialized-load", Severities: []Severity{SevWarn}, Checklist: checkComputeOverlap, Where: InWindow | InDiagnose,
+		Remediation: "wait on the GPU, not the host: record an event on the load stream after each layer and make the compute stream wait for it (cudaStreamWaitEvent); never synchronize the load stream inside the layer loop"},
+	{Name: "host-sync-in-loop", Severities: []Severity{SevWarn}, Checklist: checkComputeOverlap, Where: InWindow | InDiagnose,
+		Remediation: "take the synchronize or the .item() out of the per-layer loop: read scalars once per step, keep them on the GPU, or copy them asynchronously into pinned memory and wait on an event later"},
+	{Name: "cross-qp-notify", Severities: []Severity{SevFail}, Checklist: checkNotifyOrder, Where: InWindow | InDiagnose,
+		Remediation: "announce data on the QP that carried it (RDMA_WRITE_WITH_IMM for the last WRITE, or a SEND after the WRITEs on the same QP), " +
+			"or post the notification only after polling the WRITEs' successful completions"},
+	{Name: "mr-dereg-in-flight", Severities: []Severity{SevFail}, Checklist: checkDeregOrder, Where: InWindow | InDiagnose,
+		Remediation: "deregister (and free or reuse) a region only after every request using it completed: poll their completions " +
+			"(a signaled request covers the unsignaled ones before it on its QP), or reference-count the buffer"},
 	{Name: "storage-far-pool", Severities: []Severity{SevWarn}, Checklist: checkStorageDirect, Where: InWindow | InDiagnose,
 		Remediation: "put the storage device and the pool it fills on one node: read into a pool bound to the device's node, or serve the GPU from storage on its own socket"},
 	{Name: "storage-shared-uplink", Severities: []Severity{SevWarn}, Checklist: checkStorageUplink, Where: InWindow | InDiagnose,
 		Remediation: "stagger storage I/O and the GPU's copies in that direction, or move the NVMe (or the KV cache files) behind another switch"},
 }
+
+// checkComputeOverlap is seed 000's L2→L1 item 3.
+const checkComputeOverlap = "L2→L1: do H2D and compute really overlap on different streams; look for an accidental synchronize or .item()"
 
 // RuleNamed returns the registry entry of a rule.
 func RuleNamed(name string) (Rule, bool) {

@@ -85,6 +85,11 @@ type Side struct {
 //	inferred          behavioural guess of the host memory (pinned|pageable),
 //	                  never overwriting host_mem; absent until measured
 //	call_ns           duration of the submitting call, the evidence for inferred
+//	order             RDMA: ordering facts, when any (correlate.OrderFacts):
+//	                  {"notify_ahead": {...}} a notification posted on another QP
+//	                  than outstanding WRITEs to its peer, {"peer_unknown": true}
+//	                  the same not judged, {"mr_deregistered": {...}} its region
+//	                  was deregistered while it was outstanding
 //	error             {"code": N, "name": "cudaErrorNoDevice"} when the call
 //	                  failed: the record then moved nothing (its bytes are what
 //	                  was asked), and no metric, rule, span or lane counts it
@@ -150,6 +155,8 @@ type Transfer struct {
 	WRID    uint64 `json:"wr_id,omitempty"`
 	Status  string `json:"status,omitempty"`
 	PeerPID uint32 `json:"peer_pid,omitempty"`
+	// Order: the request's ordering facts (ordering.go), nil when none.
+	Order *OrderFacts `json:"order,omitempty"`
 
 	// Error is the result of a CUDA call that failed, nil otherwise. A
 	// failed call is reported (copies, memory and ordering calls alike) but

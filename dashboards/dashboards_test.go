@@ -119,7 +119,8 @@ func TestDashboardShape(t *testing.T) {
 		"vllm:time_to_first_token_seconds", "vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds",
 		`direction="inbound"`, `direction="outbound"`, "lanewatch_lane_capacity_bytes_per_second", `host_mem="pageable"`,
 		`rule="remote-numa-pool"`, "lanewatch_rdma_posted_to_completed_seconds", `rule="rdma-congestion"`,
-		"lanewatch_gpu_nvlink_bytes_total", "lanewatch_peer_copy_bytes_per_second"} {
+		"lanewatch_gpu_nvlink_bytes_total", "lanewatch_peer_copy_bytes_per_second",
+		"lanewatch_copy_compute_overlap_ratio", "lanewatch_host_wait_seconds_total"} {
 		if !strings.Contains(all, want) {
 			t.Errorf("no dashboard query uses %s", want)
 		}
@@ -144,7 +145,10 @@ func exporterNames(t *testing.T) map[string]bool {
 		m.Transfer(&tr)
 	}
 	m.SetWindow(exporters.Window{At: time.Now(), Lanes: []exporters.Lane{{GPU: "0000:17:00.0", Direction: "inbound", Demand: 1, Capacity: 1, Measured: 1, HasMeasured: true}},
-		Peers: []exporters.Peer{{Src: "0000:17:00.0", Dst: "0000:3b:00.0", Path: "nvlink", Bps: 1}}})
+		Peers:         []exporters.Peer{{Src: "0000:17:00.0", Dst: "0000:3b:00.0", Path: "nvlink", Bps: 1}},
+		InFlightLanes: []exporters.InFlightLane{{GPU: "0000:17:00.0", Direction: "inbound", AvgBytes: 1, AvgOps: 1}},
+		InFlightQPs:   []exporters.InFlightQP{{PID: 1, QP: 7, Kind: "RDMA_WRITE", AvgBytes: 1, AvgOps: 1}}})
+	m.SetCompute([]exporters.ComputeGPU{{GPU: "0000:17:00.0", BusyNs: 2, OverlapNs: 1}}, []exporters.HostWait{{API: "cudaStreamSynchronize", Count: 1, Ns: 1}})
 	gpu := collectors.GPUReading{BusID: "0000:17:00.0", HasPCIeBytes: true, HasNVLink: true, HasReplay: true, LinkGen: 5, LinkWidth: 16}
 	scrapers := map[string]exporters.Collector{"gpu": collectors.NewGPUMetrics(oneGPU{collectors.GPUSnapshot{GPUs: []collectors.GPUReading{gpu}}})}
 	mfs, err := exporters.NewRegistry(m, scrapers, nil).Gather()

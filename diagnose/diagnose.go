@@ -37,6 +37,9 @@ type Config struct {
 	Logger    *slog.Logger
 	// OnSampleStart runs once the probes are attached, when the window opens.
 	OnSampleStart func()
+	// OnProvider runs once a process's RDMA provider data path is probed
+	// (agent.Config.OnProvider).
+	OnProvider func(pid uint32)
 	// TraceStorageReads traces the storage reads of the traced processes
 	// during --sample (checklist item 6, storage-far-pool).
 	TraceStorageReads bool
@@ -46,6 +49,11 @@ type Config struct {
 	// zero value: DCGM, else NVML): their link states read under load are
 	// what link-degraded judges GPUs by.
 	GPU agent.GPUConfig
+	// Kernels probes kernel launches during the window: compute overlap
+	// (checklist item 3) needs them, and each launch of a traced process
+	// costs one entry+return pair while the window lasts. false: item 3's
+	// overlap is unknown and SKIPs.
+	Kernels bool
 }
 
 // Run runs the checklist. An error means diagnose itself could not run.
@@ -87,6 +95,10 @@ func Run(ctx context.Context, cfg Config) (*checks.Report, error) {
 			r.Add(c)
 		}
 		r.Add(win.storageCheck(host))
+		// In-flight sufficiency, per flow on its GPU lane (docs/design.md 7).
+		for _, c := range win.transfers.InFlightChecks(host.Place, capacity, cfg.Sample) {
+			r.Add(c)
+		}
 		for _, c := range win.storageLegChecks(cfg, host) {
 			r.Add(c)
 		}
@@ -95,6 +107,8 @@ func Run(ctx context.Context, cfg Config) (*checks.Report, error) {
 		r.Add(checks.Skipped(checks.HostScope, checks.CheckCongestion, "needs a live window (--sample) to compare counter rates with latency"))
 		r.Add(checks.Skipped(checks.HostScope, checks.CheckOverlap, "needs a live window (--sample): flows are judged by when they were in flight"))
 		r.Add(checks.Skipped(checks.HostScope, checks.CheckStorage, "throughput is measured over a live window (--sample)"))
+		r.Add(checks.Skipped(checks.HostScope, checks.CheckInFlight, "needs a live window (--sample): operations in flight are measured over time"))
+		r.Add(checks.Skipped(checks.HostScope, checks.CheckComputeOverlap, "needs a live window (--sample): copies, launches and host waits are judged by when they ran"))
 		r.Add(checks.Skipped(checks.HostScope, checks.CheckStorageDirect, "storage reads are traced over a live window (--sample --trace-storage-reads)"))
 		r.Add(checks.Skipped(checks.HostScope, checks.CheckStorageUplink, "storage and GPU rates are measured over a live window (--sample)"))
 	}
@@ -108,6 +122,9 @@ func Run(ctx context.Context, cfg Config) (*checks.Report, error) {
 		cs := host.ProcessChecks(pid, pools, transfers)
 		for _, c := range cs {
 			r.Add(c)
+		}
+		if win != nil && len(cs) > 0 && cs[0].Name != "process" { // seed 000 item 3 (computeoverlap.go in checks)
+			r.Add(checks.ComputeCheck(cs[0].Scope, win.transfers.Compute(uint32(pid))))
 		}
 		// The process-wide picture from numa_maps, for the person reading
 		// the report: INFO, no finding, so agent run's periodic checks
@@ -133,6 +150,9 @@ func targets(cfg Config, win *window) []int {
 	}
 	if win != nil {
 		for _, pid := range win.transfers.PIDs() {
+			set[int(pid)] = true
+		}
+		for _, pid := range win.transfers.OrderingPIDs() {
 			set[int(pid)] = true
 		}
 	}
@@ -213,6 +233,7 @@ const poolQueue = 1024
 // never blocks. Environments are read through env (the host's).
 func sample(ctx context.Context, cfg Config, env *collectors.EnvCache) (*window, error) {
 	w := &window{length: cfg.Sample, transfers: checks.NewWindow(), pools: map[int][]checks.Pool{}, pinned: map[uint32]uint64{}}
+	w.transfers.SetKernelsProbed(cfg.Kernels)
 	type pool struct {
 		pid         int
 		start, size uint64
@@ -262,7 +283,8 @@ func sample(ctx context.Context, cfg Config, env *collectors.EnvCache) (*window,
 	}
 	ready := make(chan struct{})
 	ag, err := agent.New(agent.Config{ProcRoot: cfg.ProcRoot, PIDs: cfg.PIDs, Libs: cfg.Libs, Sink: w.transfers, Logger: cfg.Logger,
-		OnCall: onCall, OnReady: func() { close(ready) }, Storage: storage,
+		Activity: w.transfers, Kernels: cfg.Kernels, Storage: storage,
+		OnCall: onCall, OnReady: func() { close(ready) }, OnProvider: cfg.OnProvider,
 		// each copy's GPU (docs/design.md, "Which GPU"), from sysfs
 		Devices: agent.HostDeviceMap(env, cfg.SysRoot, nil, cfg.Logger)})
 	if err != nil {

@@ -64,6 +64,7 @@ func diagnoseWhile(t *testing.T, sysRoot, scenario string, extra ...string) (*ch
 		Sample:  2 * time.Second,
 		Libs:    []string{filepath.Join(ref, "plain", "libcudart.so.12"), filepath.Join(ref, "lib", "libcuda.so.1")},
 		Logger:  slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Kernels: true, // as `agent diagnose` does by default
 		OnSampleStart: func() {
 			args := append([]string{"--scenario", scenario, "--truth", filepath.Join(t.TempDir(), "truth.jsonl")}, extra...)
 			cmd = exec.Command(filepath.Join(ref, "bin", "kvpath"), args...)

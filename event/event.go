@@ -151,6 +151,14 @@ type RDMA struct {
 	// Dmabuf: the region registered is a dma-buf fd's memory
 	// (ibv_reg_dmabuf_mr: Call.Handle the fd, Call.Offset where in it).
 	Dmabuf bool
+	// Where a QP connects (OpQPModify, struct ibv_qp_attr): AttrMask says
+	// which of DestQPNum and the address vector (DGID when IsGlobal, DLID)
+	// the call set.
+	AttrMask  uint32
+	DestQPNum uint32
+	DGID      [16]byte
+	DLID      uint16
+	IsGlobal  bool
 }
 
 // Op is what a probed call does, independent of which API spelled it.
@@ -210,6 +218,13 @@ const (
 	OpLaunch         // a kernel launched on Stream: Handle the function (driver) or host stub (runtime), Grid, Block
 	OpKernelName     // a handle named: Handle (out) the new CUfunction or CUkernel, Ptr its module or library; the name came in KindName pieces
 	OpKernelFunction // a CUkernel's CUfunction in the current context: Handle (out) the function, Ptr the kernel
+
+	// OpCtxSync: the host waits for every stream of the thread's current
+	// context (cuCtxSynchronize, cudaDeviceSynchronize).
+	OpCtxSync
+	// OpQPModify: ibv_modify_qp, where a QP learns its peer (RDMA.AttrMask,
+	// DestQPNum, DGID, DLID, IsGlobal); Ret its result.
+	OpQPModify
 )
 
 var opNames = [...]string{
@@ -226,6 +241,8 @@ var opNames = [...]string{
 	OpMemCreate: "mem_create", OpMemRelease: "mem_release", OpAddressReserve: "address_reserve",
 	OpAddressFree: "address_free", OpMemMap: "mem_map", OpMemUnmap: "mem_unmap", OpDmabufExport: "dmabuf_export",
 	OpLaunch: "launch", OpKernelName: "kernel_name", OpKernelFunction: "kernel_function",
+	OpCtxSync:  "ctx_sync",
+	OpQPModify: "qp_modify",
 }
 
 // String is the op's name as records carry it ("copy", "post_send").
@@ -247,7 +264,7 @@ func (o Op) IsCopy() bool { return o >= OpCopy && o <= OpCopyBatch }
 // IsCUDA reports whether the op is a CUDA runtime or driver call the engine
 // correlates (copies, memory, ordering, initialisation).
 func (o Op) IsCUDA() bool {
-	return o >= OpCopy && o <= OpInit || o.IsContext() || o.IsMemory() || o.IsKernel()
+	return o >= OpCopy && o <= OpInit || o.IsContext() || o.IsMemory() || o.IsKernel() || o == OpCtxSync
 }
 
 // IsKernel reports whether the op launches or names a kernel.

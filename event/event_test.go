@@ -4,14 +4,14 @@ import "testing"
 
 func TestOpNames(t *testing.T) {
 	seen := map[string]Op{}
-	for op := OpCopy; op <= OpKernelFunction; op++ {
+	for op := OpCopy; op <= OpQPModify; op++ {
 		name := op.String()
 		if name == "unknown" || seen[name] != 0 {
 			t.Errorf("op %d: name %q (also op %d)", op, name, seen[name])
 		}
 		seen[name] = op
 	}
-	for _, op := range []Op{0, OpKernelFunction + 1, 255} {
+	for _, op := range []Op{0, OpQPModify + 1, 255} {
 		if op.String() != "unknown" {
 			t.Errorf("op %d named %q", op, op.String())
 		}
@@ -19,7 +19,8 @@ func TestOpNames(t *testing.T) {
 	if !OpCopyBatch.IsCopy() || OpHostAlloc.IsCopy() || !OpStreamWaitEvent.IsCUDA() || OpLinkerUpdate.IsCUDA() ||
 		!OpCtxSetCurrent.IsCUDA() || !OpDeviceBusID.IsContext() || OpPollCQ.IsCUDA() || OpInit.IsContext() ||
 		!OpMemMap.IsCUDA() || !OpManagedAlloc.IsMemory() || OpDeviceBusID.IsMemory() || OpManagedAlloc.IsContext() ||
-		!OpLaunch.IsCUDA() || !OpKernelFunction.IsKernel() || OpLaunch.IsMemory() || OpLaunch.IsCopy() || OpDmabufExport.IsKernel() {
+		!OpLaunch.IsCUDA() || !OpKernelFunction.IsKernel() || OpLaunch.IsMemory() || OpLaunch.IsCopy() || OpDmabufExport.IsKernel() || !OpCtxSync.IsCUDA() || OpCtxSync.IsKernel() ||
+		OpQPModify.IsCUDA() {
 		t.Error("IsCopy/IsCUDA boundaries moved")
 	}
 }

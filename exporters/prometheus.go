@@ -3,6 +3,7 @@ package exporters
 import (
 	"log/slog"
 	"path/filepath"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -44,6 +45,8 @@ type Metrics struct {
 	// severity had a finding: a window shorter than the scrape interval
 	// is seen by increase() even when no scrape caught its gauge.
 	fired map[findingKey]uint64
+
+	compute computeMetrics // compute.go
 }
 
 type findingKey struct{ rule, sev string }
@@ -89,6 +92,10 @@ type Window struct {
 	Findings []correlate.Finding // active findings: the rules that fired on the window
 	Lanes    []Lane              // per GPU link direction, demand and capacity
 	Peers    []Peer              // peer copies per pair of GPUs and path
+	// InFlightLanes and InFlightQPs are the window's averages in flight
+	// per GPU lane and per queue pair (inflight.go).
+	InFlightLanes []InFlightLane
+	InFlightQPs   []InFlightQP
 }
 
 // Peer is the rate of the window's peer copies (D2D between two GPUs)
@@ -368,6 +375,7 @@ func (m *Metrics) SetWindow(w Window) {
 	w.Findings = append([]correlate.Finding(nil), w.Findings...)
 	w.Lanes = append([]Lane(nil), w.Lanes...)
 	w.Peers = append([]Peer(nil), w.Peers...)
+	w.InFlightLanes, w.InFlightQPs = slices.Clone(w.InFlightLanes), slices.Clone(w.InFlightQPs)
 	m.mu.Lock()
 	m.window, m.hasWindow = w, true
 	seen := map[findingKey]bool{}
@@ -386,8 +394,9 @@ func (m *Metrics) SetWindow(w Window) {
 func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descTransfers, descTransferBytes, descTransferSize, descFailed, descSMTransfers, descLaunches, descWRs, descWRLatency,
 		descFindings, descFindingWindows, descLaneDemand, descLaneCapacity, descLaneMeasured, descLaneUnattributed, descLaneSM, descPeerCopy, descGPUCounters,
-		descEvalDuration, descEvalTime,
-		descEvents, descDrops, descAttached, descAttachFailures, descUnprobed, descProbedLibraries, descLibraryDetaches, descCallerUnclassified, descPending, descPageLookups} {
+		descEvalDuration, descEvalTime, descInflightBytes, descInflightOps, descQPInflightBytes, descQPInflightOps,
+		descEvents, descDrops, descAttached, descAttachFailures, descUnprobed, descProbedLibraries, descLibraryDetaches, descCallerUnclassified, descPending, descPageLookups,
+		descComputeOverlap, descHostWait, descHostWaits} {
 		ch <- d
 	}
 }
@@ -396,6 +405,7 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	m.collectCounts(ch)
 	m.collectWindow(ch)
+	m.collectCompute(ch)
 	if m.health != nil {
 		collectHealth(ch, m.health())
 	}
@@ -485,6 +495,7 @@ func (m *Metrics) collectWindow(ch chan<- prometheus.Metric) {
 	for _, p := range w.Peers {
 		ch <- prometheus.MustNewConstMetric(descPeerCopy, prometheus.GaugeValue, p.Bps, p.Src, p.Dst, p.Path)
 	}
+	collectInFlight(ch, w)
 	ch <- prometheus.MustNewConstMetric(descEvalDuration, prometheus.GaugeValue, w.Duration.Seconds())
 	ch <- prometheus.MustNewConstMetric(descEvalTime, prometheus.GaugeValue, float64(w.At.UnixNano())/1e9)
 }

@@ -36,7 +36,7 @@ var facts = func() []rowFacts {
 		out[i] = rowFacts{
 			perThread: strings.HasSuffix(p.Symbol, "_ptsz") || strings.HasSuffix(p.Symbol, "_ptds"),
 			returns: p.Program == ProgEntryReturn || p.Program == ProgBatch || p.Program == ProgCopy2D || p.Program == ProgProp ||
-				p.Program == ProgName || p.Program == ProgLaunchEx,
+				p.Program == ProgName || p.Program == ProgLaunchEx || p.Program == ProgModifyQP,
 		}
 	}
 	return out
@@ -265,7 +265,22 @@ func decodeVerbs(p *Probe, ev *lanewatchLwEvent, c *event.Call) {
 		}
 	case event.OpMRDeregister:
 		c.RDMA.MR = c.Ptr
+	case event.OpQPModify:
+		decodeModifyQP(ev, c)
 	}
+}
+
+// decodeModifyQP reads the slots lw_modify_qp_enter fills (enum lw_qp_arg).
+func decodeModifyQP(ev *lanewatchLwEvent, c *event.Call) {
+	a := &ev.Args
+	nums, av := a[lanewatchLwQpArgLW_QP_NUMS], a[lanewatchLwQpArgLW_QP_AV]
+	c.RDMA.QP, c.RDMA.AttrMask = a[0], uint32(c.Flags)
+	c.RDMA.QPNum, c.RDMA.DestQPNum = uint32(nums), uint32(nums>>32)
+	for i := range c.RDMA.DGID { // bytes in memory order, as the host's (little-endian) words hold them
+		c.RDMA.DGID[i] = byte(a[int(lanewatchLwQpArgLW_QP_DGID)+i/8] >> (8 * (i % 8)))
+	}
+	c.RDMA.DLID = uint16(av)           // ah_attr byte 24
+	c.RDMA.IsGlobal = av>>40&0xff != 0 // ah_attr byte 29
 }
 
 // Cookie packs what the BPF program needs to know about an attach point

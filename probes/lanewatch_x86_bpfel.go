@@ -126,6 +126,16 @@ const (
 	lanewatchLwPropArgLW_PROP_LOCATION_OFF lanewatchLwPropArg = 8
 )
 
+type lanewatchLwQpArg uint32
+
+const (
+	lanewatchLwQpArgLW_QP_NUMS         lanewatchLwQpArg = 3
+	lanewatchLwQpArgLW_QP_DGID         lanewatchLwQpArg = 4
+	lanewatchLwQpArgLW_QP_AV           lanewatchLwQpArg = 6
+	lanewatchLwQpArgLW_QP_DEST_QPN_OFF lanewatchLwQpArg = 28
+	lanewatchLwQpArgLW_QP_AH_ATTR_OFF  lanewatchLwQpArg = 56
+)
+
 type lanewatchLwSlots struct {
 	_    structs.HostLayout
 	Slot [4]lanewatchLwEvent
@@ -180,6 +190,7 @@ const (
 	lanewatchProgLwExec           = "lw_exec"
 	lanewatchProgLwExit           = "lw_exit"
 	lanewatchProgLwLaunchExEnter  = "lw_launch_ex_enter"
+	lanewatchProgLwModifyQpEnter  = "lw_modify_qp_enter"
 	lanewatchProgLwNameReturn     = "lw_name_return"
 	lanewatchProgLwPollCqReturn   = "lw_poll_cq_return"
 	lanewatchProgLwPostRecv       = "lw_post_recv"
@@ -199,6 +210,7 @@ const (
 	lanewatchVarUnusedName        = "unused_name"
 	lanewatchVarUnusedOutstr      = "unused_outstr"
 	lanewatchVarUnusedPropArg     = "unused_prop_arg"
+	lanewatchVarUnusedQpArg       = "unused_qp_arg"
 	lanewatchVarUnusedWcArg       = "unused_wc_arg"
 	lanewatchVarUnusedWrArg       = "unused_wr_arg"
 	lanewatchVarWakeupBytes       = "wakeup_bytes"
@@ -254,6 +266,7 @@ type lanewatchProgramSpecs struct {
 	LwExec          *ebpf.ProgramSpec `ebpf:"lw_exec"`
 	LwExit          *ebpf.ProgramSpec `ebpf:"lw_exit"`
 	LwLaunchExEnter *ebpf.ProgramSpec `ebpf:"lw_launch_ex_enter"`
+	LwModifyQpEnter *ebpf.ProgramSpec `ebpf:"lw_modify_qp_enter"`
 	LwNameReturn    *ebpf.ProgramSpec `ebpf:"lw_name_return"`
 	LwPollCqReturn  *ebpf.ProgramSpec `ebpf:"lw_poll_cq_return"`
 	LwPostRecv      *ebpf.ProgramSpec `ebpf:"lw_post_recv"`
@@ -289,6 +302,7 @@ type lanewatchVariableSpecs struct {
 	UnusedName        *ebpf.VariableSpec `ebpf:"unused_name"`
 	UnusedOutstr      *ebpf.VariableSpec `ebpf:"unused_outstr"`
 	UnusedPropArg     *ebpf.VariableSpec `ebpf:"unused_prop_arg"`
+	UnusedQpArg       *ebpf.VariableSpec `ebpf:"unused_qp_arg"`
 	UnusedWcArg       *ebpf.VariableSpec `ebpf:"unused_wc_arg"`
 	UnusedWrArg       *ebpf.VariableSpec `ebpf:"unused_wr_arg"`
 	WakeupBytes       *ebpf.VariableSpec `ebpf:"wakeup_bytes"`
@@ -347,6 +361,7 @@ type lanewatchVariables struct {
 	UnusedName        *ebpf.Variable `ebpf:"unused_name"`
 	UnusedOutstr      *ebpf.Variable `ebpf:"unused_outstr"`
 	UnusedPropArg     *ebpf.Variable `ebpf:"unused_prop_arg"`
+	UnusedQpArg       *ebpf.Variable `ebpf:"unused_qp_arg"`
 	UnusedWcArg       *ebpf.Variable `ebpf:"unused_wc_arg"`
 	UnusedWrArg       *ebpf.Variable `ebpf:"unused_wr_arg"`
 	WakeupBytes       *ebpf.Variable `ebpf:"wakeup_bytes"`
@@ -364,6 +379,7 @@ type lanewatchPrograms struct {
 	LwExec          *ebpf.Program `ebpf:"lw_exec"`
 	LwExit          *ebpf.Program `ebpf:"lw_exit"`
 	LwLaunchExEnter *ebpf.Program `ebpf:"lw_launch_ex_enter"`
+	LwModifyQpEnter *ebpf.Program `ebpf:"lw_modify_qp_enter"`
 	LwNameReturn    *ebpf.Program `ebpf:"lw_name_return"`
 	LwPollCqReturn  *ebpf.Program `ebpf:"lw_poll_cq_return"`
 	LwPostRecv      *ebpf.Program `ebpf:"lw_post_recv"`
@@ -381,6 +397,7 @@ func (p *lanewatchPrograms) Close() error {
 		p.LwExec,
 		p.LwExit,
 		p.LwLaunchExEnter,
+		p.LwModifyQpEnter,
 		p.LwNameReturn,
 		p.LwPollCqReturn,
 		p.LwPostRecv,

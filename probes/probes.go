@@ -396,7 +396,7 @@ func (p *Probes) attachPlan(path string, plan map[Program]*sites, pid int) ([]li
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
 	var made []link.Link
-	for _, prog := range []Program{ProgEntry, ProgBatch, ProgCopy2D, ProgEntryReturn, ProgProp, ProgName, ProgLaunchEx, ProgPostSend, ProgPostRecv, ProgPollCQ} {
+	for _, prog := range []Program{ProgEntry, ProgBatch, ProgCopy2D, ProgEntryReturn, ProgProp, ProgName, ProgLaunchEx, ProgModifyQP, ProgPostSend, ProgPostRecv, ProgPollCQ} {
 		s := plan[prog]
 		if s == nil {
 			continue
@@ -443,6 +443,8 @@ func (p *Probes) programsFor(prog Program) []attachProg {
 		return []attachProg{{p.objs.LwCallEnter, false}, {p.objs.LwNameReturn, true}}
 	case ProgLaunchEx:
 		return []attachProg{{p.objs.LwLaunchExEnter, false}, {p.objs.LwCallReturn, true}}
+	case ProgModifyQP:
+		return []attachProg{{p.objs.LwModifyQpEnter, false}, {p.objs.LwCallReturn, true}}
 	case ProgPostSend:
 		return []attachProg{{p.objs.LwPostSend, false}}
 	case ProgPostRecv:

@@ -36,6 +36,7 @@ const (
 	ProgProp                           // entry reads a CUmemLocation from the struct at the last argument; the result at return
 	ProgName                           // entry kept; at return the name argument (LW_NAME_ARG) goes out in pieces, then the result
 	ProgLaunchEx                       // entry reads the launch config at argument 0 (grid, block, stream); the result at return
+	ProgModifyQP                       // entry reads the QP's number and where attr connects it (enum lw_qp_arg); the result at return
 )
 
 // Dims says where a launch row finds its grid and block dimensions.
@@ -431,5 +432,14 @@ func buildTable() []Probe {
 	// cudaLaunchKernelExC(const cudaLaunchConfig_t *config, const void *func, void **args)
 	rex := dims(rt("cudaLaunchKernelExC", event.OpLaunch, ProgLaunchEx, 0, launchArgs(1, int(lanewatchLwLaunchArgLW_LAUNCH_STREAM)), 2), DimsConfig)
 	add(withForms(rex, "_ptsz")...)
+
+	// Host waits for a whole context (docs/design.md, "Compute overlap"):
+	// cudaDeviceSynchronize calls cuCtxSynchronize; both take no argument.
+	add(driver("cuCtxSynchronize", "cudaDeviceSynchronize", event.OpCtxSync, 0, syncArgs(noArg, noArg, noArg), 0))
+	add(rt("cudaDeviceSynchronize", event.OpCtxSync, ProgEntryReturn, 0, syncArgs(noArg, noArg, noArg), 0))
+	// --- RDMA setup: where each QP connects, for the ordering rules
+	// (docs/design.md, "Completed is not consumable"). ibv_modify_qp(qp,
+	// attr, attr_mask): a setup call, never on the data path. ---
+	add(verbs("ibv_modify_qp", event.OpQPModify, ProgModifyQP, memArgs(noArg, noArg, 2), 3))
 	return t
 }

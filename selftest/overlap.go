@@ -462,5 +462,6 @@ func pairRun(ctx context.Context, kvpath, scenario, tmp string, col *Collector, 
 		out[i].Drops = dropped
 	}
 	checkOverlap(&out[len(out)-1], scenario, sp, all)
+	checkInflight(&out[len(out)-1], scenario, sp, all)
 	return out
 }

@@ -18,8 +18,11 @@ import (
 )
 
 // RDMAScenarios run two processes (prefill and decode roles) on the
-// reference RDMA provider; pd-overlap must be flagged, the rest not.
-var RDMAScenarios = []string{"pd-transfer", "pd-overlap", "pd-send-duplex", "rdma-read"}
+// reference RDMA provider; pd-overlap must be flagged for overlap, the rest
+// not; each must give its ordering verdict (ordering.go) and its in-flight
+// verdict (inflight.go).
+var RDMAScenarios = append([]string{"pd-transfer", "pd-overlap", "pd-send-duplex", "rdma-read",
+	"rdma-write-serial", "rdma-write-pipelined"}, OrderingScenarios...)
 
 // rdmaRun runs one RDMA scenario and returns a result per role.
 func rdmaRun(ctx context.Context, refDir, scenario, tmp string, col *Collector, cfg Config, drops lossCount) []Result {
@@ -75,6 +78,7 @@ func rdmaRun(ctx context.Context, refDir, scenario, tmp string, col *Collector, 
 	for _, role := range roles {
 		res := Result{Scenario: scenario, Runtime: role, PID: pids[role], Drops: dropped, Problems: slices.Clone(problems)}
 		compareRDMA(&res, truths[role], got[role])
+		checkOrdering(&res, scenario, truths[role], got[role])
 		out = append(out, res)
 	}
 	if _, ok := pids["decode"]; ok {
@@ -85,6 +89,7 @@ func rdmaRun(ctx context.Context, refDir, scenario, tmp string, col *Collector, 
 			}
 		}
 		checkOverlap(&out[1], scenario, procs, all)
+		checkInflight(&out[1], scenario, procs, all)
 	}
 	return out
 }

@@ -32,7 +32,9 @@ import (
 // Scenarios the selftest runs on each runtime build, after late-attach and
 // late-pool-pages (PagesScenario).
 var Scenarios = []string{"hicache-load", "pageable-load", "fragmented-load", "writeback-duplex",
-	"h2d-overlap", "no-overlap", "big-and-trickle", "default-kind", "api-coverage", "failing-copies", "vmm-pool-managed"}
+	"h2d-overlap", "no-overlap", "big-and-trickle", "default-kind", "api-coverage", "failing-copies", "vmm-pool-managed",
+	"inflight-serial", "inflight-queued",
+	"layer-compute", "layer-compute-sync", "layer-compute-item"}
 
 // Runtimes are the two builds of the reference runtime: with and without a
 // CET prologue, so both probe-site choices are exercised.
@@ -170,6 +172,7 @@ type Collector struct {
 	lost map[uint32]uint64
 	// providers: processes a verbs context of which the agent resolved.
 	providers map[uint32]bool
+	acts      activityLog // the engine's activities (computeoverlap.go)
 }
 
 // NewCollector returns an empty collector; live, when not nil, gets a line
@@ -271,6 +274,7 @@ func (c *Collector) OnExit(pid uint32) {
 			delete(c.lost, p)
 			delete(c.providers, p)
 			delete(c.exitedAt, p)
+			c.TakeActivities(p)
 		}
 	}
 }
@@ -371,6 +375,7 @@ func Run(ctx context.Context, cfg Config) (results []Result, stats agent.Stats, 
 			filepath.Join(cfg.RefDir, "rdma", "libibverbs.so.1"),
 		},
 		Sink:           col,
+		Activity:       col,
 		Logger:         cfg.Logger,
 		Devices:        refDevices("/proc", cfg.Logger),
 		Kernels:        true, // kernel-copy's launches: the kernel rows beside every scenario's copies
@@ -415,7 +420,9 @@ func Run(ctx context.Context, cfg Config) (results []Result, stats agent.Stats, 
 		got := col.Take(p.pid)
 		Compare(&res, truth, got)
 		checkOverlap(&res, name, []scenarioProc{{pid: p.pid, gpu: privateGPU(p.pid), truth: truth}}, got)
+		checkInflight(&res, name, []scenarioProc{{pid: p.pid, gpu: privateGPU(p.pid), truth: truth}}, got)
 		checkPages(&res, name, p.pid, p.truth, got)
+		checkCompute(&res, name, p.pid, truth, got, col.TakeActivities(p.pid))
 		return res, nil
 	}
 	run := func(name, runtime string, start func() (*proc, error)) error {

@@ -31,6 +31,8 @@ type TruthCall struct {
 	TCallNs       uint64 `json:"t_call_ns"`     // CLOCK_MONOTONIC ns before the call
 	TReturnNs     uint64 `json:"t_return_ns"`   // ... and after it returned
 	EngineEndNs   uint64 `json:"engine_end_ns"` // when the copy engine finished the copy
+	// EngineStartNs is when the engine began the copy or the kernel.
+	EngineStartNs uint64 `json:"engine_start_ns"`
 	// GPU is the PCI address of the GPU whose link a copy crossed, where the
 	// scenario states it (tp-workers): the agent must report exactly it.
 	GPU string `json:"gpu"`
@@ -53,6 +55,14 @@ type TruthCall struct {
 	TPostEnd  uint64 `json:"t_post_end_ns"`   // just after it returned
 	TPollBeg  uint64 `json:"t_poll_start_ns"` // just before the poll_cq call that returned the completion
 	TPollNs   uint64 `json:"t_poll_ns"`       // just after it
+	// Ordering (selftest/ordering.go): where a QP connects (connect), the
+	// first SGE of a post and the region of a reg_mr or dereg_mr.
+	DestQPNum uint32 `json:"dest_qp_num"`
+	DGID      string `json:"dgid"`
+	LKey      uint32 `json:"lkey"`
+	NumSGE    int    `json:"num_sge"`
+	Addr      uint64 `json:"addr"`
+	Length    uint64 `json:"length"`
 
 	End     bool   `json:"end"`
 	Calls   int    `json:"calls"`

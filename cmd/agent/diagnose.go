@@ -28,7 +28,8 @@ func cmdDiagnose(args []string, stdout, stderr io.Writer) int {
 host topology, PCIe link training, IOMMU mode, numactl, hugepages; then per process
 (--pid, or every process mapping a CUDA library) its NUMA binding and where its pinned
 pools live; with --sample, a live probe window that reports pageable copies,
-fragmentation and same-direction overlap, RDMA congestion per port and queue pair, and
+fragmentation, same-direction overlap, H2D vs compute overlap and host syncs, RDMA
+congestion per port and queue pair, and
 block device throughput with each device's NUMA node and switch, storage reads into the
 pool (--trace-storage-reads) and storage beside GPU traffic on a shared switch uplink;
 GPUDirect Storage (nvidia_fs loaded, libcufile mapped) always. Each item is PASS, WARN, FAIL or SKIP with the reason and what to do, or INFO for a
@@ -47,6 +48,7 @@ diagnose itself could not run.`)
 	fs.StringVar(&gpu.Source, "gpu-counters", "auto", "GPU counters read during --sample for the link check (GPU links are judged as read under load): auto (DCGM, else NVML), dcgm, nvml or off")
 	fs.StringVar(&gpu.NVMLLibrary, "nvml.library", "libnvidia-ml.so.1", "the NVML library to load at run time")
 	fs.StringVar(&gpu.DCGMAddress, "dcgm.address", "", "a standalone nv-hostengine (host:port); empty starts an embedded host engine")
+	kernels := fs.Bool("kernels", true, "probe kernel launches during --sample: compute overlap (H2D vs compute, item 3) needs them; each launch of a traced process costs one entry+return pair while the window lasts (false: item 3's overlap SKIPs)")
 	var ib stringList
 	fs.Var(&ib, "ib-devices", `the RDMA devices the server uses, in any form of SGLang's --disaggregation-ib-device: a device or comma-separated list every GPU shares ("mlx5_0,mlx5_1"), a GPU → device(s) JSON object ('{"0":"mlx5_0","1":"mlx5_1,mlx5_2"}') or a file holding one (repeatable; checked for far NICs)`)
 	log, code := parse(fs, args, stderr)
@@ -63,7 +65,8 @@ diagnose itself could not run.`)
 	if *sample > 0 && !checkPrivileges(stderr, "diagnose --sample", log) {
 		return exitCannotRun
 	}
-	cfg := diagnose.Config{ProcRoot: *procRoot, SysRoot: *sysRoot, PIDs: pids, Sample: *sample, Libs: libs, Logger: log, GPU: gpu, TraceStorageReads: *storageReads}
+	cfg := diagnose.Config{ProcRoot: *procRoot, SysRoot: *sysRoot, PIDs: pids, Sample: *sample, Libs: libs, Logger: log, GPU: gpu, Kernels: *kernels,
+		TraceStorageReads: *storageReads}
 	var err error
 	if cfg.IBDevices, err = checks.ParseIBDevices(ib, os.ReadFile); err != nil {
 		fmt.Fprintln(stderr, err)

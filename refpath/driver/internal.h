@@ -84,7 +84,18 @@ struct rc_xfer {
 	int dir;    /* enum rc_dir */
 	int staged; /* host side is pageable: staged through a pinned bounce buffer */
 	struct refcudaCopyTimes *times;
+	uint64_t ready_ns; /* a queued copy's first byte moves no earlier (RC_COPY_TURNAROUND_NS); 0 none */
 };
+
+/*
+ * The copy engine's turnaround: a copy queued on a stream moves its first byte no
+ * earlier than this after it was submitted (descriptor fetch, the engine's start, its
+ * completion write), however idle the lane. Copies queued behind others overlap it
+ * with their predecessors' bytes, so a deep queue never sees it; one copy at a time,
+ * each waited for, pays it every time. Real engines take a few to ~10 us per copy;
+ * 10 us against the reference's 4 GB/s lanes is a bandwidth-delay product of 40 kB.
+ */
+#define RC_COPY_TURNAROUND_NS 10000ull
 
 /* lane.c: the per-direction PCIe lane model */
 void rc_lane_init(double h2d_gbps, double d2h_gbps);

@@ -395,6 +395,12 @@ void rc_xfer_run(const struct rc_xfer *x, uint64_t *cursor)
 	 */
 	if (!chunk_next(&it, &d, &s, &n))
 		goto out;
+	if (x->ready_ns) {
+		/* the engine's turnaround (internal.h): the first byte moves no earlier */
+		sleep_until(x->ready_ns);
+		if (*cursor && *cursor < x->ready_ns)
+			*cursor = x->ready_ns;
+	}
 	uint64_t end = lane_reserve(lane, &dv->bytes[li], &dv->busy[li], n, cursor);
 	for (;;) {
 		char *nd;

@@ -306,6 +306,7 @@ int rc_submit_copy(struct rc_xfer *x, CUstream stream, unsigned int flags)
 		return CUDA_SUCCESS;
 	}
 	struct op o = {.type = OP_COPY, .x = *x};
+	o.x.ready_ns = rc_now_ns() + RC_COPY_TURNAROUND_NS;
 	uint64_t t = stream_enqueue(s, &o);
 	if (!(flags & REFCUDA_ASYNC))
 		stream_wait(s, t);

@@ -70,3 +70,23 @@ char *pinned_pool(size_t n, int seed)
 	host_register(p, n, 0);
 	return p;
 }
+
+void event_record(cudaEvent_t e, cudaStream_t s, int layer)
+{
+	struct truth_rec *r = truth_new("cudaEventRecord", "event_record");
+	r->event = (uintptr_t)e;
+	r->stream = (uintptr_t)s;
+	r->has_event = r->has_stream = 1;
+	r->layer = layer;
+	TCALL(r, cudaEventRecord(e, s));
+}
+
+void stream_wait_event(cudaStream_t s, cudaEvent_t e, int layer)
+{
+	struct truth_rec *r = truth_new("cudaStreamWaitEvent", "stream_wait_event");
+	r->event = (uintptr_t)e;
+	r->stream = (uintptr_t)s;
+	r->has_event = r->has_stream = r->has_flags = 1;
+	r->layer = layer;
+	TCALL(r, cudaStreamWaitEvent(s, e, 0));
+}

@@ -12,5 +12,7 @@ void host_unregister(void *p);
 char *dev_alloc(size_t n);
 void dev_free(void *d);
 void stream_sync(cudaStream_t s, const char *phase);
+void event_record(cudaEvent_t e, cudaStream_t s, int layer);      /* cudaEventRecord, with its layer */
+void stream_wait_event(cudaStream_t s, cudaEvent_t e, int layer); /* cudaStreamWaitEvent(s, e, 0) */
 
 #endif

@@ -47,6 +47,14 @@ int sc_no_overlap(const struct opts *o, struct result *res);
 int sc_big_and_trickle(const struct opts *o, struct result *res);
 int sc_two_proc_lane(const struct opts *o, struct result *res);
 
+/* inflight.c: one page in flight at a time, or a layer's pages queued */
+int sc_inflight_serial(const struct opts *o, struct result *res);
+int sc_inflight_queued(const struct opts *o, struct result *res);
+/* computeoverlap.c: the shapes of compute overlap */
+int sc_layer_compute(const struct opts *o, struct result *res);
+int sc_layer_compute_sync(const struct opts *o, struct result *res);
+int sc_layer_compute_item(const struct opts *o, struct result *res);
+
 /* main.c: the --hold point between setup and copies */
 void hold_point(const struct opts *o);
 

@@ -20,31 +20,6 @@
 
 /* ---------------- recorded wrappers ---------------- */
 
-
-
-
-
-
-static void event_record(cudaEvent_t e, cudaStream_t s, int layer)
-{
-	struct truth_rec *r = truth_new("cudaEventRecord", "event_record");
-	r->event = (uintptr_t)e;
-	r->stream = (uintptr_t)s;
-	r->has_event = r->has_stream = 1;
-	r->layer = layer;
-	TCALL(r, cudaEventRecord(e, s));
-}
-
-static void stream_wait_event(cudaStream_t s, cudaEvent_t e, int layer)
-{
-	struct truth_rec *r = truth_new("cudaStreamWaitEvent", "stream_wait_event");
-	r->event = (uintptr_t)e;
-	r->stream = (uintptr_t)s;
-	r->has_event = r->has_stream = r->has_flags = 1;
-	r->layer = layer;
-	TCALL(r, cudaStreamWaitEvent(s, e, 0));
-}
-
 static struct truth_rec *copy_async(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind, cudaStream_t s,
 				    int layer, const char *phase)
 {
@@ -1053,8 +1028,13 @@ const struct scenario scenarios[] = {
 	{"big-and-trickle", sc_big_and_trickle, 64, 1 * MiB, 1}, /* 64 x 1 MiB H2D and 4 x 4 KiB */
 	{"two-proc-lane", sc_two_proc_lane, 64, 1 * MiB, 1},     /* per process: 64 x 1 MiB H2D, in lockstep */
 	{"tp-workers", sc_tp_workers, 4, 1 * MiB, 1}, /* ranks x (4 + 3) copies of 1 MiB, on three GPUs */
+	{"inflight-serial", sc_inflight_serial, 8, 512 * KiB, 1}, /* 8 x 32 pages of 16 KiB, each waited for */
+	{"inflight-queued", sc_inflight_queued, 8, 512 * KiB, 1}, /* the same, one sync per layer */
 	{"callbench", sc_callbench, 1, 64, 0},
 	{"launchbench", sc_launchbench, 1, 64, 0},
+	{"layer-compute", sc_layer_compute, 8, 4 * MiB, 1},           /* 8 x 4 MiB H2D up front, 8 kernels of 1 ms */
+	{"layer-compute-sync", sc_layer_compute_sync, 8, 4 * MiB, 1}, /* ... the load stream synchronized per layer */
+	{"layer-compute-item", sc_layer_compute_item, 8, 4 * MiB, 1}, /* ... a 4-byte cudaMemcpy D2H per layer */
 	{"storage-load", sc_storage_load, 16, 2 * MiB, 1}, /* 16 x 2 MiB read from a file into the pool, each then H2D */
 	{"storage-writeback", sc_storage_writeback, 64, 4 * MiB, 1}, /* 64 x 4 MiB read from a file beside 64 x 4 MiB D2H */
 	{NULL, NULL, 0, 0, 0},

@@ -11,7 +11,7 @@ fail() { echo "checksyms: $*" >&2; exit 1; }
 dyn=$(nm -D --defined-only "$lib")
 for s in ibv_get_device_list ibv_free_device_list ibv_get_device_name ibv_open_device ibv_close_device \
 	ibv_query_device ibv_alloc_pd ibv_dealloc_pd ibv_reg_mr ibv_reg_mr_iova2 ibv_reg_dmabuf_mr ibv_dereg_mr \
-	ibv_create_cq ibv_destroy_cq ibv_create_qp ibv_destroy_qp ibv_modify_qp ibv_query_qp; do
+	ibv_create_cq ibv_destroy_cq ibv_create_qp ibv_destroy_qp ibv_modify_qp ibv_query_qp ibv_query_gid; do
 	echo "$dyn" | grep -q " T $s@" || fail "$lib does not export $s"
 done
 echo "$dyn" | grep -Eiq "post_send|post_recv|poll_cq|req_notify" && fail "$lib exports a data-path symbol"

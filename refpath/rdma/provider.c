@@ -74,7 +74,18 @@ struct ref_cq {
 struct sq_ent {
 	struct ibv_send_wr wr; /* next and sg_list not used: see sge */
 	struct ibv_sge sge[SQ_MAX_SGE];
+	uint64_t ready_ns; /* its first byte moves no earlier: posted + WR_TURNAROUND_NS */
 };
+
+/*
+ * A WR's turnaround: from the doorbell to its first byte on the wire (the NIC fetches
+ * the WQE and its data over PCIe, the packet crosses the fabric and the ACK comes
+ * back before the completion is written). WRs queued behind others overlap it with
+ * their predecessors' bytes; one WR at a time, each polled before the next is
+ * posted, pays it every time. Real RC WRITEs take a few us; 10 us against the
+ * reference's 4 GB/s links is a bandwidth-delay product of 40 kB.
+ */
+#define WR_TURNAROUND_NS 10000ull
 
 struct ref_qp {
 	struct ibv_qp qp;
@@ -275,9 +286,19 @@ static int copy_piece(int32_t peer, int out, const struct piece *p)
 	return 0;
 }
 
-static int move_bytes(struct wire *w, int32_t peer, int peer_nic, int out, const struct seg *loc, int nloc,
-		      const struct seg *rem, int nrem)
+/* The cursor of a lane for this WR: its first byte moves no earlier than ready. */
+static uint64_t *wr_cursor(const char *kind, const char *name, int dir, uint64_t ready)
 {
+	uint64_t *c = cursor_for(kind, name, dir);
+	if (*c && *c < ready)
+		*c = ready;
+	return c;
+}
+
+static int move_bytes(struct wire *w, int32_t peer, int peer_nic, int out, const struct seg *loc, int nloc,
+		      const struct seg *rem, int nrem, uint64_t ready)
+{
+	sleep_until(ready); /* the turnaround: the lanes stay free for others meanwhile */
 	struct piece pend = {0};
 	int have_pend = 0;
 	reserve_fn gpu_reserve = cuda_reserve();
@@ -300,19 +321,19 @@ static int move_bytes(struct wire *w, int32_t peer, int peer_nic, int out, const
 		const struct wire_mr *lm = loc[li].mr, *rm = rem[ri].mr;
 		uint64_t end = 0, e;
 		/* NIC links: out = this NIC transmits, the peer's receives; READ the other way */
-		e = wlane_reserve(out ? &mine->tx : &mine->rx, n, cursor_for("n", "self", out));
+		e = wlane_reserve(out ? &mine->tx : &mine->rx, n, wr_cursor("n", "self", out, ready));
 		end = e > end ? e : end;
 		if (theirs) {
-			e = wlane_reserve(out ? &theirs->rx : &theirs->tx, n, cursor_for("p", "peer", out));
+			e = wlane_reserve(out ? &theirs->rx : &theirs->tx, n, wr_cursor("p", "peer", out, ready));
 			end = e > end ? e : end;
 		}
 		/* GPU lanes: data leaves the source's GPU (outbound), enters the target's (inbound) */
 		if (gpu_reserve && lm->is_device) {
-			e = gpu_reserve(lm->gpu, !out, n, cursor_for("g", lm->gpu[0] ? lm->gpu : "-", !out));
+			e = gpu_reserve(lm->gpu, !out, n, wr_cursor("g", lm->gpu[0] ? lm->gpu : "-", !out, ready));
 			end = e > end ? e : end;
 		}
 		if (gpu_reserve && rm->is_device && rm->gpu[0]) {
-			e = gpu_reserve(rm->gpu, out, n, cursor_for("g", rm->gpu, out));
+			e = gpu_reserve(rm->gpu, out, n, wr_cursor("g", rm->gpu, out, ready));
 			end = e > end ? e : end;
 		}
 		/*
@@ -453,7 +474,7 @@ static void execute(struct ref_qp *qp, const struct sq_ent *e)
 		}
 	}
 	if (total) {
-		int rc = move_bytes(w, pq->owner, pq->nic, !is_read, loc, wr->num_sge, rem, nrem);
+		int rc = move_bytes(w, pq->owner, pq->nic, !is_read, loc, wr->num_sge, rem, nrem, e->ready_ns);
 		if (rc) {
 			wc.status = IBV_WC_REM_ACCESS_ERR;
 			wc.vendor_err = (uint32_t)rc;
@@ -559,6 +580,7 @@ static int ref_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv
 		e->wr.next = NULL;
 		e->wr.sg_list = e->sge;
 		memcpy(e->sge, wr->sg_list, (size_t)wr->num_sge * sizeof *e->sge);
+		e->ready_ns = now_ns() + WR_TURNAROUND_NS;
 		qp->sq_tail++;
 	}
 	pthread_cond_signal(&nic.work);
@@ -837,6 +859,35 @@ API struct ibv_mr *ibv_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size_t 
 	return NULL;
 }
 
+/*
+ * Port 1's GID 0: a RoCE-style link-local GID naming this process's NIC (the wire has
+ * no subnet manager), fe80::<nic slot>:<pid>, which an application exchanges with
+ * its peer and puts in the address vector it connects its QPs with.
+ */
+API int ibv_query_gid(struct ibv_context *context, uint8_t port_num, int index, union ibv_gid *gid)
+{
+	if (!context || !gid || port_num != 1 || index != 0)
+		return -1;
+	struct ref_ctx *c = (struct ref_ctx *)context;
+	uint32_t pid = (uint32_t)getpid();
+	memset(gid, 0, sizeof *gid);
+	gid->raw[0] = 0xfe;
+	gid->raw[1] = 0x80;
+	gid->raw[10] = (uint8_t)(c->nic >> 8);
+	gid->raw[11] = (uint8_t)c->nic;
+	gid->raw[12] = (uint8_t)(pid >> 24);
+	gid->raw[13] = (uint8_t)(pid >> 16);
+	gid->raw[14] = (uint8_t)(pid >> 8);
+	gid->raw[15] = (uint8_t)pid;
+	return 0;
+}
+
+/*
+ * Like mlx5, deregistering succeeds whatever still uses the region: the NIC checks keys
+ * when it starts a WR, so WRs not yet started complete with IBV_WC_LOC_PROT_ERR (the QP
+ * then enters the error state and flushes the rest, IBV_WC_WR_FLUSH_ERR); the one in
+ * progress finishes.
+ */
 API int ibv_dereg_mr(struct ibv_mr *mr)
 {
 	if (!mr)

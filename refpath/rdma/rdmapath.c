@@ -19,6 +19,11 @@
  *   pd-send-duplex  decode RDMA_WRITEs out of its GPU (outbound) while loading (inbound)
  *   rdma-read       decode READs pages from prefill's GPU into its own (inbound), then
  *                   one READ with a bad rkey (IBV_WC_REM_ACCESS_ERR)
+ *   rdma-write-serial, rdma-write-pipelined
+ *                   prefill RDMA_WRITEs 256 pages of 16 KiB from pinned host memory
+ *                   into decode's GPU, one WR in flight at a time or all posted ahead
+ *   kv-notify-early, kv-notify-imm, kv-notify-polled, mr-dereg-early, mr-dereg-polled:
+ *                   completed is not consumable (seed 002 §4.1, §5), see "ordering" below
  */
 #include "calls.h"
 #include "truth.h"
@@ -69,6 +74,9 @@ struct rdv {
 	/* pd-overlap's concurrent phase, in lockstep: decode's H2D copies submitted and
 	 * prefill's WRITE_WITH_IMMs posted so far */
 	uint64_t h2d_submitted, rdma_posted;
+	/* the ordering scenarios: each role's control QP and port GID (ibv_query_gid) */
+	uint32_t qpn2[2];
+	uint8_t gid[2][16];
 };
 _Static_assert(sizeof(struct rdv) <= WIRE_APP_BYTES, "rendezvous too big");
 
@@ -261,10 +269,18 @@ static struct {
 } S;
 
 static struct ibv_qp *QP;
+static struct ibv_qp *QP2; /* the ordering scenarios' control QP: same peer, same CQs */
 static struct ibv_cq *SCQ, *RCQ;
+
+static void post_send_on(struct ibv_qp *qp, struct ibv_send_wr *chain, int phase);
 
 /* Posts a chain of WRs in one ibv_post_send call and records each WR. */
 static void post_send(struct ibv_send_wr *chain, int phase)
+{
+	post_send_on(QP, chain, phase);
+}
+
+static void post_send_on(struct ibv_qp *qp, struct ibv_send_wr *chain, int phase)
 {
 	struct ibv_send_wr *bad = NULL;
 	uint64_t t = truth_now_ns();
@@ -272,7 +288,7 @@ static void post_send(struct ibv_send_wr *chain, int phase)
 		R->t_first_post[phase] = t;
 	int rc;
 	/* a full send queue answers ENOMEM: retry briefly (the NIC drains it) */
-	for (int tries = 0; (rc = ibv_post_send(QP, chain, &bad)) == ENOMEM && tries < 100000; tries++) {
+	for (int tries = 0; (rc = ibv_post_send(qp, chain, &bad)) == ENOMEM && tries < 100000; tries++) {
 		if (bad != chain)
 			die("ibv_post_send: partial post on ENOMEM");
 		nap_us(50);
@@ -310,21 +326,28 @@ static void post_send(struct ibv_send_wr *chain, int phase)
 		     w->num_sge ? w->sg_list[0].lkey : 0, memkind(ldev),
 		     (unsigned long long)(remote ? w->wr.rdma.remote_addr : 0), remote ? w->wr.rdma.rkey : 0,
 		     rmem, w->opcode == IBV_WR_RDMA_READ ? "remote_to_local" : "local_to_remote",
-		     sig ? "true" : "false", QP->qp_num, R->qpn[other], has_imm ? w->imm_data : 0,
+		     sig ? "true" : "false", qp->qp_num, qp == QP2 ? R->qpn2[other] : R->qpn[other], has_imm ? w->imm_data : 0,
 		     has_imm ? ntohl(w->imm_data) : 0, i, sges, (unsigned long long)t, (unsigned long long)t_end);
 		S.posted_send++;
 		S.signaled += (unsigned)sig;
 	}
 }
 
+static void post_recvs_on(struct ibv_qp *qp, int n, uint64_t wr_id0, struct ibv_mr *mr, uint32_t len);
+
 static void post_recvs(int n, uint64_t wr_id0, struct ibv_mr *mr, uint32_t len)
+{
+	post_recvs_on(QP, n, wr_id0, mr, len);
+}
+
+static void post_recvs_on(struct ibv_qp *qp, int n, uint64_t wr_id0, struct ibv_mr *mr, uint32_t len)
 {
 	for (int i = 0; i < n; i++) {
 		struct ibv_sge sge = {mr ? (uintptr_t)mr->addr : 0, len, mr ? mr->lkey : 0};
 		struct ibv_recv_wr wr = {.wr_id = wr_id0 + (uint64_t)i, .sg_list = mr ? &sge : NULL, .num_sge = mr ? 1 : 0};
 		struct ibv_recv_wr *bad;
 		uint64_t t = truth_now_ns();
-		int rc = ibv_post_recv(QP, &wr, &bad);
+		int rc = ibv_post_recv(qp, &wr, &bad);
 		uint64_t t_end = truth_now_ns();
 		if (rc)
 			die("ibv_post_recv: %s", strerror(rc));
@@ -332,7 +355,7 @@ static void post_recvs(int n, uint64_t wr_id0, struct ibv_mr *mr, uint32_t len)
 		     "\"wr_id\":%llu,\"bytes\":%u,\"num_sge\":%d,\"addr\":%llu,\"lkey\":%u,\"local_mem\":\"%s\","
 		     "\"qp_num\":%u,\"t_post_ns\":%llu,\"t_post_end_ns\":%llu",
 		     (unsigned long long)wr.wr_id, mr ? len : 0, wr.num_sge, (unsigned long long)sge.addr, sge.lkey,
-		     mr ? memkind(mr_by_lkey(mr->lkey)->is_device) : "none", QP->qp_num, (unsigned long long)t,
+		     mr ? memkind(mr_by_lkey(mr->lkey)->is_device) : "none", qp->qp_num, (unsigned long long)t,
 		     (unsigned long long)t_end);
 		S.posted_recv++;
 	}
@@ -489,6 +512,28 @@ static void verify(const char *p, size_t pages, size_t pb, int seed, const char 
 static struct ibv_context *CTX;
 static struct ibv_pd *PD;
 
+/* An RC QP on the shared CQs, in INIT. */
+static struct ibv_qp *make_qp(void)
+{
+	struct ibv_qp_init_attr qa = {.send_cq = SCQ, .recv_cq = RCQ, .qp_type = IBV_QPT_RC,
+				      .cap = {.max_send_wr = POST_DEPTH, .max_recv_wr = 512, .max_send_sge = 2,
+					      .max_recv_sge = 1}};
+	struct ibv_qp *qp = ibv_create_qp(PD, &qa);
+	if (!qp)
+		die("ibv_create_qp: %s", strerror(errno));
+	struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .port_num = 1,
+				.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ};
+	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
+		die("modify_qp INIT");
+	return qp;
+}
+
+/* The ordering scenarios connect a second QP to the same peer. */
+static int uses_control_qp(void)
+{
+	return !strncmp(O.scenario, "kv-notify-", 10);
+}
+
 static void verbs_open(void)
 {
 	int n = 0;
@@ -504,23 +549,52 @@ static void verbs_open(void)
 	RCQ = ibv_create_cq(CTX, 1024, NULL, NULL, 0);
 	if (!PD || !SCQ || !RCQ)
 		die("pd/cq: %s", strerror(errno));
-	struct ibv_qp_init_attr qa = {.send_cq = SCQ, .recv_cq = RCQ, .qp_type = IBV_QPT_RC,
-				      .cap = {.max_send_wr = POST_DEPTH, .max_recv_wr = 512, .max_send_sge = 2,
-					      .max_recv_sge = 1}};
-	QP = ibv_create_qp(PD, &qa);
-	if (!QP)
-		die("ibv_create_qp: %s", strerror(errno));
-	struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .port_num = 1,
-				.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ};
-	if (ibv_modify_qp(QP, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
-		die("modify_qp INIT");
+	QP = make_qp();
+	if (uses_control_qp())
+		QP2 = make_qp();
 }
 
 /* Publishes this role's QP and target buffer, waits for the peer's, connects (RTR, RTS). */
+/* RTR then RTS toward the peer's QP dest, with a global address vector naming the peer's
+ * port by its GID, as RoCE applications connect; recorded with the GID. */
+static void connect_one(struct ibv_qp *qp, uint32_t dest)
+{
+	struct ibv_qp_attr a = {.qp_state = IBV_QPS_RTR, .path_mtu = IBV_MTU_4096, .dest_qp_num = dest,
+				.rq_psn = 0, .max_dest_rd_atomic = 16, .min_rnr_timer = 12};
+	a.ah_attr.port_num = 1;
+	a.ah_attr.is_global = 1;
+	a.ah_attr.grh.hop_limit = 1;
+	memcpy(a.ah_attr.grh.dgid.raw, R->gid[other], 16);
+	uint64_t t0 = truth_now_ns();
+	if (ibv_modify_qp(qp, &a,
+			  IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+				  IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
+		die("modify_qp RTR");
+	struct ibv_qp_attr b = {.qp_state = IBV_QPS_RTS, .timeout = 14, .retry_cnt = 7, .rnr_retry = 7, .sq_psn = 0,
+				.max_rd_atomic = 16};
+	if (ibv_modify_qp(qp, &b,
+			  IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
+				  IBV_QP_MAX_QP_RD_ATOMIC))
+		die("modify_qp RTS");
+	uint64_t t1 = truth_now_ns();
+	char dgid[64];
+	inet_ntop(AF_INET6, R->gid[other], dgid, sizeof dgid);
+	vrec("ibv_modify_qp", "connect",
+	     "\"qp_num\":%u,\"dest_qp_num\":%u,\"dgid\":\"%s\",\"peer_pid\":%d,\"state\":\"RTS\",\"t_call_ns\":%llu,"
+	     "\"t_return_ns\":%llu",
+	     qp->qp_num, dest, dgid, R->pid[other], (unsigned long long)t0, (unsigned long long)t1);
+}
+
 static void connect_qp(struct ibv_mr *target)
 {
 	R->pid[me] = getpid();
 	R->qpn[me] = QP->qp_num;
+	if (QP2)
+		R->qpn2[me] = QP2->qp_num;
+	union ibv_gid gid;
+	if (ibv_query_gid(CTX, 1, 0, &gid))
+		die("ibv_query_gid");
+	memcpy(R->gid[me], gid.raw, 16);
 	if (target) {
 		R->addr[me] = (uintptr_t)target->addr;
 		R->len[me] = target->length;
@@ -530,30 +604,15 @@ static void connect_qp(struct ibv_mr *target)
 		snprintf(R->gpu[me], WIRE_GPU_MAX, "%s", R->is_device[me] == MR_DEVICE && g ? g : "");
 	}
 	barrier(1, "QP exchange");
-	struct ibv_qp_attr a = {.qp_state = IBV_QPS_RTR, .path_mtu = IBV_MTU_4096, .dest_qp_num = R->qpn[other],
-				.rq_psn = 0, .max_dest_rd_atomic = 16, .min_rnr_timer = 12};
-	a.ah_attr.port_num = 1;
-	uint64_t t0 = truth_now_ns();
-	if (ibv_modify_qp(QP, &a,
-			  IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-				  IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
-		die("modify_qp RTR");
-	struct ibv_qp_attr b = {.qp_state = IBV_QPS_RTS, .timeout = 14, .retry_cnt = 7, .rnr_retry = 7, .sq_psn = 0,
-				.max_rd_atomic = 16};
-	if (ibv_modify_qp(QP, &b,
-			  IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
-				  IBV_QP_MAX_QP_RD_ATOMIC))
-		die("modify_qp RTS");
-	uint64_t t1 = truth_now_ns();
-	vrec("ibv_modify_qp", "connect",
-	     "\"qp_num\":%u,\"dest_qp_num\":%u,\"peer_pid\":%d,\"state\":\"RTS\",\"t_call_ns\":%llu,\"t_return_ns\":%llu",
-	     QP->qp_num, R->qpn[other], R->pid[other], (unsigned long long)t0, (unsigned long long)t1);
+	connect_one(QP, R->qpn[other]);
+	if (QP2)
+		connect_one(QP2, R->qpn2[other]);
 	barrier(2, "connect");
 }
 
 static void verbs_close(void)
 {
-	if (ibv_destroy_qp(QP) || ibv_destroy_cq(SCQ) || ibv_destroy_cq(RCQ) || ibv_dealloc_pd(PD) ||
+	if ((QP2 && ibv_destroy_qp(QP2)) || ibv_destroy_qp(QP) || ibv_destroy_cq(SCQ) || ibv_destroy_cq(RCQ) || ibv_dealloc_pd(PD) ||
 	    ibv_close_device(CTX))
 		die("teardown failed");
 }
@@ -875,7 +934,264 @@ static int sc_rdma_read(void)
 	return 0;
 }
 
-static const char *scenario_names[] = {"pd-transfer", "pd-overlap", "pd-send-duplex", "rdma-read", NULL};
+/*
+ * rdma-write-serial and rdma-write-pipelined (seed 002 §8.3; docs/design.md 6): a
+ * store's transfer engine writes 256 pages of 16 KiB from its registered host pool
+ * into decode's GPU with RDMA_WRITEs on one QP (Mooncake's put).
+ *   serial     posts one WR, polls its completion, posts the next: one in flight at
+ *              a time, each paying the NIC's turnaround (provider.c WR_TURNAROUND_NS)
+ *              with the links idle meanwhile: too-little-in-flight.
+ *   pipelined  posts them all ahead in chains of 4 (post_pages) and then reaps the
+ *              completions: the NIC overlaps each turnaround with earlier WRs' bytes.
+ */
+#define INFLIGHT_PAGES 256
+#define INFLIGHT_PAGE_BYTES (16u * 1024u)
+
+static int sc_rdma_write_inflight(int serial)
+{
+	size_t N = O.pages, B = O.page_bytes, total = N * B;
+	if (me == DECODE) {
+		char *dst = dev_alloc(total);
+		memset(dst, 0, total);
+		struct ibv_mr *mr = reg_mr(PD, dst, total, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+		connect_qp(mr);
+		/* a WRITE gives the target nothing to poll: it waits to be told */
+		barrier(10, "writes done");
+		verify(dst, N, B, 4, "RDMA_WRITE");
+		dereg_mr(mr);
+		dev_free(dst);
+		snprintf(extra, sizeof extra, "\"target_completions\":0");
+		return 0;
+	}
+	char *src = pinned_pool(total, 0);
+	fill(src, N, B, 4);
+	struct ibv_mr *mr = reg_mr(PD, src, total, IBV_ACCESS_LOCAL_WRITE);
+	connect_qp(NULL);
+	uint64_t t0 = truth_now_ns(), t1;
+	if (serial) {
+		for (size_t p = 0; p < N; p++) {
+			struct ibv_sge sge = {(uintptr_t)src + p * B, (uint32_t)B, mr->lkey};
+			struct ibv_send_wr w = {.wr_id = 0x60000 + p, .sg_list = &sge, .num_sge = 1,
+						.opcode = IBV_WR_RDMA_WRITE, .send_flags = IBV_SEND_SIGNALED};
+			w.wr.rdma.remote_addr = R->addr[other] + p * B;
+			w.wr.rdma.rkey = R->rkey[other];
+			post_send(&w, 0);
+			reap_sends(1, "the page's RDMA_WRITE completion");
+		}
+		t1 = truth_now_ns();
+	} else {
+		t1 = reap_sends(post_pages(IBV_WR_RDMA_WRITE, src, mr, N, B, 0, 0x60000, 0), "RDMA_WRITE completions");
+	}
+	barrier(10, "writes done");
+	dereg_mr(mr);
+	host_unregister(src);
+	munmap(src, total);
+	double gbps = rate(total, t0, t1);
+	fprintf(stderr, "%s prefill: RDMA_WRITE into gpu-decode %.2f GB/s\n", O.scenario, gbps);
+	snprintf(extra, sizeof extra, "\"gbps\":{\"rdma_write\":%.3f}", gbps);
+	return 0;
+}
+
+/* ---------------- ordering: completed is not consumable (seed 002 §4.1, §5) ---------------- */
+
+/*
+ * A KV transfer from prefill's GPU into decode's, shaped like a Mooncake/NIXL
+ * transfer: the pages go as plain RDMA WRITEs on the data QP (every second one
+ * signaled), then decode is told the KV is ready:
+ *   kv-notify-early   a SEND on the control QP (connected to the same peer) right after
+ *                     posting the WRITEs, before polling their completions: QPs are not
+ *                     ordered with each other, so the notice may overtake the data
+ *                     (cross-qp-notify); decode records how many pages were intact when
+ *                     the notice arrived
+ *   kv-notify-imm     the last page goes as RDMA_WRITE_WITH_IMM on the data QP: the
+ *                     notice follows its data on one QP
+ *   kv-notify-polled  the SEND on the control QP after polling the WRITEs' completions
+ *                     (for RC a successful WRITE completion includes the peer's ACK)
+ * Decode verifies every page once prefill has polled its completions.
+ */
+enum { NOTIFY_EARLY, NOTIFY_IMM, NOTIFY_POLLED };
+
+static size_t intact_pages(const char *p, size_t pages, size_t pb, int seed)
+{
+	char *want = malloc(pb);
+	size_t n = 0;
+	if (!want)
+		die("out of memory");
+	for (size_t pg = 0; pg < pages; pg++) {
+		for (size_t off = 0; off < pb; off += 4096) {
+			size_t k = pb - off < 4096 ? pb - off : 4096;
+			memset(want + off, (int)((pg * 131 + off / 4096 * 7 + (size_t)seed) & 0xff), k);
+		}
+		n += !memcmp(p + pg * pb, want, pb);
+	}
+	free(want);
+	return n;
+}
+
+static int sc_kv_notify(int mode)
+{
+	size_t N = O.pages, B = O.page_bytes, total = N * B;
+	if (N < 2)
+		die("kv-notify-* needs at least 2 pages");
+	if (me == PREFILL) {
+		char *src = dev_alloc(total);
+		fill(src, N, B, 4);
+		char *msg = pool_mmap(4096, 0);
+		snprintf(msg, 64, "kv ready");
+		struct ibv_mr *mr = reg_mr(PD, src, total, IBV_ACCESS_LOCAL_WRITE);
+		struct ibv_mr *mm = reg_mr(PD, msg, 4096, IBV_ACCESS_LOCAL_WRITE);
+		connect_qp(NULL);
+		barrier(10, "decode's receive posted");
+		size_t writes = mode == NOTIFY_IMM ? N - 1 : N;
+		int sig = post_pages(IBV_WR_RDMA_WRITE, src, mr, writes, B, 0, 0x60000, 0);
+		if (mode == NOTIFY_IMM) {
+			struct ibv_sge s = {(uintptr_t)src + writes * B, (uint32_t)B, mr->lkey};
+			struct ibv_send_wr w = {.wr_id = 0x60000 + writes, .sg_list = &s, .num_sge = 1,
+						.opcode = IBV_WR_RDMA_WRITE_WITH_IMM, .send_flags = IBV_SEND_SIGNALED,
+						.imm_data = htonl((uint32_t)N)};
+			w.wr.rdma.remote_addr = R->addr[other] + writes * B;
+			w.wr.rdma.rkey = R->rkey[other];
+			post_send(&w, -1);
+			reap_sends(sig + 1, "WRITE and WRITE_WITH_IMM completions");
+		} else {
+			if (mode == NOTIFY_POLLED)
+				reap_sends(sig, "RDMA_WRITE completions");
+			struct ibv_sge s = {(uintptr_t)msg, 64, mm->lkey};
+			struct ibv_send_wr w = {.wr_id = 0x6f000, .sg_list = &s, .num_sge = 1, .opcode = IBV_WR_SEND,
+						.send_flags = IBV_SEND_SIGNALED};
+			post_send_on(QP2, &w, -1);
+			/* the shared send CQ returns the WRITEs' and the SEND's completions */
+			reap_sends(mode == NOTIFY_POLLED ? 1 : sig + 1, "send completions");
+		}
+		barrier(11, "prefill's completions polled");
+		barrier(12, "decode verified");
+		dereg_mr(mr);
+		dereg_mr(mm);
+		dev_free(src);
+		snprintf(extra, sizeof extra, "\"notify\":\"%s\"",
+			 mode == NOTIFY_EARLY ? "send_on_control_qp_before_completions"
+			 : mode == NOTIFY_IMM ? "write_with_imm_on_data_qp"
+					       : "send_on_control_qp_after_completions");
+		return 0;
+	}
+	char *dst = dev_alloc(total);
+	memset(dst, 0, total);
+	char *msg = pool_mmap(4096, 0);
+	struct ibv_mr *mr = reg_mr(PD, dst, total, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+	struct ibv_mr *mm = reg_mr(PD, msg, 4096, IBV_ACCESS_LOCAL_WRITE);
+	connect_qp(mr);
+	if (mode == NOTIFY_IMM)
+		post_recvs_on(QP, 1, 0x61000, NULL, 0);
+	else
+		post_recvs_on(QP2, 1, 0x61000, mm, 4096);
+	barrier(10, "decode's receive posted");
+	struct ibv_wc wc;
+	poll_n(RCQ, 1, &wc, "the ready notice");
+	if (wc.status != IBV_WC_SUCCESS)
+		die("ready notice: %s", ibv_wc_status_str(wc.status));
+	/* what a consumer trusting the notice would have read */
+	size_t intact = intact_pages(dst, N, B, 4);
+	barrier(11, "prefill's completions polled");
+	verify(dst, N, B, 4, "the WRITEs");
+	barrier(12, "decode verified");
+	dereg_mr(mr);
+	dereg_mr(mm);
+	dev_free(dst);
+	fprintf(stderr, "%s decode: %zu of %zu pages intact when the notice arrived\n", O.scenario, intact, N);
+	snprintf(extra, sizeof extra, "\"pages_intact_at_notice\":%zu", intact);
+	return 0;
+}
+
+/*
+ * A staging buffer registered per transfer: prefill SENDs decode a transfer request,
+ * then RDMA WRITEs the pages from the staging buffer into decode's GPU:
+ *   mr-dereg-early   the staging region is deregistered right after posting, before
+ *                    polling (a KV block released while its transfer is in flight), and
+ *                    before decode accepted the request (posted its RECV): the QP holds
+ *                    every WRITE behind the request, so the first completes with
+ *                    IBV_WC_LOC_PROT_ERR and the rest flush (IBV_WC_WR_FLUSH_ERR), as
+ *                    on mlx5 (mr-dereg-in-flight)
+ *   mr-dereg-polled  deregistered after polling every completion
+ */
+static int sc_mr_dereg(int early)
+{
+	size_t N = O.pages, B = O.page_bytes, total = N * B;
+	uint64_t last = 0x70000 + N - 1;
+	if (me == PREFILL) {
+		char *stage = pool_mmap(total, 0);
+		fill(stage, N, B, 5);
+		char *req = pool_mmap(4096, 0);
+		snprintf(req, 64, "kv request");
+		struct ibv_mr *mr = reg_mr(PD, stage, total, IBV_ACCESS_LOCAL_WRITE);
+		struct ibv_mr *mq = reg_mr(PD, req, 4096, IBV_ACCESS_LOCAL_WRITE);
+		connect_qp(NULL);
+		barrier(10, "decode ready");
+		struct ibv_sge s = {(uintptr_t)req, 64, mq->lkey};
+		struct ibv_send_wr w = {.wr_id = 0x6ffff, .sg_list = &s, .num_sge = 1, .opcode = IBV_WR_SEND,
+					.send_flags = IBV_SEND_SIGNALED};
+		post_send(&w, -1);
+		int sig = post_pages(IBV_WR_RDMA_WRITE, stage, mr, N, B, 0, 0x70000, 0);
+		if (early) {
+			dereg_mr(mr);
+			barrier(11, "the staging region deregistered");
+			/* every WR that fails completes, signaled or not: poll until the last one */
+			struct ibv_wc wc = {0};
+			unsigned prot = 0, flushed = 0, ok = 0;
+			while (wc.wr_id != last) {
+				poll_n(SCQ, 1, &wc, "the last WRITE's completion");
+				prot += wc.status == IBV_WC_LOC_PROT_ERR;
+				flushed += wc.status == IBV_WC_WR_FLUSH_ERR;
+				ok += wc.status == IBV_WC_SUCCESS;
+			}
+			if (ok != 1 || prot != 1 || flushed != N - 1)
+				die("after the early deregistration: %u successes, %u LOC_PROT_ERR, %u WR_FLUSH_ERR; want the "
+				    "request's success, 1 and %zu", ok, prot, flushed, N - 1);
+		} else {
+			reap_sends(sig + 1, "SEND and RDMA_WRITE completions");
+			dereg_mr(mr);
+			barrier(11, "the staging region deregistered");
+		}
+		barrier(12, "decode done");
+		dereg_mr(mq);
+		munmap(stage, total);
+		munmap(req, 4096);
+		fprintf(stderr, "%s prefill: %u completions in error\n", O.scenario, S.errors);
+		snprintf(extra, sizeof extra, "\"dereg\":\"%s\",\"expected_errors\":%u", early ? "before_poll" : "after_poll",
+			 S.errors);
+		return 0;
+	}
+	char *dst = dev_alloc(total);
+	memset(dst, 0, total);
+	char *msg = pool_mmap(4096, 0);
+	struct ibv_mr *mr = reg_mr(PD, dst, total, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+	struct ibv_mr *mm = reg_mr(PD, msg, 4096, IBV_ACCESS_LOCAL_WRITE);
+	connect_qp(mr);
+	if (!early)
+		post_recvs(1, 0x71000, mm, 4096);
+	barrier(10, "decode ready");
+	if (early) {
+		barrier(11, "the staging region deregistered");
+		post_recvs(1, 0x71000, mm, 4096); /* accepts the request only now */
+	}
+	struct ibv_wc wc;
+	poll_n(RCQ, 1, &wc, "the transfer request");
+	if (wc.status != IBV_WC_SUCCESS || strcmp(msg, "kv request"))
+		die("transfer request: %s", ibv_wc_status_str(wc.status));
+	if (!early) {
+		barrier(11, "the staging region deregistered");
+		verify(dst, N, B, 5, "the WRITEs");
+	}
+	barrier(12, "decode done");
+	dereg_mr(mr);
+	dereg_mr(mm);
+	dev_free(dst);
+	munmap(msg, 4096);
+	return 0;
+}
+
+static const char *scenario_names[] = {"pd-transfer", "pd-overlap", "pd-send-duplex", "rdma-read", "rdma-write-serial", "rdma-write-pipelined",
+				       "kv-notify-early", "kv-notify-imm", "kv-notify-polled",
+				       "mr-dereg-early", "mr-dereg-polled", NULL};
 
 /* ---------------- truth file: CUDA lines from truth.c, verbs lines from here ---------------- */
 
@@ -962,8 +1278,16 @@ static int run_role(void)
 		rc = sc_pd_write(1);
 	else if (!strcmp(O.scenario, "pd-send-duplex"))
 		rc = sc_pd_send_duplex();
-	else
+	else if (!strncmp(O.scenario, "rdma-write-", 11))
+		rc = sc_rdma_write_inflight(!strcmp(O.scenario, "rdma-write-serial"));
+	else if (!strcmp(O.scenario, "rdma-read"))
 		rc = sc_rdma_read();
+	else if (!strncmp(O.scenario, "kv-notify-", 10))
+		rc = sc_kv_notify(!strcmp(O.scenario, "kv-notify-early") ? NOTIFY_EARLY
+				  : !strcmp(O.scenario, "kv-notify-imm") ? NOTIFY_IMM
+									  : NOTIFY_POLLED);
+	else
+		rc = sc_mr_dereg(!strcmp(O.scenario, "mr-dereg-early"));
 	barrier(100, "the end");
 	verbs_close();
 	if (rc == 0)
@@ -1053,11 +1377,13 @@ static size_t num(const char *flag, const char *v)
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: rdmapath --scenario NAME --truth-dir DIR [--pages N] [--page-bytes B] [--timeout-s S] [--settle-ms MS] [--settle-file PATH]\n"
-		   "scenarios: pd-transfer pd-overlap pd-send-duplex rdma-read\n");
+		   "scenarios: pd-transfer pd-overlap pd-send-duplex rdma-read rdma-write-serial rdma-write-pipelined\n"
+		   "           kv-notify-early kv-notify-imm kv-notify-polled mr-dereg-early mr-dereg-polled\n");
 }
 
 int main(int argc, char **argv)
 {
+	int pages_given = 0;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 		if (!strcmp(a, "--scenario") && v)
@@ -1065,9 +1391,9 @@ int main(int argc, char **argv)
 		else if (!strcmp(a, "--truth-dir") && v)
 			O.dir = argv[++i];
 		else if (!strcmp(a, "--pages"))
-			O.pages = num(a, v), i++;
+			O.pages = num(a, v), i++, pages_given = 1;
 		else if (!strcmp(a, "--page-bytes"))
-			O.page_bytes = num(a, v), i++;
+			O.page_bytes = num(a, v), i++, pages_given = 1;
 		else if (!strcmp(a, "--timeout-s"))
 			O.timeout_s = (unsigned)num(a, v), i++;
 		else if (!strcmp(a, "--settle-ms")) /* 0 (no pause) is what the parent passes by default */
@@ -1093,6 +1419,10 @@ int main(int argc, char **argv)
 		fprintf(stderr, "rdmapath: %s\n", !known ? "unknown or missing --scenario" : !O.dir ? "--truth-dir DIR is required" : "--role is prefill or decode");
 		usage(stderr);
 		return 2;
+	}
+	if (!strncmp(O.scenario, "rdma-write-", 11) && !pages_given) { /* small pages: their own defaults */
+		O.pages = INFLIGHT_PAGES;
+		O.page_bytes = INFLIGHT_PAGE_BYTES;
 	}
 	if (O.page_bytes > UINT32_MAX || O.pages > 100000) {
 		fprintf(stderr, "rdmapath: --page-bytes must fit 32 bits and --pages at most 100000\n");

@@ -21,6 +21,10 @@ const DefaultLaneGBs = 4.0
 // reference GPU, so several processes (and the NVML stand-in) see them.
 func SharedGPU(name string) string { return "LW_REF_GPU=" + name }
 
+// RDMAWire names the reference RDMA fabric a run uses (rdmapath's wire,
+// /dev/shm/lw-ref-wire-<name>), so runs of other tests do not share it.
+func RDMAWire(name string) string { return "LW_REF_WIRE=" + name }
+
 // H2DGBps sets the inbound lane rate of the process's reference GPU.
 func H2DGBps(gbs float64) string { return "LW_REF_H2D_GBPS=" + strconv.FormatFloat(gbs, 'g', -1, 64) }
 

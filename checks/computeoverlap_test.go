@@ -1,0 +1,125 @@
+package checks
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/lanewatch/lanewatch/correlate"
+	"github.com/lanewatch/lanewatch/event"
+)
+
+// loadWindow is 4 layers loaded on stream 0x10 up front (each proven done
+// at done), then a kernel per layer on stream 0x20, each after a wait on
+// the load stream when sync; a final synchronisation of the compute
+// stream at 1000.
+func loadWindow(w *Window, sync bool, done uint64) {
+	for i := uint64(0); i < 4; i++ {
+		w.Transfer(&correlate.Transfer{PID: 9, TID: 9, Stream: 0x10, API: "cudaMemcpyAsync", Op: "copy", Mover: correlate.MoverCopyEngine,
+			Direction: correlate.DirH2D, Bytes: 1 << 20, SubmitNs: 10 + i, CompleteNs: done})
+		w.Activity(&correlate.Activity{PID: 9, TID: 9, Op: event.OpEventRecord, API: "cudaEventRecord", Stream: 0x10, CallNs: 10 + i, ReturnNs: 11 + i})
+	}
+	// a D2D copy and an RDMA request are not the rules' input
+	w.Transfer(&correlate.Transfer{PID: 9, Stream: 0x10, Op: "copy", Mover: correlate.MoverCopyEngine, Direction: correlate.DirD2D, Bytes: 1, SubmitNs: 1, CompleteNs: 2})
+	at := done + 1 // serialized: compute after the loads were proven done
+	if !sync {
+		at = 50 // overlapped: compute launched while the loads may run
+	}
+	for i := uint64(0); i < 4; i++ {
+		if sync {
+			w.Activity(&correlate.Activity{PID: 9, TID: 9, Op: event.OpStreamSync, API: "cudaStreamSynchronize", Stream: 0x10, CallNs: at, ReturnNs: at + 1})
+			at += 2
+		}
+		w.Activity(&correlate.Activity{PID: 9, TID: 9, Op: event.OpLaunch, API: "cudaLaunchKernel", Stream: 0x20, CallNs: at, ReturnNs: at + 1})
+		at += 2
+	}
+	w.Activity(&correlate.Activity{PID: 9, TID: 9, Op: event.OpStreamSync, API: "cudaStreamSynchronize", Stream: 0x20, CallNs: at, ReturnNs: 1000})
+}
+
+// The checklist row of item 3: WARN with serialized-load, PASS with the
+// ratio when loads could overlap compute, SKIP with the reason when
+// launches are not probed or nothing was loaded; Rotate keeps the
+// probing and hands the data over.
+func TestComputeCheck(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		kernels bool
+		sync    bool
+		done    uint64
+		status  Status
+		detail  string
+	}{
+		{"serialized", true, true, 100, Warn, "compute could overlap at most 0% of its copy time"},
+		{"overlapped", true, false, 1000, Pass, "compute could overlap at most"},
+		{"not probed", false, false, 1000, Skip, "kernel launches are not probed"},
+		// the per-layer waits still make host-sync-in-loop: it needs no launch
+		{"not probed, synced", false, true, 100, Warn, "kernel launches are not probed"},
+	} {
+		w := NewWindow()
+		w.SetKernelsProbed(c.kernels)
+		loadWindow(w, c.sync, c.done)
+		old := w.Rotate()
+		if pids := w.ComputePIDs(); len(pids) != 0 {
+			t.Fatalf("%s: the new window holds %v", c.name, pids)
+		}
+		if pids := old.ComputePIDs(); len(pids) != 1 || pids[0] != 9 {
+			t.Fatalf("%s: pids %v", c.name, pids)
+		}
+		chk := ComputeCheck("pid 9", old.Compute(9))
+		if chk.Status != c.status || !strings.Contains(chk.Detail, c.detail) {
+			t.Errorf("%s: %s %q", c.name, chk.Status, chk.Detail)
+		}
+		want := "serialized-load"
+		if !c.kernels {
+			want = "host-sync-in-loop"
+		}
+		if c.status == Warn && (len(chk.Findings) != 1 || chk.Findings[0].Rule != want) {
+			t.Errorf("%s: findings %+v", c.name, chk.Findings)
+		}
+		t.Logf("%s: %s %s", c.name, chk.Status, chk.Detail)
+	}
+	if chk := ComputeCheck("pid 1", NewWindow().Compute(1)); chk.Status != Skip || chk.Detail != "no H2D copy in the window" {
+		t.Errorf("empty: %s %q", chk.Status, chk.Detail)
+	}
+}
+
+// A thread's launches on a stream with no wait or record of its process
+// between them are kept as one run: 1500 launches around one
+// synchronisation are two items, counted as 1500, and a KV-transfer
+// kernel's launch is no compute.
+func TestComputeLaunchRuns(t *testing.T) {
+	w := NewWindow()
+	w.SetKernelsProbed(true)
+	launch := func(at uint64) {
+		w.Activity(&correlate.Activity{PID: 9, TID: 9, Op: event.OpLaunch, Stream: 0x20, CallNs: at, ReturnNs: at + 1})
+	}
+	for i := uint64(0); i < 1000; i++ {
+		launch(10 + 2*i)
+	}
+	w.Activity(&correlate.Activity{PID: 9, TID: 9, Op: event.OpStreamSync, Stream: 0x20, CallNs: 3000, ReturnNs: 3100})
+	for i := uint64(0); i < 500; i++ {
+		launch(4000 + 2*i)
+	}
+	w.Activity(&correlate.Activity{PID: 9, TID: 9, Op: event.OpLaunch, KV: true, Stream: 0x10, CallNs: 5000, ReturnNs: 5001})
+	r := w.Compute(9)
+	if r.Launches != 1500 || len(w.compute.procs[9].acts) != 3 || w.compute.kept != 3 {
+		t.Fatalf("launches %d, kept %d items: %+v", r.Launches, w.compute.kept, w.compute.procs[9].acts)
+	}
+	first := w.compute.procs[9].acts[0]
+	if first.CallNs != 10 || first.ReturnNs != 2009 || first.Launches != 1000 {
+		t.Errorf("first run %+v", first)
+	}
+	if r2 := w.Compute(9); r2.Launches != 1500 {
+		t.Errorf("judged again: %d launches", r2.Launches)
+	}
+}
+
+// A window's cost per compute launch (a run extended: no allocation).
+func BenchmarkWindowLaunch(b *testing.B) {
+	w := NewWindow()
+	a := correlate.Activity{PID: 9, TID: 9, Op: event.OpLaunch, Stream: 0x20, GPU: "0000:3b:00.0"}
+	b.ReportAllocs()
+	for i := range b.N {
+		a.CallNs, a.ReturnNs = uint64(i)*10, uint64(i)*10+1
+		w.Activity(&a)
+	}
+}

@@ -1,0 +1,303 @@
+package correlate
+
+import (
+	"fmt"
+	"net"
+	"slices"
+	"strings"
+
+	"github.com/lanewatch/lanewatch/event"
+)
+
+// Completed is not consumable (seed 002 §4.1, §5): the tracker checks two
+// orderings as work requests are posted and regions deregistered, from the
+// requests it holds as outstanding (posted, no completion polled yet; a
+// later signaled request's completion covers the unsignaled ones before it
+// on its queue, as complete() applies):
+//
+//   - a notification (SEND, SEND_WITH_IMM, RDMA_WRITE_WITH_IMM) posted on
+//     one QP while plain RDMA WRITEs to the same remote port are outstanding
+//     on another: QPs are not ordered with each other, so the consumer may
+//     act on the notice before the data lands (cross-qp-notify);
+//   - ibv_dereg_mr of a region that outstanding requests of the process use
+//     by lkey or address (mr-dereg-in-flight).
+//
+// The facts ride on the transfers they concern (Transfer.Order), so every
+// consumer of transfers judges them in its own window.
+
+// OrderFacts are a work request's ordering facts; nil on almost every one.
+type OrderFacts struct {
+	// PeerUnknown: a notification posted while another QP of the process
+	// had WRITEs outstanding, and the remote port of one of the two QPs is
+	// unknown (no ibv_modify_qp with an address vector seen): not judged.
+	PeerUnknown bool `json:"peer_unknown,omitempty"`
+	// NotifyAhead: a notification posted ahead of WRITEs to the same peer
+	// still outstanding on other QPs.
+	NotifyAhead *NotifyAhead `json:"notify_ahead,omitempty"`
+	// Dereg: the request's memory region was deregistered while it was
+	// outstanding. Every request of one deregistration shares it.
+	Dereg *MRDereg `json:"mr_deregistered,omitempty"`
+}
+
+// NotifyAhead is what was outstanding when a notification was posted.
+type NotifyAhead struct {
+	Peer     string   `json:"peer"`      // the remote port both QPs connect to ("gid fe80::…", "lid 7")
+	DataQPs  []uint32 `json:"data_qps"`  // the QPs whose WRITEs were outstanding
+	Writes   int      `json:"writes"`    // WRITEs outstanding on them
+	Bytes    uint64   `json:"bytes"`     // their bytes
+	OldestNs uint64   `json:"oldest_ns"` // when the oldest of them was posted
+}
+
+// MRDereg is one ibv_dereg_mr of a region requests still used.
+type MRDereg struct {
+	Addr        uint64   `json:"addr"`
+	Length      uint64   `json:"length"`
+	LKey        uint32   `json:"lkey"`
+	AtNs        uint64   `json:"at_ns"`       // when ibv_dereg_mr was entered
+	Outstanding int      `json:"outstanding"` // requests using it, posted and not completed
+	QPs         []uint32 `json:"qps"`
+	Opcodes     []string `json:"opcodes"`
+	OldestNs    uint64   `json:"oldest_ns"` // when the oldest of them was posted
+}
+
+// ibv_qp_attr_mask bits (verbs.h).
+const (
+	ibvQPAV      = 1 << 7
+	ibvQPDestQPN = 1 << 20
+)
+
+// maxPeers bounds the QPs whose remote port is kept, over every process.
+const maxPeers = 1 << 16
+
+// isNotify: the opcodes that tell the peer something arrived (a receive
+// completion at its end): SEND, SEND_WITH_IMM, RDMA_WRITE_WITH_IMM.
+func isNotify(op uint32) bool { return op == 1 || op == 2 || op == 3 }
+
+// opRDMAWrite is IBV_WR_RDMA_WRITE: data with no notice of its own.
+const opRDMAWrite = 0
+
+// QPPeer names the remote port an ibv_modify_qp connects a QP to: its GID
+// when the address vector is global (RoCE always is), else its LID; ""
+// when the call names neither.
+func QPPeer(r *event.RDMA) string {
+	if r.AttrMask&ibvQPAV == 0 {
+		return ""
+	}
+	if r.IsGlobal && r.DGID != [16]byte{} {
+		return "gid " + net.IP(r.DGID[:]).String()
+	}
+	if r.DLID != 0 {
+		return fmt.Sprintf("lid %d", r.DLID)
+	}
+	return ""
+}
+
+// connect keeps where a QP connects (OpQPModify that succeeded).
+func (r *rdmaTracker) connect(c *event.Call) {
+	if c.Ret != 0 || c.RDMA.AttrMask&ibvQPAV == 0 {
+		return // a state change alone says nothing of the peer
+	}
+	k := pidPtr{c.PID, uint64(c.RDMA.QPNum)}
+	peer := QPPeer(&c.RDMA)
+	if _, ok := r.peers[k]; !ok && len(r.peers) >= maxPeers {
+		r.stats.PeerCapHits++
+		return
+	}
+	r.peers[k] = peer // "" unknown: a reconnect to no address forgets the old one
+}
+
+// writeQueued and writeGone count a process's plain RDMA WRITEs waiting
+// on each QP, so that a notice looks only at the QPs that have some.
+func (r *rdmaTracker) writeQueued(pid, qp uint32) {
+	w := r.writing[pid]
+	if w == nil {
+		w = map[uint32]int{}
+		r.writing[pid] = w
+	}
+	w[qp]++
+}
+
+func (r *rdmaTracker) writeGone(k queueKey, w *postedWR) {
+	if k.recv || w.opcode != opRDMAWrite {
+		return
+	}
+	if n := r.writing[k.pid][k.qp]; n > 1 {
+		r.writing[k.pid][k.qp] = n - 1
+	} else if n == 1 {
+		delete(r.writing[k.pid], k.qp)
+	}
+}
+
+// checkNotify judges a notification about to be queued on qp against the
+// WRITEs outstanding on the process's other QPs.
+func (r *rdmaTracker) checkNotify(pid, qp uint32, t *Transfer) {
+	peer := r.peers[pidPtr{pid, uint64(qp)}]
+	var ahead NotifyAhead
+	unknown := false
+	for other := range r.writing[pid] {
+		if other == qp {
+			continue // one QP executes in order: the notice follows its data
+		}
+		q := r.queues[queueKey{pid, other, false}]
+		otherPeer := r.peers[pidPtr{pid, uint64(other)}]
+		if peer == "" || otherPeer == "" {
+			unknown = true
+			continue
+		}
+		if otherPeer != peer {
+			continue
+		}
+		ahead.DataQPs = append(ahead.DataQPs, other)
+		for _, w := range q {
+			if w.opcode != opRDMAWrite {
+				continue
+			}
+			ahead.Writes++
+			ahead.Bytes += w.t.Bytes
+			if ahead.OldestNs == 0 || w.t.SubmitNs < ahead.OldestNs {
+				ahead.OldestNs = w.t.SubmitNs
+			}
+		}
+	}
+	switch {
+	case ahead.Writes > 0:
+		slices.Sort(ahead.DataQPs)
+		ahead.Peer = peer
+		r.stats.NotifiesAhead++
+		a := ahead // on the heap only when it fired
+		orderOf(t).NotifyAhead = &a
+	case unknown:
+		r.stats.NotifyPeerUnknown++
+		orderOf(t).PeerUnknown = true
+	}
+}
+
+func orderOf(t *Transfer) *OrderFacts {
+	if t.Order == nil {
+		t.Order = &OrderFacts{}
+	}
+	return t.Order
+}
+
+// checkDereg marks the process's outstanding requests that use mr, about
+// to be deregistered at c.Time: by lkey, or by an address inside it.
+func (r *rdmaTracker) checkDereg(c *event.Call, mr *memRegion) {
+	d := &MRDereg{Addr: mr.addr, Length: mr.length, LKey: mr.lkey, AtNs: c.Time}
+	for k, q := range r.queues {
+		if k.pid != mr.pid {
+			continue
+		}
+		for i := range q {
+			w := &q[i]
+			if w.nsge == 0 || (w.lkey != mr.lkey && (w.local < mr.addr || w.local-mr.addr >= mr.length)) {
+				continue
+			}
+			if w.t.Order != nil && w.t.Order.Dereg != nil {
+				continue // under an earlier deregistration already: reported with it
+			}
+			d.Outstanding++
+			if !slices.Contains(d.QPs, k.qp) {
+				d.QPs = append(d.QPs, k.qp)
+			}
+			name := WROpcodeName(w.opcode)
+			if k.recv {
+				name = "RECV"
+			}
+			if !slices.Contains(d.Opcodes, name) {
+				d.Opcodes = append(d.Opcodes, name)
+			}
+			if d.OldestNs == 0 || w.t.SubmitNs < d.OldestNs {
+				d.OldestNs = w.t.SubmitNs
+			}
+			orderOf(&w.t).Dereg = d
+		}
+	}
+	if d.Outstanding > 0 {
+		slices.Sort(d.QPs)
+		slices.Sort(d.Opcodes)
+		r.stats.DeregsInFlight++
+	}
+}
+
+// forgetPeers drops a process's QPs (it exited).
+func (r *rdmaTracker) forgetPeers(pid uint32) {
+	for k := range r.peers {
+		if k.pid == pid {
+			delete(r.peers, k)
+		}
+	}
+	delete(r.writing, pid)
+}
+
+// NotifyHazard is one notification a window saw posted ahead of its data.
+type NotifyHazard struct {
+	QP       uint32 // the notification's QP
+	WRID     uint64
+	Opcode   string
+	PostedNs uint64
+	Ahead    NotifyAhead
+}
+
+// CrossQPNotify reports a process's notifications posted on one QP while
+// WRITEs to the same peer were outstanding on another (seed 002 §5.3): the
+// receiver may consume stale or partial data. ahead counts them all,
+// hazards are the ones kept for evidence.
+func CrossQPNotify(pid uint32, ahead, notifies int, hazards []NotifyHazard) *Finding {
+	if len(hazards) == 0 {
+		return nil
+	}
+	var ev []string
+	for i, h := range hazards {
+		if i == 4 {
+			ev = append(ev, fmt.Sprintf("and %d more", len(hazards)-i))
+			break
+		}
+		ev = append(ev, fmt.Sprintf("%s wr %d on QP %d to %s posted while %d RDMA_WRITEs (%s) on QP %s to the same peer were "+
+			"outstanding, the oldest posted %s before", h.Opcode, h.WRID, h.QP, h.Ahead.Peer, h.Ahead.Writes, bytesText(h.Ahead.Bytes),
+			qpList(h.Ahead.DataQPs), nsText(h.PostedNs-min(h.PostedNs, h.Ahead.OldestNs))))
+	}
+	return newFinding("cross-qp-notify", SevFail, fmt.Sprintf("pid %d", pid),
+		fmt.Sprintf("%d of %d notifications were posted on another QP than the RDMA WRITEs they follow, before those completed: "+
+			"QPs are not ordered with each other, so the receiver may read stale or partial data", ahead, notifies),
+		ev, "")
+}
+
+// MRDeregInFlight reports regions deregistered while requests using them
+// were outstanding (seed 002 §4.1): they complete in error (mlx5:
+// IBV_WC_LOC_PROT_ERR) or, worse, the buffer is reused under them.
+func MRDeregInFlight(pid uint32, deregs []*MRDereg) *Finding {
+	if len(deregs) == 0 {
+		return nil
+	}
+	var ev []string
+	for i, d := range deregs {
+		if i == 4 {
+			ev = append(ev, fmt.Sprintf("and %d more", len(deregs)-i))
+			break
+		}
+		ev = append(ev, fmt.Sprintf("region %#x+%s (lkey %#x) deregistered with %d requests outstanding (%s on QP %s), "+
+			"the oldest posted %s before", d.Addr, bytesText(d.Length), d.LKey, d.Outstanding, strings.Join(d.Opcodes, ", "),
+			qpList(d.QPs), nsText(d.AtNs-min(d.AtNs, d.OldestNs))))
+	}
+	return newFinding("mr-dereg-in-flight", SevFail, fmt.Sprintf("pid %d", pid),
+		fmt.Sprintf("%d memory regions were deregistered while work requests using them were still outstanding", len(deregs)),
+		ev, "")
+}
+
+func qpList(qps []uint32) string {
+	s := make([]string, len(qps))
+	for i, q := range qps {
+		s[i] = fmt.Sprint(q)
+	}
+	return strings.Join(s, ", ")
+}
+
+func nsText(ns uint64) string {
+	switch {
+	case ns >= 1e9:
+		return fmt.Sprintf("%.2f s", float64(ns)/1e9)
+	case ns >= 1e6:
+		return fmt.Sprintf("%.2f ms", float64(ns)/1e6)
+	}
+	return fmt.Sprintf("%.1f µs", float64(ns)/1e3)
+}

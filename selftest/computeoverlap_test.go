@@ -1,0 +1,66 @@
+package selftest
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/lanewatch/lanewatch/correlate"
+	"github.com/lanewatch/lanewatch/event"
+)
+
+// checkCompute fails a row whose activities differ from the truth's calls,
+// whose overlap bound lies below what the truth's engines ran together, or
+// whose verdict is not the designed one; an overlapped shape that did not
+// overlap on the engines is a missed shape, not an agent error.
+func TestCheckCompute(t *testing.T) {
+	truth := []TruthCall{
+		{Op: "copy", Direction: "H2D", Stream: 0x10, EngineStartNs: 100, EngineEndNs: 200},
+		{Op: "launch", Stream: 0, EngineStartNs: 150, EngineEndNs: 300},
+		{Op: "stream_sync", Stream: 0},
+		{Op: "stream_sync", Result: 709}, // failed: no activity
+		{End: true},
+	}
+	got := []correlate.Transfer{{PID: 1, Stream: 0x10, Op: "copy", Mover: correlate.MoverCopyEngine, Direction: correlate.DirH2D,
+		Bytes: 1, SubmitNs: 90, CompleteNs: 400}}
+	launch := correlate.Activity{PID: 1, Op: event.OpLaunch, CallNs: 95, ReturnNs: 96}
+	syncAct := correlate.Activity{PID: 1, Op: event.OpStreamSync, CallNs: 97, ReturnNs: 400}
+	for _, c := range []struct {
+		name     string
+		acts     []correlate.Activity
+		engine   uint64 // the kernel's engine end
+		errs     int
+		missed   bool
+		problems string
+	}{
+		{"exact", []correlate.Activity{launch, syncAct}, 300, 0, false, "truth's engines 0.000 ms"},
+		{"a wait not reported", []correlate.Activity{launch}, 300, 1, false, "the agent reported 1 launch, 0 stream_sync"},
+		{"bound below the engines", []correlate.Activity{launch, syncAct}, 500, 1, false, "is below"},
+		{"no overlap on the engines", []correlate.Activity{launch, syncAct}, 100, 0, true, "ran beside no compute"},
+	} {
+		tr := append([]TruthCall(nil), truth...)
+		tr[1].EngineStartNs, tr[1].EngineEndNs = 150, c.engine
+		if c.engine == 100 {
+			tr[1].EngineStartNs = 50
+		}
+		if c.engine == 500 { // the agent's copy ends at 400: the engines say the kernel and copy overlapped more
+			tr[0].EngineStartNs, tr[0].EngineEndNs, tr[1].EngineStartNs = 0, 500, 0
+		}
+		res := Result{}
+		checkCompute(&res, "layer-compute", 1, tr, got, c.acts)
+		text := strings.Join(res.Problems, "\n")
+		if res.OtherErrs != c.errs || (res.ShapeMissed != "") != c.missed || !strings.Contains(text, c.problems) {
+			t.Errorf("%s: errs %d missed %q problems:\n%s", c.name, res.OtherErrs, res.ShapeMissed, text)
+		}
+	}
+	// every other scenario must fire nothing
+	res := Result{}
+	acts := []correlate.Activity{launch}
+	for i := 0; i < 4; i++ {
+		acts = append(acts, correlate.Activity{PID: 1, Op: event.OpEventRecord, Stream: 0x10},
+			correlate.Activity{PID: 1, Op: event.OpStreamSync, API: "cudaStreamSynchronize", Stream: 0x20, CallNs: 500, ReturnNs: 600})
+	}
+	checkCompute(&res, "hicache-load", 1, nil, got, acts)
+	if res.OtherErrs != 1 || !strings.Contains(strings.Join(res.Problems, "\n"), "the agent fired [host-sync-in-loop], the scenario is designed to fire []") {
+		t.Errorf("undesigned finding: %+v", res)
+	}
+}

@@ -1,0 +1,207 @@
+package selftest
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	"github.com/lanewatch/lanewatch/checks"
+	"github.com/lanewatch/lanewatch/correlate"
+)
+
+// orderingExpected is each RDMA scenario's designed ordering verdict (seed
+// 002 §4.1, §5): the rules that must fire on it; every other RDMA scenario
+// must fire neither.
+var orderingExpected = map[string]string{"kv-notify-early": "cross-qp-notify", "mr-dereg-early": "mr-dereg-in-flight"}
+
+// OrderingScenarios are the RDMA scenarios of the ordering rules: each
+// firing one beside those that must not (a notice on the data QP, one after
+// the polled completions; a deregistration after the poll).
+var OrderingScenarios = []string{"kv-notify-early", "kv-notify-imm", "kv-notify-polled", "mr-dereg-early", "mr-dereg-polled"}
+
+// orderVerdict is one process's ordering facts, the same from the agent's
+// records and from the truth: the notifications posted ahead of WRITEs to
+// their peer on another QP (wr_id → WRITEs outstanding), and each
+// deregistration's outstanding requests (lkey → count).
+type orderVerdict struct {
+	ahead  map[uint64]int
+	deregs map[uint32]int
+}
+
+func (v orderVerdict) rules() string {
+	var r []string
+	if len(v.ahead) > 0 {
+		r = append(r, "cross-qp-notify")
+	}
+	if len(v.deregs) > 0 {
+		r = append(r, "mr-dereg-in-flight")
+	}
+	return strings.Join(r, ",")
+}
+
+func (v orderVerdict) String() string {
+	return fmt.Sprintf("notifications ahead %v, deregistrations with requests outstanding %v", v.ahead, v.deregs)
+}
+
+// checkOrdering compares a role's ordering verdict, from the agent's
+// records and through checks.Window as `agent run` judges them, with the
+// truth's: exact, on each notification and deregistration.
+func checkOrdering(res *Result, scenario string, truth []TruthCall, got []correlate.Transfer) {
+	note := func(format string, args ...any) {
+		res.Problems = append(res.Problems[:len(res.Problems):len(res.Problems)], fmt.Sprintf(format, args...))
+	}
+	agent := agentOrder(got)
+	want, ambiguous := truthOrder(truth)
+	for _, a := range ambiguous {
+		res.OtherErrs++
+		note("ordering: %s", a)
+	}
+	w := checks.NewWindow()
+	for i := range got {
+		w.Transfer(&got[i])
+	}
+	var fired []string
+	for _, pid := range w.OrderingPIDs() {
+		c := w.OrderingCheck(fmt.Sprintf("pid %d", pid), pid)
+		for _, f := range c.Findings {
+			fired = append(fired, f.Rule)
+			note("finding: %s; %s", f.Summary, strings.Join(f.Evidence, "; "))
+		}
+	}
+	if strings.Join(fired, ",") != agent.rules() {
+		res.OtherErrs++
+		note("ordering: the window fired [%s], the agent's records say [%s]", strings.Join(fired, ","), agent.rules())
+	}
+	if !maps.Equal(agent.ahead, want.ahead) || !maps.Equal(agent.deregs, want.deregs) {
+		res.OtherErrs++
+		note("ordering: agent %s; truth %s", agent, want)
+	}
+	// The designed verdict is the prefill role's (the one that posts).
+	if res.Runtime == "prefill" && want.rules() != orderingExpected[scenario] {
+		res.OtherErrs++
+		note("ordering: the scenario was designed to fire [%s], its truth fires [%s]", orderingExpected[scenario], want.rules())
+	}
+}
+
+// agentOrder reads the ordering facts the agent put on its records.
+func agentOrder(got []correlate.Transfer) orderVerdict {
+	v := orderVerdict{ahead: map[uint64]int{}, deregs: map[uint32]int{}}
+	for _, g := range got {
+		if g.Order == nil {
+			continue
+		}
+		if a := g.Order.NotifyAhead; a != nil {
+			v.ahead[g.WRID] = a.Writes
+		}
+		if d := g.Order.Dereg; d != nil {
+			v.deregs[d.LKey] = d.Outstanding
+		}
+	}
+	return v
+}
+
+// truthWR is one posted request of the truth and when a poll proved it
+// done: the start of the poll that returned its completion or a later
+// one's on its queue (which covers it), 0 never.
+type truthWR struct {
+	TruthCall
+	doneNs uint64
+}
+
+// truthOrder judges the truth's records: a request is outstanding at a
+// call when it was posted before it and the poll that proved it done began
+// after the call returned; one whose poll began inside the call's brackets
+// is ambiguous (the scenarios order them by program order, so none is).
+func truthOrder(truth []TruthCall) (orderVerdict, []string) {
+	v := orderVerdict{ahead: map[uint64]int{}, deregs: map[uint32]int{}}
+	var ambiguous []string
+	peer := map[uint32]string{}
+	done := map[[3]uint64]uint64{}
+	for _, t := range truth {
+		switch t.Op {
+		case "connect":
+			peer[t.QPNum] = t.DGID
+		case "completion":
+			done[wrKey(t.CQ == "recv", t.QPNum, t.WRID)] = t.TPollBeg
+		}
+	}
+	queues := map[[2]uint64][]*truthWR{} // {recv, qp}
+	var order []*truthWR
+	for _, t := range truth {
+		if t.Op != "post_send" && t.Op != "post_recv" {
+			continue
+		}
+		recv := t.Op == "post_recv"
+		w := &truthWR{TruthCall: t, doneNs: done[wrKey(recv, t.QPNum, t.WRID)]}
+		k := [2]uint64{wrKey(recv, 0, 0)[0], uint64(t.QPNum)}
+		queues[k] = append(queues[k], w)
+		order = append(order, w)
+	}
+	for _, q := range queues { // a completion covers the requests before it on its queue
+		covered := uint64(0)
+		for i := len(q) - 1; i >= 0; i-- {
+			if q[i].doneNs != 0 {
+				covered = q[i].doneNs
+			}
+			q[i].doneNs = covered
+		}
+	}
+	// outstanding at a call bracketed [from, to] (w is posted before it, by
+	// its seq: the scenarios post and poll on one thread): its covering
+	// poll began after the call returned; ok false when that poll began
+	// inside the call's brackets.
+	outstanding := func(w *truthWR, from, to uint64) (bool, bool) {
+		if w.doneNs == 0 || w.doneNs > to {
+			return true, true
+		}
+		return false, w.doneNs < from
+	}
+	for _, n := range order {
+		if n.Op != "post_send" || (n.Opcode != "SEND" && n.Opcode != "SEND_WITH_IMM" && n.Opcode != "RDMA_WRITE_WITH_IMM") {
+			continue
+		}
+		writes := 0
+		for _, w := range order {
+			if w.Op != "post_send" || w.Opcode != "RDMA_WRITE" || w.QPNum == n.QPNum || peer[w.QPNum] == "" ||
+				peer[w.QPNum] != peer[n.QPNum] || w.Seq > n.Seq {
+				continue
+			}
+			out, ok := outstanding(w, n.TPostNs, n.TPostEnd)
+			if !ok {
+				ambiguous = append(ambiguous, fmt.Sprintf("WRITE wr %d and the notice wr %d: brackets straddle", w.WRID, n.WRID))
+			}
+			if out {
+				writes++
+			}
+		}
+		if writes > 0 {
+			v.ahead[n.WRID] = writes
+		}
+	}
+	charged := map[*truthWR]bool{} // a request is reported with its first deregistration
+	for _, d := range truth {
+		if d.Op != "dereg_mr" {
+			continue
+		}
+		n := 0
+		for _, w := range order {
+			if w.Seq > d.Seq || w.NumSGE == 0 || charged[w] || w.LKey != d.LKey && (w.Addr < d.Addr || w.Addr-d.Addr >= d.Length) {
+				continue
+			}
+			out, ok := outstanding(w, d.TCallNs, d.TReturnNs)
+			if !ok {
+				ambiguous = append(ambiguous, fmt.Sprintf("wr %d and the deregistration of lkey %#x: brackets straddle", w.WRID, d.LKey))
+			}
+			if out {
+				n++
+				charged[w] = true
+			}
+		}
+		if n > 0 {
+			v.deregs[d.LKey] = n
+		}
+	}
+	slices.Sort(ambiguous)
+	return v, slices.Compact(ambiguous)
+}

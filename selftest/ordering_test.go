@@ -1,0 +1,66 @@
+package selftest
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/lanewatch/lanewatch/correlate"
+)
+
+// The truth's ordering verdict from its records, and checkOrdering failing
+// a row whose agent records say otherwise.
+func TestCheckOrdering(t *testing.T) {
+	const gid = "fe80::1:0:ab4"
+	post := func(seq int, qp uint32, id uint64, op string, signaled bool, at uint64) TruthCall {
+		return TruthCall{Seq: seq, Op: "post_send", QPNum: qp, WRID: id, Opcode: op, Signaled: signaled, LKey: 5, Addr: 0x1000, NumSGE: 1,
+			Bytes: 4096, TPostNs: at, TPostEnd: at + 10}
+	}
+	done := func(seq int, qp uint32, id uint64, at uint64) TruthCall {
+		return TruthCall{Seq: seq, Op: "completion", CQ: "send", QPNum: qp, WRID: id, TPollBeg: at, TPollNs: at + 10}
+	}
+	connect := []TruthCall{{Seq: 1, Op: "connect", QPNum: 8, DGID: gid}, {Seq: 2, Op: "connect", QPNum: 9, DGID: gid}}
+	early := append(connect[:2:2], post(3, 8, 1, "RDMA_WRITE", false, 100), post(4, 8, 2, "RDMA_WRITE", true, 200),
+		post(5, 9, 3, "SEND", true, 300), done(6, 8, 2, 400), done(7, 9, 3, 500),
+		TruthCall{Seq: 8, Op: "dereg_mr", LKey: 5, Addr: 0x1000, Length: 1 << 20, TCallNs: 600, TReturnNs: 610})
+	polled := append(connect[:2:2], post(3, 8, 1, "RDMA_WRITE", false, 100), post(4, 8, 2, "RDMA_WRITE", true, 200),
+		done(5, 8, 2, 300), post(6, 9, 3, "SEND", true, 400), done(7, 9, 3, 500))
+	dereg := append(connect[:2:2], post(3, 8, 1, "RDMA_WRITE", true, 100),
+		TruthCall{Seq: 4, Op: "dereg_mr", LKey: 5, Addr: 0x1000, Length: 1 << 20, TCallNs: 200, TReturnNs: 210}, done(5, 8, 1, 300))
+
+	for _, c := range []struct {
+		name, scenario string
+		truth          []TruthCall
+		want           string
+	}{
+		{"notify before the writes' poll", "kv-notify-early", early, "cross-qp-notify"},
+		{"notify after it", "kv-notify-polled", polled, ""},
+		{"dereg before the poll", "mr-dereg-early", dereg, "mr-dereg-in-flight"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			v, ambiguous := truthOrder(c.truth)
+			if v.rules() != c.want || len(ambiguous) > 0 {
+				t.Fatalf("truth verdict [%s] %s %v, want [%s]", v.rules(), v, ambiguous, c.want)
+			}
+			// The agent's records as correlate makes them: the same facts pass, none fail.
+			var agree []correlate.Transfer
+			for id, n := range v.ahead {
+				agree = append(agree, correlate.Transfer{PID: 3, Op: "post_send", Direction: correlate.DirSend, WRID: id,
+					Order: &correlate.OrderFacts{NotifyAhead: &correlate.NotifyAhead{Writes: n, DataQPs: []uint32{8}}}})
+			}
+			for lkey, n := range v.deregs {
+				agree = append(agree, correlate.Transfer{PID: 3, Op: "post_send", Direction: correlate.DirRDMAWrite, WRID: 1,
+					Order: &correlate.OrderFacts{Dereg: &correlate.MRDereg{LKey: lkey, Outstanding: n}}})
+			}
+			res := Result{Scenario: c.scenario, Runtime: "prefill"}
+			checkOrdering(&res, c.scenario, c.truth, agree)
+			if res.OtherErrs != 0 {
+				t.Errorf("agreeing records: %v", res.Problems)
+			}
+			res = Result{Scenario: c.scenario, Runtime: "prefill"}
+			checkOrdering(&res, c.scenario, c.truth, nil)
+			if (res.OtherErrs != 0) != (c.want != "") || (c.want != "" && !strings.Contains(strings.Join(res.Problems, "\n"), "ordering: agent")) {
+				t.Errorf("no agent records: %d errors %v", res.OtherErrs, res.Problems)
+			}
+		})
+	}
+}
