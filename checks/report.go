@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/lanewatch/lanewatch/correlate"
 )
@@ -100,31 +101,46 @@ func (r *Report) Summary() Summary {
 	return s
 }
 
-// WriteText prints the checklist for a person, then the summary line.
+// WriteText prints the checklist for a person, each scope's checks under
+// one heading (scopes in the order they first appear: a live window's
+// checks come after the host's and processes' own), then the summary line.
 func (r *Report) WriteText(w io.Writer) error {
-	scope := ""
+	var scopes []string
+	byScope := map[string][]Check{}
+	width := 24
 	for _, c := range r.Checks {
-		if c.Scope != scope {
-			scope = c.Scope
-			if _, err := fmt.Fprintf(w, "\n== %s\n", scope); err != nil {
-				return err
-			}
+		if _, ok := byScope[c.Scope]; !ok {
+			scopes = append(scopes, c.Scope)
 		}
-		fmt.Fprintf(w, "[%-4s] %-24s %s\n", c.Status, c.Name, c.Detail)
-		for _, f := range c.Findings {
-			fmt.Fprintf(w, "       %s (%s) %s: %s\n", f.Rule, f.Severity, f.Subject, f.Summary)
-			for _, e := range f.Evidence {
-				fmt.Fprintf(w, "         - %s\n", e)
-			}
-			fmt.Fprintf(w, "         fix: %s\n         checklist: %s\n", f.Remediation, f.Checklist)
+		byScope[c.Scope] = append(byScope[c.Scope], c)
+		width = max(width, utf8.RuneCountInString(c.Name))
+	}
+	for _, scope := range scopes {
+		if _, err := fmt.Fprintf(w, "\n== %s\n", scope); err != nil {
+			return err
 		}
-		if c.Fix != "" && len(c.Findings) == 0 {
-			fmt.Fprintf(w, "         fix: %s\n", c.Fix)
+		for _, c := range byScope[scope] {
+			writeCheck(w, c, width)
 		}
 	}
 	s := r.Summary()
 	_, err := fmt.Fprintf(w, "\n%d pass, %d info, %d warn, %d fail, %d skip\n", s.Pass, s.Info, s.Warn, s.Fail, s.Skip)
 	return err
+}
+
+// writeCheck prints one check, its findings with their evidence and fix.
+func writeCheck(w io.Writer, c Check, width int) {
+	fmt.Fprintf(w, "[%-4s] %-*s %s\n", c.Status, width, c.Name, c.Detail)
+	for _, f := range c.Findings {
+		fmt.Fprintf(w, "       %s (%s) %s: %s\n", f.Rule, f.Severity, f.Subject, f.Summary)
+		for _, e := range f.Evidence {
+			fmt.Fprintf(w, "         - %s\n", e)
+		}
+		fmt.Fprintf(w, "         fix: %s\n         checklist: %s\n", f.Remediation, f.Checklist)
+	}
+	if c.Fix != "" && len(c.Findings) == 0 {
+		fmt.Fprintf(w, "         fix: %s\n", c.Fix)
+	}
 }
 
 // WriteJSON prints the checklist for machines: {"checks": [...],
