@@ -70,10 +70,14 @@ type procWindow struct {
 	pageable      int
 	pageableBytes uint64
 	pageableAPIs  []string
-	unknown       int
-	dirs          map[string]*dirStats // per direction: fragmentation is judged in each on its own
-	first, last   uint64               // earliest submission, latest completion (ns)
-	flows         map[flowKey]*busy    // flows on this process's GPU link, its own and its peers'
+	// pageableElements are element-sized copies (.item()) from or to
+	// pageable memory: a synchronisation, judged by host-sync-in-loop, not
+	// a staging cost worth a pageable-copy finding.
+	pageableElements int
+	unknown          int
+	dirs             map[string]*dirStats // per direction: fragmentation is judged in each on its own
+	first, last      uint64               // earliest submission, latest completion (ns)
+	flows            map[flowKey]*busy    // flows on this process's GPU link, its own and its peers'
 
 	pages map[string]*pageTally // H2D and D2H bytes by GPU and node of the host pages (pages.go)
 }
@@ -159,6 +163,10 @@ func (w *Window) Transfer(t *correlate.Transfer) {
 	p.addPages(t)
 	switch t.HostMem {
 	case event.MemPageable:
+		if correlate.ElementSized(t.Bytes) {
+			p.pageableElements++
+			break
+		}
 		p.pageable++
 		p.pageableBytes += t.Bytes
 		if len(p.pageableAPIs) < 16 {
@@ -376,6 +384,9 @@ func (w *Window) Checks(scope string, pid uint32) []Check {
 		c.Findings = []correlate.Finding{*f}
 	} else if p.unknown > 0 {
 		c.Detail += fmt.Sprintf(" (%d from memory registered before lanewatch attached: unknown)", p.unknown)
+	}
+	if p.pageableElements > 0 {
+		c.Detail += fmt.Sprintf("; %d element-sized copies (.item()-style) with pageable memory not counted: a synchronisation, see %q", p.pageableElements, CheckComputeOverlap)
 	}
 	out = append(out, c)
 

@@ -164,3 +164,39 @@ func TestWindowRotateSMTransfers(t *testing.T) {
 		t.Errorf("new window: %v", got)
 	}
 }
+
+// An `.item()` reads one element into pageable memory: a synchronisation
+// (host-sync-in-loop judges it), not a staging cost. Element-sized copies
+// never make a pageable-copy finding; one real pageable copy beside them
+// still does.
+func TestPageableLeavesElementReadsOut(t *testing.T) {
+	item := func(w *Window, n int) {
+		for i := range n {
+			w.Transfer(&correlate.Transfer{PID: 7, API: "cudaMemcpy", Direction: correlate.DirD2H, HostMem: event.MemPageable,
+				Bytes: 4, SubmitNs: uint64(i+1) * 1000, CompleteNs: uint64(i+1)*1000 + 500})
+		}
+	}
+	pageable := func(w *Window) Check {
+		for _, c := range w.Checks("pid 7", 7) {
+			if c.Name == CheckPageable {
+				return c
+			}
+		}
+		t.Fatal("no pageable check")
+		return Check{}
+	}
+
+	w := NewWindow()
+	item(w, 8)
+	if c := pageable(w); len(c.Findings) != 0 || !strings.Contains(c.Detail, "8 element-sized copies") {
+		t.Errorf("8 element reads: %s %q %v", c.Status, c.Detail, c.Findings)
+	}
+
+	w = NewWindow()
+	item(w, 8)
+	w.Transfer(&correlate.Transfer{PID: 7, API: "cudaMemcpy", Direction: correlate.DirH2D, HostMem: event.MemPageable,
+		Bytes: 1 << 20, SubmitNs: 20000, CompleteNs: 90000})
+	if c := pageable(w); len(c.Findings) != 1 || !strings.Contains(c.Findings[0].Summary, "1 copies (1 MiB)") {
+		t.Errorf("a 1 MiB pageable copy beside 8 element reads: %s %q %+v", c.Status, c.Detail, c.Findings)
+	}
+}

@@ -101,8 +101,13 @@ func BlockingCopy(api string) bool { return api != "" && !strings.Contains(api, 
 // ElementRead reports whether a copy is the `.item()` shape: a blocking
 // D2H read of one element (at most elementCopy bytes).
 func (c *CopySpan) ElementRead() bool {
-	return c.Direction == DirD2H && c.Bytes <= elementCopy && BlockingCopy(c.API)
+	return c.Direction == DirD2H && ElementSized(c.Bytes) && BlockingCopy(c.API)
 }
+
+// ElementSized reports whether a copy moves one element (at most
+// elementCopy bytes: a scalar read or write), never a piece of a KV
+// transfer.
+func ElementSized(bytes uint64) bool { return bytes <= elementCopy }
 
 // ComputeInput is one process's window for the compute-overlap rules.
 type ComputeInput struct {
