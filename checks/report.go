@@ -107,19 +107,27 @@ func (r *Report) Summary() Summary {
 func (r *Report) WriteText(w io.Writer) error {
 	var scopes []string
 	byScope := map[string][]Check{}
+	heading := map[string]string{}
 	width := 24
 	for _, c := range r.Checks {
-		if _, ok := byScope[c.Scope]; !ok {
-			scopes = append(scopes, c.Scope)
+		// "pid 7 (python)", "pid 7 (exited during the window)" and the
+		// window's "pid 7" are one process: one heading, the annotated name
+		key, _, annotated := strings.Cut(c.Scope, " (")
+		if _, ok := byScope[key]; !ok {
+			scopes = append(scopes, key)
+			heading[key] = key
 		}
-		byScope[c.Scope] = append(byScope[c.Scope], c)
+		if annotated && heading[key] == key {
+			heading[key] = c.Scope
+		}
+		byScope[key] = append(byScope[key], c)
 		width = max(width, utf8.RuneCountInString(c.Name))
 	}
-	for _, scope := range scopes {
-		if _, err := fmt.Fprintf(w, "\n== %s\n", scope); err != nil {
+	for _, key := range scopes {
+		if _, err := fmt.Fprintf(w, "\n== %s\n", heading[key]); err != nil {
 			return err
 		}
-		for _, c := range byScope[scope] {
+		for _, c := range byScope[key] {
 			writeCheck(w, c, width)
 		}
 	}

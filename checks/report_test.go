@@ -7,15 +7,16 @@ import (
 )
 
 // A live window's checks come after the processes' own (diagnose adds them
-// last): each scope is still printed once, under one heading, with its
+// last), and name a process without its command: each scope is still
+// printed once, under the annotated name, under one heading, with its
 // checks in the order they were added, names in one aligned column.
 func TestWriteTextGroupsScopes(t *testing.T) {
 	var r Report
 	for _, c := range []Check{
 		{Scope: HostScope, Name: "numactl", Status: Pass, Detail: "a"},
-		{Scope: "pid 7", Name: "NUMA binding", Status: Pass, Detail: "b"},
+		{Scope: "pid 7", Name: "same-direction overlap", Status: Pass, Detail: "b"},
 		{Scope: HostScope, Name: "storage devices", Status: Info, Detail: "c"},
-		{Scope: "pid 7", Name: CheckComputeOverlap, Status: Skip, Detail: "d"},
+		{Scope: "pid 7 (python3)", Name: CheckComputeOverlap, Status: Skip, Detail: "d"},
 	} {
 		r.Add(c)
 	}
@@ -26,8 +27,8 @@ func TestWriteTextGroupsScopes(t *testing.T) {
 	want := "\n== host\n" +
 		"[PASS] numactl                          a\n" +
 		"[INFO] storage devices                  c\n" +
-		"\n== pid 7\n" +
-		"[PASS] NUMA binding                     b\n" +
+		"\n== pid 7 (python3)\n" +
+		"[PASS] same-direction overlap           b\n" +
 		"[SKIP] H2D vs compute overlap and syncs d\n" +
 		"\n2 pass, 1 info, 0 warn, 0 fail, 1 skip\n"
 	if b.String() != want {
