@@ -150,7 +150,8 @@ func exporterNames(t *testing.T) map[string]bool {
 		InFlightQPs:   []exporters.InFlightQP{{PID: 1, QP: 7, Kind: "RDMA_WRITE", AvgBytes: 1, AvgOps: 1}}})
 	m.SetCompute([]exporters.ComputeGPU{{GPU: "0000:17:00.0", BusyNs: 2, OverlapNs: 1}}, []exporters.HostWait{{API: "cudaStreamSynchronize", Count: 1, Ns: 1}})
 	gpu := collectors.GPUReading{BusID: "0000:17:00.0", HasPCIeBytes: true, HasNVLink: true, HasReplay: true, LinkGen: 5, LinkWidth: 16}
-	scrapers := map[string]exporters.Collector{"gpu": collectors.NewGPUMetrics(oneGPU{collectors.GPUSnapshot{GPUs: []collectors.GPUReading{gpu}}})}
+	scrapers := map[string]exporters.Collector{"gpu": collectors.NewGPUMetrics(oneGPU{collectors.GPUSnapshot{GPUs: []collectors.GPUReading{gpu}}}),
+		"disk": collectors.NewDiskMetrics("/proc", "/sys", nil)} // this machine's block devices
 	mfs, err := exporters.NewRegistry(m, scrapers, nil).Gather()
 	if err != nil {
 		t.Fatal(err)
