@@ -409,16 +409,7 @@ func Run(ctx context.Context, cfg Config) (results []Result, stats agent.Stats, 
 			return Result{}, err
 		}
 		res := Result{Scenario: name, Runtime: runtime, PID: p.pid}
-		if err := p.wait(col, cfg.Timeout); err != nil {
-			res.Problems = append(res.Problems, err.Error())
-		}
-		res.Drops = drops(p.pid) - before
-		truth, err := ReadTruthFile(p.truth)
-		if err != nil {
-			res.Problems = append(res.Problems, err.Error())
-		}
-		got := col.Take(p.pid)
-		Compare(&res, truth, got)
+		truth, got := p.finish(&res, col, cfg.Timeout, drops, before)
 		checkOverlap(&res, name, []scenarioProc{{pid: p.pid, gpu: privateGPU(p.pid), truth: truth}}, got)
 		checkInflight(&res, name, []scenarioProc{{pid: p.pid, gpu: privateGPU(p.pid), truth: truth}}, got)
 		checkPages(&res, name, p.pid, p.truth, got)
@@ -494,6 +485,23 @@ func Run(ctx context.Context, cfg Config) (results []Result, stats agent.Stats, 
 }
 
 // proc is a running scenario.
+// finish waits for a scenario process to exit and compares what the agent
+// reported of it with its truth, record by record; the row counts the
+// events lost since before.
+func (p *proc) finish(res *Result, col *Collector, timeout time.Duration, drops lossCount, before uint64) ([]TruthCall, []correlate.Transfer) {
+	if err := p.wait(col, timeout); err != nil {
+		res.Problems = append(res.Problems, err.Error())
+	}
+	res.Drops = drops(p.pid) - before
+	truth, err := ReadTruthFile(p.truth)
+	if err != nil {
+		res.Problems = append(res.Problems, err.Error())
+	}
+	got := col.Take(p.pid)
+	Compare(res, truth, got)
+	return truth, got
+}
+
 type proc struct {
 	cmd   *exec.Cmd
 	pid   uint32

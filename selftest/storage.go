@@ -171,16 +171,7 @@ func storageRun(ctx context.Context, kvpath, tmp string, col *Collector, cfg Con
 		if err := p.releaseReads(st, cfg.Timeout); err != nil {
 			res.Problems = append(res.Problems, err.Error())
 		}
-		if err := p.wait(col, cfg.Timeout); err != nil {
-			res.Problems = append(res.Problems, err.Error())
-		}
-		res.Drops = drops(p.pid) - before
-		truth, err := ReadTruthFile(truthPath)
-		if err != nil {
-			res.Problems = append(res.Problems, err.Error())
-		}
-		got := col.Take(p.pid)
-		Compare(&res, truth, got)
+		_, got := p.finish(&res, col, cfg.Timeout, drops, before)
 		var flows []checks.StorageFlow
 		for _, f := range st.Flows() {
 			if f.PID == p.pid {

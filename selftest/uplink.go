@@ -123,16 +123,7 @@ func uplinkOnce(ctx context.Context, kvpath, tmp string, col *Collector, cfg Con
 	if err := p.release(); err != nil {
 		res.Problems = append(res.Problems, err.Error())
 	}
-	if err := p.wait(col, cfg.Timeout); err != nil {
-		res.Problems = append(res.Problems, err.Error())
-	}
-	res.Drops = drops(p.pid) - before
-	truth, err := ReadTruthFile(truthPath)
-	if err != nil {
-		res.Problems = append(res.Problems, err.Error())
-	}
-	got := col.Take(p.pid)
-	Compare(&res, truth, got)
+	_, got := p.finish(&res, col, cfg.Timeout, drops, before)
 	if err := cmpErr(err0, err1); err != nil {
 		return fail("diskstats: %v", err)
 	}

@@ -41,6 +41,9 @@ int sc_vmm_pool_managed(const struct opts *o, struct result *res); /* vmm_pool_m
 int sc_launchbench(const struct opts *o, struct result *res);     /* launchbench.c */
 int sc_storage_load(const struct opts *o, struct result *res);    /* storage_load.c */
 int sc_storage_writeback(const struct opts *o, struct result *res); /* storage_writeback.c */
+struct stat;
+int kv_file_open(const struct opts *o, const char *stem, char *path, size_t pathn, int *direct,
+		 struct stat *st); /* storage_load.c: a KV file under LW_REF_STORAGE_DIR, opened O_DIRECT if it can be */
 
 /* overlap.c: the shapes of same-direction overlap */
 int sc_no_overlap(const struct opts *o, struct result *res);

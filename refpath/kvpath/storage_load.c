@@ -94,33 +94,44 @@ static int write_file(const char *path, size_t total, size_t lb)
 	return close(fd);
 }
 
-int sc_storage_load(const struct opts *o, struct result *res)
+/*
+ * kv_file_open writes a KV file of o's layers under LW_REF_STORAGE_DIR (layer i's bytes
+ * are 0x30 + i % 64) and opens it for reading, O_DIRECT where the filesystem allows it
+ * (*direct says which: page-cache reads are not storage DMA). -1 after a message.
+ */
+int kv_file_open(const struct opts *o, const char *stem, char *path, size_t pathn, int *direct, struct stat *st)
 {
 	const char *dir = getenv("LW_REF_STORAGE_DIR");
 	if (!dir) {
-		fprintf(stderr, "kvpath: storage-load needs LW_REF_STORAGE_DIR\n");
-		return 1;
+		fprintf(stderr, "kvpath: %s needs LW_REF_STORAGE_DIR\n", o->scenario);
+		return -1;
 	}
 	size_t lb = o->layer_bytes, total = lb * (size_t)o->layers;
-	char path[4096];
-	snprintf(path, sizeof path, "%s/kv-%d.bin", dir, (int)getpid());
+	snprintf(path, pathn, "%s/%s-%d.bin", dir, stem, (int)getpid());
 	if (write_file(path, total, lb) != 0)
-		return 1;
-	int direct = 1;
+		return -1;
+	*direct = 1;
 	int fd = open(path, O_RDONLY | O_DIRECT);
 	if (fd < 0 && errno == EINVAL) {
-		direct = 0;
+		*direct = 0;
 		fd = open(path, O_RDONLY);
 	}
-	if (fd < 0) {
+	if (fd < 0 || fstat(fd, st) != 0) {
 		perror(path);
-		return 1;
+		return -1;
 	}
+	return fd;
+}
+
+int sc_storage_load(const struct opts *o, struct result *res)
+{
+	size_t lb = o->layer_bytes, total = lb * (size_t)o->layers;
+	char path[4096];
+	int direct;
 	struct stat st;
-	if (fstat(fd, &st) != 0) {
-		perror("fstat");
+	int fd = kv_file_open(o, "kv", path, sizeof path, &direct, &st);
+	if (fd < 0)
 		return 1;
-	}
 	char *pool = node0_pool(total);
 	char *dev = dev_alloc(total);
 	cudaStream_t s;

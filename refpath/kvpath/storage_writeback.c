@@ -46,26 +46,6 @@ static void *read_layers(void *arg)
 	return NULL;
 }
 
-static int make_file(const char *path, size_t total, size_t lb)
-{
-	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-	char *buf = malloc(lb);
-	if (fd < 0 || !buf) {
-		perror(path);
-		return -1;
-	}
-	memset(buf, 0x42, lb);
-	for (size_t off = 0; off < total; off += lb)
-		if (write(fd, buf, lb) != (ssize_t)lb) {
-			perror("write");
-			return -1;
-		}
-	free(buf);
-	if (fsync(fd) != 0)
-		perror("fsync");
-	return close(fd);
-}
-
 static void hold(const struct opts *o, const char *line)
 {
 	if (!o->hold)
@@ -78,27 +58,13 @@ static void hold(const struct opts *o, const char *line)
 
 int sc_storage_writeback(const struct opts *o, struct result *res)
 {
-	const char *dir = getenv("LW_REF_STORAGE_DIR");
-	if (!dir) {
-		fprintf(stderr, "kvpath: storage-writeback needs LW_REF_STORAGE_DIR\n");
-		return 1;
-	}
 	size_t lb = o->layer_bytes, total = lb * (size_t)o->layers;
 	char path[4096];
-	snprintf(path, sizeof path, "%s/kv-wb-%d.bin", dir, (int)getpid());
-	if (make_file(path, total, lb) != 0)
-		return 1;
-	int direct = 1;
-	int fd = open(path, O_RDONLY | O_DIRECT);
-	if (fd < 0 && errno == EINVAL) {
-		direct = 0;
-		fd = open(path, O_RDONLY);
-	}
+	int direct;
 	struct stat st;
-	if (fd < 0 || fstat(fd, &st) != 0) {
-		perror(path);
+	int fd = kv_file_open(o, "kv-wb", path, sizeof path, &direct, &st);
+	if (fd < 0)
 		return 1;
-	}
 	char *pool = pinned_pool(2 * total, 0);
 	char *dev = dev_alloc(total);
 	cudaStream_t s;
@@ -121,7 +87,7 @@ int sc_storage_writeback(const struct opts *o, struct result *res)
 	stream_sync(s, NULL);
 	pthread_join(t, NULL);
 	hold(o, "done");
-	int bad = r.failed || pool[0] != 0x42 || pool[total - 1] != 0x42;
+	int bad = r.failed || pool[0] != 0x30 || pool[total - 1] != 0x30 + (o->layers - 1) % 64; /* kv_file_open's layers */
 	if (bad)
 		fprintf(stderr, "kvpath: storage-writeback read the wrong data\n");
 	snprintf(res->extra, sizeof res->extra, "\"storage_bytes\":%zu,\"d2h_bytes\":%zu,\"direct\":%d,\"storage_dev\":\"%u:%u\"", total,
