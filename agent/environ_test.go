@@ -3,7 +3,6 @@ package agent_test
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"fmt"
 	"io"
 	"log/slog"
@@ -164,39 +163,16 @@ func TestRunReadsEachEnvironmentOnce(t *testing.T) {
 		Funcs: []sysfstest.Func{{BDF: "0000:17:00.0", HB: "pci0000:17", Class: "0x030200", Vendor: "0x10de", Device: "0x2330", NUMA: "0"}},
 	})
 	logs, records := &syncBuffer{}, &syncBuffer{}
-	ready := make(chan struct{})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- agent.Run(ctx, agent.RunConfig{
-			Trace: agent.Config{ProcRoot: "/proc", Libs: []string{filepath.Join(ref, "plain", "libcudart.so.12"),
-				filepath.Join(ref, "lib", "libcuda.so.1")}},
-			Output:  records,
-			SysRoot: sys,
-			Logger:  slog.New(slog.NewTextHandler(io.MultiWriter(logs, testWriter{t}), &slog.HandlerOptions{Level: slog.LevelDebug})),
-			OnReady: func() { close(ready) },
-			Metrics: agent.MetricsConfig{Listen: "127.0.0.1:0", Path: "/metrics", EvaluateInterval: 100 * time.Millisecond,
-				HostCheckInterval: time.Millisecond, GPU: agent.GPUConfig{Source: "off"}},
-		})
-	}()
-	stopped := false
-	stop := func() {
-		if !stopped {
-			stopped = true
-			cancel()
-			if err := <-done; err != nil {
-				t.Errorf("Run: %v", err)
-			}
-		}
-	}
+	stop := runAgent(t, agent.RunConfig{
+		Trace: agent.Config{ProcRoot: "/proc", Libs: []string{filepath.Join(ref, "plain", "libcudart.so.12"),
+			filepath.Join(ref, "lib", "libcuda.so.1")}},
+		Output:  records,
+		SysRoot: sys,
+		Logger:  slog.New(slog.NewTextHandler(io.MultiWriter(logs, testWriter{t}), &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Metrics: agent.MetricsConfig{Listen: "127.0.0.1:0", Path: "/metrics", EvaluateInterval: 100 * time.Millisecond,
+			HostCheckInterval: time.Millisecond, GPU: agent.GPUConfig{Source: "off"}},
+	})
 	defer stop()
-	select {
-	case <-ready:
-	case err := <-done:
-		t.Fatalf("Run stopped before it was ready: %v", err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("not ready after 30 s")
-	}
 	addr := regexp.MustCompile(`msg="serving metrics" address=(\S+)`).FindStringSubmatch(logs.String())
 	if addr == nil {
 		t.Fatalf("no metrics address in the logs:\n%s", logs.String())

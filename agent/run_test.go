@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -45,33 +46,15 @@ func TestRunWithoutAGPUInSysfs(t *testing.T) {
 	}
 	defer cmd.Process.Kill()
 	logs := &syncBuffer{}
-	ready := make(chan struct{})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- agent.Run(ctx, agent.RunConfig{
-			Trace:   agent.Config{PIDs: []int{cmd.Process.Pid}, Libs: []string{filepath.Join(ref, "plain", "libcudart.so.12"), filepath.Join(ref, "lib", "libcuda.so.1")}},
-			Output:  io.Discard,
-			SysRoot: sys,
-			Logger:  slog.New(slog.NewTextHandler(io.MultiWriter(logs, testWriter{t}), nil)),
-			OnReady: func() { close(ready) },
-			Metrics: agent.MetricsConfig{Listen: "127.0.0.1:0", Path: "/metrics", EvaluateInterval: 300 * time.Millisecond,
-				HostCheckInterval: time.Minute, GPU: agent.GPUConfig{Source: "off"}},
-		})
-	}()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}()
-	select {
-	case <-ready:
-	case err := <-done:
-		t.Fatalf("Run stopped before it was ready: %v", err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("not ready after 30 s")
-	}
+	stop := runAgent(t, agent.RunConfig{
+		Trace:   agent.Config{PIDs: []int{cmd.Process.Pid}, Libs: []string{filepath.Join(ref, "plain", "libcudart.so.12"), filepath.Join(ref, "lib", "libcuda.so.1")}},
+		Output:  io.Discard,
+		SysRoot: sys,
+		Logger:  slog.New(slog.NewTextHandler(io.MultiWriter(logs, testWriter{t}), nil)),
+		Metrics: agent.MetricsConfig{Listen: "127.0.0.1:0", Path: "/metrics", EvaluateInterval: 300 * time.Millisecond,
+			HostCheckInterval: time.Minute, GPU: agent.GPUConfig{Source: "off"}},
+	})
+	defer stop()
 	io.WriteString(stdin, "go\n")
 	stdin.Close()
 	if err := cmd.Wait(); err != nil {
@@ -122,4 +105,35 @@ func grepLines(s, sub string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// runAgent starts agent.Run with cfg and waits until it is ready (30 s at
+// most); stop cancels it and reports Run's error, once however often it
+// is called (a test stops it early and defers it too).
+func runAgent(t *testing.T, cfg agent.RunConfig) (stop func()) {
+	t.Helper()
+	ready := make(chan struct{})
+	cfg.OnReady = func() { close(ready) }
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- agent.Run(ctx, cfg) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("Run: %v", err)
+			}
+		})
+	}
+	select {
+	case <-ready:
+	case err := <-done:
+		cancel()
+		t.Fatalf("Run stopped before it was ready: %v", err)
+	case <-time.After(30 * time.Second):
+		stop()
+		t.Fatal("not ready after 30 s")
+	}
+	return stop
 }

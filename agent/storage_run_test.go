@@ -1,7 +1,6 @@
 package agent_test
 
 import (
-	"context"
 	"io"
 	"log/slog"
 	"net/http"
@@ -42,43 +41,20 @@ func TestRunTracesStorageReads(t *testing.T) {
 	// watched from the agent's start, so every read after the release is
 	// seen (its pool, registered before the attach, is not known as one).
 	logs := &syncBuffer{}
-	ready := make(chan struct{})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	defer cmd.Process.Kill()
-	go func() {
-		done <- agent.Run(ctx, agent.RunConfig{
-			Trace:             agent.Config{PIDs: []int{cmd.Process.Pid}, Libs: []string{filepath.Join(ref, "plain", "libcudart.so.12"), filepath.Join(ref, "lib", "libcuda.so.1")}},
-			Output:            io.Discard,
-			SysRoot:           "/sys",
-			TraceStorageReads: true,
-			Logger:            slog.New(slog.NewTextHandler(io.MultiWriter(logs, testWriter{t}), &slog.HandlerOptions{Level: slog.LevelDebug})),
-			OnReady:           func() { close(ready) },
-			Metrics: agent.MetricsConfig{Listen: "127.0.0.1:0", Path: "/metrics", EvaluateInterval: 300 * time.Millisecond,
-				HostCheckInterval: time.Minute, GPU: agent.GPUConfig{Source: "off"}},
-		})
-	}()
-	stopped := false
-	stop := func() {
-		if !stopped {
-			stopped = true
-			cancel()
-			if err := <-done; err != nil {
-				t.Errorf("Run: %v", err)
-			}
-		}
-	}
+	stop := runAgent(t, agent.RunConfig{
+		Trace:             agent.Config{PIDs: []int{cmd.Process.Pid}, Libs: []string{filepath.Join(ref, "plain", "libcudart.so.12"), filepath.Join(ref, "lib", "libcuda.so.1")}},
+		Output:            io.Discard,
+		SysRoot:           "/sys",
+		TraceStorageReads: true,
+		Logger:            slog.New(slog.NewTextHandler(io.MultiWriter(logs, testWriter{t}), &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Metrics: agent.MetricsConfig{Listen: "127.0.0.1:0", Path: "/metrics", EvaluateInterval: 300 * time.Millisecond,
+			HostCheckInterval: time.Minute, GPU: agent.GPUConfig{Source: "off"}},
+	})
 	defer stop()
-	select {
-	case <-ready:
-	case err := <-done:
-		t.Fatalf("Run stopped before it was ready: %v", err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("not ready after 30 s")
-	}
 	buf := make([]byte, 256)
 	n, _ := stdout.Read(buf) // "ready PID pool 0x…": its setup calls were made
 	if !strings.HasPrefix(string(buf[:n]), "ready ") {
