@@ -130,7 +130,8 @@ type agentArgs struct {
 
 func startAgent(a agentArgs, logFile io.Writer) (*agentProc, error) {
 	args := []string{"run", "--output", a.output, "--web.listen-address", a.metrics,
-		"--otlp.grpc-listen", a.grpc, "--otlp.http-listen", a.http, "--ring-bytes", strconv.FormatUint(a.ringBytes, 10)}
+		"--otlp.grpc-listen", a.grpc, "--otlp.http-listen", a.http, "--ring-bytes", strconv.FormatUint(a.ringBytes, 10),
+		"--kernels"} // launches too: the compute-overlap windows are bounded like the rest
 	if a.memoryLimit != "" {
 		args = append(args, "--memory-limit", a.memoryLimit)
 	}

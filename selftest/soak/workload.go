@@ -21,7 +21,8 @@ import (
 // the dlopen driver, and the RDMA scenarios (two processes each). Each is
 // a short-lived process (tens of milliseconds to a second): the churn.
 var churnScenarios = []string{"hicache-load", "pageable-load", "fragmented-load", "writeback-duplex", "h2d-overlap", "default-kind",
-	"api-coverage", "failing-copies", "vmm-pool-managed", "no-overlap", "big-and-trickle"}
+	"api-coverage", "failing-copies", "vmm-pool-managed", "no-overlap", "big-and-trickle",
+	"inflight-serial", "inflight-queued", "layer-compute", "layer-compute-sync", "layer-compute-item"}
 
 // kind is one way of starting reference processes.
 type kind struct {
