@@ -79,18 +79,7 @@ struct {
 	__type(value, __u64);
 } storage_drops SEC(".maps");
 
-volatile const __u64 pidns_dev = 0;
-volatile const __u64 pidns_ino = 0;
-
-static __always_inline __u64 current_id(void)
-{
-	if (!pidns_ino)
-		return bpf_get_current_pid_tgid();
-	struct bpf_pidns_info ns = {};
-	if (bpf_get_ns_current_pid_tgid(pidns_dev, pidns_ino, &ns, sizeof(ns)))
-		return 0;
-	return (__u64)ns.tgid << 32 | ns.pid;
-}
+#include "pidns.h" /* pidns_dev, pidns_ino, current_id: the same namespace as lanewatch.bpf.c's */
 
 struct lw_iovec {
 	__u64 base, len;

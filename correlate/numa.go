@@ -221,6 +221,20 @@ type PageTraffic struct {
 // not fire a fail.
 const minRemoteBytes = 8 << 20
 
+// mostlyRemote splits bytes by node into those located and those off the
+// home node, and says whether the far ones are the majority and at least
+// minRemoteBytes: remote-numa-pool's thresholds, which storage-far-pool
+// shares.
+func mostlyRemote(byNode map[int]uint64, home int) (located, remote uint64, far bool) {
+	for n, b := range byNode {
+		located += b
+		if n != home {
+			remote += b
+		}
+	}
+	return located, remote, located > 0 && remote*2 > located && remote >= minRemoteBytes
+}
+
 // RemoteNUMAPages fires when most bytes a process's copies moved over a
 // GPU's link were read from, or written to, host pages on a node other
 // than the GPU's (seed 000 L2→L1 #2): remote-numa-pool judged on the pages
@@ -230,14 +244,8 @@ func RemoteNUMAPages(p PageTraffic) *Finding {
 	if p.GPUNode < 0 || p.GPU == "" {
 		return nil
 	}
-	var located, remote uint64
-	for n, b := range p.ByNode {
-		located += b
-		if n != p.GPUNode {
-			remote += b
-		}
-	}
-	if located == 0 || remote*2 <= located || remote < minRemoteBytes {
+	located, remote, far := mostlyRemote(p.ByNode, p.GPUNode)
+	if !far {
 		return nil
 	}
 	nodes := slices.Sorted(maps.Keys(p.ByNode))

@@ -46,14 +46,8 @@ func StorageFarPool(s StorageLanding) *Finding {
 	if s.DeviceNode < 0 || s.DeviceBDF == "" {
 		return nil
 	}
-	var located, remote uint64
-	for n, b := range s.ByNode {
-		located += b
-		if n != s.DeviceNode {
-			remote += b
-		}
-	}
-	if located == 0 || remote*2 <= located || remote < minRemoteBytes {
+	located, remote, far := mostlyRemote(s.ByNode, s.DeviceNode)
+	if !far {
 		return nil
 	}
 	var dist []string
