@@ -103,6 +103,7 @@ func kernelCopyRun(ctx context.Context, refDir, tmp string, col *Collector, cfg 
 	sm, copies := splitSM(got)
 	s1, err1 := counters.Sample()
 	v := eval.Evaluate(time.Now())
+	judgeDesigned(&res, "kernel-copy", v.Findings)
 	res.Drops = drops(res.PID) - before
 	if err0 != nil || err1 != nil {
 		return fail("read counters: %v %v", err0, err1)

@@ -11,31 +11,15 @@ import (
 	"github.com/lanewatch/lanewatch/selftest/refenv"
 )
 
-// inflightExpected is each scenario's designed too-little-in-flight
-// verdict: a flow that keeps one operation in flight at a time, each
-// paying the reference mover's turnaround (refpath/driver/internal.h,
-// refpath/rdma/provider.c). Every other scenario must not be flagged (the
-// same operations queued, and every scenario whose flows queue theirs).
-var inflightExpected = map[string]bool{"inflight-serial": true, "rdma-write-serial": true,
-	"inflight-queued": false, "rdma-write-pipelined": false}
-
-// checkInflight checks a scenario's too-little-in-flight verdict against
-// its truth. The rule is applied three times: to the agent's records
-// through checks.Window, as `agent run` judges them; to the truth's
-// transfers at the agent's stamps (truthCopies and truthRequests match
-// them; checkOverlap reports a stamp outside the truth's brackets), which
-// must give the same flows; and to the truth's brackets, each operation in
-// flight from its call's entry to the return of the call that proved it
-// done (the synchronisation, the poll that returned it). The brackets show
-// the designed shape by construction — a serial flow has one operation in
-// flight, each paying its mover's turnaround; a queued one has a layer's
-// in flight until the layer's synchronisation — whatever the load on the
-// machine; should they not (a thread stalled for most of the run), the
-// scenario did not make its shape (ShapeMissed: run again). Where they do,
-// the agent must give the designed verdict: its stamps lie inside the
-// brackets, and the thresholds are far from either shape (docs/design.md 7).
-// The movers' own times are no view here: on a busy 2-CPU machine the
-// reference engine often finishes a small copy inside its call.
+// checkInflight checks a scenario's too-little-in-flight verdict: the
+// agent's, from its records through checks.Window as `agent run` judges
+// them, must be the designed one (designed: a flow that keeps one
+// operation in flight at a time, each paying the reference mover's
+// turnaround, refpath/driver/internal.h, refpath/rdma/provider.c; every
+// other flow queues its operations). The truth's transfers at the agent's
+// stamps and at its brackets (each operation in flight from its call's
+// entry to the return of the call that proved it done) only say, beside a
+// wrong verdict, what the rule would have measured of them.
 func checkInflight(res *Result, scenario string, procs []scenarioProc, transfers []correlate.Transfer) {
 	lane := refenv.LaneGBs()
 	place := func(pid uint32) checks.Placement {
@@ -75,29 +59,15 @@ func checkInflight(res *Result, scenario string, procs []scenarioProc, transfers
 			note("finding: %s; %s", f.Finding.Summary, strings.Join(f.Finding.Evidence, "; "))
 		}
 	}
-	want := inflightExpected[scenario]
-	switch {
-	case agent != byStamps:
+	want := fires(scenario, "too-little-in-flight")
+	if (agent != "") != want {
 		res.OtherErrs++
-		note("in-flight: the agent flagged [%s], the rule on the truth's transfers at the agent's stamps [%s]: agent %s",
-			agent, byStamps, inflightText(rep))
-	case (byEvidence != "") != want:
-		if res.ShapeMissed == "" {
-			verb := "did not make its designed latency-bound flow"
-			if !want {
-				verb = "made a latency-bound flow it was not designed to"
-			}
-			res.ShapeMissed = fmt.Sprintf("in-flight: the scenario %s on this run: brackets %s", verb, inflightText(evRep))
-			note("%s", res.ShapeMissed)
-		}
-	case (agent != "") != want:
-		res.OtherErrs++
-		note("in-flight: the agent flagged [%s] where the truth's brackets [%s] show the designed verdict: agent %s; brackets %s",
-			agent, byEvidence, inflightText(rep), inflightText(evRep))
-	default:
-		if _, designed := inflightExpected[scenario]; designed {
-			note("finding: in-flight as the truth's brackets measured it: [%s] %s", byEvidence, inflightText(evRep))
-		}
+		note("in-flight: the agent flagged [%s], the scenario is designed %s: agent %s; the truth's transfers at the agent's stamps [%s], its brackets [%s] %s",
+			agent, designedText(want), inflightText(rep), byStamps, byEvidence, inflightText(evRep))
+		return
+	}
+	if want || byEvidence != "" {
+		note("finding: in-flight as the truth's brackets measured it: [%s] %s", byEvidence, inflightText(evRep))
 	}
 }
 

@@ -15,13 +15,6 @@ import (
 	"github.com/lanewatch/lanewatch/selftest/refenv"
 )
 
-// overlapExpected is each scenario's designed same-direction-overlap
-// verdict: two flows sharing one direction of one GPU link, in flight
-// together, saturating it. Every other scenario must not be flagged
-// (opposite directions, flows one after another, a trickle beside a big
-// flow never are).
-var overlapExpected = map[string]bool{"h2d-overlap": true, "pd-overlap": true, "two-proc-lane": true}
-
 // PairScenarios run two kvpath processes on one shared reference GPU,
 // released together (two rows each, like the RDMA roles).
 var PairScenarios = []string{"two-proc-lane"}
@@ -40,31 +33,21 @@ type scenarioProc struct {
 // privateGPU names the reference GPU of a process with private lanes.
 func privateGPU(pid uint32) string { return fmt.Sprintf("private GPU of pid %d", pid) }
 
-// checkOverlap checks a scenario's same-direction-overlap verdict against
-// its truth (docs/design.md 6, "The reference data path"). The rule
-// (correlate.SameDirectionOverlap) is applied four times:
+// checkOverlap checks a scenario's same-direction-overlap verdict: the
+// agent's, from its records judged per GPU link as `agent run` and `agent
+// diagnose` judge them, must be the designed one (designed), whatever the
+// truth measured on this run. The truth's views only diagnose a wrong
+// verdict and mark the row "~" where they differ:
 //
-//   - to the agent's records, through checks.Window, judged per GPU link as
-//     `agent run` and `agent diagnose` judge them;
-//   - to the truth's flows (which process, stream or queue pair, direction
-//     and GPU each transfer belongs to, as the scenario knows them) at the
-//     agent's own stamps, each checked to lie inside the truth's brackets
-//     of it: the agent must give the same verdict, so its flows, links and
-//     their time judgement are the truth's;
-//   - to the evidence view: each transfer in flight from its call's entry
-//     to the return of the call that proved it done (the stream
-//     synchronisation, the poll that returned its completion), the
-//     brackets around the agent's stamps;
-//   - to the lanes view: from the call's return to the moment the copy
-//     engine finished it (the poll's start for RDMA), which no lateness of
-//     the scenario's threads stretches; it must show the designed shape
-//     (overlapExpected), or the row says the scenario did not produce it.
-//
-// The verdict is marked "~" when the views differ: the completions were
-// proven late on this run (a loaded machine delayed the threads that
-// synchronise or poll), or the agent's stamps and the brackets around them
-// lie on either side of a threshold. The agent judges by its evidence, as it
-// must; the row says what each view measured.
+//   - the truth's flows (which process, stream or queue pair, direction and
+//     GPU each transfer belongs to, as the scenario knows them) at the
+//     agent's own stamps, each of which must lie inside the truth's
+//     brackets of it (else the row fails: the agent's times are wrong);
+//   - the evidence view: each transfer in flight from its call's entry to
+//     the return of the call that proved it done (the stream
+//     synchronisation, the poll that returned its completion);
+//   - the lanes view: from the call's return to the moment the copy engine
+//     finished it (the poll's start for RDMA).
 func checkOverlap(res *Result, scenario string, procs []scenarioProc, transfers []correlate.Transfer) {
 	lane := refenv.LaneGBs()
 	gpuOf := map[uint32]string{}
@@ -109,19 +92,12 @@ func checkOverlap(res *Result, scenario string, procs []scenarioProc, transfers 
 			note("finding: %s; %s", l.Finding.Summary, strings.Join(l.Finding.Evidence, "; "))
 		}
 	}
-	want := overlapExpected[scenario]
-	if agent != byStamps {
+	want := fires(scenario, "same-direction-overlap")
+	if (agent != "") != want {
 		res.OverlapErr = true
-		note("overlap: the agent flagged [%s], the rule on the truth's flows at the agent's stamps [%s]: agent %s; truth %s",
-			agent, byStamps, overlapText(links), overlapText(matched))
-	}
-	if (byLanes != "") != want {
-		verb := "did not produce its designed overlap"
-		if !want {
-			verb = "produced an overlap it was not designed to"
-		}
-		res.ShapeMissed = fmt.Sprintf("overlap: the scenario %s on this run: lanes %s", verb, overlapText(lanes))
-		note("%s", res.ShapeMissed)
+		note("overlap: the agent flagged [%s], the scenario is designed %s: agent %s; the truth's flows at the agent's stamps [%s], its brackets [%s], its lanes [%s] %s",
+			agent, designedText(want), overlapText(links), byStamps, byEvidence, byLanes, overlapText(lanes))
+		return
 	}
 	switch {
 	case byStamps != byEvidence:
@@ -135,6 +111,14 @@ func checkOverlap(res *Result, scenario string, procs []scenarioProc, transfers 
 	case want:
 		note("finding: overlap as the truth measured it: %s", overlapText(evidence))
 	}
+}
+
+// designedText says what a scenario is designed to do about one rule.
+func designedText(fire bool) string {
+	if fire {
+		return "to raise it"
+	}
+	return "to stay silent"
 }
 
 // firedLinks names the links whose overlap fired, "gpu direction", sorted
@@ -463,5 +447,10 @@ func pairRun(ctx context.Context, kvpath, scenario, tmp string, col *Collector, 
 	}
 	checkOverlap(&out[len(out)-1], scenario, sp, all)
 	checkInflight(&out[len(out)-1], scenario, sp, all)
+	var acts []correlate.Activity
+	for _, p := range procs {
+		acts = append(acts, col.TakeActivities(p.pid)...)
+	}
+	checkDesigned(&out[len(out)-1], scenario, sp, all, acts)
 	return out
 }

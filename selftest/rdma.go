@@ -90,6 +90,11 @@ func rdmaRun(ctx context.Context, refDir, scenario, tmp string, col *Collector, 
 		}
 		checkOverlap(&out[1], scenario, procs, all)
 		checkInflight(&out[1], scenario, procs, all)
+		var acts []correlate.Activity
+		for _, p := range procs {
+			acts = append(acts, col.TakeActivities(p.pid)...)
+		}
+		checkDesigned(&out[1], scenario, procs, all, acts)
 	}
 	return out
 }

@@ -91,10 +91,6 @@ type Result struct {
 	Latency               string // RDMA: posted→completed p50/p99, agent/truth
 	Overlap               string // "flagged" or "none"
 	OverlapErr            bool   // the agent's overlap verdict differs from the truth's
-	// ShapeMissed says (a problem line) that the truth itself did not show
-	// the scenario's designed overlap shape on this run: not a verdict on
-	// the agent, but the run does not test it (rerunUnshaped).
-	ShapeMissed string
 	Problems    []string
 }
 
@@ -107,51 +103,7 @@ func (r Result) OK() bool {
 		}
 	}
 	return r.WantRecords == r.Got && r.WantBytes == r.GotBytes && r.WantFailed == r.GotFailed && r.ErrorErrs == 0 &&
-		r.DirectionErrs == 0 && r.MemoryErrs == 0 && r.OtherErrs == 0 && r.Drops == 0 && !r.OverlapErr && r.ShapeMissed == "" && problems == 0
-}
-
-// shapeRuns bounds the runs of a scenario whose truth did not show its
-// designed overlap shape. The shapes are made by construction (movers,
-// lockstep submission), but on a machine whose CPUs are all busy with other
-// processes' movers too, the scenario's own threads can still fall behind.
-const shapeRuns = 3
-
-// rerunUnshaped runs a scenario again, at most shapeRuns times in all, while
-// its truth missed the designed shape and every row was otherwise exact;
-// the rows kept say how many runs were made and why. A row wrong in any
-// other way is returned as it is: only the scenario's own failure to make
-// its shape is run again, never the agent's.
-func rerunUnshaped(scenario string, once func() []Result) []Result {
-	var earlier []string
-	for run := 1; ; run++ {
-		rs := once()
-		missed := ""
-		for _, r := range rs {
-			if r.ShapeMissed == "" {
-				continue
-			}
-			missed = r.ShapeMissed
-			if !r.otherwiseOK() {
-				missed = ""
-				break
-			}
-		}
-		if missed == "" || run == shapeRuns {
-			for i := range rs {
-				rs[i].Problems = append(slices.Clone(earlier), rs[i].Problems...)
-			}
-			return rs
-		}
-		earlier = append(earlier, fmt.Sprintf("finding: run %d of %s (of at most %d) was run again: %s", run, scenario, shapeRuns, missed))
-	}
-}
-
-// otherwiseOK is OK but for a missed shape.
-func (r Result) otherwiseOK() bool {
-	o := r
-	o.ShapeMissed = ""
-	o.Problems = slices.DeleteFunc(slices.Clone(r.Problems), func(p string) bool { return p == r.ShapeMissed })
-	return o.OK()
+		r.DirectionErrs == 0 && r.MemoryErrs == 0 && r.OtherErrs == 0 && r.Drops == 0 && !r.OverlapErr && problems == 0
 }
 
 // Collector is a sink that keeps every transfer by pid and signals process
@@ -413,7 +365,9 @@ func Run(ctx context.Context, cfg Config) (results []Result, stats agent.Stats, 
 		checkOverlap(&res, name, []scenarioProc{{pid: p.pid, gpu: privateGPU(p.pid), truth: truth}}, got)
 		checkInflight(&res, name, []scenarioProc{{pid: p.pid, gpu: privateGPU(p.pid), truth: truth}}, got)
 		checkPages(&res, name, p.pid, p.truth, got)
-		checkCompute(&res, name, p.pid, truth, got, col.TakeActivities(p.pid))
+		acts := col.TakeActivities(p.pid)
+		checkCompute(&res, name, p.pid, truth, got, acts)
+		checkDesigned(&res, name, []scenarioProc{{pid: p.pid, gpu: privateGPU(p.pid), truth: truth}}, got, acts)
 		return res, nil
 	}
 	run := func(name, runtime string, start func() (*proc, error)) error {
@@ -437,18 +391,9 @@ func Run(ctx context.Context, cfg Config) (results []Result, stats agent.Stats, 
 		}
 		for _, sc := range cfg.Scenarios {
 			truth := filepath.Join(tmp, rt+"-"+sc+".jsonl")
-			var err error
-			rs := rerunUnshaped(sc, func() []Result {
-				res, e := runOne(sc, rt, func() (*proc, error) { return start(ctx, kvpath, sc, truth, env) })
-				if err = e; e != nil {
-					return nil
-				}
-				return []Result{res}
-			})
-			if err != nil {
+			if err := run(sc, rt, func() (*proc, error) { return start(ctx, kvpath, sc, truth, env) }); err != nil {
 				return results, stats, err
 			}
-			results = append(results, rs...)
 		}
 		if cfg.NoDevice {
 			truth := filepath.Join(tmp, rt+"-no-device.jsonl")
@@ -473,10 +418,10 @@ func Run(ctx context.Context, cfg Config) (results []Result, stats agent.Stats, 
 		results = append(results, uplinkRun(ctx, kvpath, tmp, col, cfg, drops)...)
 	}
 	for _, sc := range cfg.RDMA {
-		results = append(results, rerunUnshaped(sc, func() []Result { return rdmaRun(ctx, cfg.RefDir, sc, tmp, col, cfg, drops) })...)
+		results = append(results, rdmaRun(ctx, cfg.RefDir, sc, tmp, col, cfg, drops)...)
 	}
 	for _, sc := range cfg.Pairs {
-		results = append(results, rerunUnshaped(sc, func() []Result { return pairRun(ctx, kvpath, sc, tmp, col, cfg, drops) })...)
+		results = append(results, pairRun(ctx, kvpath, sc, tmp, col, cfg, drops)...)
 	}
 	if slices.Contains(cfg.Scenarios, "hicache-load") { // span output: request and layer attribution (selftest_spans.go)
 		results = append(results, spansCheck(ctx, kvpath, filepath.Join(tmp, "spans-hicache-load.jsonl"), col, cfg))
@@ -762,7 +707,7 @@ func PrintResults(w io.Writer, results []Result, stats agent.Stats) bool {
 			verdict, ok = "FAIL", false
 		}
 		overlap := r.Overlap
-		if r.OverlapErr || r.ShapeMissed != "" {
+		if r.OverlapErr {
 			overlap += "!"
 		}
 		failed := fmt.Sprintf("%d/%d", r.GotFailed, r.WantFailed)

@@ -172,6 +172,7 @@ func storageRun(ctx context.Context, kvpath, tmp string, col *Collector, cfg Con
 			res.Problems = append(res.Problems, err.Error())
 		}
 		_, got := p.finish(&res, col, cfg.Timeout, drops, before)
+		checkDesigned(&res, res.Scenario, []scenarioProc{{pid: p.pid, gpu: privateGPU(p.pid)}}, got, col.TakeActivities(p.pid))
 		var flows []checks.StorageFlow
 		for _, f := range st.Flows() {
 			if f.PID == p.pid {

@@ -37,7 +37,7 @@ func TestStorageRuns(t *testing.T) {
 			continue
 		}
 		delete(want, r.Scenario)
-		last := r.Problems[len(r.Problems)-1] // earlier ones: runs made again (rerunUnshaped)
+		last := r.Problems[len(r.Problems)-1]
 		if !strings.HasPrefix(last, "finding: "+w) || r.Got != records[r.Scenario] {
 			t.Errorf("%s: %d records, %q", r.Scenario, r.Got, r.Problems)
 		}

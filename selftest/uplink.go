@@ -32,16 +32,19 @@ var uplinkRuns = []struct {
 }{{"uplink-shared", true}, {"uplink-apart", false}}
 
 // uplinkFixture is the injected placement: GPU gpu below a switch whose
-// uplink is Gen1 x4; the disk below it too when shared, else on a root port
-// of its own.
+// uplink is Gen1 x1 (0.25 GB/s); the disk below it too when shared, else on
+// a root port of its own. The scenario moves 256 MiB each way, about ten
+// times what the uplink carries in the time it takes here: the shared
+// placement fires by construction, unless a run slows below a tenth of its
+// rates, which the row then reports as the agent's failure.
 func uplinkFixture(gpu, disk string, shared bool) checks.StorageHost {
-	gen1x4 := topology.Link{CurSpeedGTs: 2.5, MaxSpeedGTs: 2.5, CurWidth: 4, MaxWidth: 4, Known: true}
+	gen1x1 := topology.Link{CurSpeedGTs: 2.5, MaxSpeedGTs: 2.5, CurWidth: 1, MaxWidth: 1, Known: true}
 	f := func(bdf string, class uint32, chain ...string) *topology.Function {
 		parent := ""
 		if len(chain) > 1 {
 			parent = chain[len(chain)-2]
 		}
-		return &topology.Function{BDF: bdf, Class: class, Parent: parent, Chain: chain, Link: gen1x4, NUMANode: -1}
+		return &topology.Function{BDF: bdf, Class: class, Parent: parent, Chain: chain, Link: gen1x1, NUMANode: -1}
 	}
 	rp, usp, d1, d2, rp2 := "0000:e0:01.0", "0000:e1:00.0", "0000:e2:00.0", "0000:e2:01.0", "0000:e8:01.0"
 	nvme, apart := "0000:e3:00.0", "0000:e9:00.0"
@@ -76,16 +79,11 @@ func wholeDisk(name string) string {
 	return filepath.Base(filepath.Dir(d))
 }
 
-// uplinkRun runs storage-writeback once per placement, the shared one again
-// (rerunUnshaped) when the scenario's own bytes over the window did not
-// reach the uplink's 80%: the machine was too slow on that run to make the
-// shape, which is no verdict on the agent.
+// uplinkRun runs storage-writeback once per placement.
 func uplinkRun(ctx context.Context, kvpath, tmp string, col *Collector, cfg Config, drops lossCount) []Result {
 	var out []Result
 	for _, run := range uplinkRuns {
-		out = append(out, rerunUnshaped(run.name, func() []Result {
-			return []Result{uplinkOnce(ctx, kvpath, tmp, col, cfg, drops, run.name, run.shared)}
-		})...)
+		out = append(out, uplinkOnce(ctx, kvpath, tmp, col, cfg, drops, run.name, run.shared))
 	}
 	return out
 }
@@ -128,6 +126,7 @@ func uplinkOnce(ctx context.Context, kvpath, tmp string, col *Collector, cfg Con
 		return fail("diskstats: %v", err)
 	}
 	checkUplink(&res, truthPath, refenv.BusID(gpu), shared, d0, d1, got)
+	checkDesigned(&res, name, []scenarioProc{{pid: p.pid, gpu: refenv.BusID(gpu)}}, got, col.TakeActivities(p.pid))
 	return res
 }
 
@@ -213,18 +212,9 @@ func checkUplink(res *Result, truthPath, gpu string, shared bool, d0, d1 collect
 		res.Problems = append(res.Problems, note)
 		return
 	}
-	lc, _ := h.Topo.LinkCapacity("0000:e1:00.0")
-	own := correlate.StorageSharedUplink(correlate.Uplink{Switch: "0000:e1:00.0", Direction: "up", CapacityBps: lc.GBs() * 1e9,
-		Storage: map[string]float64{disk: float64(t.Bytes) / interval}, GPUs: map[string]float64{gpu: float64(t.D2H) / interval}})
-	if own == nil {
-		res.ShapeMissed = fmt.Sprintf("uplink: the scenario's own %d B read and %d B D2H over %.0f ms did not reach 80%% of the %.2f GB/s uplink",
-			t.Bytes, t.D2H, interval*1e3, lc.GBs())
-		res.Problems = append(res.Problems, res.ShapeMissed)
-		return
-	}
 	if !fired || c.Status != checks.Warn {
-		problem("uplink: disk and GPU under one switch, the scenario's own bytes fire the rule: the agent gave %s with %d findings (%s)",
-			c.Status, len(c.Findings), c.Detail)
+		problem("uplink: disk and GPU under one switch, designed to fire: the agent gave %s with %d findings (%s; the scenario read %d B and copied %d B D2H over %.0f ms)",
+			c.Status, len(c.Findings), c.Detail, t.Bytes, t.D2H, interval*1e3)
 		return
 	}
 	res.Problems = append(res.Problems, note)

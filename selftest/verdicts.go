@@ -1,0 +1,145 @@
+package selftest
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/lanewatch/lanewatch/agent"
+	"github.com/lanewatch/lanewatch/checks"
+	"github.com/lanewatch/lanewatch/correlate"
+	"github.com/lanewatch/lanewatch/selftest/refenv"
+)
+
+// designed is every scenario's designed verdict: the rules it was built to
+// raise at WARN or FAIL. A scenario not named here, and every rule a
+// scenario does not name, must raise nothing above INFO: the healthy
+// shapes are as much a part of the design as the faulty ones. The verdict
+// is the scenario's construction (its call order, sizes, memory kinds),
+// written down here by hand, never computed by the rule under test.
+var designed = map[string][]string{
+	"pageable-load":     {"pageable-copy"},
+	"fragmented-load":   {"fragmented-copies"},
+	"h2d-overlap":       {"same-direction-overlap"},
+	"pd-overlap":        {"same-direction-overlap"},
+	"two-proc-lane":     {"same-direction-overlap"},
+	"inflight-serial":   {"too-little-in-flight"},
+	"rdma-write-serial": {"too-little-in-flight"},
+	"layer-compute-sync": {"serialized-load"},
+	"layer-compute-item": {"host-sync-in-loop"},
+	"kv-notify-early":    {"cross-qp-notify"},
+	"mr-dereg-early":     {"mr-dereg-in-flight"},
+	"storage-far-pool":   {"storage-far-pool"},
+	"uplink-shared":      {"storage-shared-uplink"},
+}
+
+// fires says whether scenario was designed to raise rule.
+func fires(scenario, rule string) bool { return slices.Contains(designed[scenario], rule) }
+
+// designedAmong is which of rules (given sorted) scenario was designed to
+// raise, in their order.
+func designedAmong(scenario string, rules ...string) []string {
+	var out []string
+	for _, r := range rules {
+		if fires(scenario, r) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// checkDesigned judges a scenario's processes over the scenario's run as
+// `agent run` judges a window (agent.Evaluator, every window rule, with
+// kernel launches probed), from the agent's own records and activities,
+// and compares the rules raised at WARN or FAIL with the design. procs
+// place each process on its reference GPU (the lane rate as capacity). The
+// storage rules need the storage tracer and the disks' placement, which
+// this window has not: their rows judge them apart (storage.go, uplink.go).
+func checkDesigned(res *Result, scenario string, procs []scenarioProc, transfers []correlate.Transfer, acts []correlate.Activity) {
+	judgeDesigned(res, scenario, windowFindings(procs, transfers, acts), "storage-far-pool", "storage-shared-uplink")
+}
+
+// judgeDesigned compares the rules findings raised at WARN or FAIL with
+// the scenario's design, leaving out the rules the window did not judge.
+func judgeDesigned(res *Result, scenario string, fs []correlate.Finding, notJudged ...string) {
+	var raised []string
+	for _, f := range fs {
+		if f.Severity == correlate.SevWarn || f.Severity == correlate.SevFail {
+			raised = append(raised, f.Rule)
+		}
+	}
+	raised = slices.Compact(slices.Sorted(slices.Values(raised)))
+	want := slices.DeleteFunc(slices.Sorted(slices.Values(designed[scenario])), func(r string) bool { return slices.Contains(notJudged, r) })
+	if slices.Equal(raised, want) {
+		return
+	}
+	res.OtherErrs++
+	var why []string
+	for _, f := range fs {
+		if f.Severity != correlate.SevInfo && !slices.Contains(want, f.Rule) {
+			why = append(why, fmt.Sprintf("%s %s %s: %s", f.Severity, f.Rule, f.Subject, f.Summary))
+		}
+	}
+	res.Problems = append(res.Problems, fmt.Sprintf("verdict: %s is designed to raise [%s], the agent's window raised [%s]%s",
+		scenario, strings.Join(want, ", "), strings.Join(raised, ", "), listText(why)))
+}
+
+// windowFindings is what agent run's evaluator finds in one window holding
+// exactly the given records and activities.
+func windowFindings(procs []scenarioProc, transfers []correlate.Transfer, acts []correlate.Activity) []correlate.Finding {
+	lane := refenv.LaneGBs()
+	gpuOf := map[uint32]string{}
+	gpus := map[string]bool{}
+	for _, p := range procs {
+		gpuOf[p.pid] = p.gpu
+		gpus[p.gpu] = true
+	}
+	ev := agent.NewEvaluator(agent.EvaluatorConfig{
+		Kernels: true,
+		Place: func(pid uint32) checks.Placement {
+			if g, ok := gpuOf[pid]; ok {
+				return checks.Placement{GPU: g, InboundGBs: lane, OutboundGBs: lane}
+			}
+			return checks.Placement{Why: fmt.Sprintf("pid %d is not a process of the scenario", pid)}
+		},
+		LinkCapacity: func(gpu string) float64 {
+			if gpus[gpu] {
+				return lane
+			}
+			return 0
+		},
+	})
+	var first, last uint64
+	for i := range transfers {
+		t := &transfers[i]
+		ev.Transfer(t)
+		if first == 0 || t.SubmitNs < first {
+			first = t.SubmitNs
+		}
+		last = max(last, t.SubmitNs, t.CompleteNs)
+	}
+	for i := range acts {
+		ev.Activity(&acts[i])
+	}
+	// The window is the scenario's own span, as if agent run's window had
+	// been laid exactly over it.
+	return ev.Evaluate(time.Now().Add(time.Duration(last - first))).Findings
+}
+
+func listText(items []string) string {
+	if len(items) == 0 {
+		return ""
+	}
+	return ": " + strings.Join(items, "; ")
+}
+
+// designedRules is every rule some scenario is designed to raise.
+func designedRules() []string {
+	var out []string
+	for rs := range maps.Values(designed) {
+		out = append(out, rs...)
+	}
+	return slices.Compact(slices.Sorted(slices.Values(out)))
+}

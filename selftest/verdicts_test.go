@@ -1,0 +1,71 @@
+package selftest
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/lanewatch/lanewatch/correlate"
+)
+
+// Every window rule has a scenario designed to raise it, and every
+// scenario the table names is one the selftest runs: a typo would leave a
+// firing shape judged silent.
+func TestDesignedCoversWindowRules(t *testing.T) {
+	// judged apart, not by a designed row of this table: remote-numa-pool
+	// by late-pool-pages' page placement (checkPages), link-underused and
+	// rdma-congestion need a GPU's or a NIC's counters over a window
+	// (kernel-copy and link-trains-up read the reference NVML, and must
+	// raise neither).
+	apart := []string{"remote-numa-pool", "link-underused", "rdma-congestion"}
+	have := designedRules()
+	for _, r := range correlate.Rules {
+		if r.Where&correlate.InWindow == 0 || slices.Contains(apart, r.Name) {
+			continue
+		}
+		if !slices.Contains(have, r.Name) {
+			t.Errorf("window rule %s: no scenario is designed to raise it", r.Name)
+		}
+	}
+	runs := slices.Concat(Scenarios, RDMAScenarios, PairScenarios, []string{"storage-near-pool", "storage-far-pool"})
+	for _, u := range uplinkRuns {
+		runs = append(runs, u.name)
+	}
+	for sc, rules := range designed {
+		if !slices.Contains(runs, sc) {
+			t.Errorf("designed names %s, which the selftest does not run", sc)
+		}
+		for _, r := range rules {
+			if _, ok := correlate.RuleNamed(r); !ok {
+				t.Errorf("%s is designed to raise %s, no such rule", sc, r)
+			}
+		}
+	}
+}
+
+func TestJudgeDesigned(t *testing.T) {
+	warn := correlate.Finding{Rule: "too-little-in-flight", Severity: correlate.SevWarn, Subject: "s", Summary: "slow"}
+	info := correlate.Finding{Rule: "pageable-copy", Severity: correlate.SevInfo}
+	fail := correlate.Finding{Rule: "pageable-copy", Severity: correlate.SevFail, Subject: "pid 1", Summary: "pageable"}
+	for _, c := range []struct {
+		name, scenario string
+		fs             []correlate.Finding
+		notJudged      []string
+		ok             bool
+		text           string
+	}{
+		{"designed finding", "inflight-serial", []correlate.Finding{warn}, nil, true, ""},
+		{"designed finding missing", "inflight-serial", nil, nil, false, "designed to raise [too-little-in-flight], the agent's window raised []"},
+		{"INFO is silent", "hicache-load", []correlate.Finding{info}, nil, true, ""},
+		{"a finding on a healthy row", "hicache-load", []correlate.Finding{info, fail}, nil, false, "fail pageable-copy pid 1: pageable"},
+		{"one more than designed", "inflight-serial", []correlate.Finding{warn, fail}, nil, false, "raised [pageable-copy, too-little-in-flight]"},
+		{"a rule the window does not judge", "uplink-shared", nil, []string{"storage-shared-uplink"}, true, ""},
+	} {
+		res := Result{}
+		judgeDesigned(&res, c.scenario, c.fs, c.notJudged...)
+		text := strings.Join(res.Problems, " | ")
+		if res.OK() != c.ok || !strings.Contains(text, c.text) {
+			t.Errorf("%s: ok %v %q, want ok %v with %q", c.name, res.OK(), text, c.ok, c.text)
+		}
+	}
+}
