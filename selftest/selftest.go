@@ -91,7 +91,7 @@ type Result struct {
 	Latency               string // RDMA: posted→completed p50/p99, agent/truth
 	Overlap               string // "flagged" or "none"
 	OverlapErr            bool   // the agent's overlap verdict differs from the truth's
-	Problems    []string
+	Problems              []string
 }
 
 // OK reports whether the agent saw exactly what the scenario did.
