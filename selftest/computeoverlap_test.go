@@ -32,7 +32,7 @@ func TestCheckCompute(t *testing.T) {
 		problems string
 	}{
 		{"exact", []correlate.Activity{launch, syncAct}, 300, 0, "truth's engines 0.000 ms"},
-		{"a wait not reported", []correlate.Activity{launch}, 300, 1, "the agent reported 1 launch, 0 stream_sync"},
+		{"a wait not reported", []correlate.Activity{launch}, 300, 1, "the agent reported 1 launch, 0 graph_launch, 0 stream_sync"},
 		{"bound below the engines", []correlate.Activity{launch, syncAct}, 500, 1, "is below"},
 		// no overlap on the engines is no failure: the bound is only a bound
 		{"no overlap on the engines", []correlate.Activity{launch, syncAct}, 100, 0, "truth's engines 0.000 ms"},
