@@ -40,12 +40,13 @@ type runKey struct {
 	tid    uint32
 	gpu    string
 	stream uint64
+	graph  bool // graph launches run apart from kernel launches: the report counts them
 }
 
 // launch adds a compute launch to its thread's run on its stream.
 func (c *computeWindow) launch(a *correlate.Activity) {
 	p := c.proc(a.PID)
-	k := runKey{a.TID, a.GPU, a.Stream}
+	k := runKey{a.TID, a.GPU, a.Stream, a.Op == event.OpGraphLaunch}
 	if r := p.runs[k]; r != nil {
 		r.ReturnNs = max(r.ReturnNs, a.ReturnNs)
 		r.Launches++
@@ -108,11 +109,11 @@ func (c *computeWindow) copy(t *correlate.Transfer) {
 	}
 }
 
-// Activity adds a launch, host wait or event record of the engine
-// (correlate.ActivitySink).
+// Activity adds a launch, graph launch, host wait or event record of the
+// engine (correlate.ActivitySink).
 func (w *Window) Activity(a *correlate.Activity) {
 	switch a.Op {
-	case event.OpLaunch, event.OpEventRecord, event.OpStreamSync, event.OpEventSync, event.OpCtxSync:
+	case event.OpLaunch, event.OpGraphLaunch, event.OpEventRecord, event.OpStreamSync, event.OpEventSync, event.OpCtxSync:
 	default:
 		return
 	}
@@ -123,7 +124,7 @@ func (w *Window) Activity(a *correlate.Activity) {
 	defer w.mu.Unlock()
 	c := &w.compute
 	c.end = max(c.end, a.CallNs, a.ReturnNs)
-	if a.Op == event.OpLaunch {
+	if a.IsCompute() {
 		c.launch(a)
 		return
 	}
@@ -197,6 +198,9 @@ func ComputeCheck(scope string, r correlate.ComputeReport) Check {
 	if len(waits) > 0 {
 		parts = append(parts, "host waits: "+joinLimited(waits, 6))
 	}
+	if r.GraphLaunches > 0 {
+		parts = append(parts, fmt.Sprintf("CUDA graph launches: %d, each counted as compute on its stream; the copies inside a graph have no call of their own and are not seen", r.GraphLaunches))
+	}
 	if r.Unknown != "" {
 		parts = append(parts, r.Unknown)
 	}
@@ -205,6 +209,8 @@ func ComputeCheck(scope string, r correlate.ComputeReport) Check {
 	switch {
 	case len(r.Findings) > 0:
 		c.Status = Warn
+	case len(r.Streams) == 0 && r.GraphLaunches > 0:
+		c.Status, c.Detail = Skip, "no H2D copy with a call of its own in the window: CUDA graphs were launched, the copies inside them are not seen"
 	case len(r.Streams) == 0:
 		c.Status, c.Detail = Skip, "no H2D copy in the window"
 	case r.Unknown != "":

@@ -123,3 +123,36 @@ func BenchmarkWindowLaunch(b *testing.B) {
 		w.Activity(&a)
 	}
 }
+
+// Graph launches are compute on their stream, kept in runs of their own
+// beside kernel launches on the same stream, and the row says they were
+// in the window: with no H2D copy of its own the decode loop under graphs
+// is a SKIP that names them (the copies inside a graph are not seen).
+func TestComputeGraphLaunches(t *testing.T) {
+	w := NewWindow()
+	w.SetKernelsProbed(true)
+	for i := uint64(0); i < 8; i++ {
+		at := 10 + 20*i
+		w.Activity(&correlate.Activity{PID: 9, TID: 9, Op: event.OpGraphLaunch, API: "cudaGraphLaunch", Stream: 0x20, CallNs: at, ReturnNs: at + 1})
+		w.Activity(&correlate.Activity{PID: 9, TID: 9, Op: event.OpLaunch, API: "cudaLaunchKernel", Stream: 0x20, CallNs: at + 2, ReturnNs: at + 3})
+		w.Transfer(&correlate.Transfer{PID: 9, TID: 9, Stream: 0x20, API: "cudaMemcpyAsync", Op: "copy", Mover: correlate.MoverCopyEngine,
+			Direction: correlate.DirD2H, Bytes: 128, SubmitNs: at + 4, CompleteNs: at + 10})
+		w.Activity(&correlate.Activity{PID: 9, TID: 9, Op: event.OpStreamSync, API: "cudaStreamSynchronize", Stream: 0x20, CallNs: at + 5, ReturnNs: at + 10})
+	}
+	r := w.Compute(9)
+	if r.Launches != 16 || r.GraphLaunches != 8 || len(r.Findings) != 0 || r.Unknown != "" {
+		t.Errorf("report %+v", r)
+	}
+	chk := ComputeCheck("pid 9", r)
+	if chk.Status != Skip || !strings.Contains(chk.Detail, "CUDA graphs were launched, the copies inside them are not seen") {
+		t.Errorf("%s %q", chk.Status, chk.Detail)
+	}
+	loaded := NewWindow()
+	loaded.SetKernelsProbed(true)
+	loadWindow(loaded, false, 1000)
+	loaded.Activity(&correlate.Activity{PID: 9, TID: 9, Op: event.OpGraphLaunch, API: "cudaGraphLaunch", Stream: 0x20, CallNs: 60, ReturnNs: 61})
+	chk = ComputeCheck("pid 9", loaded.Compute(9))
+	if chk.Status != Pass || !strings.Contains(chk.Detail, "CUDA graph launches: 1, each counted as compute on its stream") {
+		t.Errorf("with loads: %s %q", chk.Status, chk.Detail)
+	}
+}

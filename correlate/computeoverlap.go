@@ -31,7 +31,7 @@ import (
 // and RecordNs when.
 type Activity struct {
 	PID, TID         uint32
-	Op               event.Op // OpLaunch, OpStreamSync, OpEventSync, OpCtxSync, OpEventRecord
+	Op               event.Op // OpLaunch, OpGraphLaunch, OpStreamSync, OpEventSync, OpCtxSync, OpEventRecord
 	API              string   // the call the application made ("cudaStreamSynchronize")
 	Stream           uint64
 	GPU              string // the thread's current device (PCI address), "" unknown
@@ -67,6 +67,13 @@ func (e *Engine) note(p *proc, c *event.Call, a Activity) {
 	a.GPU = e.pciOf(p, p.dev.current(c.TID))
 	e.act = a // handed by pointer from the engine: a would escape, allocating per call
 	e.cfg.Activity.Activity(&e.act)
+}
+
+// IsCompute reports whether the activity launched compute on its stream:
+// a kernel launch (not a KV-transfer kernel's) or a CUDA graph launch,
+// whose kernels have no call of their own (docs/design.md, "CUDA graphs").
+func (a *Activity) IsCompute() bool {
+	return a.Op == event.OpLaunch && !a.KV || a.Op == event.OpGraphLaunch
 }
 
 // IsWait reports whether the activity is a host wait.
@@ -158,9 +165,13 @@ type HostWait struct {
 // ComputeReport is the compute-overlap judgement of one process's window.
 type ComputeReport struct {
 	PID      uint32
-	Launches int // compute launches (KV-transfer kernels not counted)
-	Streams  []LoadStream
-	Waits    []HostWait
+	Launches int // compute launches (KV-transfer kernels not counted), graph launches included
+	// GraphLaunches: the CUDA graph launches among them. Each is compute on
+	// its stream from its call to the wait that proves its stream done; the
+	// copies inside a graph have no call of their own and are not seen.
+	GraphLaunches int
+	Streams       []LoadStream
+	Waits         []HostWait
 	// Unknown says why compute overlap is unknown ("" known): launches are
 	// not probed, or none was seen.
 	Unknown  string
@@ -186,7 +197,7 @@ func ComputeOverlap(in ComputeInput) ComputeReport {
 	for i := range in.Acts {
 		a := &in.Acts[i]
 		switch {
-		case a.Op == event.OpLaunch && !a.KV:
+		case a.IsCompute():
 			launches = append(launches, a)
 		case a.IsWait():
 			waits = append(waits, a)
@@ -196,6 +207,9 @@ func ComputeOverlap(in ComputeInput) ComputeReport {
 	}
 	for _, l := range launches {
 		r.Launches += max(l.Launches, 1)
+		if l.Op == event.OpGraphLaunch {
+			r.GraphLaunches += max(l.Launches, 1)
+		}
 	}
 	switch {
 	case in.Dropped > 0:

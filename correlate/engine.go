@@ -81,6 +81,7 @@ type Stats struct {
 	UnmatchedFrees uint64 // unregister/free of a range not held
 	DeviceCapHits  uint64 // context, thread or stack state dropped at its cap (devices unknown after)
 	Kernels        KernelStats
+	Graphs         GraphStats // CUDA graph launches and stream captures (graphs.go)
 	// LostBefore counts events that said their process lost events before
 	// them (event.Call.LostBefore): each made that process lossy there.
 	// LostAny counts events that said any process may have (LostAny).
@@ -120,6 +121,9 @@ type proc struct {
 	live    int
 	dev     devices     // contexts, threads' current devices, owners of device memory (device.go)
 	kernels procKernels // kernel handles and their names (kernels.go)
+	// capture: the streams being captured into a graph, each mapped to the
+	// stream whose capture it is part of (graphs.go); nil when none ever was.
+	capture map[uint64]uint64
 }
 
 // Engine correlates probe calls into transfers. It is not safe for
@@ -147,6 +151,7 @@ type Engine struct {
 
 	kernelInfos map[string]kernelInfo // symbol → function name, KV-transfer or not
 	kstats      KernelStats
+	gstats      GraphStats
 
 	act Activity // the activity being handed to cfg.Activity
 }
@@ -245,6 +250,7 @@ func (e *Engine) Stats() Stats {
 		s.DeviceCapHits += p.dev.capHits
 	}
 	s.Kernels = e.kstats
+	s.Graphs = e.gstats
 	return s
 }
 
@@ -332,12 +338,19 @@ func (e *Engine) Handle(c *event.Call) {
 	*th = slot{valid: true, op: c.Op, layer: c.Layer, kind: c.CopyKind, start: c.Time, end: c.ReturnTime,
 		dst: c.Dst, src: c.Src, bytes: c.Bytes, ptr: c.Ptr, size: c.Size, handle: c.Handle, ev: c.Event, key: key, batch: batch}
 	switch {
+	case len(p.capture) > 0 && e.captured(p, c, key):
+		// recorded into a graph: it runs at the graph's launches (graphs.go)
 	case c.Op == event.OpLaunch:
 		p.kernels.init(&e.kstats.CapHits)
 		th.tx, th.hasTx = e.launch(p, c, key)
 	case c.Op.IsKernel():
 		p.kernels.init(&e.kstats.CapHits)
 		p.kernels.apply(c)
+	case c.Op == event.OpCaptureEnd:
+		e.endCapture(p, key) // also when it failed: an invalidated capture ends too
+		if c.Failed() {
+			th.tx, th.hasTx = e.failed(p, c), true
+		}
 	case c.Failed():
 		th.tx, th.hasTx = e.failed(p, c), true
 	case c.Op.IsCopy():
@@ -445,8 +458,10 @@ func twin(s *slot, c *event.Call, key uint64) bool {
 		return s.ptr == c.Ptr
 	case event.OpPoolCreate, event.OpPoolDestroy:
 		return s.handle == c.Handle
-	case event.OpStreamSync:
+	case event.OpStreamSync, event.OpCaptureBegin, event.OpCaptureEnd:
 		return s.key == key
+	case event.OpGraphLaunch:
+		return s.key == key && s.handle == c.Handle
 	case event.OpEventRecord, event.OpStreamWaitEvent:
 		return s.key == key && s.ev == c.Event
 	case event.OpEventSync:
@@ -800,10 +815,15 @@ func (e *Engine) apply(p *proc, c *event.Call, key uint64) {
 		ev := e.cudaEvent(p, c.Event)
 		st := e.stream(p, key)
 		ev.recorded, ev.recStream = c.Time, c.Stream
+		ev.inCapture = false
 		e.note(p, c, Activity{Stream: c.Stream})
 		ev.caps = append(append(ev.caps[:0], capture{st: st, upTo: e.seq}), st.deps...)
 		st.records++
 		st.lastRecSeq = e.seq
+	case event.OpGraphLaunch:
+		e.graphLaunch(p, c)
+	case event.OpCaptureBegin:
+		e.beginCapture(p, key)
 	case event.OpEventSync:
 		ev := p.events[c.Event]
 		if c.ReturnTime == 0 || ev == nil || ev.recorded > c.Time {
@@ -817,7 +837,7 @@ func (e *Engine) apply(p *proc, c *event.Call, key uint64) {
 		}
 	case event.OpStreamWaitEvent:
 		ev := p.events[c.Event]
-		if ev == nil {
+		if ev == nil || e.joinCapture(p, ev, key) {
 			return
 		}
 		st := e.stream(p, key)

@@ -77,6 +77,10 @@ type cudaEvent struct {
 	recorded uint64    // Call.Time of that record
 	// recStream is the stream handle that record named (Activity.Stream).
 	recStream uint64
+	// inCapture: the event's last record was captured into a graph, in
+	// the capture of stream capture (graphs.go).
+	inCapture bool
+	capture   uint64
 }
 
 // addDep records that s waits for c, keeping one capture per stream.

@@ -225,6 +225,13 @@ const (
 	// OpQPModify: ibv_modify_qp, where a QP learns its peer (RDMA.AttrMask,
 	// DestQPNum, DGID, DLID, IsGlobal); Ret its result.
 	OpQPModify
+
+	// CUDA graphs (docs/design.md, "CUDA graphs"): work issued on a
+	// capturing stream is recorded into a graph, not run; a graph launch
+	// runs it on Stream.
+	OpGraphLaunch  // an executable graph (Handle) launched on Stream
+	OpCaptureBegin // Stream starts capturing: its copies, launches and records go into a graph
+	OpCaptureEnd   // Stream's capture ends (also when the call fails: the capture is over)
 )
 
 var opNames = [...]string{
@@ -241,8 +248,9 @@ var opNames = [...]string{
 	OpMemCreate: "mem_create", OpMemRelease: "mem_release", OpAddressReserve: "address_reserve",
 	OpAddressFree: "address_free", OpMemMap: "mem_map", OpMemUnmap: "mem_unmap", OpDmabufExport: "dmabuf_export",
 	OpLaunch: "launch", OpKernelName: "kernel_name", OpKernelFunction: "kernel_function",
-	OpCtxSync:  "ctx_sync",
-	OpQPModify: "qp_modify",
+	OpCtxSync:     "ctx_sync",
+	OpQPModify:    "qp_modify",
+	OpGraphLaunch: "graph_launch", OpCaptureBegin: "capture_begin", OpCaptureEnd: "capture_end",
 }
 
 // String is the op's name as records carry it ("copy", "post_send").
@@ -264,8 +272,12 @@ func (o Op) IsCopy() bool { return o >= OpCopy && o <= OpCopyBatch }
 // IsCUDA reports whether the op is a CUDA runtime or driver call the engine
 // correlates (copies, memory, ordering, initialisation).
 func (o Op) IsCUDA() bool {
-	return o >= OpCopy && o <= OpInit || o.IsContext() || o.IsMemory() || o.IsKernel() || o == OpCtxSync
+	return o >= OpCopy && o <= OpInit || o.IsContext() || o.IsMemory() || o.IsKernel() || o == OpCtxSync || o.IsGraph()
 }
+
+// IsGraph reports whether the op launches a CUDA graph or begins or ends a
+// stream capture.
+func (o Op) IsGraph() bool { return o >= OpGraphLaunch && o <= OpCaptureEnd }
 
 // IsKernel reports whether the op launches or names a kernel.
 func (o Op) IsKernel() bool { return o >= OpLaunch && o <= OpKernelFunction }

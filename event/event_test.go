@@ -4,14 +4,14 @@ import "testing"
 
 func TestOpNames(t *testing.T) {
 	seen := map[string]Op{}
-	for op := OpCopy; op <= OpQPModify; op++ {
+	for op := OpCopy; op <= OpCaptureEnd; op++ {
 		name := op.String()
 		if name == "unknown" || seen[name] != 0 {
 			t.Errorf("op %d: name %q (also op %d)", op, name, seen[name])
 		}
 		seen[name] = op
 	}
-	for _, op := range []Op{0, OpQPModify + 1, 255} {
+	for _, op := range []Op{0, OpCaptureEnd + 1, 255} {
 		if op.String() != "unknown" {
 			t.Errorf("op %d named %q", op, op.String())
 		}
@@ -20,7 +20,8 @@ func TestOpNames(t *testing.T) {
 		!OpCtxSetCurrent.IsCUDA() || !OpDeviceBusID.IsContext() || OpPollCQ.IsCUDA() || OpInit.IsContext() ||
 		!OpMemMap.IsCUDA() || !OpManagedAlloc.IsMemory() || OpDeviceBusID.IsMemory() || OpManagedAlloc.IsContext() ||
 		!OpLaunch.IsCUDA() || !OpKernelFunction.IsKernel() || OpLaunch.IsMemory() || OpLaunch.IsCopy() || OpDmabufExport.IsKernel() || !OpCtxSync.IsCUDA() || OpCtxSync.IsKernel() ||
-		OpQPModify.IsCUDA() {
+		OpQPModify.IsCUDA() || OpQPModify.IsGraph() || !OpGraphLaunch.IsCUDA() || !OpCaptureEnd.IsGraph() || OpGraphLaunch.IsKernel() ||
+		OpGraphLaunch.IsCopy() {
 		t.Error("IsCopy/IsCUDA boundaries moved")
 	}
 }

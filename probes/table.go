@@ -441,5 +441,30 @@ func buildTable() []Probe {
 	// (docs/design.md, "Completed is not consumable"). ibv_modify_qp(qp,
 	// attr, attr_mask): a setup call, never on the data path. ---
 	add(verbs("ibv_modify_qp", event.OpQPModify, ProgModifyQP, memArgs(noArg, noArg, 2), 3))
+
+	// --- CUDA graphs (docs/design.md, "CUDA graphs"): a graph launch runs
+	// the copies, kernels and records captured into it with no call of
+	// their own, so it is reported as compute on its stream; work issued on
+	// a capturing stream is recorded, not run, so the engine tracks each
+	// stream's capture. NVIDIA's 535 and 550 drivers export all of these
+	// but cuStreamBeginCaptureToGraph (550 only, CUDA 12.3+); the 11.8 and
+	// 12.4 runtimes resolve them: cudaGraphLaunch[_ptsz] → cuGraphLaunch
+	// [_ptsz], cudaStreamBeginCapture[_ptsz] → cuStreamBeginCapture_v2
+	// [_ptsz], cudaStreamEndCapture[_ptsz] → cuStreamEndCapture[_ptsz].
+	// A graph launch costs one entry+return pair, like a kernel launch. ---
+	// cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
+	add(twins(driver("cuGraphLaunch", "cudaGraphLaunch", event.OpGraphLaunch, 0, launchArgs(0, 1), 2), "_ptsz", "_ptsz")...)
+	// cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode)
+	add(twins(driver("cuStreamBeginCapture_v2", "cudaStreamBeginCapture", event.OpCaptureBegin, 0, syncArgs(0, noArg, 1), 2), "_ptsz", "_ptsz")...)
+	// cuStreamBeginCapture(CUstream hStream): CUDA 10.0's form, still exported
+	add(twins(driver("cuStreamBeginCapture", "", event.OpCaptureBegin, 0, syncArgs(0, noArg, noArg), 1), "_ptsz", "")...)
+	// cuStreamBeginCaptureToGraph(CUstream hStream, CUgraph hGraph, const
+	// CUgraphNode *deps, const CUgraphEdgeData *edges, size_t n, mode)
+	add(twins(driver("cuStreamBeginCaptureToGraph", "cudaStreamBeginCaptureToGraph", event.OpCaptureBegin, 0, syncArgs(0, noArg, noArg), 1), "_ptsz", "_ptsz")...)
+	// cuStreamEndCapture(CUstream hStream, CUgraph *phGraph)
+	add(twins(driver("cuStreamEndCapture", "cudaStreamEndCapture", event.OpCaptureEnd, 0, syncArgs(0, noArg, noArg), 1), "_ptsz", "_ptsz")...)
+	// The runtime form, attached only where the driver failed to initialise.
+	// cudaGraphLaunch(cudaGraphExec_t graphExec, cudaStream_t stream)
+	add(withForms(rt("cudaGraphLaunch", event.OpGraphLaunch, ProgEntryReturn, 0, launchArgs(0, 1), 2), "_ptsz")...)
 	return t
 }

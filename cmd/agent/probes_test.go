@@ -16,10 +16,11 @@ import (
 // sites.
 func TestProbesRealLibraries(t *testing.T) {
 	for _, lib := range []struct{ key, file, header string }{
-		{"BOOKWORM_CUDA", "libcuda.so.1", "CUDA driver: 74 of 77 table symbols exported; sites: emulated 74, through a thunk 74"},
-		{"TRIXIE_CUDA", "libcuda.so.1", "CUDA driver: 74 of 77 table symbols exported; sites: emulated 74, through a thunk 74"},
-		{"BOOKWORM_CUDART", "libcudart.so.11.0", "39 of 41 table symbols exported; sites: emulated 39"},
-		{"TRIXIE_CUDART", "libcudart.so.12", "39 of 41 table symbols exported; sites: emulated 39"},
+		// 535 lacks cuStreamBeginCaptureToGraph[_ptsz] (CUDA 12.3+)
+		{"BOOKWORM_CUDA", "libcuda.so.1", "CUDA driver: 82 of 87 table symbols exported; sites: emulated 82, through a thunk 82"},
+		{"TRIXIE_CUDA", "libcuda.so.1", "CUDA driver: 84 of 87 table symbols exported; sites: emulated 84, through a thunk 84"},
+		{"BOOKWORM_CUDART", "libcudart.so.11.0", "41 of 43 table symbols exported; sites: emulated 41"},
+		{"TRIXIE_CUDART", "libcudart.so.12", "41 of 43 table symbols exported; sites: emulated 41"},
 	} {
 		path := filepath.Join(testenv.NVIDIA(t, lib.key), lib.file)
 		var out, errb bytes.Buffer
@@ -37,6 +38,14 @@ func TestProbesRealLibraries(t *testing.T) {
 			thunk := regexp.MustCompile(`(?m)^    cuMemcpyHtoDAsync_v2 +implementation 0x[0-9a-f]+ \+0 PUSH RBP \(emulated, through the thunk's slot 0x[0-9a-f]+\)$`)
 			if !thunk.MatchString(text) || !regexp.MustCompile(`(?m)^    cuMemcpyBatchAsync +absent$`).MatchString(text) {
 				t.Errorf("%s: rows\n%s", lib.key, text)
+			}
+			// graph launches and the capture calls: each at its implementation, past the thunk
+			for _, sym := range []string{"cuGraphLaunch", "cuGraphLaunch_ptsz", "cuStreamBeginCapture_v2", "cuStreamBeginCapture_v2_ptsz",
+				"cuStreamBeginCapture", "cuStreamEndCapture", "cuStreamEndCapture_ptsz"} {
+				row := regexp.MustCompile(`(?m)^    ` + sym + ` +implementation 0x[0-9a-f]+ \+0 PUSH RBP \(emulated, through the thunk's slot 0x[0-9a-f]+\)$`)
+				if !row.MatchString(text) {
+					t.Errorf("%s: %s not probed through its thunk:\n%s", lib.key, sym, text)
+				}
 			}
 		}
 	}

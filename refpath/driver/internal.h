@@ -110,6 +110,7 @@ void rc_copy_records_skip(size_t n); /* a failed copy call uses up its n engine-
 /* kernel.c: a launch whose parameters were copied at the call, run by its stream's
  * engine (which sets l.cursor) and freed there. */
 struct rc_launch {
+	size_t size; /* bytes allocated, data included: a graph node copies it whole (graph.c) */
 	refcudaKernelFn fn;
 	struct refcudaKernelLaunch l;
 	struct refcudaCopyTimes *times; /* ground truth (refcudaSetCopyRecords), NULL when not armed */
@@ -122,5 +123,31 @@ CUresult rc_submit_kernel(struct rc_launch *k, CUstream s, int per_thread);
 /* Queues fn(arg) on the stream: it runs once the work submitted before it is done. */
 CUresult rc_stream_enqueue_fn(CUstream s, int per_thread, void (*fn)(uintptr_t), uintptr_t arg);
 void rc_streams_init(void);
+
+/* What a stream's engine runs, in submission order; a graph's nodes are the same
+ * (graph.c), copied onto the launch stream at each cuGraphLaunch. */
+enum rc_op_type { OP_COPY, OP_EVENT_RECORD, OP_WAIT_EVENT, OP_FN, OP_KERNEL, OP_STOP };
+struct rc_op {
+	int type;
+	struct rc_xfer x;
+	struct CUevent_st *ev;
+	uint64_t gen;
+	void (*fn)(uintptr_t); /* OP_FN: a stream-ordered free */
+	uintptr_t arg;
+	struct rc_launch *k; /* OP_KERNEL */
+};
+/* Submits o to the stream: queued, or recorded into the stream's capture (OP_COPY,
+ * OP_KERNEL, OP_EVENT_RECORD; any other op fails with
+ * CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and invalidates the capture). A kernel's
+ * launch and an event's reference go with the op. */
+CUresult rc_stream_submit(CUstream s, int per_thread, const struct rc_op *o);
+void rc_event_ref(struct CUevent_st *e);
+void rc_event_unref(struct CUevent_st *e);
+
+/* graph.c: a graph is its nodes, in the order they were captured */
+struct CUgraph_st *rc_graph_new(void);
+/* Appends o (taking its kernel launch and event reference); CUDA_ERROR_OUT_OF_MEMORY. */
+CUresult rc_graph_add(struct CUgraph_st *g, const struct rc_op *o);
+void rc_graph_free(struct CUgraph_st *g);
 
 #endif

@@ -280,6 +280,7 @@ static CUresult launch_one(CUfunction f, const unsigned int grid[3], const unsig
 	struct rc_launch *l = calloc(1, sizeof *l + bytes);
 	if (!l)
 		return CUDA_ERROR_OUT_OF_MEMORY;
+	l->size = sizeof *l + bytes;
 	l->fn = k->fn;
 	memcpy(l->l.grid, grid, sizeof l->l.grid);
 	memcpy(l->l.block, block, sizeof l->l.block);

@@ -15,8 +15,6 @@
 #define QUEUE_CAP 4096u
 #define ENGINE_BATCH 32u
 
-enum op_type { OP_COPY, OP_EVENT_RECORD, OP_WAIT_EVENT, OP_FN, OP_KERNEL, OP_STOP };
-
 struct CUevent_st {
 	uint32_t magic;
 	atomic_int refs; /* the handle plus every queued op that names it */
@@ -26,26 +24,21 @@ struct CUevent_st {
 	uint64_t done;     /* highest generation an engine has reached */
 };
 
-struct op {
-	int type;
-	struct rc_xfer x;
-	struct CUevent_st *ev;
-	uint64_t gen;
-	void (*fn)(uintptr_t); /* OP_FN: a stream-ordered free */
-	uintptr_t arg;
-	struct rc_launch *k; /* OP_KERNEL */
-};
-
 struct CUstream_st {
 	uint32_t magic;
 	pthread_mutex_t mu;
 	pthread_cond_t cv_work, cv_space, cv_done;
-	struct op *ring;
+	struct rc_op *ring;
 	unsigned head, count;
 	uint64_t submitted, completed;
 	int engine_idle, space_waiters, done_waiters;
 	pthread_t thread;
 	struct CUstream_st *next, *prev; /* all live streams, for cuCtxSynchronize */
+	/* Stream capture (under mu): the graph submitted work goes into instead of the
+	 * queue, NULL when not capturing; invalid once something capture cannot record
+	 * was submitted. */
+	struct CUgraph_st *capture;
+	int capture_invalid;
 };
 
 static pthread_mutex_t all_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -56,7 +49,12 @@ static __thread struct CUstream_st *ptds_stream;
 
 /* ---------------- events ---------------- */
 
-static void event_unref(struct CUevent_st *e)
+void rc_event_ref(struct CUevent_st *e)
+{
+	atomic_fetch_add(&e->refs, 1);
+}
+
+void rc_event_unref(struct CUevent_st *e)
 {
 	if (atomic_fetch_sub(&e->refs, 1) == 1) {
 		pthread_mutex_destroy(&e->mu);
@@ -72,7 +70,7 @@ static struct CUevent_st *event_check(CUevent e)
 
 /* ---------------- engine ---------------- */
 
-static void op_run(struct op *o, uint64_t *cursor)
+static void op_run(struct rc_op *o, uint64_t *cursor)
 {
 	switch (o->type) {
 	case OP_COPY:
@@ -87,7 +85,7 @@ static void op_run(struct op *o, uint64_t *cursor)
 			o->ev->done = o->gen;
 		pthread_cond_broadcast(&o->ev->cv);
 		pthread_mutex_unlock(&o->ev->mu);
-		event_unref(o->ev);
+		rc_event_unref(o->ev);
 		break;
 	case OP_WAIT_EVENT:
 		pthread_mutex_lock(&o->ev->mu);
@@ -96,7 +94,7 @@ static void op_run(struct op *o, uint64_t *cursor)
 			*cursor = 0; /* the engine stalled: the next copy starts afresh */
 		}
 		pthread_mutex_unlock(&o->ev->mu);
-		event_unref(o->ev);
+		rc_event_unref(o->ev);
 		break;
 	case OP_FN:
 		o->fn(o->arg);
@@ -118,7 +116,7 @@ static void *engine_main(void *arg)
 {
 	struct CUstream_st *s = arg;
 	rc_mover_thread(); /* a copy engine: the scheduler must not idle the lane (mover.c) */
-	struct op batch[ENGINE_BATCH];
+	struct rc_op batch[ENGINE_BATCH];
 	uint64_t cursor = 0; /* see lane.c: back-to-back copies leave no gap */
 	int stop = 0;
 	while (!stop) {
@@ -155,7 +153,7 @@ static void *engine_main(void *arg)
 }
 
 /* Bounded: blocks while the queue is full. Returns the op's ticket. */
-static uint64_t stream_enqueue(struct CUstream_st *s, const struct op *o)
+static uint64_t stream_enqueue(struct CUstream_st *s, const struct rc_op *o)
 {
 	pthread_mutex_lock(&s->mu);
 	while (s->count == QUEUE_CAP) {
@@ -223,9 +221,11 @@ static void stream_free(struct CUstream_st *s)
 	s->prev->next = s->next;
 	s->next->prev = s->prev;
 	pthread_mutex_unlock(&all_mu);
-	struct op stop = {.type = OP_STOP};
+	struct rc_op stop = {.type = OP_STOP};
 	stream_enqueue(s, &stop);
 	pthread_join(s->thread, NULL);
+	if (s->capture)
+		rc_graph_free(s->capture);
 	s->magic = 0;
 	pthread_mutex_destroy(&s->mu);
 	pthread_cond_destroy(&s->cv_work);
@@ -285,6 +285,75 @@ void rc_copy_records_skip(size_t n)
 	times_left -= n;
 }
 
+/*
+ * Work submitted to s: recorded into its capture while it captures (not run: the
+ * graph runs it at each launch), else queued with a ticket (*ticket, when asked).
+ * An event record takes the event's next generation only when queued; a captured
+ * kernel or copy writes no ground-truth times.
+ */
+static CUresult stream_submit(struct CUstream_st *s, const struct rc_op *in, uint64_t *ticket)
+{
+	struct rc_op o = *in;
+	pthread_mutex_lock(&s->mu);
+	if (s->capture) {
+		CUresult r = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+		if (o.type == OP_COPY || o.type == OP_KERNEL || o.type == OP_EVENT_RECORD) {
+			if (o.type == OP_COPY)
+				o.x.times = NULL;
+			if (o.type == OP_KERNEL)
+				o.k->times = NULL;
+			if (o.type == OP_EVENT_RECORD)
+				rc_event_ref(o.ev);
+			r = rc_graph_add(s->capture, &o);
+			if (r != CUDA_SUCCESS && o.type == OP_EVENT_RECORD)
+				rc_event_unref(o.ev);
+		}
+		if (r != CUDA_SUCCESS)
+			s->capture_invalid = 1;
+		pthread_mutex_unlock(&s->mu);
+		return r;
+	}
+	pthread_mutex_unlock(&s->mu);
+	switch (o.type) {
+	case OP_COPY:
+		o.x.ready_ns = rc_now_ns() + RC_COPY_TURNAROUND_NS;
+		break;
+	case OP_EVENT_RECORD:
+		pthread_mutex_lock(&o.ev->mu);
+		o.gen = ++o.ev->recorded;
+		pthread_mutex_unlock(&o.ev->mu);
+		rc_event_ref(o.ev);
+		break;
+	case OP_WAIT_EVENT:
+		rc_event_ref(o.ev);
+		break;
+	}
+	uint64_t t = stream_enqueue(s, &o);
+	if (ticket)
+		*ticket = t;
+	return CUDA_SUCCESS;
+}
+
+CUresult rc_stream_submit(CUstream stream, int per_thread, const struct rc_op *o)
+{
+	struct CUstream_st *s = rc_stream_resolve(stream, per_thread);
+	if (!s)
+		return CUDA_ERROR_INVALID_HANDLE;
+	return stream_submit(s, o, NULL);
+}
+
+/* A call that must wait on s (a host wait, a synchronous copy) while s captures:
+ * refused, and the capture is invalidated. */
+static int capture_refuses(struct CUstream_st *s)
+{
+	pthread_mutex_lock(&s->mu);
+	int capturing = s->capture != NULL;
+	if (capturing)
+		s->capture_invalid = 1;
+	pthread_mutex_unlock(&s->mu);
+	return capturing;
+}
+
 int rc_submit_copy(struct rc_xfer *x, CUstream stream, unsigned int flags)
 {
 	x->times = NULL;
@@ -297,7 +366,15 @@ int rc_submit_copy(struct rc_xfer *x, CUstream stream, unsigned int flags)
 		return CUDA_ERROR_INVALID_HANDLE;
 	if (!x->width || !x->height)
 		return CUDA_SUCCESS;
+	if (!(flags & REFCUDA_ASYNC) && capture_refuses(s))
+		return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+	struct rc_op o = {.type = OP_COPY, .x = *x};
 	if (x->staged) {
+		pthread_mutex_lock(&s->mu);
+		int capturing = s->capture != NULL;
+		pthread_mutex_unlock(&s->mu);
+		if (capturing) /* a graph node: the engine stages it at each launch */
+			return stream_submit(s, &o, NULL);
 		/* Pageable: after the stream's earlier work, the calling thread stages the
 		 * bytes through the lane itself, so even the Async forms block for a time
 		 * that grows with the size. */
@@ -305,12 +382,11 @@ int rc_submit_copy(struct rc_xfer *x, CUstream stream, unsigned int flags)
 		rc_xfer_run(x, &(uint64_t){0});
 		return CUDA_SUCCESS;
 	}
-	struct op o = {.type = OP_COPY, .x = *x};
-	o.x.ready_ns = rc_now_ns() + RC_COPY_TURNAROUND_NS;
-	uint64_t t = stream_enqueue(s, &o);
-	if (!(flags & REFCUDA_ASYNC))
+	uint64_t t = 0;
+	CUresult r = stream_submit(s, &o, &t);
+	if (r == CUDA_SUCCESS && !(flags & REFCUDA_ASYNC))
 		stream_wait(s, t);
-	return CUDA_SUCCESS;
+	return r;
 }
 
 CUresult rc_submit_kernel(struct rc_launch *k, CUstream stream, int per_thread)
@@ -323,19 +399,14 @@ CUresult rc_submit_kernel(struct rc_launch *k, CUstream stream, int per_thread)
 	struct CUstream_st *s = rc_stream_resolve(stream, per_thread);
 	if (!s)
 		return CUDA_ERROR_INVALID_HANDLE;
-	struct op o = {.type = OP_KERNEL, .k = k};
-	stream_enqueue(s, &o);
-	return CUDA_SUCCESS;
+	struct rc_op o = {.type = OP_KERNEL, .k = k};
+	return stream_submit(s, &o, NULL);
 }
 
 CUresult rc_stream_enqueue_fn(CUstream stream, int per_thread, void (*fn)(uintptr_t), uintptr_t arg)
 {
-	struct CUstream_st *s = rc_stream_resolve(stream, per_thread);
-	if (!s)
-		return CUDA_ERROR_INVALID_HANDLE;
-	struct op o = {.type = OP_FN, .fn = fn, .arg = arg};
-	stream_enqueue(s, &o);
-	return CUDA_SUCCESS;
+	struct rc_op o = {.type = OP_FN, .fn = fn, .arg = arg};
+	return rc_stream_submit(stream, per_thread, &o);
 }
 
 /* ---------------- exported stream and event API ---------------- */
@@ -370,6 +441,8 @@ static CUresult stream_sync(CUstream h, int per_thread)
 	struct CUstream_st *s = rc_stream_resolve(h, per_thread);
 	if (!s)
 		return CUDA_ERROR_INVALID_HANDLE;
+	if (capture_refuses(s))
+		return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
 	stream_wait(s, 0);
 	return CUDA_SUCCESS;
 }
@@ -413,7 +486,7 @@ RC_API CUresult cuEventDestroy_v2(CUevent hEvent)
 	if (!e)
 		return CUDA_ERROR_INVALID_HANDLE;
 	e->magic = 0;
-	event_unref(e);
+	rc_event_unref(e);
 	return CUDA_SUCCESS;
 }
 
@@ -423,13 +496,8 @@ static CUresult event_record(CUevent hEvent, CUstream hStream, int per_thread)
 	struct CUstream_st *s = rc_stream_resolve(hStream, per_thread);
 	if (!e || !s)
 		return CUDA_ERROR_INVALID_HANDLE;
-	pthread_mutex_lock(&e->mu);
-	uint64_t gen = ++e->recorded;
-	pthread_mutex_unlock(&e->mu);
-	atomic_fetch_add(&e->refs, 1);
-	struct op o = {.type = OP_EVENT_RECORD, .ev = e, .gen = gen};
-	stream_enqueue(s, &o);
-	return CUDA_SUCCESS;
+	struct rc_op o = {.type = OP_EVENT_RECORD, .ev = e}; /* the generation: stream_submit */
+	return stream_submit(s, &o, NULL);
 }
 
 RC_API CUresult cuEventRecord(CUevent hEvent, CUstream hStream)
@@ -498,10 +566,8 @@ static CUresult stream_wait_event(CUstream hStream, CUevent hEvent, int per_thre
 	pthread_mutex_lock(&e->mu);
 	uint64_t gen = e->recorded; /* waits for the latest record at call time */
 	pthread_mutex_unlock(&e->mu);
-	atomic_fetch_add(&e->refs, 1);
-	struct op o = {.type = OP_WAIT_EVENT, .ev = e, .gen = gen};
-	stream_enqueue(s, &o);
-	return CUDA_SUCCESS;
+	struct rc_op o = {.type = OP_WAIT_EVENT, .ev = e, .gen = gen};
+	return stream_submit(s, &o, NULL);
 }
 
 RC_API CUresult cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int Flags)
@@ -529,6 +595,124 @@ RC_API CUresult cuCtxSynchronize(void)
 		stream_wait(s, 0);
 	pthread_mutex_unlock(&all_mu);
 	return CUDA_SUCCESS;
+}
+
+/* ---------------- stream capture ---------------- */
+
+static CUresult begin_capture(CUstream h, int per_thread, CUstreamCaptureMode mode)
+{
+	if ((unsigned)mode > CU_STREAM_CAPTURE_MODE_RELAXED)
+		return CUDA_ERROR_INVALID_VALUE;
+	struct CUstream_st *s = rc_stream_resolve(h, per_thread);
+	if (!s)
+		return CUDA_ERROR_INVALID_HANDLE;
+	if (s == legacy_stream)
+		return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+	struct CUgraph_st *g = rc_graph_new();
+	if (!g)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	pthread_mutex_lock(&s->mu);
+	int busy = s->capture != NULL;
+	if (!busy) {
+		s->capture = g;
+		s->capture_invalid = 0;
+	}
+	pthread_mutex_unlock(&s->mu);
+	if (busy) {
+		rc_graph_free(g);
+		return CUDA_ERROR_ILLEGAL_STATE;
+	}
+	return CUDA_SUCCESS;
+}
+
+/* CUDA 10.0's form: no mode argument, global mode. */
+RC_API CUresult cuStreamBeginCapture(CUstream hStream)
+{
+	RC_GATE();
+	return begin_capture(hStream, 0, CU_STREAM_CAPTURE_MODE_GLOBAL);
+}
+
+RC_API CUresult cuStreamBeginCapture_ptsz(CUstream hStream)
+{
+	RC_GATE();
+	return begin_capture(hStream, 1, CU_STREAM_CAPTURE_MODE_GLOBAL);
+}
+
+RC_API CUresult cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode)
+{
+	RC_GATE();
+	return begin_capture(hStream, 0, mode);
+}
+
+RC_API CUresult cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstreamCaptureMode mode)
+{
+	RC_GATE();
+	return begin_capture(hStream, 1, mode);
+}
+
+/* Ends the capture: its graph, or CUDA_ERROR_STREAM_CAPTURE_INVALIDATED (no graph)
+ * when something capture cannot record was submitted meanwhile. */
+static CUresult end_capture(CUstream h, int per_thread, CUgraph *phGraph)
+{
+	if (!phGraph)
+		return CUDA_ERROR_INVALID_VALUE;
+	struct CUstream_st *s = rc_stream_resolve(h, per_thread);
+	if (!s)
+		return CUDA_ERROR_INVALID_HANDLE;
+	pthread_mutex_lock(&s->mu);
+	struct CUgraph_st *g = s->capture;
+	int invalid = s->capture_invalid;
+	s->capture = NULL;
+	s->capture_invalid = 0;
+	pthread_mutex_unlock(&s->mu);
+	if (!g)
+		return CUDA_ERROR_ILLEGAL_STATE;
+	if (invalid) {
+		rc_graph_free(g);
+		*phGraph = NULL;
+		return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+	}
+	*phGraph = g;
+	return CUDA_SUCCESS;
+}
+
+RC_API CUresult cuStreamEndCapture(CUstream hStream, CUgraph *phGraph)
+{
+	RC_GATE();
+	return end_capture(hStream, 0, phGraph);
+}
+
+RC_API CUresult cuStreamEndCapture_ptsz(CUstream hStream, CUgraph *phGraph)
+{
+	RC_GATE();
+	return end_capture(hStream, 1, phGraph);
+}
+
+static CUresult is_capturing(CUstream h, int per_thread, CUstreamCaptureStatus *status)
+{
+	if (!status)
+		return CUDA_ERROR_INVALID_VALUE;
+	struct CUstream_st *s = rc_stream_resolve(h, per_thread);
+	if (!s)
+		return CUDA_ERROR_INVALID_HANDLE;
+	pthread_mutex_lock(&s->mu);
+	*status = !s->capture ? CU_STREAM_CAPTURE_STATUS_NONE
+		  : s->capture_invalid ? CU_STREAM_CAPTURE_STATUS_INVALIDATED
+				       : CU_STREAM_CAPTURE_STATUS_ACTIVE;
+	pthread_mutex_unlock(&s->mu);
+	return CUDA_SUCCESS;
+}
+
+RC_API CUresult cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus *captureStatus)
+{
+	RC_GATE();
+	return is_capturing(hStream, 0, captureStatus);
+}
+
+RC_API CUresult cuStreamIsCapturing_ptsz(CUstream hStream, CUstreamCaptureStatus *captureStatus)
+{
+	RC_GATE();
+	return is_capturing(hStream, 1, captureStatus);
 }
 
 /* A stream-ordered memset of device memory (the engine writes the bytes). */

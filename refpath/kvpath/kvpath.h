@@ -59,6 +59,8 @@ int sc_inflight_queued(const struct opts *o, struct result *res);
 int sc_layer_compute(const struct opts *o, struct result *res);
 int sc_layer_compute_sync(const struct opts *o, struct result *res);
 int sc_layer_compute_item(const struct opts *o, struct result *res);
+/* graphs.c: a decode loop under CUDA graphs */
+int sc_decode_graphs(const struct opts *o, struct result *res);
 
 /* main.c: the --hold point between setup and copies */
 void hold_point(const struct opts *o);

@@ -298,7 +298,19 @@ int truth_write(const char *path, const char *extra)
 			json_str(f, "direction", r->direction);
 			json_str(f, "host_mem", r->host_mem);
 			json_u(f, "stream", r->stream);
+		} else if (!strcmp(r->op, "captured_copy")) {
+			/* a copy recorded into a graph by stream capture: it moves nothing at
+			 * its call (no record expected), its bytes move at each graph launch */
+			json_u(f, "dst", r->dst);
+			json_u(f, "src", r->src);
+			json_u(f, "bytes", r->bytes);
+			json_i(f, "kind", r->kind);
+			json_str(f, "direction", r->direction);
+			json_str(f, "host_mem", r->host_mem);
+			json_u(f, "stream", r->stream);
 		} else {
+			if (r->kernel)
+				json_str(f, "kernel", r->kernel);
 			if (r->ptr)
 				json_u(f, "ptr", r->ptr);
 			if (r->size)

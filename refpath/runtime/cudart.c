@@ -18,6 +18,8 @@
  *   cudaFreeAsync[_ptsz]           cuMemFreeAsync[_ptsz]
  *   cudaMemPoolCreate/Destroy      cuMemPoolCreate/Destroy (cudaMemPoolProps is laid out as CUmemPoolProps)
  *   other memory, stream, event    the matching cu* call (cudaEventRecordWithFlags: cuEventRecordWithFlags)
+ *   cudaStreamBeginCapture[_ptsz]  cuStreamBeginCapture_v2[_ptsz]; EndCapture, IsCapturing, GraphLaunch likewise
+ *   cudaGraphInstantiate[WithFlags] cuGraphInstantiateWithFlags (CUDA 12 signatures: flags)
  *   cudaLaunchKernel[_ptsz]        cuLaunchKernel[_ptsz] (all eleven arguments), with the CUfunction of
  *                                  cuModuleGetFunction(registered device name), asked once per context
  *   cudaLaunchKernelExC[_ptsz]     cuLaunchKernelEx[_ptsz]
@@ -573,6 +575,79 @@ RT_API cudaError_t cudaStreamWaitEvent_ptsz(cudaStream_t stream, cudaEvent_t eve
 {
 	INIT();
 	return ret(cuStreamWaitEvent_ptsz(stream, event, flags));
+}
+
+/* ---- stream capture and graphs ---- */
+RT_API cudaError_t cudaStreamBeginCapture(cudaStream_t stream, enum cudaStreamCaptureMode mode)
+{
+	INIT();
+	return ret(cuStreamBeginCapture_v2(stream, (CUstreamCaptureMode)mode));
+}
+
+RT_API cudaError_t cudaStreamBeginCapture_ptsz(cudaStream_t stream, enum cudaStreamCaptureMode mode)
+{
+	INIT();
+	return ret(cuStreamBeginCapture_v2_ptsz(stream, (CUstreamCaptureMode)mode));
+}
+
+RT_API cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t *pGraph)
+{
+	INIT();
+	return ret(cuStreamEndCapture(stream, pGraph));
+}
+
+RT_API cudaError_t cudaStreamEndCapture_ptsz(cudaStream_t stream, cudaGraph_t *pGraph)
+{
+	INIT();
+	return ret(cuStreamEndCapture_ptsz(stream, pGraph));
+}
+
+RT_API cudaError_t cudaStreamIsCapturing(cudaStream_t stream, enum cudaStreamCaptureStatus *pCaptureStatus)
+{
+	INIT();
+	return ret(cuStreamIsCapturing(stream, (CUstreamCaptureStatus *)pCaptureStatus));
+}
+
+RT_API cudaError_t cudaStreamIsCapturing_ptsz(cudaStream_t stream, enum cudaStreamCaptureStatus *pCaptureStatus)
+{
+	INIT();
+	return ret(cuStreamIsCapturing_ptsz(stream, (CUstreamCaptureStatus *)pCaptureStatus));
+}
+
+RT_API cudaError_t cudaGraphInstantiate(cudaGraphExec_t *pGraphExec, cudaGraph_t graph, unsigned long long flags)
+{
+	INIT();
+	return ret(cuGraphInstantiateWithFlags(pGraphExec, graph, flags));
+}
+
+RT_API cudaError_t cudaGraphInstantiateWithFlags(cudaGraphExec_t *pGraphExec, cudaGraph_t graph, unsigned long long flags)
+{
+	INIT();
+	return ret(cuGraphInstantiateWithFlags(pGraphExec, graph, flags));
+}
+
+RT_API cudaError_t cudaGraphLaunch(cudaGraphExec_t graphExec, cudaStream_t stream)
+{
+	INIT();
+	return ret(cuGraphLaunch(graphExec, stream));
+}
+
+RT_API cudaError_t cudaGraphLaunch_ptsz(cudaGraphExec_t graphExec, cudaStream_t stream)
+{
+	INIT();
+	return ret(cuGraphLaunch_ptsz(graphExec, stream));
+}
+
+RT_API cudaError_t cudaGraphExecDestroy(cudaGraphExec_t graphExec)
+{
+	INIT();
+	return ret(cuGraphExecDestroy(graphExec));
+}
+
+RT_API cudaError_t cudaGraphDestroy(cudaGraph_t graph)
+{
+	INIT();
+	return ret(cuGraphDestroy(graph));
 }
 
 RT_API cudaError_t cudaDeviceSynchronize(void)

@@ -369,6 +369,63 @@ int main(void)
 	EXPECT(again_f != f2, 1);
 	EXPECT(cuCtxPopCurrent_v2(&kc1), CUDA_SUCCESS);
 	EXPECT(cuDevicePrimaryCtxRelease_v2(1), CUDA_SUCCESS);
+	/* ---- stream capture and graphs: captured work runs at each launch, never at capture ---- */
+	{
+		CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+		CUgraph g = NULL, bad = NULL;
+		CUgraphExec x = NULL, x2 = NULL;
+		CUevent ge;
+		EXPECT(cuEventCreate(&ge, 0), CUDA_SUCCESS);
+		EXPECT(cuStreamBeginCapture_v2(NULL, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+		EXPECT(cuStreamBeginCapture_v2(s, 7), CUDA_ERROR_INVALID_VALUE);
+		EXPECT(cuStreamEndCapture(s, &g), CUDA_ERROR_ILLEGAL_STATE);
+		EXPECT(cuStreamIsCapturing(s, &st), CUDA_SUCCESS);
+		EXPECT(st, CU_STREAM_CAPTURE_STATUS_NONE);
+		fill(pin, N, 5);
+		memset(dev, 0, 2 * N);
+		kdst = dev + N, ksrc = pin, kn = 4096;
+		l0 = lanes();
+		EXPECT(cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), CUDA_SUCCESS);
+		EXPECT(cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_ERROR_ILLEGAL_STATE);
+		EXPECT(cuStreamIsCapturing(s, &st), CUDA_SUCCESS);
+		EXPECT(st, CU_STREAM_CAPTURE_STATUS_ACTIVE);
+		EXPECT(cuMemcpyHtoDAsync_v2(d, pin, 8192, s), CUDA_SUCCESS);
+		EXPECT(cuLaunchKernel(f, 1, 1, 1, 32, 1, 1, 0, s, kp, NULL), CUDA_SUCCESS);
+		EXPECT(cuEventRecord(ge, s), CUDA_SUCCESS);
+		EXPECT(cuMemcpyDtoHAsync_v2(pin2, d, 256, s), CUDA_SUCCESS);
+		kn = 1; /* a kernel node's parameters were copied at capture */
+		EXPECT(cuStreamEndCapture(s, &g), CUDA_SUCCESS);
+		EXPECT(cuEventSynchronize(ge), CUDA_SUCCESS); /* never recorded: returns at once */
+		EXPECT(lanes() - l0, 0);                    /* nothing ran */
+		EXPECT(dev[0] == 0 && dev[N] == 0, 1);
+		EXPECT(cuGraphInstantiateWithFlags(&x, g, 0), CUDA_SUCCESS);
+		EXPECT(cuGraphInstantiate_v2(&x2, g, NULL, NULL, 0), CUDA_SUCCESS);
+		EXPECT(cuGraphDestroy(g), CUDA_SUCCESS); /* the executable graphs keep their copies */
+		for (int i = 0; i < 2; i++) {
+			EXPECT(cuGraphLaunch(i ? x2 : x, s), CUDA_SUCCESS);
+			EXPECT(cuEventSynchronize(ge), CUDA_SUCCESS);
+			EXPECT(cuStreamSynchronize(s), CUDA_SUCCESS);
+		}
+		EXPECT(lanes() - l0, 2 * (8192 + 4096 + 256));
+		EXPECT(memcmp(dev, pin, 8192) || memcmp(dev + N, pin, 4096) || memcmp(pin2, dev, 256), 0);
+		EXPECT(cuGraphLaunch(NULL, s), CUDA_ERROR_INVALID_HANDLE);
+		EXPECT(cuGraphLaunch_ptsz(x, NULL), CUDA_SUCCESS);
+		EXPECT(cuStreamSynchronize_ptsz(NULL), CUDA_SUCCESS);
+		/* a host wait during capture is refused and invalidates it */
+		EXPECT(cuStreamBeginCapture(s), CUDA_SUCCESS);
+		EXPECT(cuMemcpyHtoDAsync_v2(d, pin, 4096, s), CUDA_SUCCESS);
+		EXPECT(cuStreamSynchronize(s), CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+		EXPECT(cuStreamIsCapturing(s, &st), CUDA_SUCCESS);
+		EXPECT(st, CU_STREAM_CAPTURE_STATUS_INVALIDATED);
+		EXPECT(cuStreamEndCapture(s, &bad), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+		EXPECT(bad == NULL, 1);
+		EXPECT(cuStreamBeginCapture_v2_ptsz(NULL, CU_STREAM_CAPTURE_MODE_RELAXED), CUDA_SUCCESS);
+		EXPECT(cuMemcpyHtoD_v2_ptds(d, pin, 4096), CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED); /* synchronous */
+		EXPECT(cuStreamEndCapture_ptsz(NULL, &bad), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+		EXPECT(cuGraphExecDestroy(x), CUDA_SUCCESS);
+		EXPECT(cuGraphExecDestroy(x2), CUDA_SUCCESS);
+		EXPECT(cuEventDestroy_v2(ge), CUDA_SUCCESS);
+	}
 	EXPECT(cuLibraryUnload(lib), CUDA_SUCCESS);
 	EXPECT(cuModuleUnload(mod), CUDA_SUCCESS);
 	EXPECT(cuModuleUnload(NULL), CUDA_ERROR_INVALID_HANDLE);
