@@ -43,6 +43,9 @@ type ReplayResult struct {
 	Verdicts []string        `json:"verdict_problems,omitempty"` // expected verdicts that did not hold
 	Problems []string        `json:"problems,omitempty"`
 	Elapsed  time.Duration   `json:"-"`
+	// Activities: the agent's launches, graph launches, host waits and
+	// event records beside the replay's ("launch 79/79, ...").
+	Activities string `json:"-"`
 }
 
 // ReplayFinding is a finding the agent's judge raised on a replay.
@@ -198,6 +201,7 @@ func replayOne(ctx context.Context, kvpath, tmp string, i int, t *kineto.Trace, 
 	got := col.Take(p.pid)
 	acts := col.TakeActivities(p.pid)
 	compareByThread(res, calls, got)
+	r.Activities = compareActivities(res, calls, acts)
 	r.Agent = map[string]kineto.Count{}
 	for _, g := range got {
 		if g.Failed() {
@@ -271,6 +275,31 @@ func compareByThread(res *Result, truth []TruthCall, got []correlate.Transfer) {
 			}
 		}
 	}
+}
+
+// compareActivities compares the agent's launches, graph launches, host
+// waits and event records with the replay's: the compute the rules see.
+// It returns a line of both: "launch 79/79, ..." (agent/replay).
+func compareActivities(res *Result, truth []TruthCall, acts []correlate.Activity) string {
+	ops := []string{"launch", "graph_launch", "stream_sync", "event_sync", "ctx_sync", "event_record"}
+	want, got := map[string]int{}, map[string]int{}
+	for _, t := range truth {
+		if t.Result == 0 && slices.Contains(ops, t.Op) {
+			want[t.Op]++
+		}
+	}
+	for _, a := range acts {
+		got[a.Op.String()]++
+	}
+	var line []string
+	for _, op := range ops {
+		line = append(line, fmt.Sprintf("%s %d/%d", op, got[op], want[op]))
+		if want[op] != got[op] {
+			res.OtherErrs++
+			res.Problems = append(res.Problems, fmt.Sprintf("%s: the replay made %d, the agent reported %d", op, want[op], got[op]))
+		}
+	}
+	return strings.Join(line, ", ")
 }
 
 // Keys are every direction/host memory either side counted, in table order.
@@ -348,6 +377,7 @@ func PrintReplay(w io.Writer, results []ReplayResult, stats agent.Stats) bool {
 		fmt.Fprintf(w, "%s: %d threads, %d streams, replayed in %.2fs; records %d/%d, drops %d; %d copies in graphs (%d graph launches), %d with no call in the trace: %s\n",
 			r.Trace, r.Plan.Threads, r.Plan.Streams, r.Elapsed.Seconds(), r.Records.Got, r.Records.WantRecords, r.Records.Drops,
 			r.InGraphs, r.Plan.GraphLaunches, r.NoCall, verdict)
+		fmt.Fprintf(w, "  calls agent/replay: %s\n", r.Activities)
 		fmt.Fprintf(w, "  %-14s %-22s %-22s\n", "COPIES", "CUPTI", "AGENT")
 		for _, k := range r.Keys() {
 			c, a := r.CUPTI[k], r.Agent[k]

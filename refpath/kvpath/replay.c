@@ -11,8 +11,11 @@
  *                 forms as cudaMemcpy, the others as cudaMemcpyAsync
  *   kernels       the stand-in kernel, busy on its stream for the GPU time the
  *                 trace's kernel took
- *   graphs        without a graph API here: the stand-in kernel for the span the
- *                 graph's work took on its stream (its copies have no call)
+ *   graphs        each launch's graph captured at set-up (cudaStreamBeginCapture on a
+ *                 capture stream: the stand-in kernel for the span the graph's work
+ *                 took, then the copies CUPTI ran inside it; truth captured_launch,
+ *                 captured_copy), instantiated, and launched with cudaGraphLaunch
+ *                 (truth graph_launch): its copies have no call of their own
  *   memsets       cudaMemsetAsync of the trace's bytes
  *   events        record, query, synchronize, stream wait; stream and device syncs
  *
@@ -22,10 +25,12 @@
  *   streams N                       trace streams 0..N-1; -1 is the legacy stream
  *   events N
  *   buffers PINNED PAGEABLE DEVICE  bytes of each (the largest copy of each)
+ *   graphs N                        then N graphs, each a line and its copies:
+ *   graph GPU_NS COPIES             then COPIES lines: H2D|D2H|D2D pinned|pageable|device BYTES
  *   thread CALLS                    then CALLS lines, one per call:
  *   AT_NS copy sync|async H2D|D2H|D2D pinned|pageable|device BYTES STREAM
  *   AT_NS kernel STREAM GPU_NS
- *   AT_NS graph STREAM GPU_NS
+ *   AT_NS graph STREAM GRAPH        cudaGraphLaunch of graph GRAPH (0..N-1)
  *   AT_NS memset STREAM BYTES
  *   AT_NS event_record EVENT STREAM
  *   AT_NS event_query EVENT
@@ -98,7 +103,16 @@ struct rp_call {
 	int host;      /* copy: 0 pinned, 1 pageable (the host side) */
 	int stream;    /* -1: the legacy stream */
 	int event;
-	uint64_t n;    /* copy, memset: bytes; kernel, graph: GPU ns */
+	uint64_t n;    /* copy, memset: bytes; kernel: GPU ns; graph: its index */
+};
+
+/* A graph: the stand-in kernel for gpu_ns, then its copies (rp_call: kind, host, n). */
+struct rp_graph {
+	uint64_t gpu_ns;
+	struct rp_call *copies;
+	size_t ncopies;
+	cudaGraph_t graph;
+	cudaGraphExec_t exec;
 };
 
 struct rp_thread {
@@ -108,7 +122,8 @@ struct rp_thread {
 };
 
 static struct {
-	int nstreams, nevents, nthreads;
+	int nstreams, nevents, nthreads, ngraphs;
+	struct rp_graph *graphs;
 	cudaStream_t *streams;
 	cudaEvent_t *events;
 	char *pinned, *pageable, *dev_a, *dev_b;
@@ -127,22 +142,24 @@ static void die(int line, const char *what)
 
 static cudaStream_t stream_at(int i) { return i < 0 ? NULL : R.streams[i]; }
 
-static void rp_launch(cudaStream_t s, uint64_t ns)
+/* captured: issued on a capturing stream, recorded into its graph, not run */
+static void rp_launch(cudaStream_t s, uint64_t ns, int captured)
 {
 	int64_t v = (int64_t)ns;
 	void *out = R.dev_a;
 	void *args[] = {&out, &v};
 	dim3 g = {1, 1, 1}, b = {32, 1, 1};
-	struct truth_rec *r = truth_new("cudaLaunchKernel", "launch");
+	struct truth_rec *r = truth_new("cudaLaunchKernel", captured ? "captured_launch" : "launch");
 	r->stream = (uintptr_t)s;
 	r->has_stream = 1;
 	r->layer = -1;
 	r->kernel = RP_KERNEL;
-	truth_arm_times(&r, 1);
+	if (!captured)
+		truth_arm_times(&r, 1);
 	TCALL(r, cudaLaunchKernel((const void *)replay_stub, g, b, args, 0, s));
 }
 
-static void rp_copy(const struct rp_call *c)
+static void rp_copy_on(const struct rp_call *c, cudaStream_t s, int captured)
 {
 	void *dst, *src;
 	char *host = c->host ? R.pageable : R.pinned;
@@ -157,7 +174,11 @@ static void rp_copy(const struct rp_call *c)
 		dst = R.dev_b, src = R.dev_a;
 		break;
 	}
-	cudaStream_t s = stream_at(c->stream);
+	if (captured) {
+		struct truth_rec *r = truth_copy_unarmed("cudaMemcpyAsync", "captured_copy", dst, src, c->n, c->kind, s, -1);
+		TCALL(r, cudaMemcpyAsync(dst, src, c->n, (enum cudaMemcpyKind)c->kind, s));
+		return;
+	}
 	if (c->sync) {
 		struct truth_rec *r = truth_copy("cudaMemcpy", "copy", dst, src, c->n, c->kind, NULL, -1);
 		TCALL(r, cudaMemcpy(dst, src, c->n, (enum cudaMemcpyKind)c->kind));
@@ -172,11 +193,18 @@ static void rp_do(const struct rp_call *c)
 	struct truth_rec *r;
 	switch (c->op) {
 	case RP_COPY:
-		rp_copy(c);
+		rp_copy_on(c, stream_at(c->stream), 0);
 		break;
 	case RP_KERNEL_OP:
+		rp_launch(stream_at(c->stream), c->n, 0);
+		break;
 	case RP_GRAPH:
-		rp_launch(stream_at(c->stream), c->n);
+		r = truth_new("cudaGraphLaunch", "graph_launch");
+		r->ptr = (uintptr_t)R.graphs[c->n].exec;
+		r->stream = (uintptr_t)stream_at(c->stream);
+		r->has_stream = 1;
+		r->layer = -1;
+		TCALL(r, cudaGraphLaunch(R.graphs[c->n].exec, stream_at(c->stream)));
 		break;
 	case RP_MEMSET:
 		r = truth_new("cudaMemsetAsync", "memset");
@@ -244,6 +272,23 @@ static int word_is(const char *w, const char *const *names, int n)
 	return -1;
 }
 
+/* A copy's direction, host memory and bytes; nonzero if they are not a copy. */
+static int copy_words(struct rp_call *c, const char *dirw, const char *hostw, unsigned long long n)
+{
+	static const char *const dirs[] = {"H2D", "D2H", "D2D"}, *const hosts[] = {"pinned", "pageable", "device"};
+	int dir = word_is(dirw, dirs, 3), h = word_is(hostw, hosts, 3);
+	if (dir < 0 || h < 0 || n == 0 || (dir == 2) != (h == 2))
+		return 1;
+	c->op = RP_COPY, c->kind = dir + 1, c->host = h == 1, c->n = n;
+	return 0;
+}
+
+static int copy_fits(const struct rp_call *c)
+{
+	uint64_t cap = c->kind == cudaMemcpyDeviceToDevice ? R.device_n : c->host ? R.pageable_n : R.pinned_n;
+	return c->n <= cap && c->n <= R.device_n;
+}
+
 /* One call line; dies naming the line on anything it cannot take. */
 static void parse_call(char *s, int line, struct rp_call *c)
 {
@@ -259,13 +304,12 @@ static void parse_call(char *s, int line, struct rp_call *c)
 	int got;
 	switch (c->op) {
 	case RP_COPY: {
-		static const char *const forms[] = {"async", "sync"}, *const dirs[] = {"H2D", "D2H", "D2D"},
-					 *const hosts[] = {"pinned", "pageable", "device"};
+		static const char *const forms[] = {"async", "sync"};
 		got = sscanf(rest, "%15s %15s %15s %llu %d", a, b, d, &n, &x);
-		int f = word_is(a, forms, 2), dir = word_is(b, dirs, 3), h = word_is(d, hosts, 3);
-		if (got != 5 || f < 0 || dir < 0 || h < 0 || n == 0 || (dir == 2) != (h == 2))
+		int f = word_is(a, forms, 2);
+		if (got != 5 || f < 0 || copy_words(c, b, d, n))
 			die(line, "want copy sync|async H2D|D2H|D2D pinned|pageable|device BYTES STREAM");
-		c->sync = f, c->kind = dir + 1, c->host = h == 1, c->n = n, c->stream = x;
+		c->sync = f, c->stream = x;
 		break;
 	}
 	case RP_KERNEL_OP:
@@ -274,6 +318,8 @@ static void parse_call(char *s, int line, struct rp_call *c)
 		if (sscanf(rest, "%d %llu", &x, &n) != 2)
 			die(line, "want STREAM and a number");
 		c->stream = x, c->n = n;
+		if (c->op == RP_GRAPH && n >= (unsigned long long)R.ngraphs)
+			die(line, "graph out of range");
 		break;
 	case RP_RECORD:
 		if (sscanf(rest, "%d %d", &y, &x) != 2)
@@ -304,10 +350,8 @@ static void parse_call(char *s, int line, struct rp_call *c)
 	if ((c->op == RP_RECORD || c->op == RP_QUERY || c->op == RP_EVSYNC || c->op == RP_WAIT) &&
 	    (c->event < 0 || c->event >= R.nevents))
 		die(line, "event out of range");
-	if (c->op == RP_COPY && c->n > (c->kind == cudaMemcpyDeviceToDevice ? R.device_n : c->host ? R.pageable_n : R.pinned_n))
+	if (c->op == RP_COPY && !copy_fits(c))
 		die(line, "copy larger than its buffer");
-	if (c->op == RP_COPY && c->n > R.device_n)
-		die(line, "copy larger than the device buffer");
 	if (c->op == RP_MEMSET && c->n > R.device_n)
 		die(line, "memset larger than the device buffer");
 }
@@ -323,7 +367,9 @@ static void read_script(const char *path)
 	char s[512];
 	int line = 0, version = 0, ended = 0;
 	struct rp_thread *cur = NULL;
-	size_t want = 0, total = 0;
+	struct rp_graph *gcur = NULL;
+	size_t want = 0, total = 0, gwant = 0;
+	int gdefs = 0;
 	unsigned long long p, g, d;
 	while (fgets(s, sizeof s, f)) {
 		line++;
@@ -338,7 +384,16 @@ static void read_script(const char *path)
 			parse_call(h, line, &cur->calls[cur->ncalls++]);
 			continue;
 		}
+		if (gcur && gcur->ncopies < gwant) {
+			char dw[16], hw[16];
+			unsigned long long bytes;
+			struct rp_call *c = &gcur->copies[gcur->ncopies++];
+			if (sscanf(h, "%15s %15s %llu", dw, hw, &bytes) != 3 || copy_words(c, dw, hw, bytes) || !copy_fits(c))
+				die(line, "want a graph's copy: H2D|D2H|D2D pinned|pageable|device BYTES (within its buffer)");
+			continue;
+		}
 		int n;
+		unsigned long long gns;
 		unsigned long long calls;
 		if (sscanf(h, "replay %d", &version) == 1) {
 			if (version != 1)
@@ -359,9 +414,21 @@ static void read_script(const char *path)
 			if (p > RP_MAX_BUFFER || g > RP_MAX_BUFFER || d > RP_MAX_BUFFER)
 				die(line, "buffer too large");
 			R.pinned_n = p, R.pageable_n = g, R.device_n = d;
+		} else if (sscanf(h, "graphs %d", &n) == 1) {
+			if (n < 0 || n > RP_MAX_EVENTS || R.graphs || !R.device_n)
+				die(line, "bad graphs (after buffers, once)");
+			R.ngraphs = n;
+			R.graphs = calloc((size_t)n + 1, sizeof *R.graphs);
+		} else if (sscanf(h, "graph %llu %llu", &gns, &calls) == 2) {
+			if (!R.graphs || gdefs == R.ngraphs || calls > RP_MAX_CALLS || (total += calls) > RP_MAX_CALLS)
+				die(line, "graph beyond graphs N");
+			gcur = &R.graphs[gdefs++];
+			gcur->gpu_ns = gns;
+			gcur->copies = calloc(calls + 1, sizeof *gcur->copies);
+			gwant = calls;
 		} else if (sscanf(h, "thread %llu", &calls) == 1) {
-			if (!R.streams || !R.events)
-				die(line, "thread before streams and events");
+			if (!R.streams || !R.events || gdefs != R.ngraphs)
+				die(line, "thread before streams, events and every graph");
 			if (R.nthreads == RP_MAX_THREADS || calls > RP_MAX_CALLS || (total += calls) > RP_MAX_CALLS)
 				die(line, "too many threads or calls");
 			cur = &R.threads[R.nthreads++];
@@ -374,8 +441,34 @@ static void read_script(const char *path)
 		}
 	}
 	fclose(f);
-	if (!ended || (cur && cur->ncalls < want))
+	if (!ended || (cur && cur->ncalls < want) || (gcur && gcur->ncopies < gwant) || gdefs != R.ngraphs)
 		die(line, "script ends early (no end line)");
+}
+
+/* Each graph captured on a stream of its own and instantiated, before the replay. */
+static void capture_graphs(void)
+{
+	cudaStream_t cs;
+	CHECK(cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking));
+	for (int i = 0; i < R.ngraphs; i++) {
+		struct rp_graph *g = &R.graphs[i];
+		struct truth_rec *r = truth_new("cudaStreamBeginCapture", "capture_begin");
+		r->stream = (uintptr_t)cs;
+		r->has_stream = 1;
+		TCALL(r, cudaStreamBeginCapture(cs, cudaStreamCaptureModeGlobal));
+		rp_launch(cs, g->gpu_ns, 1);
+		for (size_t j = 0; j < g->ncopies; j++) {
+			struct rp_call c = g->copies[j];
+			c.stream = -2; /* the capture stream */
+			rp_copy_on(&c, cs, 1);
+		}
+		r = truth_new("cudaStreamEndCapture", "capture_end");
+		r->stream = (uintptr_t)cs;
+		r->has_stream = 1;
+		TCALL(r, cudaStreamEndCapture(cs, &g->graph));
+		CHECK(cudaGraphInstantiate(&g->exec, g->graph, 0));
+	}
+	CHECK(cudaStreamDestroy(cs));
 }
 
 static char *host_alloc_rec(size_t n)
@@ -412,6 +505,8 @@ int sc_replay(const struct opts *o, struct result *res)
 		CHECK(cudaStreamCreateWithFlags(&R.streams[i], cudaStreamNonBlocking));
 	for (int i = 0; i < R.nevents; i++)
 		CHECK(cudaEventCreateWithFlags(&R.events[i], cudaEventDisableTiming));
+	if (R.ngraphs)
+		capture_graphs();
 	hold_point(o);
 
 	pthread_barrier_init(&R.start, NULL, (unsigned)R.nthreads + 1);
@@ -427,9 +522,13 @@ int sc_replay(const struct opts *o, struct result *res)
 	uint64_t took = truth_now_ns() - R.t0;
 	struct truth_rec *r = truth_new("cudaDeviceSynchronize", "ctx_sync"); /* the process's end: everything done */
 	TCALL(r, cudaDeviceSynchronize());
-	snprintf(res->extra, sizeof res->extra, "\"threads\":%d,\"streams\":%d,\"replay_ns\":%llu", R.nthreads,
-		 R.nstreams, (unsigned long long)took);
+	snprintf(res->extra, sizeof res->extra, "\"threads\":%d,\"streams\":%d,\"graphs\":%d,\"replay_ns\":%llu",
+		 R.nthreads, R.nstreams, R.ngraphs, (unsigned long long)took);
 
+	for (int i = 0; i < R.ngraphs; i++) {
+		CHECK(cudaGraphExecDestroy(R.graphs[i].exec));
+		CHECK(cudaGraphDestroy(R.graphs[i].graph));
+	}
 	for (int i = 0; i < R.nevents; i++)
 		CHECK(cudaEventDestroy(R.events[i]));
 	for (int i = 0; i < R.nstreams; i++)

@@ -27,6 +27,7 @@ type Plan struct {
 	Streams       int
 	ShortenedNs   int64 // idle time removed by MaxGap
 	GraphLaunches int
+	GraphCopies   int // copies captured into the graphs (no call of their own at the launch)
 	// DeviceBytes is the device buffer the replay allocates, twice (the
 	// source and destination of device-to-device copies).
 	DeviceBytes uint64
@@ -85,6 +86,19 @@ func Script(w io.Writer, t *Trace, o ScriptOptions) (Plan, error) {
 	nEvents := len(eventIdx) + len(t.Threads)
 	shift := gapShift(t, o.MaxGap)
 	var maxPinned, maxPageable, maxDevice uint64 = 1, 1, 1
+	fits := func(cp Copy) {
+		maxDevice = max(maxDevice, cp.Bytes)
+		switch cp.Host {
+		case "pinned":
+			maxPinned = max(maxPinned, cp.Bytes)
+		case "pageable":
+			maxPageable = max(maxPageable, cp.Bytes)
+		}
+	}
+	replayable := func(cp Copy) bool {
+		return (cp.Dir == "H2D" || cp.Dir == "D2H" || cp.Dir == "D2D") && cp.Host != "unknown" && cp.Bytes > 0
+	}
+	var graphs []string // each graph launch's graph: its line and its copies'
 	var body strings.Builder
 	for ti, th := range t.Threads {
 		ownEvent := len(eventIdx) + ti
@@ -113,7 +127,7 @@ func Script(w io.Writer, t *Trace, o ScriptOptions) (Plan, error) {
 				if !strings.Contains(c.API, "Async") {
 					form = "sync"
 				}
-				if (cp.Dir != "H2D" && cp.Dir != "D2H" && cp.Dir != "D2D") || cp.Host == "unknown" || cp.Bytes == 0 {
+				if !replayable(*cp) {
 					p.NotReplayed[fmt.Sprintf("%s %s copy", cp.Dir, cp.Host)]++
 					continue
 				}
@@ -123,20 +137,27 @@ func Script(w io.Writer, t *Trace, o ScriptOptions) (Plan, error) {
 				v := p.Copies[cp.Key()]
 				v.Add(cp.Bytes)
 				p.Copies[cp.Key()] = v
-				maxDevice = max(maxDevice, cp.Bytes)
-				switch cp.Host {
-				case "pinned":
-					maxPinned = max(maxPinned, cp.Bytes)
-				case "pageable":
-					maxPageable = max(maxPageable, cp.Bytes)
-				}
-			case OpKernel, OpGraph:
+				fits(*cp)
+			case OpKernel:
 				s := stream(c.Stream)
 				lastStream = s
-				line(c, "%s %d %d", c.Op, s, max(c.GPUNs, 0))
-				if c.Op == OpGraph {
-					p.GraphLaunches++
+				line(c, "kernel %d %d", s, max(c.GPUNs, 0))
+			case OpGraph:
+				s := stream(c.Stream)
+				lastStream = s
+				var copies []string
+				for _, cp := range c.GraphCopies {
+					if !replayable(cp) {
+						p.NotReplayed[fmt.Sprintf("%s %s copy in a graph", cp.Dir, cp.Host)]++
+						continue
+					}
+					fits(cp)
+					copies = append(copies, fmt.Sprintf("%s %s %d", cp.Dir, cp.Host, cp.Bytes))
 				}
+				line(c, "graph %d %d", s, len(graphs))
+				graphs = append(graphs, strings.Join(append([]string{fmt.Sprintf("graph %d %d", max(c.GPUNs, 0), len(copies))}, copies...), "\n"))
+				p.GraphLaunches++
+				p.GraphCopies += len(copies)
 			case OpMemset:
 				s := stream(c.Stream)
 				lastStream = s
@@ -169,8 +190,12 @@ func Script(w io.Writer, t *Trace, o ScriptOptions) (Plan, error) {
 	p.ShortenedNs = shift(-1)
 	p.DeviceBytes = maxDevice
 	bw := bufio.NewWriter(w)
-	fmt.Fprintf(bw, "# replay of %s (selftest/kineto)\nreplay 1\nstreams %d\nevents %d\nbuffers %d %d %d\n%send\n",
-		t.Name, len(t.Streams), nEvents, maxPinned, maxPageable, maxDevice, body.String())
+	fmt.Fprintf(bw, "# replay of %s (selftest/kineto)\nreplay 1\nstreams %d\nevents %d\nbuffers %d %d %d\ngraphs %d\n",
+		t.Name, len(t.Streams), nEvents, maxPinned, maxPageable, maxDevice, len(graphs))
+	for _, g := range graphs {
+		fmt.Fprintf(bw, "%s\n", g)
+	}
+	fmt.Fprintf(bw, "%send\n", body.String())
 	return p, bw.Flush()
 }
 
