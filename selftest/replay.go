@@ -37,12 +37,16 @@ type ReplayResult struct {
 	// NoCall counts the copies CUPTI ran whose call is not in the trace.
 	NoCall   int             `json:"no_call"`
 	Findings []ReplayFinding `json:"findings"`
-	Plan     kineto.Plan     `json:"-"`
-	Records  Result          `json:"-"` // the record-by-record comparison with the replay's truth
-	Expect   *ReplayExpect   `json:"-"`
-	Verdicts []string        `json:"verdict_problems,omitempty"` // expected verdicts that did not hold
-	Problems []string        `json:"problems,omitempty"`
-	Elapsed  time.Duration   `json:"-"`
+	// Skipped counts the trace's calls not replayed, by API: attribute
+	// queries, allocations and the like, and calls whose GPU record the
+	// trace lacks (kineto.Trace.Skipped).
+	Skipped  map[string]int `json:"not_replayed,omitempty"`
+	Plan     kineto.Plan    `json:"-"`
+	Records  Result         `json:"-"` // the record-by-record comparison with the replay's truth
+	Expect   *ReplayExpect  `json:"-"`
+	Verdicts []string       `json:"verdict_problems,omitempty"` // expected verdicts that did not hold
+	Problems []string       `json:"problems,omitempty"`
+	Elapsed  time.Duration  `json:"-"`
 	// Activities: the agent's launches, graph launches, host waits and
 	// event records beside the replay's ("launch 79/79, ...").
 	Activities string `json:"-"`
@@ -144,7 +148,8 @@ func Replay(ctx context.Context, cfg Config, traces []string, maxGap time.Durati
 	drops := func(pids ...uint32) uint64 { return col.Lost(pids...) + ag.Stats().Engine.LostAny }
 
 	for i, t := range parsed {
-		r := ReplayResult{Trace: t.Name, CUPTI: kineto.CountCopies(t.Copies), InGraphs: len(t.InGraphs), NoCall: len(t.NoCall)}
+		r := ReplayResult{Trace: t.Name, CUPTI: kineto.CountCopies(t.Copies), InGraphs: len(t.InGraphs), NoCall: len(t.NoCall),
+			Skipped: t.Skipped}
 		if e, err := ReadExpect(traces[i]); err == nil {
 			r.Expect = e
 		} else if !os.IsNotExist(err) {
@@ -378,6 +383,15 @@ func PrintReplay(w io.Writer, results []ReplayResult, stats agent.Stats) bool {
 			r.Trace, r.Plan.Threads, r.Plan.Streams, r.Elapsed.Seconds(), r.Records.Got, r.Records.WantRecords, r.Records.Drops,
 			r.InGraphs, r.Plan.GraphLaunches, r.NoCall, verdict)
 		fmt.Fprintf(w, "  calls agent/replay: %s\n", r.Activities)
+		if len(r.Skipped) > 0 {
+			var parts []string
+			n := 0
+			for _, api := range slices.Sorted(maps.Keys(r.Skipped)) {
+				parts = append(parts, fmt.Sprintf("%s %d", api, r.Skipped[api]))
+				n += r.Skipped[api]
+			}
+			fmt.Fprintf(w, "  not replayed: %d calls (%s)\n", n, strings.Join(parts, ", "))
+		}
 		fmt.Fprintf(w, "  %-14s %-22s %-22s\n", "COPIES", "CUPTI", "AGENT")
 		for _, k := range r.Keys() {
 			c, a := r.CUPTI[k], r.Agent[k]

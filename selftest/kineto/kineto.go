@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -111,28 +112,29 @@ type num struct {
 }
 
 // UnmarshalJSON takes a number, or a string holding one (old traces wrote
-// tids as strings); other strings are kept unset, not an error.
+// tids and streams as strings, "stream 7"); any other string is a name,
+// left unset.
 func (n *num) UnmarshalJSON(b []byte) error {
 	s := string(bytes.TrimSpace(b))
 	if s == "null" {
 		return nil
 	}
-	if strings.HasPrefix(s, `"`) {
-		var str string
-		if err := json.Unmarshal(b, &str); err != nil {
+	quoted := strings.HasPrefix(s, `"`)
+	if quoted {
+		if err := json.Unmarshal(b, &s); err != nil {
 			return err
 		}
-		s = strings.TrimPrefix(str, "stream ")
+		s = strings.TrimPrefix(s, "stream ")
 	}
 	if v, err := strconv.ParseInt(s, 10, 64); err == nil {
 		n.v, n.ok = v, true
 		return nil
 	}
-	if f, err := strconv.ParseFloat(s, 64); err == nil && !strings.HasPrefix(string(b), `"`) {
-		n.v, n.ok = int64(f), true
+	if quoted {
 		return nil
 	}
-	if strings.HasPrefix(string(b), `"`) {
+	if f, err := strconv.ParseFloat(s, 64); err == nil && f >= math.MinInt64 && f <= math.MaxInt64 {
+		n.v, n.ok = int64(f), true
 		return nil
 	}
 	return fmt.Errorf("not a number: %.40s", s)
@@ -183,8 +185,12 @@ type rawEvent struct {
 	} `json:"args"`
 }
 
-// MaxEvents bounds what one trace may hold (a day-long trace is not a replay).
-const MaxEvents = 4 << 20
+// MaxEvents and MaxBytes bound what one trace may hold (a day-long trace
+// is not a replay).
+const (
+	MaxEvents = 4 << 20
+	MaxBytes  = 1 << 30
+)
 
 // ReadFile reads a trace, gunzipping a .gz one; errors name the file.
 func ReadFile(path string) (*Trace, error) {
@@ -202,9 +208,12 @@ func ReadFile(path string) (*Trace, error) {
 		defer gz.Close()
 		r = gz
 	}
-	data, err := io.ReadAll(io.LimitReader(r, 1<<30))
+	data, err := io.ReadAll(io.LimitReader(r, MaxBytes+1))
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if len(data) > MaxBytes {
+		return nil, fmt.Errorf("%s: more than %d bytes of JSON, more than a replay takes", path, MaxBytes)
 	}
 	return Parse(data, filepath.Base(path))
 }
@@ -512,6 +521,10 @@ func (b *builder) call(r rtEvent, t *Trace) (Call, bool) {
 	}
 	g := b.gpus[gs[0]]
 	c.Stream = g.stream
+	if len(gs) > 1 && g.kind != "kernel" {
+		// one copy or memset per call: say what else CUPTI gave it
+		t.Skipped[fmt.Sprintf("%s GPU records beyond its first", r.api)] += len(gs) - 1
+	}
 	switch g.kind {
 	case "memcpy":
 		cp := g.copy
