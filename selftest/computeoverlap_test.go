@@ -33,7 +33,7 @@ func TestCheckCompute(t *testing.T) {
 		problems string
 	}{
 		{"exact", []correlate.Activity{launch, syncAct}, 300, 0, false, "truth's engines 0.000 ms"},
-		{"a wait not reported", []correlate.Activity{launch}, 300, 1, false, "the agent reported 1 launch, 0 stream_sync"},
+		{"a wait not reported", []correlate.Activity{launch}, 300, 1, false, "the agent reported 1 launch, 0 graph_launch, 0 stream_sync"},
 		{"bound below the engines", []correlate.Activity{launch, syncAct}, 500, 1, false, "is below"},
 		{"no overlap on the engines", []correlate.Activity{launch, syncAct}, 100, 0, true, "ran beside no compute"},
 	} {
