@@ -64,3 +64,28 @@ func TestCheckCompute(t *testing.T) {
 		t.Errorf("undesigned finding: %+v", res)
 	}
 }
+
+// checkHealthy fails a healthy shape's row on any WARN or FAIL of its
+// window, names the rule, and leaves every other scenario alone.
+func TestCheckHealthy(t *testing.T) {
+	clean := []correlate.Transfer{{PID: 1, TID: 1, Stream: 0x20, API: "cudaMemcpyAsync", Op: "copy", Mover: correlate.MoverCopyEngine,
+		Direction: correlate.DirD2H, HostMem: event.MemPinned, Bytes: 128, SubmitNs: 100, CompleteNs: 110, CallNs: 2}}
+	graphs := []correlate.Activity{{PID: 1, TID: 1, Op: event.OpGraphLaunch, Stream: 0x20, CallNs: 90, ReturnNs: 95},
+		{PID: 1, TID: 1, Op: event.OpStreamSync, Stream: 0x20, CallNs: 101, ReturnNs: 110}}
+	res := Result{}
+	checkHealthy(&res, "decode-graphs", 1, clean, graphs)
+	if res.OtherErrs != 0 || len(res.Problems) != 0 {
+		t.Errorf("clean window: %+v", res)
+	}
+	pageable := append(clean, correlate.Transfer{PID: 1, TID: 1, Stream: 0x20, API: "cudaMemcpyAsync", Op: "copy", Mover: correlate.MoverCopyEngine,
+		Direction: correlate.DirH2D, HostMem: event.MemPageable, Src: correlate.Side{Mem: event.MemPageable}, Bytes: 64 << 20, SubmitNs: 120, CompleteNs: 200, CallNs: 80})
+	checkHealthy(&res, "decode-graphs", 1, pageable, graphs)
+	if res.OtherErrs == 0 || !strings.Contains(strings.Join(res.Problems, "\n"), "healthy shape: fail pageable-copy") {
+		t.Errorf("a FAIL passed: %+v", res)
+	}
+	res = Result{}
+	checkHealthy(&res, "pageable-load", 1, pageable, graphs)
+	if res.OtherErrs != 0 {
+		t.Errorf("a firing scenario judged as healthy: %+v", res)
+	}
+}
