@@ -409,7 +409,7 @@ func (m *metrics) health() exporters.Health {
 	st := ag.Stats()
 	return exporters.Health{Events: st.Events, Drops: st.Drops, AttachedProbes: ag.AttachedProbes(),
 		AttachFailures: ag.AttachFailures(), Unprobed: ag.UnprobedByLibrary(), CallerUnclassified: st.CallerUnclassified, Pending: ag.Pending(), PageLookups: st.Pages.ByResult(),
-		Kernels: st.Engine.Kernels, ProbedLibraries: st.Files, LibraryDetaches: st.LibraryDetaches}
+		Kernels: st.Engine.Kernels, Graphs: st.Engine.Graphs, ProbedLibraries: st.Files, LibraryDetaches: st.LibraryDetaches}
 }
 
 // publish hands a verdict to the metrics and logs what it holds: every

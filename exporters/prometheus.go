@@ -77,6 +77,9 @@ type Health struct {
 	// kernel (docs/design.md, "Kernel movers"); zero when launches are not
 	// probed.
 	Kernels correlate.KernelStats
+	// Graphs counts CUDA graph launches and the calls captured into graphs
+	// (docs/design.md, "CUDA graphs").
+	Graphs correlate.GraphStats
 }
 
 // PageLookupResults are the values of lanewatch_page_lookups_total's
@@ -189,6 +192,12 @@ var (
 	descLaunches = prometheus.NewDesc("lanewatch_kernel_launches_total",
 		"Kernel launches the probes saw (agent run --kernels), by what the agent knew of the kernel: kv_transfer (reported as a transfer moved by SMs), other, unnamed (its handle was named before the agent looked).",
 		[]string{"class"}, nil)
+	descGraphLaunches = prometheus.NewDesc("lanewatch_graph_launches_total",
+		"CUDA graph launches (cudaGraphLaunch): each runs the copies, kernels and event records captured into its graph with no call of their own, so none of them is a transfer; the launch counts as compute on its stream.",
+		nil, nil)
+	descCaptured = prometheus.NewDesc("lanewatch_captured_copies_total",
+		"Copy calls issued on a stream being captured into a CUDA graph: recorded into the graph, not run, so never a transfer record. Their bytes move at each launch of the graph, unseen.",
+		nil, nil)
 	descWRs = prometheus.NewDesc("lanewatch_rdma_work_requests_total",
 		"RDMA work requests posted, by opcode (RDMA_WRITE, WRITE_IMM, RDMA_READ, SEND, RECV) and completion status (none: emitted without a polled completion).",
 		[]string{"opcode", "status"}, nil)
@@ -392,7 +401,7 @@ func (m *Metrics) SetWindow(w Window) {
 
 // Describe implements prometheus.Collector.
 func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descTransfers, descTransferBytes, descTransferSize, descFailed, descSMTransfers, descLaunches, descWRs, descWRLatency,
+	for _, d := range []*prometheus.Desc{descTransfers, descTransferBytes, descTransferSize, descFailed, descSMTransfers, descLaunches, descGraphLaunches, descCaptured, descWRs, descWRLatency,
 		descFindings, descFindingWindows, descLaneDemand, descLaneCapacity, descLaneMeasured, descLaneUnattributed, descLaneSM, descPeerCopy, descGPUCounters,
 		descEvalDuration, descEvalTime, descInflightBytes, descInflightOps, descQPInflightBytes, descQPInflightOps,
 		descEvents, descDrops, descAttached, descAttachFailures, descUnprobed, descProbedLibraries, descLibraryDetaches, descCallerUnclassified, descPending, descPageLookups,
@@ -528,6 +537,8 @@ func collectHealth(ch chan<- prometheus.Metric, h Health) {
 	}{{"kv_transfer", h.Kernels.KV}, {"other", h.Kernels.Other}, {"unnamed", h.Kernels.Unnamed}} {
 		ch <- prometheus.MustNewConstMetric(descLaunches, prometheus.CounterValue, float64(l.n), l.class)
 	}
+	ch <- prometheus.MustNewConstMetric(descGraphLaunches, prometheus.CounterValue, float64(h.Graphs.Launches))
+	ch <- prometheus.MustNewConstMetric(descCaptured, prometheus.CounterValue, float64(h.Graphs.CapturedCopies))
 	if h.PageLookups != nil {
 		for _, r := range PageLookupResults {
 			ch <- prometheus.MustNewConstMetric(descPageLookups, prometheus.CounterValue, float64(h.PageLookups[r]), r)

@@ -65,6 +65,7 @@ func testHealth() Health {
 		ProbedLibraries: 2, LibraryDetaches: 7,
 		Pending: 5,
 		Kernels: correlate.KernelStats{Launches: 9, KV: 2, Other: 5, Unnamed: 2},
+		Graphs:  correlate.GraphStats{Launches: 70, CapturedCopies: 2, CapturedBytes: 640},
 	}
 }
 
@@ -189,6 +190,8 @@ lanewatch_transfers_pending 5
 		"lanewatch_kernel_launches_total{class=kv_transfer}":                    2,
 		"lanewatch_kernel_launches_total{class=unnamed}":                        2,
 		"lanewatch_kernel_launches_total{class=other}":                          5,
+		"lanewatch_graph_launches_total{}":                                      70,
+		"lanewatch_captured_copies_total{}":                                     2,
 	} {
 		if g, ok := got[k]; !ok || g != v {
 			t.Errorf("%s = %v (present %v), want %v", k, g, ok, v)

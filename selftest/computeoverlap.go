@@ -9,11 +9,18 @@ import (
 	"github.com/lanewatch/lanewatch/checks"
 	"github.com/lanewatch/lanewatch/correlate"
 	"github.com/lanewatch/lanewatch/event"
+	"github.com/lanewatch/lanewatch/selftest/refenv"
 )
 
 // ComputeScenarios are the shapes of compute overlap
 // (refpath/kvpath/computeoverlap.c), run with Scenarios.
 var ComputeScenarios = []string{"layer-compute", "layer-compute-sync", "layer-compute-item"}
+
+// GraphScenarios are the healthy shapes under CUDA graphs
+// (refpath/kvpath/graphs.c), run with Scenarios: no record for a copy
+// captured into a graph, one launch activity per graph launch, and
+// nothing above INFO in the window (checkHealthy).
+var GraphScenarios = []string{"decode-graphs"}
 
 // computeExpected is each scenario's designed compute-overlap verdict (the
 // rules that fire, comma-separated); every other scenario must fire none.
@@ -82,12 +89,15 @@ func checkCompute(res *Result, scenario string, pid uint32, truth []TruthCall, g
 	for _, f := range r.Findings {
 		note("finding: %s; %s", f.Summary, strings.Join(f.Evidence, "; "))
 	}
-	if !slices.Contains(ComputeScenarios, scenario) {
+	if !slices.Contains(ComputeScenarios, scenario) && !slices.Contains(GraphScenarios, scenario) {
 		return
 	}
 	if g, t := activityCounts(acts), truthActivityCounts(truth); g != t {
 		res.OtherErrs++
 		note("compute overlap: the agent reported %s, the truth made %s", g, t)
+	}
+	if !slices.Contains(ComputeScenarios, scenario) {
+		return
 	}
 	engine := truthComputeOverlap(truth)
 	var bound uint64
@@ -126,16 +136,17 @@ func truthActivityCounts(truth []TruthCall) string {
 		switch t.Op {
 		case "launch", "kernel_copy":
 			n[event.OpLaunch.String()]++
-		case "stream_sync", "event_sync", "event_record", "ctx_sync":
+		case "stream_sync", "event_sync", "event_record", "ctx_sync", "graph_launch":
 			n[t.Op]++
 		}
+		// captured_launch, captured_copy: recorded into a graph, no activity
 	}
 	return countText(n)
 }
 
 func countText(n map[string]int) string {
 	var parts []string
-	for _, k := range []string{"launch", "stream_sync", "event_sync", "ctx_sync", "event_record"} {
+	for _, k := range []string{"launch", "graph_launch", "stream_sync", "event_sync", "ctx_sync", "event_record"} {
 		parts = append(parts, fmt.Sprintf("%d %s", n[k], k))
 	}
 	return strings.Join(parts, ", ")
@@ -161,4 +172,42 @@ func truthComputeOverlap(truth []TruthCall) uint64 {
 		}
 	}
 	return sum
+}
+
+// checkHealthy fails a healthy shape's row (GraphScenarios) when the
+// agent's window, judged as `agent run` judges one (pageable copies,
+// fragmentation, compute overlap, in-flight sufficiency on the process's
+// own lane), raises anything above INFO: the shape is designed to raise
+// nothing.
+func checkHealthy(res *Result, scenario string, pid uint32, got []correlate.Transfer, acts []correlate.Activity) {
+	if !slices.Contains(GraphScenarios, scenario) {
+		return
+	}
+	w := checks.NewWindow()
+	w.SetKernelsProbed(true)
+	for i := range got {
+		w.Transfer(&got[i])
+	}
+	for i := range acts {
+		w.Activity(&acts[i])
+	}
+	lane := refenv.LaneGBs()
+	place := func(p uint32) checks.Placement {
+		if p != pid {
+			return checks.Placement{Why: fmt.Sprintf("pid %d is not a process of %s", p, scenario)}
+		}
+		return checks.Placement{GPU: privateGPU(pid), InboundGBs: lane, OutboundGBs: lane}
+	}
+	scope := fmt.Sprintf("pid %d", pid)
+	all := append(w.Checks(scope, pid), checks.ComputeCheck(scope, w.Compute(pid)))
+	all = append(all, w.InFlights(place, nil, 0).Checks()...)
+	for _, c := range all {
+		for _, f := range c.Findings {
+			if f.Severity == correlate.SevWarn || f.Severity == correlate.SevFail {
+				res.OtherErrs++
+				res.Problems = append(res.Problems, fmt.Sprintf("healthy shape: %s %s on %s: %s; %s", f.Severity, f.Rule, f.Subject,
+					f.Summary, strings.Join(f.Evidence, "; ")))
+			}
+		}
+	}
 }

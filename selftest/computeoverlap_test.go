@@ -33,7 +33,7 @@ func TestCheckCompute(t *testing.T) {
 		problems string
 	}{
 		{"exact", []correlate.Activity{launch, syncAct}, 300, 0, false, "truth's engines 0.000 ms"},
-		{"a wait not reported", []correlate.Activity{launch}, 300, 1, false, "the agent reported 1 launch, 0 stream_sync"},
+		{"a wait not reported", []correlate.Activity{launch}, 300, 1, false, "the agent reported 1 launch, 0 graph_launch, 0 stream_sync"},
 		{"bound below the engines", []correlate.Activity{launch, syncAct}, 500, 1, false, "is below"},
 		{"no overlap on the engines", []correlate.Activity{launch, syncAct}, 100, 0, true, "ran beside no compute"},
 	} {
@@ -62,5 +62,30 @@ func TestCheckCompute(t *testing.T) {
 	checkCompute(&res, "hicache-load", 1, nil, got, acts)
 	if res.OtherErrs != 1 || !strings.Contains(strings.Join(res.Problems, "\n"), "the agent fired [host-sync-in-loop], the scenario is designed to fire []") {
 		t.Errorf("undesigned finding: %+v", res)
+	}
+}
+
+// checkHealthy fails a healthy shape's row on any WARN or FAIL of its
+// window, names the rule, and leaves every other scenario alone.
+func TestCheckHealthy(t *testing.T) {
+	clean := []correlate.Transfer{{PID: 1, TID: 1, Stream: 0x20, API: "cudaMemcpyAsync", Op: "copy", Mover: correlate.MoverCopyEngine,
+		Direction: correlate.DirD2H, HostMem: event.MemPinned, Bytes: 128, SubmitNs: 100, CompleteNs: 110, CallNs: 2}}
+	graphs := []correlate.Activity{{PID: 1, TID: 1, Op: event.OpGraphLaunch, Stream: 0x20, CallNs: 90, ReturnNs: 95},
+		{PID: 1, TID: 1, Op: event.OpStreamSync, Stream: 0x20, CallNs: 101, ReturnNs: 110}}
+	res := Result{}
+	checkHealthy(&res, "decode-graphs", 1, clean, graphs)
+	if res.OtherErrs != 0 || len(res.Problems) != 0 {
+		t.Errorf("clean window: %+v", res)
+	}
+	pageable := append(clean, correlate.Transfer{PID: 1, TID: 1, Stream: 0x20, API: "cudaMemcpyAsync", Op: "copy", Mover: correlate.MoverCopyEngine,
+		Direction: correlate.DirH2D, HostMem: event.MemPageable, Src: correlate.Side{Mem: event.MemPageable}, Bytes: 64 << 20, SubmitNs: 120, CompleteNs: 200, CallNs: 80})
+	checkHealthy(&res, "decode-graphs", 1, pageable, graphs)
+	if res.OtherErrs == 0 || !strings.Contains(strings.Join(res.Problems, "\n"), "healthy shape: fail pageable-copy") {
+		t.Errorf("a FAIL passed: %+v", res)
+	}
+	res = Result{}
+	checkHealthy(&res, "pageable-load", 1, pageable, graphs)
+	if res.OtherErrs != 0 {
+		t.Errorf("a firing scenario judged as healthy: %+v", res)
 	}
 }

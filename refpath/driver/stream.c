@@ -625,7 +625,7 @@ static CUresult begin_capture(CUstream h, int per_thread, CUstreamCaptureMode mo
 	return CUDA_SUCCESS;
 }
 
-/* CUDA 10.0's form: no mode argument, global mode. */
+/* CUDA 10.0's form: no mode argument (modes are not enforced here). */
 RC_API CUresult cuStreamBeginCapture(CUstream hStream)
 {
 	RC_GATE();

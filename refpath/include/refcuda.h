@@ -565,7 +565,7 @@ CUresult cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int Flags)
 CUresult cuStreamWaitEvent_ptsz(CUstream hStream, CUevent hEvent, unsigned int Flags);
 CUresult cuCtxSynchronize(void);
 /* Stream capture and graphs. cuStreamBeginCapture[_ptsz] is CUDA 10.0's form, kept
- * exported by NVIDIA's drivers (global mode); cuda.h maps cuStreamBeginCapture to
+ * exported by NVIDIA's drivers (no mode argument); cuda.h maps cuStreamBeginCapture to
  * _v2. cuGraphInstantiate and cuGraphInstantiate_v2 are the exported 11.x forms
  * (error node, log buffer); CUDA 12's cuda.h maps cuGraphInstantiate to
  * cuGraphInstantiateWithFlags. */

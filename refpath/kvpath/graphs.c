@@ -9,7 +9,8 @@
  * cudaGraphInstantiate. None of it runs at capture: the truth's ops are
  * `captured_copy` and `captured_launch` (no record expected, no activity).
  *
- * Then --iterations steps (64): the host writes the step's metadata into the pinned
+ * Then --iterations steps (300, so that the token read-backs are enough copies for
+ * fragmentation to judge): the host writes the step's metadata into the pinned
  * staging buffer (no CUDA call: nothing pageable), cudaGraphLaunch on the compute
  * stream (truth op `graph_launch`: one launch activity each), then, outside the
  * graph, the step's tokens read back with a 128-byte cudaMemcpyAsync D2H into pinned
@@ -107,7 +108,7 @@ static int32_t *pinned_alloc(size_t n)
 
 int sc_decode_graphs(const struct opts *o, struct result *res)
 {
-	long steps = o->iterations ? o->iterations : 64;
+	long steps = o->iterations ? o->iterations : 300; /* past fragmentation's 256 copies: judged */
 	int32_t *staging = pinned_alloc(DG_META_BYTES), *graph_tokens = pinned_alloc(DG_TOKEN_BYTES),
 		*tokens = pinned_alloc(DG_TOKEN_BYTES);
 	int32_t *meta = (int32_t *)dev_alloc(DG_META_BYTES), *dtokens = (int32_t *)dev_alloc(DG_TOKEN_BYTES);

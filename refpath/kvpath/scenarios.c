@@ -1035,7 +1035,7 @@ const struct scenario scenarios[] = {
 	{"layer-compute", sc_layer_compute, 8, 4 * MiB, 1},           /* 8 x 4 MiB H2D up front, 8 kernels of 1 ms */
 	{"layer-compute-sync", sc_layer_compute_sync, 8, 4 * MiB, 1}, /* ... the load stream synchronized per layer */
 	{"layer-compute-item", sc_layer_compute_item, 8, 4 * MiB, 1}, /* ... a 4-byte cudaMemcpy D2H per layer */
-	{"decode-graphs", sc_decode_graphs, 1, 0, 1}, /* captured once; 64 x cudaGraphLaunch + 128 B D2H + sync */
+	{"decode-graphs", sc_decode_graphs, 1, 0, 1}, /* captured once; 300 x cudaGraphLaunch + 128 B D2H + sync */
 	{"storage-load", sc_storage_load, 16, 2 * MiB, 1}, /* 16 x 2 MiB read from a file into the pool, each then H2D */
 	{"storage-writeback", sc_storage_writeback, 64, 4 * MiB, 1}, /* 64 x 4 MiB read from a file beside 64 x 4 MiB D2H */
 	{"replay", sc_replay, 1, 0, 1}, /* a trace's call stream (--script) */
