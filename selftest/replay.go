@@ -149,7 +149,7 @@ func Replay(ctx context.Context, cfg Config, traces []string, maxGap time.Durati
 
 	for i, t := range parsed {
 		r := ReplayResult{Trace: t.Name, CUPTI: kineto.CountCopies(t.Copies), InGraphs: len(t.InGraphs), NoCall: len(t.NoCall),
-			Skipped: t.Skipped}
+			Skipped: t.Skipped, Findings: []ReplayFinding{}}
 		if e, err := ReadExpect(traces[i]); err == nil {
 			r.Expect = e
 		} else if !os.IsNotExist(err) {
