@@ -73,12 +73,15 @@ type ReplayExpect struct {
 	// Verdicts: each rule a person reading the trace says fires (with its
 	// severity) or stays silent, and why. A rule not listed must stay
 	// silent but for INFO.
-	Verdicts []struct {
-		Rule     string             `json:"rule"`
-		Fires    bool               `json:"fires"`
-		Severity correlate.Severity `json:"severity,omitempty"`
-		Why      string             `json:"why"`
-	} `json:"verdicts"`
+	Verdicts []ReplayVerdict `json:"verdicts"`
+}
+
+// ReplayVerdict is one rule's expected verdict on a trace.
+type ReplayVerdict struct {
+	Rule     string             `json:"rule"`
+	Fires    bool               `json:"fires"`
+	Severity correlate.Severity `json:"severity,omitempty"` // when it fires
+	Why      string             `json:"why"`                // what a person reading the trace sees
 }
 
 // ExpectPath is where a trace's expectations are.
