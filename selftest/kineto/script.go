@@ -146,16 +146,18 @@ func Script(w io.Writer, t *Trace, o ScriptOptions) (Plan, error) {
 				s := stream(c.Stream)
 				lastStream = s
 				var copies []string
+				compute := c.GPUNs // the graph's span on its stream, less its copies' own time
 				for _, cp := range c.GraphCopies {
 					if !replayable(cp) {
 						p.NotReplayed[fmt.Sprintf("%s %s copy in a graph", cp.Dir, cp.Host)]++
 						continue
 					}
 					fits(cp)
+					compute -= cp.GPUNs
 					copies = append(copies, fmt.Sprintf("%s %s %d", cp.Dir, cp.Host, cp.Bytes))
 				}
 				line(c, "graph %d %d", s, len(graphs))
-				graphs = append(graphs, strings.Join(append([]string{fmt.Sprintf("graph %d %d", max(c.GPUNs, 0), len(copies))}, copies...), "\n"))
+				graphs = append(graphs, strings.Join(append([]string{fmt.Sprintf("graph %d %d", max(compute, 0), len(copies))}, copies...), "\n"))
 				p.GraphLaunches++
 				p.GraphCopies += len(copies)
 			case OpMemset:
