@@ -3,6 +3,7 @@ package kineto
 import (
 	"bytes"
 	"compress/gzip"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -226,4 +227,40 @@ func mapsEqual[K comparable, V comparable](a, b map[K]V) bool {
 		}
 	}
 	return true
+}
+
+// A graph's replayed nodes keep their capture's correlation ids: a copy
+// with no call belongs to the graph launch whose work last ran on its
+// stream, unless a plain call's work came between; elsewhere its call
+// preceded the trace.
+func TestGraphOwnership(t *testing.T) {
+	ev := func(cat, name string, corr, stream int, ts, dur, bytes int) string {
+		return fmt.Sprintf(`{"ph":"X","cat":%q,"name":%q,"ts":%d,"dur":%d,"args":{"correlation":%d,"stream":%d,"bytes":%d}}`,
+			cat, name, ts, dur, corr, stream, bytes)
+	}
+	rt := func(name string, corr, ts int) string {
+		return fmt.Sprintf(`{"ph":"X","cat":"cuda_runtime","name":%q,"pid":1,"tid":1,"ts":%d,"dur":1,"args":{"correlation":%d}}`, name, ts, corr)
+	}
+	d2d := "Memcpy DtoD (Device -> Device)"
+	events := []string{
+		ev("gpu_memcpy", d2d, 1, 5, 5, 1, 100), // before any launch: its call preceded the trace
+		rt("cudaGraphLaunch", 10, 10),
+		ev("kernel", "k", 10, 5, 20, 5, 0),
+		ev("gpu_memcpy", d2d, 2, 5, 26, 2, 200), // the graph's
+		ev("gpu_memcpy", d2d, 3, 6, 27, 2, 300), // another stream: no call
+		rt("cudaLaunchKernel", 11, 12),
+		ev("kernel", "k", 11, 5, 30, 5, 0),
+		ev("gpu_memcpy", d2d, 4, 5, 40, 2, 400), // after a plain launch's work: no call
+	}
+	tr, err := Parse([]byte(`{"traceEvents":[`+strings.Join(events, ",")+`]}`), "graphs.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tr.InGraphs) != 1 || tr.InGraphs[0].Bytes != 200 || len(tr.NoCall) != 3 {
+		t.Fatalf("in graphs %v, no call %v; want the 200 B copy in the graph, three without a call", tr.InGraphs, tr.NoCall)
+	}
+	g := tr.Threads[0].Calls[0]
+	if g.Op != OpGraph || g.Stream != 5 || g.GPUNs != 8000 || len(g.GraphCopies) != 1 {
+		t.Errorf("graph launch %+v: want stream 5, 8 µs from its kernel to its copy's end, one copy", g)
+	}
 }
