@@ -317,40 +317,11 @@ func Run(ctx context.Context, cfg Config) (results []Result, stats agent.Stats, 
 		}
 		defer storage.Close()
 	}
-	ready := make(chan struct{})
-	ag, err := agent.New(agent.Config{
-		Storage: storage,
-		Libs: []string{
-			filepath.Join(cfg.RefDir, "lib", "libcuda.so.1"),
-			filepath.Join(cfg.RefDir, "plain", "libcudart.so.12"),
-			filepath.Join(cfg.RefDir, "cet", "libcudart.so.12"),
-			filepath.Join(cfg.RefDir, "rdma", "libibverbs.so.1"),
-		},
-		Sink:           col,
-		Activity:       col,
-		Logger:         cfg.Logger,
-		Devices:        refDevices("/proc", cfg.Logger),
-		Kernels:        true, // kernel-copy's launches: the kernel rows beside every scenario's copies
-		OnExit:         col.OnExit,
-		OnCall:         col.OnCall,
-		OnProvider:     col.OnProvider,
-		OnRuntimeLayer: col.OnRuntimeLayer,
-		OnReady:        func() { close(ready) },
-	})
+	ag, stopAgent, err := startAgent(ctx, cfg, col, storage)
 	if err != nil {
 		return nil, stats, err
 	}
-	runCtx, stop := context.WithCancel(ctx)
-	runErr := make(chan error, 1)
-	go func() { runErr <- ag.Run(runCtx) }()
-	defer func() { stop(); <-runErr }()
-	select {
-	case <-ready:
-	case err := <-runErr:
-		return nil, stats, fmt.Errorf("agent: %w", err)
-	case <-time.After(cfg.Timeout):
-		return nil, stats, fmt.Errorf("agent did not attach within %s", cfg.Timeout)
-	}
+	defer stopAgent()
 	defer func() { stats = ag.Stats() }() // runs before the agent stops
 	drops := func(pids ...uint32) uint64 { return col.Lost(pids...) + ag.Stats().Engine.LostAny }
 
@@ -427,6 +398,48 @@ func Run(ctx context.Context, cfg Config) (results []Result, stats agent.Stats, 
 		results = append(results, spansCheck(ctx, kvpath, filepath.Join(tmp, "spans-hicache-load.jsonl"), col, cfg))
 	}
 	return results, stats, nil
+}
+
+// startAgent runs the agent on the reference libraries, every transfer and
+// activity to col, and waits until it attached; stop stops it.
+func startAgent(ctx context.Context, cfg Config, col *Collector, storage *agent.StorageReads) (ag *agent.Agent, stop func(), err error) {
+	ready := make(chan struct{})
+	ag, err = agent.New(agent.Config{
+		Storage: storage,
+		Libs: []string{
+			filepath.Join(cfg.RefDir, "lib", "libcuda.so.1"),
+			filepath.Join(cfg.RefDir, "plain", "libcudart.so.12"),
+			filepath.Join(cfg.RefDir, "cet", "libcudart.so.12"),
+			filepath.Join(cfg.RefDir, "rdma", "libibverbs.so.1"),
+		},
+		Sink:           col,
+		Activity:       col,
+		Logger:         cfg.Logger,
+		Devices:        refDevices("/proc", cfg.Logger),
+		Kernels:        true, // kernel-copy's launches: the kernel rows beside every scenario's copies
+		OnExit:         col.OnExit,
+		OnCall:         col.OnCall,
+		OnProvider:     col.OnProvider,
+		OnRuntimeLayer: col.OnRuntimeLayer,
+		OnReady:        func() { close(ready) },
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	runErr := make(chan error, 1)
+	go func() { runErr <- ag.Run(runCtx) }()
+	select {
+	case <-ready:
+	case err := <-runErr:
+		cancel()
+		return nil, nil, fmt.Errorf("agent: %w", err)
+	case <-time.After(cfg.Timeout):
+		cancel()
+		<-runErr
+		return nil, nil, fmt.Errorf("agent did not attach within %s", cfg.Timeout)
+	}
+	return ag, func() { cancel(); <-runErr }, nil
 }
 
 // proc is a running scenario.

@@ -5,6 +5,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -16,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/lanewatch/lanewatch/collectors"
 	"github.com/lanewatch/lanewatch/selftest"
@@ -31,6 +33,8 @@ Usage:
   agent diagnose [flags]   one-shot checklist: topology, links, IOMMU, NUMA, pools, and (--sample) live transfers
   agent topo     [flags]   the GPU/NIC/NVMe relation matrix and the GPU → nearest RDMA device map
   agent selftest [flags]   run the bundled reference KV data path under the probes and check every record
+  agent selftest --replay [--json] FILE...
+                           replay PyTorch profiler (Kineto) traces through the reference runtime under the probes
   agent probes   LIB...    where each probe-table symbol of a library is probed (or that it is absent)
   agent version            print the version
 
@@ -133,7 +137,14 @@ func parse(fs *flag.FlagSet, args []string, stderr io.Writer) (*slog.Logger, int
 }
 
 func cmdSelftest(args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("selftest", "warn", stderr, "Runs every scenario of the reference KV data path under the real probes and compares\nwhat the agent saw with the scenario's ground truth, record by record. Exits 1 on any\nmismatch or drop.")
+	fs := newFlagSet("selftest", "warn", stderr, "Runs every scenario of the reference KV data path under the real probes and compares\nwhat the agent saw with the scenario's ground truth, record by record. Exits 1 on any\nmismatch or drop.\n\n"+
+		"agent selftest --replay [--json] FILE... replays PyTorch profiler (Kineto) traces, .json or\n"+
+		".json.gz, instead: each trace's CUDA calls, thread by thread with their original gaps, are\n"+
+		"made again through the reference runtime (copies from the host memory CUPTI recorded,\n"+
+		"kernels and graph launches lasting their GPU time, memsets, events, stream waits and\n"+
+		"syncs, on as many streams) while the agent watches. It prints per trace CUPTI's copies\n"+
+		"by direction and host memory beside the agent's records, and the findings; --json one\n"+
+		"object per trace. A trace's NAME.expect.json, where present, gives its expected verdicts.")
 	refDir := fs.String("refpath", defaultRefDir(), "build directory of the reference data path (make -C refpath)")
 	live := fs.Bool("live", false, "print every transfer as the agent reports it")
 	scenarios := fs.String("scenarios", strings.Join(selftest.Scenarios, ","), "comma-separated CUDA scenarios to run after late-attach")
@@ -144,12 +155,33 @@ func cmdSelftest(args []string, stdout, stderr io.Writer) int {
 	linkTrain := fs.Bool("link-train", true, "run link-trains-up: a reference GPU whose NVML link idles at Gen1 and trains to its maximum under load; the lane capacity must be the trained maximum and no link or overlap finding appear")
 	storage := fs.Bool("storage", true, "run storage-load twice: layers read O_DIRECT from a file on this machine's disk into the registered pool, then H2D, the file's device placed on the pool's node (storage-far-pool must not fire) and on another (it must); and storage-writeback twice, file reads beside D2H with the disk and a reference GPU placed under one switch (storage-shared-uplink must fire) and apart (it must not)")
 	tpWorkers := fs.Bool("tp-workers", true, "run tp-workers on each runtime build: worker processes that each see every reference GPU and choose theirs per thread, every copy's GPU compared")
+	replay := fs.Bool("replay", false, "replay the Kineto traces named after the flags instead of the scenarios (see above)")
+	asJSON := fs.Bool("json", false, "with --replay: one JSON object per trace: trace, cupti and agent copies by direction/host memory, in_graphs, findings")
+	maxGap := fs.Duration("max-gap", selftest.DefaultReplayMaxGap, "with --replay: the longest idle stretch of a trace kept (longer ones are cut to it); 0 keeps all")
 	log, code := parse(fs, args, stderr)
 	if log == nil {
 		return code
 	}
+	var files []string // flags may follow the files too
+	for rest := fs.Args(); len(rest) > 0; {
+		if strings.HasPrefix(rest[0], "-") {
+			if err := fs.Parse(rest); err != nil {
+				return 2
+			}
+			rest = fs.Args()
+			continue
+		}
+		files, rest = append(files, rest[0]), rest[1:]
+	}
+	if len(files) > 0 != *replay {
+		fmt.Fprintln(stderr, "selftest: trace files go with --replay, and --replay needs at least one")
+		return 2
+	}
 	if !checkPrivileges(stderr, "selftest", log) {
 		return 1
+	}
+	if *replay {
+		return replayTraces(files, *refDir, *live, *asJSON, *maxGap, log, stdout, stderr)
 	}
 	cfg := selftest.Config{RefDir: *refDir, Out: stdout, Logger: log, Scenarios: splitList(*scenarios), RDMA: splitList(*rdma), Pairs: splitList(*pairs), KernelCopy: *kernelCopy,
 		NoDevice: *noDevice, TPWorkers: *tpWorkers, Storage: *storage}
@@ -176,6 +208,39 @@ func cmdSelftest(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	fmt.Fprintln(stdout, "selftest passed")
+	return 0
+}
+
+// replayTraces is `agent selftest --replay`.
+func replayTraces(files []string, refDir string, live, asJSON bool, maxGap time.Duration, log *slog.Logger, stdout, stderr io.Writer) int {
+	cfg := selftest.Config{RefDir: refDir, Logger: log}
+	if live {
+		cfg.Live = stdout
+	}
+	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer cancel()
+	results, stats, err := selftest.Replay(ctx, cfg, files, maxGap)
+	ok := true
+	if asJSON {
+		enc := json.NewEncoder(stdout)
+		for _, r := range results {
+			ok = ok && r.OK()
+			if err := enc.Encode(r); err != nil {
+				fmt.Fprintln(stderr, "selftest:", err)
+				return 1
+			}
+		}
+	} else {
+		ok = selftest.PrintReplay(stdout, results, stats)
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "selftest:", err)
+		return 1
+	}
+	if !ok {
+		fmt.Fprintln(stderr, "selftest --replay: FAILED")
+		return 1
+	}
 	return 0
 }
 

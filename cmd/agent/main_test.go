@@ -41,6 +41,16 @@ func TestUsage(t *testing.T) {
 	if code := realMain([]string{"run", "-h"}, &out, &errb); code != 0 || !strings.Contains(errb.String(), "-output") {
 		t.Errorf("run -h: code %d, stderr %q", code, errb.String())
 	}
+	for _, args := range [][]string{{"selftest", "--replay"}, {"selftest", "trace.json.gz"}} {
+		errb.Reset()
+		if code := realMain(args, &out, &errb); code != 2 || !strings.Contains(errb.String(), "trace files go with --replay") {
+			t.Errorf("%q: code %d, stderr %q", args, code, errb.String())
+		}
+	}
+	errb.Reset()
+	if code := realMain([]string{"selftest", "-h"}, &out, &errb); code != 0 || !strings.Contains(errb.String(), "--replay [--json] FILE...") {
+		t.Errorf("selftest -h: code %d, stderr %q", code, errb.String())
+	}
 	out.Reset()
 	if code := realMain([]string{"version"}, &out, &errb); code != 0 || !strings.HasPrefix(out.String(), "lanewatch ") {
 		t.Errorf("version: %d %q", code, out.String())

@@ -543,6 +543,20 @@ RC_API CUresult cuEventSynchronize(CUevent hEvent)
 	return CUDA_SUCCESS;
 }
 
+/* CUDA_SUCCESS once an engine reached the latest record, CUDA_ERROR_NOT_READY before:
+ * the answer of a poll, not a failure. */
+RC_API CUresult cuEventQuery(CUevent hEvent)
+{
+	RC_GATE();
+	struct CUevent_st *e = event_check(hEvent);
+	if (!e)
+		return CUDA_ERROR_INVALID_HANDLE;
+	pthread_mutex_lock(&e->mu);
+	int done = e->done >= e->recorded;
+	pthread_mutex_unlock(&e->mu);
+	return done ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+}
+
 static CUresult stream_wait_event(CUstream hStream, CUevent hEvent, int per_thread)
 {
 	struct CUevent_st *e = event_check(hEvent);
@@ -699,4 +713,34 @@ RC_API CUresult cuStreamIsCapturing_ptsz(CUstream hStream, CUstreamCaptureStatus
 {
 	RC_GATE();
 	return is_capturing(hStream, 1, captureStatus);
+}
+
+/* A stream-ordered memset of device memory (the engine writes the bytes). */
+struct memset_op {
+	void *dst;
+	unsigned char value;
+	size_t n;
+};
+
+static void memset_run(uintptr_t arg)
+{
+	struct memset_op *m = (struct memset_op *)arg;
+	memset(m->dst, m->value, m->n);
+	free(m);
+}
+
+RC_API CUresult cuMemsetD8Async(CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream)
+{
+	RC_GATE();
+	rc_init();
+	if (!rc_is_device((const void *)(uintptr_t)dstDevice, N))
+		return CUDA_ERROR_INVALID_VALUE;
+	struct memset_op *m = malloc(sizeof *m);
+	if (!m)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	*m = (struct memset_op){.dst = (void *)(uintptr_t)dstDevice, .value = uc, .n = N};
+	CUresult r = rc_stream_enqueue_fn(hStream, 0, memset_run, (uintptr_t)m);
+	if (r != CUDA_SUCCESS)
+		free(m);
+	return r;
 }

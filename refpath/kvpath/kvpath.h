@@ -14,6 +14,7 @@ struct opts {
 	int layers;         /* 0: scenario default */
 	size_t layer_bytes; /* 0: scenario default */
 	long iterations;    /* 0: scenario default */
+	const char *script; /* replay: the call stream to make (replay.c) */
 };
 
 /* Result of a scenario: raw JSON members appended to the end line ("" for none). */
@@ -39,6 +40,7 @@ int sc_tp_workers(const struct opts *o, struct result *res);     /* tpworkers.c 
 int sc_late_pool_pages(const struct opts *o, struct result *res); /* late_pool_pages.c */
 int sc_vmm_pool_managed(const struct opts *o, struct result *res); /* vmm_pool_managed.c */
 int sc_launchbench(const struct opts *o, struct result *res);     /* launchbench.c */
+int sc_replay(const struct opts *o, struct result *res);          /* replay.c: a trace's calls */
 int sc_storage_load(const struct opts *o, struct result *res);    /* storage_load.c */
 int sc_storage_writeback(const struct opts *o, struct result *res); /* storage_writeback.c */
 struct stat;

@@ -1,5 +1,5 @@
 /*
- * kvpath --scenario NAME --truth FILE [--hold] [--layers N] [--layer-bytes B] [--iterations N]
+ * kvpath --scenario NAME --truth FILE [--hold] [--layers N] [--layer-bytes B] [--iterations N] [--script FILE]
  *
  * One process runs one scenario against the reference CUDA runtime and writes
  * the ground truth (one JSON line per CUDA call, then an end line).
@@ -14,7 +14,7 @@
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: kvpath --scenario NAME --truth FILE [--hold] [--layers N] [--layer-bytes B] "
-		   "[--iterations N]\nscenarios:");
+		   "[--iterations N] [--script FILE (replay)]\nscenarios:");
 	for (const struct scenario *s = scenarios; s->name; s++)
 		fprintf(f, " %s", s->name);
 	fputc('\n', f);
@@ -52,6 +52,9 @@ int main(int argc, char **argv)
 			i++;
 		} else if (!strcmp(a, "--truth") && v) {
 			o.truth = v;
+			i++;
+		} else if (!strcmp(a, "--script") && v) {
+			o.script = v;
 			i++;
 		} else if (!strcmp(a, "--hold")) {
 			o.hold = 1;

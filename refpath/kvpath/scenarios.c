@@ -1038,5 +1038,6 @@ const struct scenario scenarios[] = {
 	{"decode-graphs", sc_decode_graphs, 1, 0, 1}, /* captured once; 300 x cudaGraphLaunch + 128 B D2H + sync */
 	{"storage-load", sc_storage_load, 16, 2 * MiB, 1}, /* 16 x 2 MiB read from a file into the pool, each then H2D */
 	{"storage-writeback", sc_storage_writeback, 64, 4 * MiB, 1}, /* 64 x 4 MiB read from a file beside 64 x 4 MiB D2H */
+	{"replay", sc_replay, 1, 0, 1}, /* a trace's call stream (--script) */
 	{NULL, NULL, 0, 0, 0},
 };

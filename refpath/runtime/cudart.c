@@ -552,6 +552,19 @@ RT_API cudaError_t cudaEventSynchronize(cudaEvent_t event)
 	return ret(cuEventSynchronize(event));
 }
 
+RT_API cudaError_t cudaEventQuery(cudaEvent_t event)
+{
+	INIT();
+	CUresult r = cuEventQuery(event);
+	return r == CUDA_ERROR_NOT_READY ? cudaErrorNotReady : ret(r); /* an answer, not a sticky error */
+}
+
+RT_API cudaError_t cudaMemsetAsync(void *devPtr, int value, size_t count, cudaStream_t stream)
+{
+	INIT();
+	return ret(cuMemsetD8Async((CUdeviceptr)(uintptr_t)devPtr, (unsigned char)value, count, stream));
+}
+
 RT_API cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int flags)
 {
 	INIT();
