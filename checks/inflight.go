@@ -33,8 +33,8 @@ type inflightWindow struct {
 }
 
 // addInflight keeps one operation of a flow; end 0 is one without a
-// proven completion. Called with w.mu held.
-func (w *Window) addInflight(k linkFlowKey, start, end, bytes uint64) {
+// proven completion, far one proven far from it. Called with w.mu held.
+func (w *Window) addInflight(k linkFlowKey, start, end, bytes uint64, far bool) {
 	f := &w.inflight
 	if f.ops >= maxInflightOps {
 		f.dropped++
@@ -43,7 +43,7 @@ func (w *Window) addInflight(k linkFlowKey, start, end, bytes uint64) {
 	if f.flows == nil {
 		f.flows = map[linkFlowKey][]correlate.Span{}
 	}
-	f.flows[k] = append(f.flows[k], correlate.Span{Start: start, End: end, Bytes: bytes})
+	f.flows[k] = append(f.flows[k], correlate.Span{Start: start, End: end, Bytes: bytes, Far: far && end > start})
 	f.ops++
 }
 
@@ -140,9 +140,11 @@ func (w *Window) InFlights(place func(uint32) Placement, capacity func(gpu strin
 			li.AvgBytes, li.AvgOps = li.AvgBytes/den, li.AvgOps/den
 		}
 		rep.Lanes = append(rep.Lanes, li)
+		laneBusy, laneByteNs := w.laneInFlight(l.gpu, l.dir, placeOf)
 		for _, i := range idx {
 			f := &rep.Flows[i]
 			f.InFlight.CapacityGBs = gbs
+			f.InFlight.LaneBusyNs, f.InFlight.LaneByteNs = laneBusy, laneByteNs
 			if gbs == 0 {
 				f.Skip = fmt.Sprintf("capacity of GPU %s's %s lane unknown", l.gpu, l.dir)
 				continue
@@ -155,6 +157,46 @@ func (w *Window) InFlights(place func(uint32) Placement, capacity func(gpu strin
 		}
 	}
 	return rep
+}
+
+// laneInFlight is how long one lane had any operation in flight over the
+// window (every flow's, its completion proven near or far) and those
+// operations' bytes integrated over their time in flight. Called with
+// w.mu held.
+func (w *Window) laneInFlight(gpu, dir string, placeOf func(uint32) Placement) (busyNs uint64, byteNs float64) {
+	var iv [][2]uint64
+	for k, ops := range w.inflight.flows {
+		g := k.gpu
+		if pl := placeOf(k.owner); pl.GPU != "" && (g == "" || g == pl.GPU) {
+			g = pl.GPU
+		}
+		if g != gpu || k.dir != dir {
+			continue
+		}
+		for _, o := range ops {
+			if o.End > o.Start {
+				iv = append(iv, [2]uint64{o.Start, o.End})
+				byteNs += float64(o.Bytes) * float64(o.End-o.Start)
+			}
+		}
+	}
+	slices.SortFunc(iv, func(a, b [2]uint64) int { return cmp.Compare(a[0], b[0]) })
+	var curS, curE uint64
+	for i, x := range iv {
+		switch {
+		case i == 0:
+			curS, curE = x[0], x[1]
+		case x[0] > curE:
+			busyNs += curE - curS
+			curS, curE = x[0], x[1]
+		default:
+			curE = max(curE, x[1])
+		}
+	}
+	if len(iv) > 0 {
+		busyNs += curE - curS
+	}
+	return busyNs, byteNs
 }
 
 // laneRate is what one lane carried over [from, to]: every flow's bytes
