@@ -100,8 +100,8 @@ type InFlight struct {
 	// integrated over their time in flight (every flow's, near or far):
 	// B × L is judged per lane, so a flow fires only when the whole lane
 	// keeps too little in flight. Zero: not measured (the flow alone).
-	LaneBusyNs   uint64
-	LaneByteNs   float64
+	LaneBusyNs uint64
+	LaneByteNs float64
 	// CapacityGBs is the path's capacity (0 unknown); LaneGBs what every
 	// flow on the lane moved during this flow's active span (the
 	// saturation test), LaneMeasured when that came from the GPU's
