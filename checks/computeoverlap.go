@@ -112,7 +112,7 @@ func (c *computeWindow) copy(t *correlate.Transfer) {
 // (correlate.ActivitySink).
 func (w *Window) Activity(a *correlate.Activity) {
 	switch a.Op {
-	case event.OpLaunch, event.OpEventRecord, event.OpStreamSync, event.OpEventSync, event.OpCtxSync:
+	case event.OpLaunch, event.OpEventRecord, event.OpStreamSync, event.OpEventSync, event.OpCtxSync, event.OpStreamWaitEvent:
 	default:
 		return
 	}

@@ -121,30 +121,22 @@ func (w *Window) InFlights(place func(uint32) Placement, capacity func(gpu strin
 		if gbs == 0 && capacity != nil {
 			gbs = capacity(l.gpu)
 		}
+		// The lane's averages count every proven operation, its
+		// completion near or far: what was in flight, not its latency.
 		li := LaneInFlight{GPU: l.gpu, Direction: l.dir, Flows: len(idx)}
-		var first, last uint64
-		for _, i := range idx {
-			m := rep.Flows[i].InFlight
-			li.AvgBytes += m.ByteNs
-			li.AvgOps += m.OpNs
-			if m.Ops > 0 && (first == 0 || m.FirstNs < first) {
-				first = m.FirstNs
-			}
-			last = max(last, m.LastNs)
-		}
+		lo := w.laneInFlight(l.gpu, l.dir, placeOf)
 		den := float64(span.Nanoseconds())
 		if den <= 0 {
-			den = float64(last - first)
+			den = float64(lo.last - lo.first)
 		}
 		if den > 0 {
-			li.AvgBytes, li.AvgOps = li.AvgBytes/den, li.AvgOps/den
+			li.AvgBytes, li.AvgOps = lo.byteNs/den, lo.opNs/den
 		}
 		rep.Lanes = append(rep.Lanes, li)
-		laneBusy, laneByteNs := w.laneInFlight(l.gpu, l.dir, placeOf)
 		for _, i := range idx {
 			f := &rep.Flows[i]
 			f.InFlight.CapacityGBs = gbs
-			f.InFlight.LaneBusyNs, f.InFlight.LaneByteNs = laneBusy, laneByteNs
+			f.InFlight.LaneBusyNs, f.InFlight.LaneByteNs = lo.busyNs, lo.byteNs
 			if gbs == 0 {
 				f.Skip = fmt.Sprintf("capacity of GPU %s's %s lane unknown", l.gpu, l.dir)
 				continue
@@ -159,11 +151,18 @@ func (w *Window) InFlights(place func(uint32) Placement, capacity func(gpu strin
 	return rep
 }
 
-// laneInFlight is how long one lane had any operation in flight over the
-// window (every flow's, its completion proven near or far) and those
-// operations' bytes integrated over their time in flight. Called with
-// w.mu held.
-func (w *Window) laneInFlight(gpu, dir string, placeOf func(uint32) Placement) (busyNs uint64, byteNs float64) {
+// laneOps is what one lane had in flight over the window, every flow's
+// proven operations (near or far): how long any was (busyNs), their bytes
+// and count integrated over their time in flight, from the first
+// submission to the last completion.
+type laneOps struct {
+	busyNs       uint64
+	byteNs, opNs float64
+	first, last  uint64
+}
+
+// laneInFlight measures one lane's operations. Called with w.mu held.
+func (w *Window) laneInFlight(gpu, dir string, placeOf func(uint32) Placement) (lo laneOps) {
 	var iv [][2]uint64
 	for k, ops := range w.inflight.flows {
 		g := k.gpu
@@ -176,7 +175,8 @@ func (w *Window) laneInFlight(gpu, dir string, placeOf func(uint32) Placement) (
 		for _, o := range ops {
 			if o.End > o.Start {
 				iv = append(iv, [2]uint64{o.Start, o.End})
-				byteNs += float64(o.Bytes) * float64(o.End-o.Start)
+				lo.byteNs += float64(o.Bytes) * float64(o.End-o.Start)
+				lo.opNs += float64(o.End - o.Start)
 			}
 		}
 	}
@@ -185,18 +185,19 @@ func (w *Window) laneInFlight(gpu, dir string, placeOf func(uint32) Placement) (
 	for i, x := range iv {
 		switch {
 		case i == 0:
-			curS, curE = x[0], x[1]
+			curS, curE, lo.first = x[0], x[1], x[0]
 		case x[0] > curE:
-			busyNs += curE - curS
+			lo.busyNs += curE - curS
 			curS, curE = x[0], x[1]
 		default:
 			curE = max(curE, x[1])
 		}
+		lo.last = max(lo.last, x[1])
 	}
 	if len(iv) > 0 {
-		busyNs += curE - curS
+		lo.busyNs += curE - curS
 	}
-	return busyNs, byteNs
+	return lo
 }
 
 // laneRate is what one lane carried over [from, to]: every flow's bytes

@@ -18,7 +18,7 @@ const (
 // hicacheWindow is HiCache's layer-wise load as the engine reports it
 // (times in µs): every layer's H2D and its event record on the load
 // stream up front, then per layer the compute stream waits for the event
-// (GPU side: no activity) and launches the layer's kernel; one final
+// (cudaStreamWaitEvent) and launches the layer's kernel; one final
 // synchronisation of the compute stream proves everything done at 1000.
 // shape changes the loop: "sync" synchronizes the load stream before each
 // layer's compute (the first wait lasts until the loads are done), "item"
@@ -47,6 +47,8 @@ func hicacheWindow(shape string) ComputeInput {
 			act(event.OpStreamSync, "cudaStreamSynchronize", coLoad, at, ret)
 			at = ret + 1
 		}
+		in.Acts = append(in.Acts, Activity{PID: 7, TID: 7, Op: event.OpStreamWaitEvent, API: "cudaStreamWaitEvent", Stream: coCompute, GPU: coGPU,
+			CallNs: at * us, ReturnNs: at * us, RecordNs: (10 + i) * us, RecordStream: coLoad})
 		act(event.OpLaunch, "cudaLaunchKernel", coCompute, at, at+1)
 		at += 10
 		if shape == "item" {
@@ -108,7 +110,7 @@ func TestComputeOverlapShapes(t *testing.T) {
 	}
 	r = ComputeOverlap(hicacheWindow("item"))
 	ev = strings.Join(r.Findings[0].Evidence, "; ")
-	for _, want := range []string{"9 blocking calls over 8 layers", "cudaMemcpy x8", "32 bytes"} {
+	for _, want := range []string{"9 blocking calls while one load of 8 layers on stream 0x10 was under way", "cudaMemcpy x8", "32 bytes"} {
 		if !strings.Contains(ev, want) {
 			t.Errorf("host-sync-in-loop evidence %q lacks %q", ev, want)
 		}

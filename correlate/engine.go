@@ -849,6 +849,8 @@ func (e *Engine) apply(p *proc, c *event.Call, key uint64) {
 		if ev == nil {
 			return
 		}
+		// Which load's layer the stream now waits for (host-sync-in-loop's episodes).
+		e.note(p, c, Activity{Stream: c.Stream, RecordNs: ev.recorded, RecordStream: ev.recStream})
 		st := e.stream(p, key)
 		for _, d := range ev.caps {
 			if d.st != st {
