@@ -34,7 +34,8 @@ import (
 var Scenarios = []string{"hicache-load", "pageable-load", "fragmented-load", "writeback-duplex",
 	"h2d-overlap", "no-overlap", "big-and-trickle", "default-kind", "api-coverage", "failing-copies", "vmm-pool-managed",
 	"inflight-serial", "inflight-queued",
-	"layer-compute", "layer-compute-sync", "layer-compute-item"}
+	"layer-compute", "layer-compute-sync", "layer-compute-item",
+	"decode-loop", "decode-loop-loads", "decode-item"}
 
 // Runtimes are the two builds of the reference runtime: with and without a
 // CET prologue, so both probe-site choices are exercised.
@@ -413,7 +414,11 @@ func Run(ctx context.Context, cfg Config) (results []Result, stats agent.Stats, 
 		checkOverlap(&res, name, []scenarioProc{{pid: p.pid, gpu: privateGPU(p.pid), truth: truth}}, got)
 		checkInflight(&res, name, []scenarioProc{{pid: p.pid, gpu: privateGPU(p.pid), truth: truth}}, got)
 		checkPages(&res, name, p.pid, p.truth, got)
-		checkCompute(&res, name, p.pid, truth, got, col.TakeActivities(p.pid))
+		acts := col.TakeActivities(p.pid)
+		checkCompute(&res, name, p.pid, truth, got, acts)
+		if slices.Contains(HealthyScenarios, name) {
+			checkHealthy(&res, name, p.pid, got, acts)
+		}
 		return res, nil
 	}
 	run := func(name, runtime string, start func() (*proc, error)) error {
