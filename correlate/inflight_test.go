@@ -150,10 +150,10 @@ func farOps(ops []Span) []Span {
 // nor when it is in flight under a tenth of the lane's busy time.
 func TestTooLittleInFlightLane(t *testing.T) {
 	for _, tc := range []struct {
-		name             string
-		laneBusy         uint64
+		name              string
+		laneBusy          uint64
 		laneBytesInFlight float64 // average over the lane's busy time
-		fires            bool
+		fires             bool
 	}{
 		{"alone on its lane", 0, 0, true},
 		{"the lane as busy as the flow, 16 KiB in flight", 200 * 20_500, 16 << 10, true},
