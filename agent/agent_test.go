@@ -51,6 +51,9 @@ func startAgent(t *testing.T, cfg agent.Config, setup ...func(*agent.Agent)) *ru
 	t.Helper()
 	r := &running{col: selftest.NewCollector(nil), logs: &syncBuffer{}}
 	cfg.Sink = r.col
+	if cfg.Kernels && cfg.Activity == nil {
+		cfg.Activity = r.col // launches, waits, records: the compute-overlap rules' input
+	}
 	cfg.OnExit = r.col.OnExit
 	cfg.OnRuntimeLayer = r.col.OnRuntimeLayer
 	cfg.Logger = slog.New(slog.NewTextHandler(io.MultiWriter(r.logs, testWriter{t}), &slog.HandlerOptions{Level: slog.LevelDebug - 1}))

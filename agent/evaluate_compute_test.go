@@ -23,6 +23,8 @@ func feedSerialized(e *agent.Evaluator) {
 	for i := 0; i < 4; i++ {
 		e.Activity(&correlate.Activity{PID: 30, TID: 30, Op: event.OpStreamSync, API: "cudaStreamSynchronize", Stream: 0x10, GPU: "0000:3b:00.0", CallNs: at, ReturnNs: max(at+1, 100)})
 		at = max(at+1, 100) + 1
+		e.Activity(&correlate.Activity{PID: 30, TID: 30, Op: event.OpStreamWaitEvent, API: "cudaStreamWaitEvent", Stream: 0, GPU: "0000:3b:00.0",
+			CallNs: at, ReturnNs: at, RecordNs: 10 + uint64(i), RecordStream: 0x10})
 		e.Activity(&correlate.Activity{PID: 30, TID: 30, Op: event.OpLaunch, API: "cudaLaunchKernel", Stream: 0, GPU: "0000:3b:00.0", CallNs: at, ReturnNs: at + 1})
 		at += 2
 	}

@@ -26,9 +26,9 @@ func TestEvaluatorInFlight(t *testing.T) {
 		e := agent.NewEvaluator(agent.EvaluatorConfig{Interval: time.Second, Place: place})
 		start := time.Now()
 		at := uint64(1e6)
-		for range 100 { // 16 KiB each, 20 µs from the call to the sync's return
+		for range 100 { // 16 KiB each, 20 µs from the call to the return of the sync right after it
 			e.Transfer(&correlate.Transfer{PID: 10, Stream: 0x10, API: "cudaMemcpyAsync", Op: "copy", Direction: correlate.DirH2D,
-				Bytes: 16 << 10, HostMem: event.MemPinned, SubmitNs: at, CompleteNs: at + 20_000})
+				Bytes: 16 << 10, HostMem: event.MemPinned, SubmitNs: at, CompleteNs: at + 20_000, CompleteNear: true})
 			at += 21_000
 		}
 		v := e.Evaluate(start.Add(time.Second))

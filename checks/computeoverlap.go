@@ -113,7 +113,7 @@ func (c *computeWindow) copy(t *correlate.Transfer) {
 // engine (correlate.ActivitySink).
 func (w *Window) Activity(a *correlate.Activity) {
 	switch a.Op {
-	case event.OpLaunch, event.OpGraphLaunch, event.OpEventRecord, event.OpStreamSync, event.OpEventSync, event.OpCtxSync:
+	case event.OpLaunch, event.OpGraphLaunch, event.OpEventRecord, event.OpStreamSync, event.OpEventSync, event.OpCtxSync, event.OpStreamWaitEvent:
 	default:
 		return
 	}

@@ -29,6 +29,8 @@ func loadWindow(w *Window, sync bool, done uint64) {
 			w.Activity(&correlate.Activity{PID: 9, TID: 9, Op: event.OpStreamSync, API: "cudaStreamSynchronize", Stream: 0x10, CallNs: at, ReturnNs: at + 1})
 			at += 2
 		}
+		w.Activity(&correlate.Activity{PID: 9, TID: 9, Op: event.OpStreamWaitEvent, API: "cudaStreamWaitEvent", Stream: 0x20, CallNs: at, ReturnNs: at,
+			RecordNs: 10 + i, RecordStream: 0x10}) // the layer's event, consumed by compute
 		w.Activity(&correlate.Activity{PID: 9, TID: 9, Op: event.OpLaunch, API: "cudaLaunchKernel", Stream: 0x20, CallNs: at, ReturnNs: at + 1})
 		at += 2
 	}

@@ -33,8 +33,8 @@ type inflightWindow struct {
 }
 
 // addInflight keeps one operation of a flow; end 0 is one without a
-// proven completion. Called with w.mu held.
-func (w *Window) addInflight(k linkFlowKey, start, end, bytes uint64) {
+// proven completion, far one proven far from it. Called with w.mu held.
+func (w *Window) addInflight(k linkFlowKey, start, end, bytes uint64, far bool) {
 	f := &w.inflight
 	if f.ops >= maxInflightOps {
 		f.dropped++
@@ -43,7 +43,7 @@ func (w *Window) addInflight(k linkFlowKey, start, end, bytes uint64) {
 	if f.flows == nil {
 		f.flows = map[linkFlowKey][]correlate.Span{}
 	}
-	f.flows[k] = append(f.flows[k], correlate.Span{Start: start, End: end, Bytes: bytes})
+	f.flows[k] = append(f.flows[k], correlate.Span{Start: start, End: end, Bytes: bytes, Far: far && end > start})
 	f.ops++
 }
 
@@ -121,28 +121,22 @@ func (w *Window) InFlights(place func(uint32) Placement, capacity func(gpu strin
 		if gbs == 0 && capacity != nil {
 			gbs = capacity(l.gpu)
 		}
+		// The lane's averages count every proven operation, its
+		// completion near or far: what was in flight, not its latency.
 		li := LaneInFlight{GPU: l.gpu, Direction: l.dir, Flows: len(idx)}
-		var first, last uint64
-		for _, i := range idx {
-			m := rep.Flows[i].InFlight
-			li.AvgBytes += m.ByteNs
-			li.AvgOps += m.OpNs
-			if m.Ops > 0 && (first == 0 || m.FirstNs < first) {
-				first = m.FirstNs
-			}
-			last = max(last, m.LastNs)
-		}
+		lo := w.laneInFlight(l.gpu, l.dir, placeOf)
 		den := float64(span.Nanoseconds())
 		if den <= 0 {
-			den = float64(last - first)
+			den = float64(lo.last - lo.first)
 		}
 		if den > 0 {
-			li.AvgBytes, li.AvgOps = li.AvgBytes/den, li.AvgOps/den
+			li.AvgBytes, li.AvgOps = lo.byteNs/den, lo.opNs/den
 		}
 		rep.Lanes = append(rep.Lanes, li)
 		for _, i := range idx {
 			f := &rep.Flows[i]
 			f.InFlight.CapacityGBs = gbs
+			f.InFlight.LaneBusyNs, f.InFlight.LaneByteNs = lo.busyNs, lo.byteNs
 			if gbs == 0 {
 				f.Skip = fmt.Sprintf("capacity of GPU %s's %s lane unknown", l.gpu, l.dir)
 				continue
@@ -155,6 +149,55 @@ func (w *Window) InFlights(place func(uint32) Placement, capacity func(gpu strin
 		}
 	}
 	return rep
+}
+
+// laneOps is what one lane had in flight over the window, every flow's
+// proven operations (near or far): how long any was (busyNs), their bytes
+// and count integrated over their time in flight, from the first
+// submission to the last completion.
+type laneOps struct {
+	busyNs       uint64
+	byteNs, opNs float64
+	first, last  uint64
+}
+
+// laneInFlight measures one lane's operations. Called with w.mu held.
+func (w *Window) laneInFlight(gpu, dir string, placeOf func(uint32) Placement) (lo laneOps) {
+	var iv [][2]uint64
+	for k, ops := range w.inflight.flows {
+		g := k.gpu
+		if pl := placeOf(k.owner); pl.GPU != "" && (g == "" || g == pl.GPU) {
+			g = pl.GPU
+		}
+		if g != gpu || k.dir != dir {
+			continue
+		}
+		for _, o := range ops {
+			if o.End > o.Start {
+				iv = append(iv, [2]uint64{o.Start, o.End})
+				lo.byteNs += float64(o.Bytes) * float64(o.End-o.Start)
+				lo.opNs += float64(o.End - o.Start)
+			}
+		}
+	}
+	slices.SortFunc(iv, func(a, b [2]uint64) int { return cmp.Compare(a[0], b[0]) })
+	var curS, curE uint64
+	for i, x := range iv {
+		switch {
+		case i == 0:
+			curS, curE, lo.first = x[0], x[1], x[0]
+		case x[0] > curE:
+			lo.busyNs += curE - curS
+			curS, curE = x[0], x[1]
+		default:
+			curE = max(curE, x[1])
+		}
+		lo.last = max(lo.last, x[1])
+	}
+	if len(iv) > 0 {
+		lo.busyNs += curE - curS
+	}
+	return lo
 }
 
 // laneRate is what one lane carried over [from, to]: every flow's bytes

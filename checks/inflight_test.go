@@ -12,14 +12,14 @@ const usec = uint64(1000)
 
 // layers adds n copies of 16 KiB queued on one stream per layer, all
 // proven done by one synchronisation at the layer's end (each taking 4 µs
-// of a 4 GB/s lane).
+// of a 4 GB/s lane), which follows the layer's last copy closely.
 func layers(w *Window, pid uint32, stream uint64, nLayers, perLayer int, start uint64) uint64 {
 	at := start
 	for range nLayers {
 		end := at + uint64(perLayer)*4*usec + 2*usec
 		for i := range perLayer {
 			w.Transfer(&correlate.Transfer{PID: pid, Stream: stream, GPU: gpuA, Op: "copy", Direction: correlate.DirH2D,
-				Bytes: 16 << 10, HostMem: event.MemPinned, SubmitNs: at + uint64(i)*usec/2, CompleteNs: end})
+				Bytes: 16 << 10, HostMem: event.MemPinned, SubmitNs: at + uint64(i)*usec/2, CompleteNs: end, CompleteNear: i == perLayer-1})
 		}
 		at = end + usec
 	}
@@ -52,7 +52,33 @@ func TestInFlightChecksShapes(t *testing.T) {
 			[]string{"≈ 4 more copies of its typical 16 KiB", "0.82 GB/s while in flight against 4.00 GB/s"}},
 		{"the same copies queued per layer", func(w *Window) {
 			layers(w, 1, 0x10, 8, 64, ms)
-		}, placeAll(gpuA), nil, []string{"inbound: pid 1 stream 0x10 H2D: 512 ops"}},
+		}, placeAll(gpuA), nil, []string{"inbound: pid 1 stream 0x10 H2D: 8 ops"}},
+		// A decode step's sampled tokens read back, then .tolist()'s sync:
+		// each proven close, each latency the step's compute, but 60 x 148 B
+		// is no flow worth more in flight (issue 20).
+		{"moves little: a decode loop's token read-back", func(w *Window) {
+			load(w, 1, 0, gpuA, correlate.DirD2H, 60, 148, ms, ms, true)
+		}, placeAll(gpuA), nil, []string{"outbound: pid 1 stream 0x0 D2H: 60 ops"}},
+		{"each wait came after other calls: no latency of its own", func(w *Window) {
+			for i := range uint64(200) {
+				w.Transfer(&correlate.Transfer{PID: 1, Stream: 0x10, GPU: gpuA, Op: "copy", Direction: correlate.DirH2D, Bytes: 16 << 10,
+					HostMem: event.MemPinned, SubmitNs: ms + i*20*usec, CompleteNs: ms + (i+1)*20*usec})
+			}
+		}, placeAll(gpuA), nil, []string{"no operation with a proven completion (200 without)"}},
+		// B × L per lane: one large copy in flight beside the serial flow
+		// keeps the lane's bytes in flight far above 4 GB/s × 20 µs,
+		// while the lane is not saturated (0.82 + 2 GB/s).
+		{"the lane keeps enough in flight", func(w *Window) {
+			load(w, 1, 0x10, gpuA, correlate.DirH2D, 200, 16<<10, ms, 20*usec, true)
+			load(w, 2, 0x20, gpuA, correlate.DirH2D, 1, 8<<20, ms, 4*ms, true)
+		}, placeAll(gpuA), nil, []string{"pid 1 stream 0x10 H2D: 200 ops"}},
+		// A serial flow busy a twentieth of its lane's busy time: the lane's
+		// rate is the other flows' to explain.
+		{"a small share of its lane's busy time", func(w *Window) {
+			load(w, 1, 0x10, gpuA, correlate.DirH2D, 200, 16<<10, ms, 20*usec, true)
+			// then 80 ms of 3 MiB copies, each 1 ms: 3 GB/s, no latency-bound flow
+			load(w, 2, 0x20, gpuA, correlate.DirH2D, 80, 3<<20, 6*ms, ms, true)
+		}, placeAll(gpuA), nil, []string{"pid 1 stream 0x10 H2D: 200 ops"}},
 		{"rarely used", func(w *Window) {
 			load(w, 1, 0x10, gpuA, correlate.DirH2D, 5, 16<<10, ms, 20*usec, true)
 			load(w, 1, 0x10, gpuA, correlate.DirH2D, 50, 16<<10, 10*ms, 2*ms, false)

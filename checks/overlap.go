@@ -50,9 +50,10 @@ type linkFlow struct {
 }
 
 // addLink adds one transfer to its flow on a GPU link; end 0 is a
-// transfer without a proven completion. Called with w.mu held.
-func (w *Window) addLink(k linkFlowKey, start, end, bytes uint64) {
-	w.addInflight(k, start, end, bytes)
+// transfer without a proven completion, far one whose completion was
+// proven far from it (correlate.Span.Far). Called with w.mu held.
+func (w *Window) addLink(k linkFlowKey, start, end, bytes uint64, far bool) {
+	w.addInflight(k, start, end, bytes, far)
 	if w.links == nil {
 		w.links = map[linkFlowKey]*linkFlow{}
 	}
@@ -83,7 +84,8 @@ func (w *Window) linkCopy(t *correlate.Transfer) {
 	default:
 		return
 	}
-	w.addLink(k, t.SubmitNs, t.CompleteNs, t.Bytes)
+	// A copy's latency is its own only when its wait followed it closely.
+	w.addLink(k, t.SubmitNs, t.CompleteNs, t.Bytes, !t.CompleteNear)
 }
 
 // linkRDMA places an RDMA request on every GPU link it crosses (rdmaLanes);
@@ -91,7 +93,7 @@ func (w *Window) linkCopy(t *correlate.Transfer) {
 // held.
 func (w *Window) linkRDMA(t *correlate.Transfer) {
 	if len(rdmaLanes(t)) == 0 { // on no GPU link: its in-flight is still measured (inflight.go)
-		w.addInflight(linkFlowKey{owner: t.PID, pid: t.PID, id: uint64(t.QPNum), rdma: true, kind: t.Direction}, t.SubmitNs, t.CompleteNs, t.Bytes)
+		w.addInflight(linkFlowKey{owner: t.PID, pid: t.PID, id: uint64(t.QPNum), rdma: true, kind: t.Direction}, t.SubmitNs, t.CompleteNs, t.Bytes, false)
 	}
 	for i, l := range rdmaLanes(t) {
 		gpu := ""
@@ -99,7 +101,7 @@ func (w *Window) linkRDMA(t *correlate.Transfer) {
 			gpu = t.GPU // the poster's own GPU, when the record names it
 		}
 		w.addLink(linkFlowKey{gpu: gpu, owner: l.owner, dir: l.dir, pid: t.PID, id: uint64(t.QPNum), rdma: true, kind: t.Direction},
-			t.SubmitNs, t.CompleteNs, t.Bytes)
+			t.SubmitNs, t.CompleteNs, t.Bytes, false) // a poll returns its own request's completion
 	}
 }
 

@@ -23,8 +23,8 @@ func load(w *Window, pid uint32, stream uint64, gpu, dir string, n int, bytes, s
 		s := start + uint64(i)*each
 		t := &correlate.Transfer{PID: pid, Stream: stream, GPU: gpu, Op: "copy", Direction: dir, Bytes: bytes,
 			HostMem: event.MemPinned, SubmitNs: s}
-		if proven {
-			t.CompleteNs = s + each
+		if proven { // each waited for right after it
+			t.CompleteNs, t.CompleteNear = s+each, true
 		}
 		w.Transfer(t)
 	}

@@ -65,11 +65,14 @@ type Window struct {
 const maxRDMAKept = 1 << 16
 
 type procWindow struct {
-	transfers     int
-	bytes         uint64
-	pageable      int
-	pageableBytes uint64
-	pageableAPIs  []string
+	transfers int
+	bytes     uint64
+	hostBytes uint64 // H2D and D2H: what pageable copies are a share of
+	// pageable counts the pageable copies of 64 KiB or more,
+	// pageableMetadata the smaller ones (correlate.PageableFacts).
+	pageable, pageableMetadata           int
+	pageableBytes, pageableMetadataBytes uint64
+	pageableAPIs                         []string
 	// pageableElements are element-sized copies (.item()) from or to
 	// pageable memory: a synchronisation, judged by host-sync-in-loop, not
 	// a staging cost worth a pageable-copy finding.
@@ -160,6 +163,9 @@ func (w *Window) Transfer(t *correlate.Transfer) {
 	p := w.proc(t.PID)
 	p.transfers++
 	p.bytes += t.Bytes
+	if t.Direction == correlate.DirH2D || t.Direction == correlate.DirD2H {
+		p.hostBytes += t.Bytes
+	}
 	p.addPages(t)
 	switch t.HostMem {
 	case event.MemPageable:
@@ -167,8 +173,13 @@ func (w *Window) Transfer(t *correlate.Transfer) {
 			p.pageableElements++
 			break
 		}
-		p.pageable++
-		p.pageableBytes += t.Bytes
+		if correlate.MetadataSized(t.Bytes) {
+			p.pageableMetadata++
+			p.pageableMetadataBytes += t.Bytes
+		} else {
+			p.pageable++
+			p.pageableBytes += t.Bytes
+		}
 		if len(p.pageableAPIs) < 16 {
 			p.pageableAPIs = append(p.pageableAPIs, t.API)
 		}
@@ -379,9 +390,12 @@ func (w *Window) Checks(scope string, pid uint32) []Check {
 	var out []Check
 	c := Check{Scope: scope, Name: CheckPageable, Status: Pass,
 		Detail: fmt.Sprintf("%d transfers, none from pageable memory", p.transfers)}
-	if f := correlate.PageableCopies(pid, p.pageable, p.pageableBytes, p.pageableAPIs); f != nil {
-		c.Detail = fmt.Sprintf("%d of %d transfers used pageable host memory", p.pageable, p.transfers)
+	if f := correlate.PageableCopies(correlate.PageableFacts{PID: pid, Bulk: p.pageable, Metadata: p.pageableMetadata,
+		BulkBytes: p.pageableBytes, MetadataBytes: p.pageableMetadataBytes, HostBytes: p.hostBytes, APIs: p.pageableAPIs}); f != nil {
+		c.Detail = fmt.Sprintf("%d of %d transfers used pageable host memory (%d metadata-sized, under 64 KiB)",
+			p.pageable+p.pageableMetadata, p.transfers, p.pageableMetadata)
 		c.Findings = []correlate.Finding{*f}
+		c.Status = map[correlate.Severity]Status{correlate.SevFail: Fail, correlate.SevWarn: Warn, correlate.SevInfo: Info}[f.Severity]
 	} else if p.unknown > 0 {
 		c.Detail += fmt.Sprintf(" (%d from memory registered before lanewatch attached: unknown)", p.unknown)
 	}

@@ -196,7 +196,49 @@ func TestPageableLeavesElementReadsOut(t *testing.T) {
 	item(w, 8)
 	w.Transfer(&correlate.Transfer{PID: 7, API: "cudaMemcpy", Direction: correlate.DirH2D, HostMem: event.MemPageable,
 		Bytes: 1 << 20, SubmitNs: 20000, CompleteNs: 90000})
-	if c := pageable(w); len(c.Findings) != 1 || !strings.Contains(c.Findings[0].Summary, "1 copies (1 MiB)") {
+	if c := pageable(w); len(c.Findings) != 1 || !strings.Contains(c.Findings[0].Summary, "1 copies (1 MiB, 100% of the host↔GPU bytes)") {
 		t.Errorf("a 1 MiB pageable copy beside 8 element reads: %s %q %+v", c.Status, c.Detail, c.Findings)
+	}
+}
+
+// A decode loop's per-step inputs (4 pageable H2D copies of 64-512 B) beside
+// pinned layered loads are INFO with their count, never FAIL or WARN; the
+// same loads from pageable memory FAIL (issue 20).
+func TestPageableByBytes(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		pool   event.MemKind
+		status Status
+		sev    correlate.Severity
+	}{
+		{"metadata beside pinned loads", event.MemPinned, Info, correlate.SevInfo},
+		{"metadata beside pageable loads", event.MemPageable, Fail, correlate.SevFail},
+	} {
+		w := NewWindow()
+		at := uint64(1000)
+		for step := range 60 {
+			for _, b := range []uint64{64, 192, 384, 512} {
+				w.Transfer(&correlate.Transfer{PID: 7, API: "cudaMemcpyAsync", Direction: correlate.DirH2D, HostMem: event.MemPageable,
+					Bytes: b, SubmitNs: at, CompleteNs: at + 1000})
+				at += 10
+			}
+			if step%20 == 0 {
+				for range 16 {
+					w.Transfer(&correlate.Transfer{PID: 7, API: "cudaMemcpyAsync", Direction: correlate.DirH2D, HostMem: tc.pool,
+						Bytes: 4 << 20, SubmitNs: at, CompleteNs: at + 1000})
+				}
+			}
+			at += 1000
+		}
+		var c *Check
+		for _, x := range w.Checks("pid 7", 7) {
+			if x.Name == CheckPageable {
+				c = &x
+			}
+		}
+		if c == nil || c.Status != tc.status || len(c.Findings) != 1 || c.Findings[0].Severity != tc.sev ||
+			!strings.Contains(c.Detail, "240 metadata-sized") {
+			t.Errorf("%s: %+v", tc.name, c)
+		}
 	}
 }

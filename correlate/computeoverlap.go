@@ -28,15 +28,18 @@ import (
 // Activity is one successful call that orders GPU work without moving
 // bytes. Stream is the handle the call named (as Transfer.Stream); for an
 // event synchronisation it is the stream the event was last recorded on,
-// and RecordNs when.
+// and RecordNs when. A stream's wait for an event (OpStreamWaitEvent)
+// names the waiting stream, and the event's record in RecordNs and
+// RecordStream: a layer of a load consumed by compute.
 type Activity struct {
 	PID, TID         uint32
-	Op               event.Op // OpLaunch, OpGraphLaunch, OpStreamSync, OpEventSync, OpCtxSync, OpEventRecord
+	Op               event.Op // OpLaunch, OpGraphLaunch, OpStreamSync, OpEventSync, OpCtxSync, OpEventRecord, OpStreamWaitEvent
 	API              string   // the call the application made ("cudaStreamSynchronize")
 	Stream           uint64
 	GPU              string // the thread's current device (PCI address), "" unknown
 	CallNs, ReturnNs uint64
-	RecordNs         uint64 // OpEventSync: when the event waited for was recorded; 0 unknown
+	RecordNs         uint64 // OpEventSync, OpStreamWaitEvent: when the event waited for was recorded; 0 unknown
+	RecordStream     uint64 // OpStreamWaitEvent: the stream that record named
 	// KV: a launch of a KV-transfer kernel (a load moved by SMs, not
 	// compute).
 	KV bool
@@ -192,7 +195,7 @@ const (
 // and host-sync-in-loop.
 func ComputeOverlap(in ComputeInput) ComputeReport {
 	r := ComputeReport{PID: in.PID}
-	var launches, waits []*Activity
+	var launches, waits, marks []*Activity
 	records := map[uint64]int{}
 	for i := range in.Acts {
 		a := &in.Acts[i]
@@ -203,6 +206,9 @@ func ComputeOverlap(in ComputeInput) ComputeReport {
 			waits = append(waits, a)
 		case a.Op == event.OpEventRecord:
 			records[a.Stream]++
+			marks = append(marks, a)
+		case a.Op == event.OpStreamWaitEvent:
+			marks = append(marks, a)
 		}
 	}
 	for _, l := range launches {
@@ -235,7 +241,7 @@ func ComputeOverlap(in ComputeInput) ComputeReport {
 	}
 	r.Waits = hostWaits(in.Copies, waits, loading(in.Copies))
 	if in.Dropped == 0 {
-		r.Findings = append(r.Findings, hostSyncInLoop(in, r.Streams, waits, launches, serialWaits)...)
+		r.Findings = append(r.Findings, hostSyncInLoop(in, loadEpisodes(in.Copies, marks), waits, launches, serialWaits)...)
 	}
 	return r
 }
@@ -514,47 +520,84 @@ func hostWaits(copies []CopySpan, waits []*Activity, loads []tspan) []HostWait {
 	return out
 }
 
+// loadEpisode is one layered load, host-sync-in-loop's unit: a stream's
+// H2D copies in flight together (each submitted before every earlier one
+// of the stream was proven done) and the event records among them, its
+// layers. It lasts from its first copy's submission until the later of its
+// copies' proven completion and compute's last wait for one of its events
+// (cudaStreamWaitEvent: the forward consuming its layers). A copy without
+// a proven completion ends at its call's return: what follows it is not
+// known to be part of the load.
+type loadEpisode struct {
+	stream   uint64
+	from, to uint64
+	layers   int
+}
+
+// loadEpisodes finds the window's layered loads from its H2D copies and
+// its event records and stream waits (marks), in time order.
+func loadEpisodes(copies []CopySpan, marks []*Activity) []loadEpisode {
+	byStream := map[uint64][]*CopySpan{}
+	for i := range copies {
+		if c := &copies[i]; c.Direction == DirH2D {
+			byStream[c.Stream] = append(byStream[c.Stream], c)
+		}
+	}
+	var out []loadEpisode
+	for _, stream := range slices.Sorted(maps.Keys(byStream)) {
+		cs := byStream[stream]
+		slices.SortFunc(cs, func(a, b *CopySpan) int { return cmp.Compare(a.SubmitNs, b.SubmitNs) })
+		first := len(out)
+		for _, c := range cs {
+			end := c.Complete
+			if end <= c.SubmitNs {
+				end = c.SubmitNs + c.CallNs
+			}
+			if n := len(out); n > first && c.SubmitNs < out[n-1].to {
+				out[n-1].to = max(out[n-1].to, end)
+				continue
+			}
+			out = append(out, loadEpisode{stream: stream, from: c.SubmitNs, to: end})
+		}
+		for i := first; i < len(out); i++ {
+			ep := &out[i]
+			copiesDone := ep.to
+			for _, m := range marks {
+				switch {
+				case m.Op == event.OpEventRecord && m.Stream == stream && m.CallNs >= ep.from && m.CallNs <= copiesDone:
+					ep.layers++
+				case m.Op == event.OpStreamWaitEvent && m.RecordStream == stream && m.RecordNs >= ep.from && m.RecordNs <= copiesDone:
+					ep.to = max(ep.to, m.CallNs)
+				}
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b loadEpisode) int { return cmp.Compare(a.from, b.from) })
+	return out
+}
+
 // hostSyncInLoop judges each thread: a blocking wait or an element read at
-// least once per layer, over at least minLoopLayers layers, that no
-// serialized-load finding already explains. A thread that launched no
-// compute is not on the loop's path when launches are probed.
-func hostSyncInLoop(in ComputeInput, streams []LoadStream, waits, launches []*Activity, explained map[*Activity]bool) []Finding {
-	layers := 0
-	for _, s := range streams {
-		layers = max(layers, s.Layers)
+// least once per layer while one layered load was under way (loadEpisode),
+// over at least minLoopLayers layers, that no serialized-load finding
+// already explains. Waits are counted per load, never over the window: a
+// decode loop's one synchronisation per step, with a load every few steps,
+// is not a wait per layer. A thread that launched no compute is not on the
+// loop's path when launches are probed.
+func hostSyncInLoop(in ComputeInput, episodes []loadEpisode, waits, launches []*Activity, explained map[*Activity]bool) []Finding {
+	type blocking struct {
+		at, ns uint64
+		api    string
+		bytes  uint64
 	}
-	if layers < minLoopLayers {
-		return nil
-	}
-	type tally struct {
-		n     int
-		apis  map[string]int
-		ns    uint64
-		bytes uint64
-	}
-	byTID := map[uint32]*tally{}
-	get := func(tid uint32) *tally {
-		if byTID[tid] == nil {
-			byTID[tid] = &tally{apis: map[string]int{}}
-		}
-		return byTID[tid]
-	}
+	byTID := map[uint32][]blocking{}
 	for _, w := range waits {
-		if explained[w] {
-			continue
+		if !explained[w] {
+			byTID[w.TID] = append(byTID[w.TID], blocking{w.CallNs, w.waitNs(), w.API, 0})
 		}
-		t := get(w.TID)
-		t.n++
-		t.apis[w.API]++
-		t.ns += w.waitNs()
 	}
 	for i := range in.Copies {
 		if c := &in.Copies[i]; c.ElementRead() {
-			t := get(c.TID)
-			t.n++
-			t.apis[c.API]++
-			t.ns += c.CallNs
-			t.bytes += c.Bytes
+			byTID[c.TID] = append(byTID[c.TID], blocking{c.SubmitNs, c.CallNs, c.API, c.Bytes})
 		}
 	}
 	launched := map[uint32]bool{}
@@ -563,19 +606,54 @@ func hostSyncInLoop(in ComputeInput, streams []LoadStream, waits, launches []*Ac
 	}
 	var out []Finding
 	for _, tid := range slices.Sorted(maps.Keys(byTID)) {
-		t := byTID[tid]
-		if t.n < layers || in.KernelsProbed && len(launches) > 0 && !launched[tid] {
+		if in.KernelsProbed && len(launches) > 0 && !launched[tid] {
 			continue
 		}
-		ev := []string{
-			fmt.Sprintf("%d blocking calls over %d layers (%.1f per layer): %s", t.n, layers, float64(t.n)/float64(layers), countsText(t.apis)),
-			"host wait time " + msText(t.ns),
+		var worst *loadEpisode
+		var worstIn []blocking
+		judged, hit := 0, 0
+		for i := range episodes {
+			ep := &episodes[i]
+			if ep.layers < minLoopLayers {
+				continue
+			}
+			judged++
+			var inside []blocking
+			for _, b := range byTID[tid] {
+				if b.at >= ep.from && b.at < ep.to {
+					inside = append(inside, b)
+				}
+			}
+			if len(inside) < ep.layers {
+				continue
+			}
+			hit++
+			if worst == nil || len(inside)*worst.layers > len(worstIn)*ep.layers {
+				worst, worstIn = ep, inside
+			}
 		}
-		if t.bytes > 0 {
-			ev = append(ev, fmt.Sprintf("element reads (.item() shape) of %d bytes in all", t.bytes))
+		if worst == nil {
+			continue
+		}
+		apis := map[string]int{}
+		var ns, bytes uint64
+		for _, b := range worstIn {
+			apis[b.api]++
+			ns += b.ns
+			bytes += b.bytes
+		}
+		n := len(worstIn)
+		ev := []string{
+			fmt.Sprintf("%d blocking calls while one load of %d layers on stream %#x was under way (%.1f per layer): %s", n, worst.layers,
+				worst.stream, float64(n)/float64(worst.layers), countsText(apis)),
+			fmt.Sprintf("%d of the window's %d layered loads had a wait per layer", hit, judged),
+			"host wait time in that load " + msText(ns),
+		}
+		if bytes > 0 {
+			ev = append(ev, fmt.Sprintf("element reads (.item() shape) of %d bytes in all", bytes))
 		}
 		out = append(out, *newFinding("host-sync-in-loop", SevWarn, fmt.Sprintf("pid %d tid %d", in.PID, tid),
-			fmt.Sprintf("the thread blocked on the GPU %d times over %d layers: a synchronisation on the critical path every layer", t.n, layers),
+			fmt.Sprintf("the thread blocked on the GPU %d times over one load's %d layers: a synchronisation on the critical path every layer", n, worst.layers),
 			ev, ""))
 	}
 	return out

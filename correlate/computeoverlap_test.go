@@ -18,7 +18,7 @@ const (
 // hicacheWindow is HiCache's layer-wise load as the engine reports it
 // (times in µs): every layer's H2D and its event record on the load
 // stream up front, then per layer the compute stream waits for the event
-// (GPU side: no activity) and launches the layer's kernel; one final
+// (cudaStreamWaitEvent) and launches the layer's kernel; one final
 // synchronisation of the compute stream proves everything done at 1000.
 // shape changes the loop: "sync" synchronizes the load stream before each
 // layer's compute (the first wait lasts until the loads are done), "item"
@@ -47,6 +47,8 @@ func hicacheWindow(shape string) ComputeInput {
 			act(event.OpStreamSync, "cudaStreamSynchronize", coLoad, at, ret)
 			at = ret + 1
 		}
+		in.Acts = append(in.Acts, Activity{PID: 7, TID: 7, Op: event.OpStreamWaitEvent, API: "cudaStreamWaitEvent", Stream: coCompute, GPU: coGPU,
+			CallNs: at * us, ReturnNs: at * us, RecordNs: (10 + i) * us, RecordStream: coLoad})
 		act(event.OpLaunch, "cudaLaunchKernel", coCompute, at, at+1)
 		at += 10
 		if shape == "item" {
@@ -108,7 +110,7 @@ func TestComputeOverlapShapes(t *testing.T) {
 	}
 	r = ComputeOverlap(hicacheWindow("item"))
 	ev = strings.Join(r.Findings[0].Evidence, "; ")
-	for _, want := range []string{"9 blocking calls over 8 layers", "cudaMemcpy x8", "32 bytes"} {
+	for _, want := range []string{"9 blocking calls while one load of 8 layers on stream 0x10 was under way", "cudaMemcpy x8", "32 bytes"} {
 		if !strings.Contains(ev, want) {
 			t.Errorf("host-sync-in-loop evidence %q lacks %q", ev, want)
 		}
@@ -262,5 +264,95 @@ func BenchmarkEngineActivities(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// decodeWindow is a healthy decode loop as the engine reports it (µs): 60
+// steps of 1 ms, each 4 metadata H2D copies and 40 launches on the legacy
+// stream and one synchronisation of it at the step's end, which proves the
+// step's copies done; every 20 steps a prefix-cache hit loads 16 layers on
+// the load stream, an event recorded after each, and the legacy stream
+// waits for layer l's event before layer l's launches. itemPerLayer adds a
+// 4-byte blocking D2H after each layer's launches in the loading steps.
+func decodeWindow(itemPerLayer bool) ComputeInput {
+	const steps, layers, launches = 60, 16, 40
+	in := ComputeInput{PID: 7, KernelsProbed: true, End: (steps*1000 + 1000) * us}
+	act := func(op event.Op, api string, stream, call, ret uint64) *Activity {
+		in.Acts = append(in.Acts, Activity{PID: 7, TID: 7, Op: op, API: api, Stream: stream, GPU: coGPU, CallNs: call * us, ReturnNs: ret * us})
+		return &in.Acts[len(in.Acts)-1]
+	}
+	for step := uint64(0); step < steps; step++ {
+		t, loading := 100+step*1000, step%20 == 0
+		if loading {
+			for l := uint64(0); l < layers; l++ {
+				in.Copies = append(in.Copies, CopySpan{TID: 7, Stream: coLoad, GPU: coGPU, API: "cudaMemcpyAsync", Direction: DirH2D,
+					Bytes: 4 << 20, SubmitNs: (t + l) * us, Complete: (t + 900) * us, CallNs: us / 2})
+				act(event.OpEventRecord, "cudaEventRecord", coLoad, t+l, t+l)
+			}
+		}
+		for i := uint64(0); i < 4; i++ {
+			in.Copies = append(in.Copies, CopySpan{TID: 7, Stream: 0, GPU: coGPU, API: "cudaMemcpyAsync", Direction: DirH2D,
+				Bytes: 64 << i, SubmitNs: (t + 20 + i) * us, Complete: (t + 900) * us, CallNs: us / 2})
+		}
+		waited := uint64(layers)
+		for k := uint64(0); k < launches; k++ {
+			at := t + 30 + 10*k
+			if l := k * layers / launches; loading && l != waited {
+				if itemPerLayer && waited < layers {
+					in.Copies = append(in.Copies, CopySpan{TID: 7, Stream: 0, GPU: coGPU, API: "cudaMemcpy", Direction: DirD2H,
+						Bytes: 4, SubmitNs: (at - 2) * us, Complete: (at - 1) * us, CallNs: us})
+				}
+				a := act(event.OpStreamWaitEvent, "cudaStreamWaitEvent", 0, at-1, at-1)
+				a.RecordNs, a.RecordStream = (t+l)*us, coLoad
+				waited = l
+			}
+			act(event.OpLaunch, "cudaLaunchKernel", 0, at, at+1)
+		}
+		act(event.OpStreamSync, "cudaStreamSynchronize", 0, t+800, t+900)
+	}
+	return in
+}
+
+// host-sync-in-loop counts the waits of one load, not of the window (issue
+// 20): the healthy decode loop's 60 step synchronisations over 3 loads of
+// 16 layers (48 in the window) are one wait per load; an element read per
+// layer while a load is under way is still a sync in the loop.
+func TestHostSyncPerLoadEpisode(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		item bool
+		want string
+		ev   string
+	}{
+		{"decode loop with loads", false, "", ""},
+		{"decode loop with an .item() per layer while loading", true, "host-sync-in-loop",
+			"16 blocking calls while one load of 16 layers on stream 0x10 was under way (1.0 per layer): cudaMemcpy x15, cudaStreamSynchronize x1; 3 of the window's 3 layered loads"},
+	} {
+		in := decodeWindow(c.item)
+		eps := loadEpisodes(in.Copies, func() (m []*Activity) {
+			for i := range in.Acts {
+				m = append(m, &in.Acts[i])
+			}
+			return m
+		}())
+		var loads int
+		for _, ep := range eps {
+			if ep.layers >= minLoopLayers {
+				loads++
+				if ep.layers != 16 {
+					t.Errorf("%s: episode %+v, want 16 layers", c.name, ep)
+				}
+			}
+		}
+		if loads != 3 {
+			t.Errorf("%s: %d layered loads, want 3: %+v", c.name, loads, eps)
+		}
+		r := ComputeOverlap(in)
+		if got := rules(r); got != c.want {
+			t.Errorf("%s: findings %q, want %q: %+v", c.name, got, c.want, r.Findings)
+		}
+		if c.ev != "" && len(r.Findings) == 1 && !strings.Contains(strings.Join(r.Findings[0].Evidence, "; "), c.ev) {
+			t.Errorf("%s: evidence %q lacks %q", c.name, strings.Join(r.Findings[0].Evidence, "; "), c.ev)
+		}
 	}
 }

@@ -108,6 +108,11 @@ type slot struct {
 	hasTx      bool
 	tx         ref
 	batch      []ref // the entries of the batch copy in flight
+	// near is the copy a wait entered now would prove close to it
+	// (Transfer.CompleteNear): the thread's last call, or the copy before
+	// an event record on its stream that is the last call.
+	near    ref
+	hasNear bool
 }
 
 // proc is the engine's state of one process.
@@ -154,6 +159,11 @@ type Engine struct {
 	gstats      GraphStats
 
 	act Activity // the activity being handed to cfg.Activity
+
+	// near is the copy the wait being applied proves close to it, if that
+	// wait completes it (Handle sets it around apply).
+	near    ref
+	hasNear bool
 }
 
 // NewEngine returns an engine with cfg's zero fields set to the defaults.
@@ -335,8 +345,10 @@ func (e *Engine) Handle(c *event.Call) {
 	if c.Kind == event.KindBatchEntry {
 		batch = th.batch // the entries of one call gather until its result
 	}
+	near, hasNear := th.nearNext(c.Op, key)
 	*th = slot{valid: true, op: c.Op, layer: c.Layer, kind: c.CopyKind, start: c.Time, end: c.ReturnTime,
-		dst: c.Dst, src: c.Src, bytes: c.Bytes, ptr: c.Ptr, size: c.Size, handle: c.Handle, ev: c.Event, key: key, batch: batch}
+		dst: c.Dst, src: c.Src, bytes: c.Bytes, ptr: c.Ptr, size: c.Size, handle: c.Handle, ev: c.Event, key: key, batch: batch,
+		near: near, hasNear: hasNear}
 	switch {
 	case len(p.capture) > 0 && e.captured(p, c, key):
 		// recorded into a graph: it runs at the graph's launches (graphs.go)
@@ -359,8 +371,24 @@ func (e *Engine) Handle(c *event.Call) {
 			th.batch = append(th.batch, th.tx)
 		}
 	default:
+		e.near, e.hasNear = near, hasNear
 		e.apply(p, c, key)
+		e.hasNear = false
 	}
+}
+
+// nearNext is the copy a call of the thread made now (op on stream key)
+// follows closely: the thread's last call if it was a copy (for an event
+// record, a copy on the record's stream), or the copy its last call, an
+// event record on that copy's stream, followed.
+func (s *slot) nearNext(op event.Op, key uint64) (ref, bool) {
+	switch {
+	case s.hasTx && s.op.IsCopy():
+		return s.tx, op != event.OpEventRecord || key == s.key
+	case s.hasNear && s.op == event.OpEventRecord:
+		return s.near, true
+	}
+	return ref{}, false
 }
 
 // batchDone applies a batch copy's result to the entries it reported at
@@ -736,6 +764,7 @@ func (e *Engine) emitUntracked(c *event.Call) {
 func (e *Engine) complete(idx int32, at uint64) {
 	t := &e.txs[idx]
 	t.CompleteNs, t.done = at, true
+	t.CompleteNear = e.hasNear && e.near.idx == idx && e.near.seq == t.seq
 	if t.st != nil {
 		t.st.live--
 		t.st = nil
@@ -840,6 +869,8 @@ func (e *Engine) apply(p *proc, c *event.Call, key uint64) {
 		if ev == nil || e.joinCapture(p, ev, key) {
 			return
 		}
+		// Which load's layer the stream now waits for (host-sync-in-loop's episodes).
+		e.note(p, c, Activity{Stream: c.Stream, RecordNs: ev.recorded, RecordStream: ev.recStream})
 		st := e.stream(p, key)
 		for _, d := range ev.caps {
 			if d.st != st {

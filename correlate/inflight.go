@@ -65,6 +65,15 @@ const (
 	// waiting and would inflate B × L; a serial flow's low and median
 	// latencies are the same.
 	inflightTurnaroundPct = 10
+	// inflightMinBytes: a flow that moved under 1 MiB in the window (a
+	// decode step's sampled tokens read back, a few hundred bytes a step)
+	// held its lane under 1 MiB / 25 GB/s = 42 µs in all: more in flight
+	// would gain nothing worth a finding, whatever its latency.
+	inflightMinBytes = 1 << 20
+	// inflightLaneShare: a flow in flight under a tenth of the time its
+	// lane was busy (any flow's operation in flight) is not what keeps the
+	// lane from its rate; the flows that fill the lane are judged instead.
+	inflightLaneShare = 0.1
 )
 
 // InFlight is what one flow's operations show over a window.
@@ -83,8 +92,16 @@ type InFlight struct {
 	// Latencies, submission to proven completion.
 	TurnaroundNs, P50Ns, MeanNs uint64 // MeanNs weighted by bytes
 	TypicalBytes                uint64 // the median operation's size
-	// Untimed counts operations without a proven completion (not judged).
+	// Untimed counts operations without a proven completion, or (CUDA
+	// copies) with one proven far from them (Span.Far): not judged.
 	Untimed int
+	// LaneBusyNs is the time the flow's lane had any flow's operation in
+	// flight over the window, LaneByteNs those operations' bytes
+	// integrated over their time in flight (every flow's, near or far):
+	// B × L is judged per lane, so a flow fires only when the whole lane
+	// keeps too little in flight. Zero: not measured (the flow alone).
+	LaneBusyNs uint64
+	LaneByteNs float64
 	// CapacityGBs is the path's capacity (0 unknown); LaneGBs what every
 	// flow on the lane moved during this flow's active span (the
 	// saturation test), LaneMeasured when that came from the GPU's
@@ -101,7 +118,7 @@ func MeasureInFlight(name string, rdma bool, ops []Span) InFlight {
 	var lat, sizes []uint64
 	var iv [][2]uint64
 	for _, o := range ops {
-		if o.End <= o.Start {
+		if o.End <= o.Start || o.Far {
 			m.Untimed++
 			continue
 		}
@@ -187,16 +204,29 @@ func safeDiv(a, b float64) float64 {
 	return a / b
 }
 
+// LaneAvgBytes is the bytes in flight on the flow's lane, every flow's,
+// averaged over the time the lane was busy; the flow's own when the lane
+// was not measured.
+func (m InFlight) LaneAvgBytes() float64 {
+	if m.LaneBusyNs == 0 {
+		return m.AvgBytes()
+	}
+	return m.LaneByteNs / float64(m.LaneBusyNs)
+}
+
 // LatencyBound says whether the flow has sustained demand the path
-// could carry faster with more in flight: enough operations, busy most of
-// its active span with under two in flight on average, its busy rate well
-// under capacity, its average bytes in flight under capacity × turnaround. Saturation and unknown capacity
-// are the caller's to check first (TooLittleInFlight).
+// could carry faster with more in flight: enough operations and bytes,
+// busy most of its active span and a fair share of its lane's busy time
+// with under two in flight on average, its busy rate well under capacity,
+// its lane's average bytes in flight under capacity × its turnaround.
+// Saturation and unknown capacity are the caller's to check first
+// (TooLittleInFlight).
 func (m InFlight) LatencyBound() bool {
-	return m.Ops >= inflightMinOps && m.CapacityGBs > 0 && m.ActiveNs() > 0 &&
-		float64(m.BusyNs) >= inflightBusyShare*float64(m.ActiveNs()) && m.AvgOps() < inflightMaxOps &&
+	return m.Ops >= inflightMinOps && m.Bytes >= inflightMinBytes && m.CapacityGBs > 0 && m.ActiveNs() > 0 &&
+		float64(m.BusyNs) >= inflightBusyShare*float64(m.ActiveNs()) &&
+		float64(m.BusyNs) >= inflightLaneShare*float64(m.LaneBusyNs) && m.AvgOps() < inflightMaxOps &&
 		m.RateGBs() < inflightUnderRate*m.CapacityGBs &&
-		m.AvgBytes() < inflightBDPCover*m.BDPBytes()
+		m.AvgBytes() < inflightBDPCover*m.BDPBytes() && m.LaneAvgBytes() < inflightBDPCover*m.BDPBytes()
 }
 
 // Saturated says whether the flow's lane carried near its capacity during
@@ -235,12 +265,12 @@ func TooLittleInFlight(m InFlight, segment string) *Finding {
 			m.RateGBs(), m.CapacityGBs, 100*m.RateGBs()/m.CapacityGBs, m.LaneGBs, lane),
 		fmt.Sprintf("latency p50 %s, turnaround (p%d) %s; in flight on average %s and %.2f %s", time.Duration(m.P50Ns),
 			inflightTurnaroundPct, time.Duration(m.TurnaroundNs), approxBytes(m.AvgBytes()), m.AvgOps(), unit),
-		fmt.Sprintf("bandwidth-delay product %.2f GB/s × %s = %s: in flight covers %.0f%% of it", m.CapacityGBs,
-			time.Duration(m.TurnaroundNs), approxBytes(bdp), 100*m.AvgBytes()/bdp),
+		fmt.Sprintf("bandwidth-delay product %.2f GB/s × %s = %s: in flight covers %.0f%% of it, the whole lane's %.0f%%", m.CapacityGBs,
+			time.Duration(m.TurnaroundNs), approxBytes(bdp), 100*m.AvgBytes()/bdp, 100*m.LaneAvgBytes()/bdp),
 		fmt.Sprintf("about %s more in flight would keep the path busy: ≈ %d more %s of its typical %s", approxBytes(more), n, unit, bytesText(m.TypicalBytes)),
 	}
 	if m.Untimed > 0 {
-		ev = append(ev, fmt.Sprintf("%d %s without a proven completion are not counted", m.Untimed, unit))
+		ev = append(ev, fmt.Sprintf("%d %s without a completion proven close to them are not counted", m.Untimed, unit))
 	}
 	return newFinding("too-little-in-flight", SevWarn, m.Name+" on "+segment,
 		fmt.Sprintf("%s keeps too little in flight: %.2f GB/s of %.2f GB/s, latency-bound", m.Name, m.RateGBs(), m.CapacityGBs),

@@ -110,6 +110,11 @@ func TestTooLittleInFlight(t *testing.T) {
 		// two in flight, each latency mostly queueing: the low percentile
 		// is the turnaround, and in flight covers B × L.
 		{"covered", overlapping(200, 16<<10, 2_000, 18_000), capGBs, 0, false, "covered"},
+		// issue 20: a decode step's token read-back, 148 B each, its latency
+		// the step's compute (1 ms): under the byte floor.
+		{"moves little", serialOps(60, 148, 1_000_000, 0), capGBs, 0, false, "floor"},
+		// the same serial copies, each proven by a wait after other calls
+		{"proven far", farOps(serialOps(200, 16<<10, 20_000, 500)), capGBs, 0, false, "far"},
 	} {
 		m := MeasureInFlight("pid 1 stream 0x10 H2D", false, tc.ops)
 		m.CapacityGBs, m.LaneGBs = tc.cap, max(tc.lane, m.RateGBs())
@@ -129,6 +134,37 @@ func TestTooLittleInFlight(t *testing.T) {
 		}
 		if f.Rule != "too-little-in-flight" || f.Severity != SevWarn {
 			t.Errorf("%s: %+v", tc.name, f)
+		}
+	}
+}
+
+func farOps(ops []Span) []Span {
+	for i := range ops {
+		ops[i].Far = true
+	}
+	return ops
+}
+
+// B × L per lane and the lane's busy time (issue 20): a serial flow is
+// not judged when its lane's bytes in flight (every flow's) cover B × L,
+// nor when it is in flight under a tenth of the lane's busy time.
+func TestTooLittleInFlightLane(t *testing.T) {
+	for _, tc := range []struct {
+		name              string
+		laneBusy          uint64
+		laneBytesInFlight float64 // average over the lane's busy time
+		fires             bool
+	}{
+		{"alone on its lane", 0, 0, true},
+		{"the lane as busy as the flow, 16 KiB in flight", 200 * 20_500, 16 << 10, true},
+		{"the lane keeps 1 MiB in flight", 200 * 20_500, 1 << 20, false},
+		{"the flow a twentieth of the lane's busy time", 20 * 200 * 20_500, 16 << 10, false},
+	} {
+		m := MeasureInFlight("pid 1 stream 0x10 H2D", false, serialOps(200, 16<<10, 20_000, 500))
+		m.CapacityGBs, m.LaneGBs = 4, m.RateGBs()
+		m.LaneBusyNs, m.LaneByteNs = tc.laneBusy, tc.laneBytesInFlight*float64(tc.laneBusy)
+		if f := TooLittleInFlight(m, "lane"); (f != nil) != tc.fires {
+			t.Errorf("%s: fired %v, want %v: %s", tc.name, f != nil, tc.fires, m.Text())
 		}
 	}
 }

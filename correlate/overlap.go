@@ -24,6 +24,11 @@ import (
 // the rule spreads them evenly: a rate measured this way is a lower bound.
 type Span struct {
 	Start, End, Bytes uint64
+	// Far: the completion was proven, but not close to the operation (a
+	// copy whose synchronisation came after other calls of its thread,
+	// CompleteNear false): End bounds it, yet End−Start is no latency of
+	// its own. In flight for the lane's rate, never a turnaround.
+	Far bool
 }
 
 // Flow is one submitter's traffic in one direction of one link: one CUDA

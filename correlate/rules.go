@@ -361,31 +361,107 @@ func IOMMUTranslated(f IOMMUFacts) *Finding {
 		"")
 }
 
-// PageableCopies fires when a process copies from (or to) pageable memory.
-func PageableCopies(pid uint32, copies int, bytes uint64, apis []string) *Finding {
-	if copies == 0 {
+// Pageable-copy thresholds (seed 000 L2→L1 #1: pageable memory adds a CPU
+// staging copy and makes non_blocking synchronous), calibrated on real
+// call streams (PyTorch profiler traces, issue 20): 45 pageable H2D copies
+// of 64–384 B beside 253 MB of pinned loads are no problem; 16 pageable
+// H2D copies carrying 244 MB are the problem.
+const (
+	// metadataCopy: a pageable copy under 64 KiB is a step's inputs or
+	// outputs (positions, lengths, token ids: torch.tensor(list).to(dev,
+	// non_blocking=True), .tolist()), latency-bound whatever its memory:
+	// its staging memcpy (under 13 µs at 5 GB/s) costs no more than the
+	// copy's own fixed cost. Reported (INFO, with their count), not judged.
+	metadataCopy = smallCopy
+	// pageableMinBytes: under 1 MiB of larger pageable copies in a window,
+	// staging costs a CPU under ~0.2 ms per window: nothing worth fixing.
+	pageableMinBytes = 1 << 20
+	// pageableFailShare: when half or more of the bytes the process moved
+	// between host memory and its GPU went through a staging copy, its
+	// host↔GPU rate is bounded by one CPU's memcpy: FAIL.
+	pageableFailShare = 0.5
+	// pageableWarnShare: a tenth or more costs a measurable part of the
+	// transfers' time: WARN. Less is worth knowing: INFO.
+	pageableWarnShare = 0.1
+)
+
+// MetadataSized reports whether a copy is metadata-sized (under
+// metadataCopy bytes): a pageable one is reported, not judged.
+func MetadataSized(bytes uint64) bool { return bytes < metadataCopy }
+
+// PageableFacts is one process's pageable copies over a window (element
+// reads, .item()-style, are not among them: a synchronisation, judged by
+// host-sync-in-loop), against every byte it moved between host memory and
+// its GPU (H2D and D2H, whatever the host memory).
+type PageableFacts struct {
+	PID uint32
+	// Bulk and BulkBytes are the pageable copies of at least metadataCopy
+	// bytes; Metadata and MetadataBytes the smaller ones.
+	Bulk, Metadata           int
+	BulkBytes, MetadataBytes uint64
+	HostBytes                uint64 // every H2D and D2H copy's bytes
+	APIs                     []string
+}
+
+// PageableCopies judges a process's pageable copies by bytes: the share of
+// its host↔GPU bytes that larger pageable copies carried, with an absolute
+// floor, decides FAIL or WARN; metadata-sized copies and small shares are
+// INFO with their count; nil when it made none.
+func PageableCopies(f PageableFacts) *Finding {
+	if f.Bulk+f.Metadata == 0 {
 		return nil
 	}
-	return newFinding("pageable-copy", SevFail, fmt.Sprintf("pid %d", pid),
-		fmt.Sprintf("%d copies (%s) used pageable host memory: each is staged through a CPU copy and blocks the caller", copies, bytesText(bytes)),
-		[]string{"APIs: " + strings.Join(uniq(apis), ", ")},
-		"")
+	share := 0.0
+	if f.HostBytes > 0 {
+		share = float64(f.BulkBytes) / float64(f.HostBytes)
+	}
+	ev := []string{
+		fmt.Sprintf("%d pageable copies of 64 KiB or more (%s), %.1f%% of the %s moved between host memory and the GPU",
+			f.Bulk, bytesText(f.BulkBytes), 100*share, bytesText(f.HostBytes)),
+		fmt.Sprintf("%d metadata-sized pageable copies under 64 KiB (%s): a step's inputs and outputs, not judged", f.Metadata, bytesText(f.MetadataBytes)),
+		"APIs: " + strings.Join(uniq(f.APIs), ", "),
+	}
+	sev := SevInfo
+	switch {
+	case f.BulkBytes >= pageableMinBytes && share >= pageableFailShare:
+		sev = SevFail
+	case f.BulkBytes >= pageableMinBytes && share >= pageableWarnShare:
+		sev = SevWarn
+	}
+	if sev == SevInfo {
+		return newFinding("pageable-copy", SevInfo, fmt.Sprintf("pid %d", f.PID),
+			fmt.Sprintf("%d copies (%s) used pageable host memory: too few bytes to cost bandwidth (%d metadata-sized)",
+				f.Bulk+f.Metadata, bytesText(f.BulkBytes+f.MetadataBytes), f.Metadata),
+			ev, "nothing to fix; pin the buffers if they grow (torch pin_memory(), cudaHostRegister)")
+	}
+	return newFinding("pageable-copy", sev, fmt.Sprintf("pid %d", f.PID),
+		fmt.Sprintf("%d copies (%s, %.0f%% of the host↔GPU bytes) used pageable host memory: each is staged through a CPU copy and blocks the caller",
+			f.Bulk, bytesText(f.BulkBytes), 100*share),
+		ev, "")
 }
 
 // Fragmentation thresholds (seed 000 L2→L1 #4, "传输是否被切成太多小段"):
 // a copy under smallCopy bytes is latency-bound — the fixed cost of a copy
 // (submission, DMA setup, a PCIe read round trip of microseconds) is
 // comparable to its time on the wire (64 KiB at 25 GB/s is 2.6 µs);
-// fragmentMin copies in a direction before the share of small ones means
-// anything. Copies under elementCopy bytes are element reads and writes
-// (`.item()`, a scalar fill: one value of at most 16 bytes, complex128),
-// never a piece of a KV transfer (one head of one token is at least 64
-// bytes): they are a synchronisation (L2→L1 #3), not fragmentation, and
-// are counted apart.
+// fragmentMin small copies in a direction before they mean anything.
+// Copies under elementCopy bytes are element reads and writes (`.item()`,
+// a scalar fill: one value of at most 16 bytes, complex128), never a
+// piece of a KV transfer (one head of one token is at least 64 bytes):
+// they are a synchronisation (L2→L1 #3), not fragmentation, and are
+// counted apart. The direction is judged by the copies that carry the
+// bulk of its bytes (half or more), never by the count of small ones: a
+// decode loop's metadata copies beside large loads are no fragmented
+// transfer. fragmentMinRate: small copies that move under 10 MB/s over
+// the direction's active span (a decode step's few KiB of inputs, at up
+// to a thousand steps a second) use under 0.04% of a Gen4 x16 lane: no
+// coalescing would gain bandwidth, they are inputs, not a transfer cut
+// into pieces (which moves hundreds of MB/s while it runs).
 const (
-	smallCopy   = 64 << 10
-	elementCopy = 32
-	fragmentMin = 256
+	smallCopy       = 64 << 10
+	elementCopy     = 32
+	fragmentMin     = 256
+	fragmentMinRate = 0.01 // GB/s (bytes per ns)
 )
 
 // FragmentDirections are the directions fragmentation is judged in: the
@@ -393,67 +469,88 @@ const (
 // and unknown ones are not on the link (or not known to be).
 var FragmentDirections = []string{DirH2D, DirD2H}
 
-// Fragmentation fires when most copies of one direction are small: that
-// direction's transfer is latency-bound (per-copy overhead) instead of
-// bandwidth-bound. Each direction is judged on its own, so small D2H reads
-// next to large H2D loads never make an H2D finding; element-sized copies
-// are left out of the count.
+// Fragmentation fires when the copies that carry most of one direction's
+// bytes are small, and there are many: that direction's transfer is
+// latency-bound (per-copy overhead) instead of bandwidth-bound. Each
+// direction is judged on its own, so small D2H reads next to large H2D
+// loads never make an H2D finding; element-sized copies are left out.
+// achievedGBs is the direction's rate over its active span (all its
+// copies' bytes).
 func Fragmentation(pid uint32, direction string, sizes SizeHistogram, achievedGBs float64) *Finding {
 	if !slices.Contains(FragmentDirections, direction) {
 		return nil
 	}
-	elements := sizes.CountBelow(elementCopy)
-	total := sizes.Count() - elements
-	small := sizes.CountBelow(smallCopy) - elements
-	if total < fragmentMin || small*2 < total {
+	elements, elementBytes := sizes.CountBelow(elementCopy), sizes.BytesBelow(elementCopy)
+	total, bytes := sizes.Count()-elements, sizes.Bytes()-elementBytes
+	small, smallBytes := sizes.CountBelow(smallCopy)-elements, sizes.BytesBelow(smallCopy)-elementBytes
+	if small < fragmentMin || smallBytes*2 < bytes || sizes.Bytes() == 0 {
 		return nil
 	}
-	ev := []string{direction + " size distribution: " + sizes.String()}
+	smallRate := achievedGBs * float64(smallBytes) / float64(sizes.Bytes())
+	if smallRate < fragmentMinRate {
+		return nil
+	}
+	ev := []string{
+		direction + " size distribution: " + sizes.String(),
+		fmt.Sprintf("copies under 64 KiB carried %s of %s (%.0f%%), %.2f GB/s over the direction's active span",
+			bytesText(smallBytes), bytesText(bytes), 100*float64(smallBytes)/float64(max(bytes, 1)), smallRate),
+	}
 	if elements > 0 {
 		ev = append(ev, fmt.Sprintf("%d element-sized copies (under %d B, .item()-style) not counted", elements, elementCopy))
 	}
 	return newFinding("fragmented-copies", SevWarn, fmt.Sprintf("pid %d %s", pid, direction),
-		fmt.Sprintf("%d of %d %s copies are under 64 KiB; achieved %.2f GB/s", small, total, direction, achievedGBs),
+		fmt.Sprintf("%d of %d %s copies are under 64 KiB and carry %.0f%% of its bytes; achieved %.2f GB/s", small, total, direction,
+			100*float64(smallBytes)/float64(max(bytes, 1)), achievedGBs),
 		ev, "")
 }
 
-// SizeHistogram counts copies in power-of-two size buckets (bucket i holds
-// sizes in [2^i, 2^(i+1))).
-type SizeHistogram [48]uint64
+// SizeHistogram counts copies and their bytes in power-of-two size
+// buckets (bucket i holds sizes in [2^i, 2^(i+1))).
+type SizeHistogram struct {
+	n, b [48]uint64
+}
 
 // Add counts one copy of n bytes.
 func (h *SizeHistogram) Add(n uint64) {
-	i := 0
-	for n > 1 && i < len(h)-1 {
-		n >>= 1
+	i, v := 0, n
+	for v > 1 && i < len(h.n)-1 {
+		v >>= 1
 		i++
 	}
-	h[i]++
+	h.n[i]++
+	h.b[i] += n
 }
 
-// Count is the number of copies.
-func (h *SizeHistogram) Count() uint64 {
-	var t uint64
-	for _, v := range h {
-		t += v
+// Count is the number of copies, Bytes their bytes.
+func (h *SizeHistogram) Count() uint64 { return sum(h.n[:]) }
+func (h *SizeHistogram) Bytes() uint64 { return sum(h.b[:]) }
+
+// CountBelow counts copies smaller than limit (a power of two), BytesBelow
+// their bytes.
+func (h *SizeHistogram) CountBelow(limit uint64) uint64 { return sum(h.n[:bucketOf(limit)]) }
+func (h *SizeHistogram) BytesBelow(limit uint64) uint64 { return sum(h.b[:bucketOf(limit)]) }
+
+// bucketOf is the first bucket whose sizes are all at least limit, a power
+// of two.
+func bucketOf(limit uint64) int {
+	i := 0
+	for i < 48 && uint64(1)<<i < limit {
+		i++
 	}
-	return t
+	return i
 }
 
-// CountBelow counts copies smaller than limit (a power of two).
-func (h *SizeHistogram) CountBelow(limit uint64) uint64 {
+func sum(v []uint64) uint64 {
 	var t uint64
-	for i, v := range h {
-		if uint64(1)<<i < limit {
-			t += v
-		}
+	for _, x := range v {
+		t += x
 	}
 	return t
 }
 
 func (h *SizeHistogram) String() string {
 	var parts []string
-	for i, v := range h {
+	for i, v := range h.n {
 		if v > 0 {
 			parts = append(parts, fmt.Sprintf("[%s,%s):%d", bytesText(1<<i), bytesText(1<<(i+1)), v))
 		}

@@ -239,44 +239,51 @@ func TestFragmentationAndHistogram(t *testing.T) {
 	for i := 0; i < 2048; i++ {
 		h.Add(4096)
 	}
-	if h.Count() != 2048 || h.CountBelow(64<<10) != 2048 || !strings.Contains(h.String(), "[4 KiB,8 KiB):2048") {
+	h.Add(5000)
+	if h.Count() != 2049 || h.CountBelow(64<<10) != 2049 || h.Bytes() != 2048*4096+5000 || h.BytesBelow(4096) != 0 ||
+		h.BytesBelow(8192) != 2048*4096+5000 || !strings.Contains(h.String(), "[4 KiB,8 KiB):2049") {
 		t.Fatalf("histogram %v", h.String())
 	}
-	hist := func(n int, size uint64) SizeHistogram {
+	// hist adds n copies of each size, in turn.
+	hist := func(n int, sizes ...uint64) SizeHistogram {
 		var h SizeHistogram
 		for range n {
-			h.Add(size)
+			for _, s := range sizes {
+				h.Add(s)
+			}
 		}
 		return h
-	}
-	plus := func(a, b SizeHistogram) SizeHistogram {
-		for i := range a {
-			a[i] += b[i]
-		}
-		return a
 	}
 	for _, tc := range []struct {
 		name  string
 		dir   string
 		sizes SizeHistogram
+		gbs   float64
 		fire  bool
 	}{
-		{"many page-sized H2D copies", DirH2D, hist(2048, 4096), true},
-		{"many page-sized D2H copies (a write-back in pieces)", DirD2H, hist(2048, 4096), true},
-		{"1 MiB H2D copies", DirH2D, hist(2048, 1<<20), false},
-		{"one small copy", DirH2D, hist(1, 4096), false},
-		{"255 small copies: below the count", DirH2D, hist(255, 4096), false},
-		{"exactly half small", DirH2D, plus(hist(128, 4096), hist(128, 1<<20)), true},
-		{"just under half small", DirH2D, plus(hist(127, 4096), hist(129, 1<<20)), false},
+		{"many page-sized H2D copies", DirH2D, hist(2048, 4096), 0.4, true},
+		{"many page-sized D2H copies (a write-back in pieces)", DirD2H, hist(2048, 4096), 0.4, true},
+		{"1 MiB H2D copies", DirH2D, hist(2048, 1<<20), 0.4, false},
+		{"one small copy", DirH2D, hist(1, 4096), 0.4, false},
+		{"255 small copies: below the count", DirH2D, hist(255, 4096), 0.4, false},
+		// by bytes, not by count: the copies that carry the bulk are judged
+		{"many small copies beside large ones carrying the bytes", DirH2D, plusHist(hist(2048, 4096), hist(16, 4<<20)), 0.4, false},
+		{"small copies carrying exactly half the bytes", DirH2D, plusHist(hist(512, 4096), hist(2, 1<<20)), 0.4, true},
+		{"small copies carrying just under half", DirH2D, plusHist(hist(511, 4096), hist(2, 1<<20)), 0.4, false},
+		// issue 20: a decode loop with a prefix-cache hit every 20 steps
+		{"decode metadata beside layered loads", DirH2D, plusHist(hist(60, 64, 192, 384, 512), hist(48, 4<<20)), 1.0, false},
+		// a decode loop alone: its inputs carry all the bytes, at a trickle
+		{"decode metadata alone, 3000 steps", DirH2D, hist(3000, 64, 192, 384, 512), 0.0001, false},
+		{"the same small copies moving 20 MB/s", DirH2D, hist(3000, 64, 192, 384, 512), 0.02, true},
 		// .item() reads: 8-byte D2H copies are element reads, not pieces.
-		{"element reads only", DirD2H, hist(4096, 8), false},
-		{"element reads do not fill a direction's count", DirD2H, plus(hist(4096, 8), hist(200, 4096)), false},
-		{"element reads beside pieces", DirD2H, plus(hist(4096, 8), hist(300, 4096)), true},
-		{"32-byte copies are pieces, not elements", DirH2D, hist(300, 32), true},
-		{"D2D copies stay in GPU memory", DirD2D, hist(2048, 4096), false},
-		{"unknown direction is not judged", DirUnknown, hist(2048, 4096), false},
+		{"element reads only", DirD2H, hist(4096, 8), 0.4, false},
+		{"element reads do not fill a direction's count", DirD2H, plusHist(hist(4096, 8), hist(200, 4096)), 0.4, false},
+		{"element reads beside pieces", DirD2H, plusHist(hist(4096, 8), hist(300, 4096)), 0.4, true},
+		{"32-byte copies are pieces, not elements", DirH2D, hist(300, 32), 0.4, true},
+		{"D2D copies stay in GPU memory", DirD2D, hist(2048, 4096), 0.4, false},
+		{"unknown direction is not judged", DirUnknown, hist(2048, 4096), 0.4, false},
 	} {
-		f := Fragmentation(1, tc.dir, tc.sizes, 0.4)
+		f := Fragmentation(1, tc.dir, tc.sizes, tc.gbs)
 		if (f != nil) != tc.fire {
 			t.Errorf("%s: fired %v, want %v (%+v)", tc.name, f != nil, tc.fire, f)
 			continue
@@ -285,20 +292,59 @@ func TestFragmentationAndHistogram(t *testing.T) {
 			t.Errorf("%s: %+v", tc.name, f)
 		}
 	}
-	f := Fragmentation(1, DirD2H, plus(hist(4096, 8), hist(300, 4096)), 0.1)
+	f := Fragmentation(1, DirD2H, plusHist(hist(4096, 8), hist(300, 4096)), 0.1)
 	if f == nil || !strings.Contains(f.Summary, "300 of 300 D2H copies") || !strings.Contains(strings.Join(f.Evidence, " "), "4096 element-sized copies") {
 		t.Errorf("element reads must be counted apart: %+v", f)
 	}
 }
 
-func TestPageableAndOverlap(t *testing.T) {
-	if PageableCopies(1, 0, 0, nil) != nil {
-		t.Error("no pageable copies flagged")
+func plusHist(a, b SizeHistogram) SizeHistogram {
+	for i := range a.n {
+		a.n[i] += b.n[i]
+		a.b[i] += b.b[i]
 	}
-	f := PageableCopies(1, 32, 32<<20, []string{"cudaMemcpyAsync", "cudaMemcpyAsync"})
-	if f == nil || f.Severity != SevFail || !strings.Contains(f.Summary, "32 copies (32 MiB)") {
+	return a
+}
+
+// pageable-copy by bytes (issue 20), calibrated on real call streams:
+// metadata-sized copies are INFO with their count; the share of the
+// host↔GPU bytes larger pageable copies carried, above 1 MiB, decides.
+func TestPageableCopies(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		f    PageableFacts
+		want Severity // "" none
+	}{
+		{"no pageable copy", PageableFacts{HostBytes: 1 << 30}, ""},
+		// a real trace: 45 pageable H2D of 64-384 B beside 253 MB of pinned loads
+		{"metadata beside pinned loads", PageableFacts{Metadata: 45, MetadataBytes: 45 * 224, HostBytes: 253e6 + 45*224}, SevInfo},
+		// a decode loop alone: every host byte is pageable, all metadata-sized
+		{"metadata alone", PageableFacts{Metadata: 12000, MetadataBytes: 12000 * 288, HostBytes: 12000 * 288}, SevInfo},
+		// a real trace: 16 pageable H2D copies carrying 244 MB
+		{"the bulk pageable", PageableFacts{Bulk: 16, BulkBytes: 244e6, Metadata: 40, MetadataBytes: 8000, HostBytes: 244e6 + 8000}, SevFail},
+		{"pageable-load: 32 x 1 MiB", PageableFacts{Bulk: 32, BulkBytes: 32 << 20, HostBytes: 32 << 20}, SevFail},
+		{"half the bytes", PageableFacts{Bulk: 8, BulkBytes: 8 << 20, HostBytes: 16 << 20}, SevFail},
+		{"a fifth of the bytes", PageableFacts{Bulk: 8, BulkBytes: 8 << 20, HostBytes: 40 << 20}, SevWarn},
+		{"a twentieth of the bytes", PageableFacts{Bulk: 8, BulkBytes: 8 << 20, HostBytes: 160 << 20}, SevInfo},
+		{"all of it, under the floor", PageableFacts{Bulk: 3, BulkBytes: 3 * 256 << 10, HostBytes: 3 * 256 << 10}, SevInfo},
+		{"exactly the floor", PageableFacts{Bulk: 16, BulkBytes: 1 << 20, HostBytes: 1 << 20}, SevFail},
+	} {
+		tc.f.PID, tc.f.APIs = 1, []string{"cudaMemcpyAsync", "cudaMemcpyAsync"}
+		f := PageableCopies(tc.f)
+		switch {
+		case tc.want == "" && f != nil, tc.want != "" && (f == nil || f.Severity != tc.want):
+			t.Errorf("%s: %+v, want %q", tc.name, f, tc.want)
+		case f != nil && (f.Rule != "pageable-copy" || !strings.Contains(strings.Join(f.Evidence, "; "), "APIs: cudaMemcpyAsync")):
+			t.Errorf("%s: %+v", tc.name, f)
+		}
+	}
+	f := PageableCopies(PageableFacts{PID: 1, Bulk: 32, BulkBytes: 32 << 20, HostBytes: 32 << 20})
+	if f == nil || !strings.Contains(f.Summary, "32 copies (32 MiB, 100% of the host↔GPU bytes)") {
 		t.Errorf("%+v", f)
 	}
+}
+
+func TestSameDirectionOverlapDecision(t *testing.T) {
 	// The seed's example: H2D and an RDMA receive on a 55 GB/s inbound lane.
 	// (overlap_test.go measures the shapes; this is the decision alone.)
 	base := Overlap{Segment: "link:0000:17:00.0", Direction: "down", Transfers: 2, DemandGBs: 55, CapacityGBs: 55,

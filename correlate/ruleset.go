@@ -52,7 +52,9 @@ var Rules = []Rule{
 		Remediation: "translation costs IOTLB misses on every DMA, and with ACS on, switch-local P2P is sent up to the root complex and back. " +
 			"Do not turn the IOMMU off blindly: first confirm the mapping mode your GPU/NIC drivers require and measure a translation bottleneck; " +
 			"then consider passthrough for these devices (iommu=pt) and ACS settings per the platform's GPUDirect guide"},
-	{Name: "pageable-copy", Severities: []Severity{SevFail}, Checklist: checkPinned, Where: InWindow | InDiagnose,
+	// pageable-copy: fail/warn by the share of host↔GPU bytes pageable copies
+	// carried, info for metadata-sized ones and small shares (rules.go).
+	{Name: "pageable-copy", Severities: []Severity{SevFail, SevWarn, SevInfo}, Checklist: checkPinned, Where: InWindow | InDiagnose,
 		Remediation: "register the host buffer (cudaHostRegister, or torch pin_memory()) once at start-up, or allocate it pinned (cudaHostAlloc)"},
 	{Name: "fragmented-copies", Severities: []Severity{SevWarn}, Checklist: checkFragments, Where: InWindow | InDiagnose,
 		Remediation: "coalesce pages into larger copies (a page-first/layer-first layout), or use a batched copy (cudaMemcpyBatchAsync) or a copy kernel"},

@@ -73,6 +73,10 @@ type Side struct {
 //	submit_ns         CLOCK_MONOTONIC ns when the call was entered
 //	complete_ns       CLOCK_MONOTONIC ns by which a synchronisation proved the
 //	                  copy finished (an upper bound); absent when unknown
+//	complete_near     true when that synchronisation was the next call the
+//	                  copy's thread made after it (or after an event record on
+//	                  the copy's stream): complete_ns - submit_ns is then the
+//	                  copy's own latency, not other work's (docs/design.md 7)
 //	batch_index       position in a cudaMemcpyBatchAsync call, -1 otherwise
 //	numa_node         NUMA node of the host pages the copy read (H2D) or wrote
 //	                  (D2H): the node of most of numa_pages; absent when unknown
@@ -125,7 +129,14 @@ type Transfer struct {
 	SrcGPU     string `json:"src_gpu,omitempty"`
 	SubmitNs   uint64 `json:"submit_ns"`
 	CompleteNs uint64 `json:"complete_ns,omitempty"`
-	BatchIndex int    `json:"batch_index"`
+	// CompleteNear: the completion was proven by the next call the copy's
+	// thread made (a synchronisation entered right after the copy returned,
+	// or after an event record on its stream that the wait is on), so
+	// CompleteNs−SubmitNs is the copy's own latency; otherwise the wait
+	// came after other calls (launches, other copies), whose work its time
+	// may include. Judged by call order, never by a time threshold.
+	CompleteNear bool `json:"complete_near,omitempty"`
+	BatchIndex   int  `json:"batch_index"`
 
 	// NUMANode and NUMAPages say where the host pages of an H2D or D2H
 	// copy were, located by the agent after the engine emitted the copy

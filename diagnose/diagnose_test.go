@@ -95,7 +95,7 @@ func TestDiagnoseSamplePageableLoad(t *testing.T) {
 	r, pid := diagnoseWhile(t, "/sys", "pageable-load")
 	c := findCheck(r, "pid "+itoa(pid), "pageable copies")
 	if c == nil || c.Status != checks.Fail || len(c.Findings) != 1 || c.Findings[0].Rule != "pageable-copy" ||
-		!strings.Contains(c.Findings[0].Summary, "32 copies (32 MiB)") {
+		!strings.Contains(c.Findings[0].Summary, "32 copies (32 MiB, 100% of the host↔GPU bytes)") {
 		t.Fatalf("pageable copies: %+v\n%s", c, reportText(r))
 	}
 	if !r.Failed() {

@@ -393,8 +393,11 @@ type run struct {
 	start, end uint64 // monotonic ns
 	completed  bool
 	small      correlate.SizeHistogram
-	pageable   int
-	pageBytes  uint64
+	hostBytes  uint64 // H2D and D2H
+	// pageable: copies of 64 KiB or more, pageSmall metadata-sized ones
+	// (correlate.PageableFacts)
+	pageable, pageSmall   int
+	pageBytes, smallBytes uint64
 }
 
 func sameAttribution(a, b *otlpbridge.Attribution) bool {
@@ -456,7 +459,15 @@ func (s *Spans) export(hs []held) (spans int, attributed, batched, incomplete ui
 			r.completed = true
 		}
 		r.end = max(r.end, end)
-		if t.HostMem == event.MemPageable {
+		if t.Direction == correlate.DirH2D || t.Direction == correlate.DirD2H {
+			r.hostBytes += t.Bytes
+		}
+		switch {
+		case t.HostMem != event.MemPageable || correlate.ElementSized(t.Bytes):
+		case correlate.MetadataSized(t.Bytes):
+			r.pageSmall++
+			r.smallBytes += t.Bytes
+		default:
 			r.pageable++
 			r.pageBytes += t.Bytes
 		}
@@ -589,8 +600,9 @@ func (s *Spans) end(r *run) {
 	}
 	_, span := s.cfg.Tracer.Start(ctx, name, opts...)
 	// Findings that a run proves by itself become events on its span.
-	if r.pageable > 0 {
-		addFinding(span, correlate.PageableCopies(t.PID, r.pageable, r.pageBytes, []string{t.API}), s.wall(r.start))
+	if f := correlate.PageableCopies(correlate.PageableFacts{PID: t.PID, Bulk: r.pageable, Metadata: r.pageSmall, BulkBytes: r.pageBytes,
+		MetadataBytes: r.smallBytes, HostBytes: r.hostBytes, APIs: []string{t.API}}); f != nil && f.Severity != correlate.SevInfo {
+		addFinding(span, f, s.wall(r.start)) // a span's event marks a cost; an INFO one would mark every decode step
 	}
 	if r.completed && r.end > r.start && !t.BytesUnknown {
 		addFinding(span, correlate.Fragmentation(t.PID, t.Direction, r.small, float64(r.bytes)/float64(r.end-r.start)), s.wall(r.start))

@@ -87,6 +87,8 @@ lanewatch_findings{rule="link-underused",severity="warn"} 0
 lanewatch_findings{rule="mr-dereg-in-flight",severity="fail"} 0
 lanewatch_findings{rule="numa-bind-skipped",severity="warn"} 0
 lanewatch_findings{rule="pageable-copy",severity="fail"} 2
+lanewatch_findings{rule="pageable-copy",severity="info"} 0
+lanewatch_findings{rule="pageable-copy",severity="warn"} 0
 lanewatch_findings{rule="pinned-pressure",severity="fail"} 0
 lanewatch_findings{rule="pinned-pressure",severity="warn"} 0
 lanewatch_findings{rule="rdma-congestion",severity="fail"} 0

@@ -55,9 +55,9 @@ func TestCheckCompute(t *testing.T) {
 	// every other scenario must fire nothing
 	res := Result{}
 	acts := []correlate.Activity{launch}
-	for i := 0; i < 4; i++ {
-		acts = append(acts, correlate.Activity{PID: 1, Op: event.OpEventRecord, Stream: 0x10},
-			correlate.Activity{PID: 1, Op: event.OpStreamSync, API: "cudaStreamSynchronize", Stream: 0x20, CallNs: 500, ReturnNs: 600})
+	for i := uint64(0); i < 4; i++ { // a wait per layer while the load (90-400) was under way
+		acts = append(acts, correlate.Activity{PID: 1, Op: event.OpEventRecord, Stream: 0x10, CallNs: 91 + i, ReturnNs: 91 + i},
+			correlate.Activity{PID: 1, Op: event.OpStreamSync, API: "cudaStreamSynchronize", Stream: 0x20, CallNs: 100 + 10*i, ReturnNs: 105 + 10*i})
 	}
 	checkCompute(&res, "hicache-load", 1, nil, got, acts)
 	if res.OtherErrs != 1 || !strings.Contains(strings.Join(res.Problems, "\n"), "the agent fired [host-sync-in-loop], the scenario is designed to fire []") {

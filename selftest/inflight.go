@@ -96,7 +96,7 @@ func truthTransfers(procs []scenarioProc, v view, st stamped) (out []correlate.T
 		bad = append(bad, b...)
 		for _, c := range copies {
 			out = append(out, correlate.Transfer{PID: p.pid, Stream: c.stream, GPU: p.gpu, Op: "copy", Direction: c.kind,
-				Bytes: c.bytes, HostMem: event.MemPinned, SubmitNs: c.start, CompleteNs: c.end})
+				Bytes: c.bytes, HostMem: event.MemPinned, SubmitNs: c.start, CompleteNs: c.end, CompleteNear: c.near})
 		}
 		reqs, b := truthRequests(p.truth, v, st.wrs[p.pid])
 		bad = append(bad, b...)

@@ -29,6 +29,7 @@ func pageLoad(serial bool) ([]TruthCall, []correlate.Transfer) {
 		for _, i := range batch {
 			got[i].CompleteNs = end - us
 		}
+		got[batch[len(batch)-1]].CompleteNear = true // the sync follows the batch's last copy
 		batch, at = nil, end+us
 	}
 	for i := range 64 {

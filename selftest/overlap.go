@@ -256,6 +256,34 @@ type truthSpan struct {
 	qp                uint32
 	peerLink          bool // the link is the peer's GPU's (the remote side's memory)
 	start, end, bytes uint64
+	// near: the truth's next call of the copy's thread is the
+	// synchronisation of its stream (or an event record on it and that
+	// event's synchronisation): its wait follows it closely, by call order
+	// (correlate.Transfer.CompleteNear).
+	near bool
+}
+
+// truthNear says whether truth[i], a copy, is followed by its thread's
+// next calls waiting for its stream: a stream_sync of it, or an
+// event_record on it and then an event_sync.
+func truthNear(truth []TruthCall, i int) bool {
+	c := truth[i]
+	var next []TruthCall
+	for _, y := range truth[i+1:] {
+		if y.End || y.TID != c.TID {
+			continue
+		}
+		if next = append(next, y); len(next) == 2 {
+			break
+		}
+	}
+	switch {
+	case len(next) > 0 && next[0].Op == "stream_sync" && next[0].Stream == c.Stream:
+		return true
+	case len(next) == 2 && next[0].Op == "event_record" && next[0].Stream == c.Stream && next[1].Op == "event_sync":
+		return true
+	}
+	return false
 }
 
 // truthCopies are a process's H2D and D2H copies, in submission order. The
@@ -276,7 +304,7 @@ func truthCopies(truth []TruthCall, v view, got []correlate.Transfer) (out []tru
 		if c.Direction != "H2D" && c.Direction != "D2H" {
 			continue
 		}
-		s := truthSpan{dir: checks.Inbound, kind: c.Direction, stream: c.Stream, bytes: c.Bytes, start: c.TCallNs}
+		s := truthSpan{dir: checks.Inbound, kind: c.Direction, stream: c.Stream, bytes: c.Bytes, start: c.TCallNs, near: truthNear(truth, i)}
 		if c.Direction == "D2H" {
 			s.dir = checks.Outbound
 		}

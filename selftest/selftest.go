@@ -34,7 +34,8 @@ import (
 var Scenarios = []string{"hicache-load", "pageable-load", "fragmented-load", "writeback-duplex",
 	"h2d-overlap", "no-overlap", "big-and-trickle", "default-kind", "api-coverage", "failing-copies", "vmm-pool-managed",
 	"inflight-serial", "inflight-queued",
-	"layer-compute", "layer-compute-sync", "layer-compute-item", "decode-graphs"}
+	"layer-compute", "layer-compute-sync", "layer-compute-item", "decode-graphs",
+	"decode-loop", "decode-loop-loads", "decode-item"}
 
 // Runtimes are the two builds of the reference runtime: with and without a
 // CET prologue, so both probe-site choices are exercised.

@@ -69,10 +69,10 @@ __attribute__((constructor)) static void co_register(void)
 	}
 }
 
-/* One layer's compute kernel on stream s, its engine interval armed in the truth. */
-static void co_launch(void *out, cudaStream_t s, int layer)
+/* A compute kernel of ns on stream s, its engine interval armed in the truth (decode.c
+ * launches it too). */
+void compute_launch(void *out, cudaStream_t s, int layer, int64_t ns)
 {
-	int64_t ns = CO_COMPUTE_NS;
 	void *args[] = {&out, &ns};
 	dim3 g = {132, 1, 1}, b = {128, 1, 1};
 	struct truth_rec *r = truth_new("cudaLaunchKernel", "launch");
@@ -131,7 +131,7 @@ static int co_run(const struct opts *o, struct result *res, enum co_shape shape)
 		if (shape == CO_SYNC)
 			stream_sync(load, NULL);
 		stream_wait_event(compute, ev[i], i);
-		co_launch(scalar, compute, i);
+		compute_launch(scalar, compute, i, CO_COMPUTE_NS);
 		if (shape == CO_ITEM) {
 			struct truth_rec *r = truth_copy("cudaMemcpy", "copy", &value, scalar, 4, cudaMemcpyDeviceToHost, NULL, -1);
 			TCALL(r, cudaMemcpy(&value, scalar, 4, cudaMemcpyDeviceToHost));

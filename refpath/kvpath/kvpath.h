@@ -61,6 +61,11 @@ int sc_layer_compute_sync(const struct opts *o, struct result *res);
 int sc_layer_compute_item(const struct opts *o, struct result *res);
 /* graphs.c: a decode loop under CUDA graphs */
 int sc_decode_graphs(const struct opts *o, struct result *res);
+void compute_launch(void *out, cudaStream_t s, int layer, int64_t ns); /* the compute stand-in, ns on s */
+/* decode.c: healthy decode loops, designed to raise nothing */
+int sc_decode_loop(const struct opts *o, struct result *res);
+int sc_decode_loop_loads(const struct opts *o, struct result *res);
+int sc_decode_item(const struct opts *o, struct result *res);
 
 /* main.c: the --hold point between setup and copies */
 void hold_point(const struct opts *o);

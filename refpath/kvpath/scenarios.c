@@ -1036,6 +1036,9 @@ const struct scenario scenarios[] = {
 	{"layer-compute-sync", sc_layer_compute_sync, 8, 4 * MiB, 1}, /* ... the load stream synchronized per layer */
 	{"layer-compute-item", sc_layer_compute_item, 8, 4 * MiB, 1}, /* ... a 4-byte cudaMemcpy D2H per layer */
 	{"decode-graphs", sc_decode_graphs, 1, 0, 1}, /* captured once; 300 x cudaGraphLaunch + 128 B D2H + sync */
+	{"decode-loop", sc_decode_loop, 16, 4 * MiB, 1},             /* 60 steps: 4 small pageable H2D, 40 kernels, a D2H and a sync */
+	{"decode-loop-loads", sc_decode_loop_loads, 16, 4 * MiB, 1}, /* ... and every 20 steps 16 x 4 MiB H2D, one event per layer */
+	{"decode-item", sc_decode_item, 16, 4 * MiB, 1},             /* ... and per step a 4-byte cudaMemcpy D2H and a 128 B D2H */
 	{"storage-load", sc_storage_load, 16, 2 * MiB, 1}, /* 16 x 2 MiB read from a file into the pool, each then H2D */
 	{"storage-writeback", sc_storage_writeback, 64, 4 * MiB, 1}, /* 64 x 4 MiB read from a file beside 64 x 4 MiB D2H */
 	{"replay", sc_replay, 1, 0, 1}, /* a trace's call stream (--script) */
