@@ -195,9 +195,9 @@ func TestPageableLeavesElementReadsOut(t *testing.T) {
 	w = NewWindow()
 	item(w, 8)
 	w.Transfer(&correlate.Transfer{PID: 7, API: "cudaMemcpy", Direction: correlate.DirH2D, HostMem: event.MemPageable,
-		Bytes: 1 << 20, SubmitNs: 20000, CompleteNs: 90000})
-	if c := pageable(w); len(c.Findings) != 1 || !strings.Contains(c.Findings[0].Summary, "1 copies (1 MiB, 100% of the host↔GPU bytes)") {
-		t.Errorf("a 1 MiB pageable copy beside 8 element reads: %s %q %+v", c.Status, c.Detail, c.Findings)
+		Bytes: 16 << 20, SubmitNs: 20000, CompleteNs: 90000})
+	if c := pageable(w); len(c.Findings) != 1 || !strings.Contains(c.Findings[0].Summary, "1 copies (16 MiB, 100% of the host↔GPU bytes)") {
+		t.Errorf("a 16 MiB pageable copy beside 8 element reads: %s %q %+v", c.Status, c.Detail, c.Findings)
 	}
 }
 

@@ -308,7 +308,7 @@ func plusHist(a, b SizeHistogram) SizeHistogram {
 
 // pageable-copy by bytes (issue 20), calibrated on real call streams:
 // metadata-sized copies are INFO with their count; the share of the
-// host↔GPU bytes larger pageable copies carried, above 1 MiB, decides.
+// host↔GPU bytes larger pageable copies carried, above 16 MiB, decides.
 func TestPageableCopies(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -323,11 +323,13 @@ func TestPageableCopies(t *testing.T) {
 		// a real trace: 16 pageable H2D copies carrying 244 MB
 		{"the bulk pageable", PageableFacts{Bulk: 16, BulkBytes: 244e6, Metadata: 40, MetadataBytes: 8000, HostBytes: 244e6 + 8000}, SevFail},
 		{"pageable-load: 32 x 1 MiB", PageableFacts{Bulk: 32, BulkBytes: 32 << 20, HostBytes: 32 << 20}, SevFail},
-		{"half the bytes", PageableFacts{Bulk: 8, BulkBytes: 8 << 20, HostBytes: 16 << 20}, SevFail},
-		{"a fifth of the bytes", PageableFacts{Bulk: 8, BulkBytes: 8 << 20, HostBytes: 40 << 20}, SevWarn},
-		{"a twentieth of the bytes", PageableFacts{Bulk: 8, BulkBytes: 8 << 20, HostBytes: 160 << 20}, SevInfo},
+		{"half the bytes", PageableFacts{Bulk: 32, BulkBytes: 32 << 20, HostBytes: 64 << 20}, SevFail},
+		{"a fifth of the bytes", PageableFacts{Bulk: 32, BulkBytes: 32 << 20, HostBytes: 160 << 20}, SevWarn},
+		{"a twentieth of the bytes", PageableFacts{Bulk: 32, BulkBytes: 32 << 20, HostBytes: 640 << 20}, SevInfo},
 		{"all of it, under the floor", PageableFacts{Bulk: 3, BulkBytes: 3 * 256 << 10, HostBytes: 3 * 256 << 10}, SevInfo},
-		{"exactly the floor", PageableFacts{Bulk: 16, BulkBytes: 1 << 20, HostBytes: 1 << 20}, SevFail},
+		// default-kind: two pageable copies, 2 MiB, half of its bytes
+		{"half of a few MiB", PageableFacts{Bulk: 2, BulkBytes: 2 << 20, HostBytes: 4 << 20}, SevInfo},
+		{"exactly the floor", PageableFacts{Bulk: 16, BulkBytes: 16 << 20, HostBytes: 16 << 20}, SevFail},
 	} {
 		tc.f.PID, tc.f.APIs = 1, []string{"cudaMemcpyAsync", "cudaMemcpyAsync"}
 		f := PageableCopies(tc.f)

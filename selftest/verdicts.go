@@ -20,12 +20,14 @@ import (
 // is the scenario's construction (its call order, sizes, memory kinds),
 // written down here by hand, never computed by the rule under test.
 var designed = map[string][]string{
-	"pageable-load":      {"pageable-copy"},
-	"fragmented-load":    {"fragmented-copies"},
-	"h2d-overlap":        {"same-direction-overlap"},
-	"pd-overlap":         {"same-direction-overlap"},
-	"two-proc-lane":      {"same-direction-overlap"},
-	"inflight-serial":    {"too-little-in-flight"},
+	"pageable-load":   {"pageable-copy"},
+	"fragmented-load": {"fragmented-copies"},
+	"h2d-overlap":     {"same-direction-overlap"},
+	"pd-overlap":      {"same-direction-overlap"},
+	"two-proc-lane":   {"same-direction-overlap"},
+	// 256 copies of 16 KiB each: small copies by construction
+	"inflight-serial":    {"too-little-in-flight", "fragmented-copies"},
+	"inflight-queued":    {"fragmented-copies"},
 	"rdma-write-serial":  {"too-little-in-flight"},
 	"layer-compute-sync": {"serialized-load"},
 	"layer-compute-item": {"host-sync-in-loop"},
