@@ -44,7 +44,7 @@ func TestDesignedCoversWindowRules(t *testing.T) {
 }
 
 func TestJudgeDesigned(t *testing.T) {
-	warn := correlate.Finding{Rule: "too-little-in-flight", Severity: correlate.SevWarn, Subject: "s", Summary: "slow"}
+	warn := correlate.Finding{Rule: "serialized-load", Severity: correlate.SevWarn, Subject: "s", Summary: "serial"}
 	info := correlate.Finding{Rule: "pageable-copy", Severity: correlate.SevInfo}
 	fail := correlate.Finding{Rule: "pageable-copy", Severity: correlate.SevFail, Subject: "pid 1", Summary: "pageable"}
 	for _, c := range []struct {
@@ -54,11 +54,11 @@ func TestJudgeDesigned(t *testing.T) {
 		ok             bool
 		text           string
 	}{
-		{"designed finding", "inflight-serial", []correlate.Finding{warn}, nil, true, ""},
-		{"designed finding missing", "inflight-serial", nil, nil, false, "designed to raise [too-little-in-flight], the agent's window raised []"},
+		{"designed finding", "layer-compute-sync", []correlate.Finding{warn}, nil, true, ""},
+		{"designed finding missing", "layer-compute-sync", nil, nil, false, "designed to raise [serialized-load], the agent's window raised []"},
 		{"INFO is silent", "hicache-load", []correlate.Finding{info}, nil, true, ""},
 		{"a finding on a healthy row", "hicache-load", []correlate.Finding{info, fail}, nil, false, "fail pageable-copy pid 1: pageable"},
-		{"one more than designed", "inflight-serial", []correlate.Finding{warn, fail}, nil, false, "raised [pageable-copy, too-little-in-flight]"},
+		{"one more than designed", "layer-compute-sync", []correlate.Finding{warn, fail}, nil, false, "raised [pageable-copy, serialized-load]"},
 		{"a rule the window does not judge", "uplink-shared", nil, []string{"storage-shared-uplink"}, true, ""},
 	} {
 		res := Result{}
