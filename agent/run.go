@@ -220,7 +220,8 @@ func logSummary(log *slog.Logger, ag *Agent) {
 		log.Info("rdma", "work_requests", rs.WorkRequests, "completions", rs.Completions, "by_status", fmt.Sprint(rs.ByStatus),
 			"unmatched_completions", rs.Unmatched, "never_completed", rs.Evicted,
 			"regions_not_tracked", rs.RegionCapHits, "queue_cap_hits", rs.QueueCapHits, "latency_samples_not_kept", rs.LatencyCapHits,
-			"notifies_ahead_of_data", rs.NotifiesAhead, "notifies_peer_unknown", rs.NotifyPeerUnknown,
+			"notifies_ahead_of_data", rs.NotifiesAhead, "of_them_ambiguous", rs.NotifiesAmbiguous, "notifies_peer_unknown", rs.NotifyPeerUnknown,
+			"notifies_after_own_writes_beside_others", rs.NotifiesOwnDone,
 			"deregs_in_flight", rs.DeregsInFlight, "qp_peers_not_kept", rs.PeerCapHits)
 		for _, l := range ag.RDMALatency() {
 			log.Info("rdma posted→completed", "pid", l.PID, "qp", l.QPNum, "opcode", l.Opcode, "count", l.Count,

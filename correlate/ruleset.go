@@ -68,7 +68,7 @@ var Rules = []Rule{
 		Remediation: "wait on the GPU, not the host: record an event on the load stream after each layer and make the compute stream wait for it (cudaStreamWaitEvent); never synchronize the load stream inside the layer loop"},
 	{Name: "host-sync-in-loop", Severities: []Severity{SevWarn}, Checklist: checkComputeOverlap, Where: InWindow | InDiagnose,
 		Remediation: "take the synchronize or the .item() out of the per-layer loop: read scalars once per step, keep them on the GPU, or copy them asynchronously into pinned memory and wait on an event later"},
-	{Name: "cross-qp-notify", Severities: []Severity{SevFail}, Checklist: checkNotifyOrder, Where: InWindow | InDiagnose,
+	{Name: "cross-qp-notify", Severities: []Severity{SevFail, SevWarn}, Checklist: checkNotifyOrder, Where: InWindow | InDiagnose,
 		Remediation: "announce data on the QP that carried it (RDMA_WRITE_WITH_IMM for the last WRITE, or a SEND after the WRITEs on the same QP), " +
 			"or post the notification only after polling the WRITEs' successful completions"},
 	{Name: "mr-dereg-in-flight", Severities: []Severity{SevFail}, Checklist: checkDeregOrder, Where: InWindow | InDiagnose,

@@ -76,6 +76,7 @@ func TestMetricsValues(t *testing.T) {
 # HELP lanewatch_findings Active findings of the last evaluation window, by rule and severity (0: the rule did not fire).
 # TYPE lanewatch_findings gauge
 lanewatch_findings{rule="cross-qp-notify",severity="fail"} 0
+lanewatch_findings{rule="cross-qp-notify",severity="warn"} 0
 lanewatch_findings{rule="far-nic",severity="warn"} 0
 lanewatch_findings{rule="fragmented-copies",severity="warn"} 0
 lanewatch_findings{rule="host-sync-in-loop",severity="warn"} 0
