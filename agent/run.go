@@ -286,7 +286,7 @@ func listenMetrics(cfg RunConfig, place func(uint32) checks.Placement, extra map
 	case cong == nil:
 		log.Info("no RDMA port: rdma-congestion is not judged", "sysfs", cfg.SysRoot)
 	}
-	gpuNode, err := HostGPUNodes(cfg.SysRoot)
+	numa, err := HostNUMA(cfg.SysRoot)
 	if err != nil {
 		log.Warn("GPU NUMA nodes unknown: remote-numa-pool is not judged on the pages copies read", "err", err)
 	}
@@ -304,7 +304,7 @@ func listenMetrics(cfg RunConfig, place func(uint32) checks.Placement, extra map
 		disks, diskPlace = NewDiskWindow(procRoot, sh, log), DiskPlacer(sh)
 	}
 	m.eval = NewEvaluator(EvaluatorConfig{Interval: mc.EvaluateInterval, Place: place, Publish: m.publish, GPU: gpu, Congestion: cong,
-		GPUNode: gpuNode, LinkCapacity: LaneCapacity(capacityHost(procRoot, cfg.SysRoot, log), m.links), GPUPath: peerPath,
+		NUMA: numa, LinkCapacity: LaneCapacity(capacityHost(procRoot, cfg.SysRoot, log), m.links), GPUPath: peerPath,
 		Kernels: cfg.Trace.Kernels, Storage: storageFlows(cfg.Trace.Storage), Disks: disks})
 	scrapers := map[string]exporters.Collector{
 		"rdma_ports": collectors.NewInfiniBandMetrics(cfg.SysRoot),

@@ -35,7 +35,7 @@ type Rule struct {
 // rules.go), its entry here, its alert in dashboards/lanewatch.rules.yml and
 // that alert's test.
 var Rules = []Rule{
-	{Name: "remote-numa-pool", Severities: []Severity{SevFail}, Checklist: checkPoolNode, Where: InWindow | InHostCheck | InDiagnose,
+	{Name: "remote-numa-pool", Severities: []Severity{SevFail, SevInfo}, Checklist: checkPoolNode, Where: InWindow | InHostCheck | InDiagnose,
 		Remediation: "allocate the pool on its GPU's NUMA node (numactl --cpunodebind=N --membind=N, or the server's own NUMA binding)"},
 	{Name: "numa-bind-skipped", Severities: []Severity{SevWarn}, Checklist: checkPoolNode, Where: InHostCheck | InDiagnose,
 		Remediation: "install numactl and grant CAP_SYS_NICE, or bind explicitly with numactl"},
@@ -74,7 +74,7 @@ var Rules = []Rule{
 	{Name: "mr-dereg-in-flight", Severities: []Severity{SevFail}, Checklist: checkDeregOrder, Where: InWindow | InDiagnose,
 		Remediation: "deregister (and free or reuse) a region only after every request using it completed: poll their completions " +
 			"(a signaled request covers the unsignaled ones before it on its QP), or reference-count the buffer"},
-	{Name: "storage-far-pool", Severities: []Severity{SevWarn}, Checklist: checkStorageDirect, Where: InWindow | InDiagnose,
+	{Name: "storage-far-pool", Severities: []Severity{SevWarn, SevInfo}, Checklist: checkStorageDirect, Where: InWindow | InDiagnose,
 		Remediation: "put the storage device and the pool it fills on one node: read into a pool bound to the device's node, or serve the GPU from storage on its own socket"},
 	{Name: "storage-shared-uplink", Severities: []Severity{SevWarn}, Checklist: checkStorageUplink, Where: InWindow | InDiagnose,
 		Remediation: "stagger storage I/O and the GPU's copies in that direction, or move the NVMe (or the KV cache files) behind another switch"},
