@@ -75,10 +75,12 @@ type EvaluatorConfig struct {
 	// Place names the GPU of a process and its link's capacity; nil, or a
 	// Placement without a GPU: unknown, and the lane judgements SKIP.
 	Place func(pid uint32) checks.Placement
-	// GPUNode is a GPU's NUMA node (sysfs numa_node), -1 unknown; nil:
-	// every node unknown, and remote-numa-pool is not judged on the pages
-	// the copies read (checks.Window.PagesCheck).
-	GPUNode func(bdf string) int
+	// NUMA gives a GPU's NUMA node (sysfs numa_node, -1 unknown) and where
+	// nodes sit from each other (their CPU packages); nil: every node
+	// unknown, and remote-numa-pool is not judged on the pages the copies
+	// read (checks.Window.PagesCheck), storage-far-pool says the socket is
+	// unknown.
+	NUMA checks.NUMAPlace
 	// Publish receives every verdict, on the evaluator's goroutine.
 	Publish func(Verdict)
 	// GPU counters; nil: none on this host. They are read every
@@ -237,7 +239,7 @@ func (e *Evaluator) Evaluate(now time.Time) Verdict {
 	for _, pid := range win.PIDs() {
 		pl := e.cfg.Place(pid)
 		placed[pid] = pl
-		pages := win.PagesCheck(fmt.Sprintf("pid %d", pid), pid, pl, e.cfg.GPUNode)
+		pages := win.PagesCheck(fmt.Sprintf("pid %d", pid), pid, pl, e.cfg.NUMA)
 		v.Checks = append(v.Checks, pages)
 		v.Findings = append(v.Findings, pages.Findings...)
 		for _, c := range win.Checks(fmt.Sprintf("pid %d", pid), pid) {

@@ -9,7 +9,24 @@ import (
 	"github.com/lanewatch/lanewatch/checks"
 	"github.com/lanewatch/lanewatch/correlate"
 	"github.com/lanewatch/lanewatch/event"
+	"github.com/lanewatch/lanewatch/topology"
 )
+
+// gpuOnNode is a checks.NUMAPlace: one GPU on a node of a host layout.
+type gpuOnNode struct {
+	gpu  string
+	node int
+	host *topology.Host
+}
+
+func (g gpuOnNode) GPUNode(bdf string) int {
+	if bdf == g.gpu {
+		return g.node
+	}
+	return -1
+}
+
+func (g gpuOnNode) NodeSide(home, n int) (topology.NodeSide, string) { return g.host.NodeSide(home, n) }
 
 // agent run judges remote-numa-pool on the pages each window's copies
 // read: a window whose loads came from the far node fires it, the next,
@@ -18,12 +35,8 @@ import (
 func TestEvaluatorRemotePages(t *testing.T) {
 	const gpu = "0000:81:00.0"
 	place := func(uint32) checks.Placement { return checks.Placement{GPU: gpu, Why: "test placement"} }
-	node := func(bdf string) int {
-		if bdf == gpu {
-			return 1
-		}
-		return -1
-	}
+	// The GPU on node 1 of a 2-socket host (node N on package N).
+	node := gpuOnNode{gpu: gpu, node: 1, host: &topology.Host{Nodes: []topology.Node{{ID: 0, Package: 0}, {ID: 1, Package: 1}}}}
 	load := func(e *agent.Evaluator, pages ...int) {
 		for i := range 16 {
 			tr := &correlate.Transfer{PID: 30, API: "cudaMemcpyAsync", Op: "copy", Direction: correlate.DirH2D, Bytes: 4 << 20,
@@ -32,7 +45,7 @@ func TestEvaluatorRemotePages(t *testing.T) {
 			e.Transfer(tr)
 		}
 	}
-	e := agent.NewEvaluator(agent.EvaluatorConfig{Interval: time.Second, Place: place, GPUNode: node})
+	e := agent.NewEvaluator(agent.EvaluatorConfig{Interval: time.Second, Place: place, NUMA: node})
 	start := time.Now()
 	load(e, 0, 0, 0)
 	v := e.Evaluate(start.Add(time.Second))

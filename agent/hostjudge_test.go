@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/lanewatch/lanewatch/agent"
+	"github.com/lanewatch/lanewatch/correlate"
 	"github.com/lanewatch/lanewatch/internal/sysfstest"
 	"github.com/lanewatch/lanewatch/internal/testenv"
 )
@@ -24,7 +25,7 @@ func TestHostJudgeRemotePool(t *testing.T) {
 	testenv.RequireRoot(t)
 	ref := testenv.RefDir(t)
 	sys := sysfstest.Build(t, sysfstest.Host{
-		Nodes: []sysfstest.Node{{CPUs: "0", Distance: "10 21"}, {CPUs: "1", Distance: "21 10"}},
+		Nodes: []sysfstest.Node{{CPUs: "0", Distance: "10 21", Package: "0"}, {CPUs: "1", Distance: "21 10", Package: "1"}},
 		Funcs: []sysfstest.Func{
 			{BDF: "0000:80:01.0", HB: "pci0000:80", Class: "0x060400", Vendor: "0x1022", Device: "0x14ab", NUMA: "1"},
 			{BDF: "0000:81:00.0", Parent: "0000:80:01.0", Class: "0x030200", Vendor: "0x10de", Device: "0x2335", NUMA: "1"},
@@ -53,7 +54,7 @@ func TestHostJudgeRemotePool(t *testing.T) {
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline) && found == ""; time.Sleep(100 * time.Millisecond) {
 		judge := r.agent.HostJudge("/proc", sys, nil, time.Minute, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
 		for _, f := range judge() {
-			if f.Rule == "remote-numa-pool" && strings.Contains(f.Subject, "pid "+strconv.Itoa(cmd.Process.Pid)) {
+			if f.Rule == "remote-numa-pool" && f.Severity == correlate.SevFail && strings.Contains(f.Subject, "pid "+strconv.Itoa(cmd.Process.Pid)) {
 				found = f.Summary
 			}
 		}

@@ -470,14 +470,15 @@ func mix(x uint64) uint64 {
 	return x ^ x>>31
 }
 
-// HostGPUNodes gives each GPU's NUMA node from the sysfs tree under
-// sysRoot (-1 unknown), for remote-numa-pool on the pages copies read.
-func HostGPUNodes(sysRoot string) (func(bdf string) int, error) {
+// HostNUMA gives each GPU's NUMA node from the sysfs tree under sysRoot
+// (-1 unknown) and where nodes sit from each other, for remote-numa-pool
+// on the pages copies read and storage-far-pool.
+func HostNUMA(sysRoot string) (checks.NUMAPlace, error) {
 	h, err := checks.ReadHost("", sysRoot, "")
 	if err != nil {
 		return nil, err
 	}
-	return h.GPUNode, nil
+	return h, nil
 }
 
 // ByResult gives the counts as lanewatch_page_lookups_total's results

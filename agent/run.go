@@ -220,7 +220,8 @@ func logSummary(log *slog.Logger, ag *Agent) {
 		log.Info("rdma", "work_requests", rs.WorkRequests, "completions", rs.Completions, "by_status", fmt.Sprint(rs.ByStatus),
 			"unmatched_completions", rs.Unmatched, "never_completed", rs.Evicted,
 			"regions_not_tracked", rs.RegionCapHits, "queue_cap_hits", rs.QueueCapHits, "latency_samples_not_kept", rs.LatencyCapHits,
-			"notifies_ahead_of_data", rs.NotifiesAhead, "notifies_peer_unknown", rs.NotifyPeerUnknown,
+			"notifies_ahead_of_data", rs.NotifiesAhead, "of_them_ambiguous", rs.NotifiesAmbiguous, "notifies_peer_unknown", rs.NotifyPeerUnknown,
+			"notifies_after_own_writes_beside_others", rs.NotifiesOwnDone,
 			"deregs_in_flight", rs.DeregsInFlight, "qp_peers_not_kept", rs.PeerCapHits)
 		for _, l := range ag.RDMALatency() {
 			log.Info("rdma posted→completed", "pid", l.PID, "qp", l.QPNum, "opcode", l.Opcode, "count", l.Count,
@@ -285,7 +286,7 @@ func listenMetrics(cfg RunConfig, place func(uint32) checks.Placement, extra map
 	case cong == nil:
 		log.Info("no RDMA port: rdma-congestion is not judged", "sysfs", cfg.SysRoot)
 	}
-	gpuNode, err := HostGPUNodes(cfg.SysRoot)
+	numa, err := HostNUMA(cfg.SysRoot)
 	if err != nil {
 		log.Warn("GPU NUMA nodes unknown: remote-numa-pool is not judged on the pages copies read", "err", err)
 	}
@@ -303,7 +304,7 @@ func listenMetrics(cfg RunConfig, place func(uint32) checks.Placement, extra map
 		disks, diskPlace = NewDiskWindow(procRoot, sh, log), DiskPlacer(sh)
 	}
 	m.eval = NewEvaluator(EvaluatorConfig{Interval: mc.EvaluateInterval, Place: place, Publish: m.publish, GPU: gpu, Congestion: cong,
-		GPUNode: gpuNode, LinkCapacity: LaneCapacity(capacityHost(procRoot, cfg.SysRoot, log), m.links), GPUPath: peerPath,
+		NUMA: numa, LinkCapacity: LaneCapacity(capacityHost(procRoot, cfg.SysRoot, log), m.links), GPUPath: peerPath,
 		Kernels: cfg.Trace.Kernels, Storage: storageFlows(cfg.Trace.Storage), Disks: disks})
 	scrapers := map[string]exporters.Collector{
 		"rdma_ports": collectors.NewInfiniBandMetrics(cfg.SysRoot),

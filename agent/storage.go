@@ -11,6 +11,7 @@ import (
 	"github.com/cilium/ebpf/ringbuf"
 	"github.com/lanewatch/lanewatch/checks"
 	"github.com/lanewatch/lanewatch/collectors"
+	"github.com/lanewatch/lanewatch/correlate"
 	"github.com/lanewatch/lanewatch/event"
 	"github.com/lanewatch/lanewatch/probes"
 	"github.com/lanewatch/lanewatch/topology"
@@ -312,8 +313,9 @@ type StorageFlows interface {
 }
 
 // StorageDirectChecks is checklist item 6 for each process with storage
-// reads in a window, h2d its host→device bytes in the same window.
-func StorageDirectChecks(flows []checks.StorageFlow, h2d func(pid uint32) uint64) []checks.Check {
+// reads in a window, h2d its host→device bytes in the same window; sides
+// says where NUMA nodes sit from each other (nil: unknown).
+func StorageDirectChecks(flows []checks.StorageFlow, h2d func(pid uint32) uint64, sides correlate.NodeSides) []checks.Check {
 	var out []checks.Check
 	for i := 0; i < len(flows); {
 		j := i
@@ -321,7 +323,7 @@ func StorageDirectChecks(flows []checks.StorageFlow, h2d func(pid uint32) uint64
 			j++
 		}
 		pid := flows[i].PID
-		out = append(out, checks.StorageDirectCheck(fmt.Sprintf("pid %d", pid), flows[i:j], h2d(pid)))
+		out = append(out, checks.StorageDirectCheck(fmt.Sprintf("pid %d", pid), flows[i:j], h2d(pid), sides))
 		i = j
 	}
 	return out

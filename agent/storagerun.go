@@ -8,6 +8,7 @@ import (
 
 	"github.com/lanewatch/lanewatch/checks"
 	"github.com/lanewatch/lanewatch/collectors"
+	"github.com/lanewatch/lanewatch/correlate"
 	"github.com/lanewatch/lanewatch/topology"
 )
 
@@ -114,7 +115,11 @@ func (d *DiskWindow) UplinkCheck(lanes []LaneRate) checks.Check {
 func (e *Evaluator) storageChecks(win *checks.Window, v *Verdict) {
 	if e.cfg.Storage != nil {
 		h2d := func(pid uint32) uint64 { return win.LaneBytes(pid, checks.Inbound) }
-		for _, c := range StorageDirectChecks(e.cfg.Storage.Flows(), h2d) {
+		var sides correlate.NodeSides
+		if e.cfg.NUMA != nil {
+			sides = e.cfg.NUMA.NodeSide
+		}
+		for _, c := range StorageDirectChecks(e.cfg.Storage.Flows(), h2d, sides) {
 			v.Checks = append(v.Checks, c)
 			v.Findings = append(v.Findings, c.Findings...)
 		}

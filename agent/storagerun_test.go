@@ -88,7 +88,9 @@ func (f fixedFlows) Flows() []checks.StorageFlow { return f }
 func TestEvaluatorStorageChecks(t *testing.T) {
 	far := checks.StorageFlow{PID: 7, Device: "nvme0n1", Reads: 16, DirectPool: map[int]uint64{0: 32 << 20},
 		Place: topology.BlockPlacement{Name: "nvme0n1", BDF: "0000:1a:00.0", NUMANode: 1}}
-	e := agent.NewEvaluator(agent.EvaluatorConfig{Interval: time.Second, Storage: fixedFlows{far}})
+	// Node N on package N: node 1 is another socket.
+	numa := gpuOnNode{host: &topology.Host{Nodes: []topology.Node{{ID: 0, Package: 0}, {ID: 1, Package: 1}}}}
+	e := agent.NewEvaluator(agent.EvaluatorConfig{Interval: time.Second, Storage: fixedFlows{far}, NUMA: numa})
 	v := e.Evaluate(time.Now())
 	var c *checks.Check
 	for i := range v.Checks {

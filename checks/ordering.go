@@ -19,9 +19,12 @@ const maxOrderKept = 64
 // orderTally is one process's ordering facts over a window.
 type orderTally struct {
 	notifies, unknown int
-	ahead             []correlate.NotifyHazard
-	aheadMore         int
-	deregs            []*correlate.MRDereg // one per deregistration (shared by its requests)
+	// sure: notices that can only be about the WRITEs they overtook;
+	// ambiguous: the rest (correlate.NotifyAhead.Ambiguity). The *More
+	// counts are those not kept.
+	sure, ambiguous         []correlate.NotifyHazard
+	sureMore, ambiguousMore int
+	deregs                  []*correlate.MRDereg // one per deregistration (shared by its requests)
 }
 
 // order notes a work request's ordering facts (correlate.OrderFacts) and
@@ -49,10 +52,14 @@ func (w *Window) order(t *correlate.Transfer) {
 		o.unknown++
 	}
 	if a := t.Order.NotifyAhead; a != nil {
-		if len(o.ahead) < maxOrderKept {
-			o.ahead = append(o.ahead, correlate.NotifyHazard{QP: t.QPNum, WRID: t.WRID, Opcode: opcodeOf(t), PostedNs: t.SubmitNs, Ahead: *a})
+		kept, more := &o.sure, &o.sureMore
+		if a.Ambiguity != "" {
+			kept, more = &o.ambiguous, &o.ambiguousMore
+		}
+		if len(*kept) < maxOrderKept {
+			*kept = append(*kept, correlate.NotifyHazard{QP: t.QPNum, WRID: t.WRID, Opcode: opcodeOf(t), PostedNs: t.SubmitNs, Ahead: *a})
 		} else {
-			o.aheadMore++
+			*more++
 		}
 	}
 	if d := t.Order.Dereg; d != nil && !slices.Contains(o.deregs, d) && len(o.deregs) < maxOrderKept {
@@ -78,8 +85,9 @@ func (w *Window) OrderingPIDs() []uint32 {
 
 // OrderingCheck judges one process's RDMA ordering over the window:
 // notifications posted on another QP than outstanding WRITEs to the same
-// peer (cross-qp-notify), regions deregistered under outstanding requests
-// (mr-dereg-in-flight).
+// peer (cross-qp-notify: FAIL when they can only be about those WRITEs,
+// WARN when concurrent requests' data cannot be told apart), regions
+// deregistered under outstanding requests (mr-dereg-in-flight, FAIL).
 func (w *Window) OrderingCheck(scope string, pid uint32) Check {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -89,9 +97,16 @@ func (w *Window) OrderingCheck(scope string, pid uint32) Check {
 	}
 	c := Check{Scope: scope, Name: CheckOrdering, Status: Pass,
 		Detail: fmt.Sprintf("%d notifications (SEND, WRITE_WITH_IMM), none posted ahead of WRITEs to the same peer on another QP", o.notifies)}
-	if len(o.ahead) > 0 {
-		c.Detail = fmt.Sprintf("%d of %d notifications posted ahead of WRITEs to the same peer on another QP", len(o.ahead)+o.aheadMore, o.notifies)
-		c.Findings = append(c.Findings, *correlate.CrossQPNotify(pid, len(o.ahead)+o.aheadMore, o.notifies, o.ahead))
+	sure, ambiguous := len(o.sure)+o.sureMore, len(o.ambiguous)+o.ambiguousMore
+	if sure+ambiguous > 0 {
+		c.Detail = fmt.Sprintf("%d of %d notifications posted ahead of WRITEs to the same peer on another QP (%d surely about them, "+
+			"%d beside concurrent requests' data)", sure+ambiguous, o.notifies, sure, ambiguous)
+	}
+	if sure > 0 {
+		c.Findings = append(c.Findings, *correlate.CrossQPNotify(pid, correlate.SevFail, sure, o.notifies, o.sure))
+	}
+	if ambiguous > 0 {
+		c.Findings = append(c.Findings, *correlate.CrossQPNotify(pid, correlate.SevWarn, ambiguous, o.notifies, o.ambiguous))
 	}
 	if o.unknown > 0 {
 		c.Detail += fmt.Sprintf("; %d not judged: the peer of a QP is unknown (no ibv_modify_qp with an address vector seen)", o.unknown)
@@ -100,8 +115,12 @@ func (w *Window) OrderingCheck(scope string, pid uint32) Check {
 		c.Detail += fmt.Sprintf("; %d regions deregistered with requests outstanding", len(o.deregs))
 		c.Findings = append(c.Findings, *correlate.MRDeregInFlight(pid, o.deregs))
 	}
-	if len(c.Findings) > 0 {
-		c.Status = Fail
+	for _, f := range c.Findings {
+		if f.Severity == correlate.SevFail {
+			c.Status = Fail
+		} else if c.Status == Pass {
+			c.Status = Warn
+		}
 	}
 	return c
 }

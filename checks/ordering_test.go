@@ -19,6 +19,8 @@ func TestOrderingCheck(t *testing.T) {
 			CompleteNs: 7000, Status: "LOC_PROT_ERR", Order: order}
 	}
 	ahead := &correlate.OrderFacts{NotifyAhead: &correlate.NotifyAhead{Peer: "gid fe80::1", DataQPs: []uint32{8}, Writes: 4, Bytes: 4 << 20, OldestNs: 1000}}
+	ambiguous := &correlate.OrderFacts{NotifyAhead: &correlate.NotifyAhead{Peer: "gid fe80::1", DataQPs: []uint32{8}, Writes: 4, Bytes: 4 << 20,
+		OldestNs: 1000, OtherTIDs: []uint32{12}, Ambiguity: "thread 11 posted no WRITE to that port since its previous notice"}}
 	dereg := &correlate.MRDereg{Addr: 0x1000, Length: 1 << 20, LKey: 5, AtNs: 3000, Outstanding: 2, QPs: []uint32{8}, Opcodes: []string{"RDMA_WRITE"}, OldestNs: 1000}
 	for _, c := range []struct {
 		name      string
@@ -30,6 +32,10 @@ func TestOrderingCheck(t *testing.T) {
 		{"no notification", []correlate.Transfer{write(1, nil)}, Skip, "", "no RDMA notification"},
 		{"ordered notifications", []correlate.Transfer{write(1, nil), notify(2, nil), notify(3, nil)}, Pass, "", "2 notifications"},
 		{"a notification ahead of its data", []correlate.Transfer{notify(2, ahead), notify(3, nil)}, Fail, "cross-qp-notify", "1 of 2 notifications"},
+		{"a notification beside concurrent requests' data", []correlate.Transfer{notify(2, ambiguous), notify(3, nil)}, Warn, "cross-qp-notify",
+			"(0 surely about them, 1 beside concurrent requests' data)"},
+		{"one sure, one ambiguous", []correlate.Transfer{notify(2, ambiguous), notify(3, ahead)}, Fail, "cross-qp-notify,cross-qp-notify",
+			"2 of 2 notifications"},
 		{"peer unknown", []correlate.Transfer{notify(2, &correlate.OrderFacts{PeerUnknown: true})}, Pass, "", "1 not judged"},
 		{"one deregistration under two requests", []correlate.Transfer{write(1, &correlate.OrderFacts{Dereg: dereg}), write(2, &correlate.OrderFacts{Dereg: dereg})},
 			Fail, "mr-dereg-in-flight", "1 regions deregistered"},

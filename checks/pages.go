@@ -10,6 +10,7 @@ import (
 
 	"github.com/lanewatch/lanewatch/collectors"
 	"github.com/lanewatch/lanewatch/correlate"
+	"github.com/lanewatch/lanewatch/topology"
 )
 
 // Where the host memory of a process lives (docs/design.md, "Pages, not
@@ -70,14 +71,27 @@ func (h *Host) GPUNode(bdf string) int {
 	return -1
 }
 
+// NodeSide says where NUMA node n sits from node home, by their CPU
+// packages (topology.Host.NodeSide).
+func (h *Host) NodeSide(home, n int) (topology.NodeSide, string) {
+	return h.Topo.NodeSide(home, n)
+}
+
+// NUMAPlace is what the NUMA placement rules need of the host: each GPU's
+// node and where one node sits from another. *Host is one.
+type NUMAPlace interface {
+	GPUNode(bdf string) int
+	NodeSide(home, n int) (topology.NodeSide, string)
+}
+
 // PagesCheck judges remote-numa-pool on the bytes one process's copies
 // moved over each GPU's link during the window, by the NUMA node of the
 // host pages they read or wrote, whatever the memory (registered before the
 // agent attached, allocated pinned, pageable). Copies that name their GPU
 // are judged against it; the others against the process's placement pl.
-// gpuNode gives a GPU's node (nil or -1: unknown, and that GPU is not
-// judged, with the reason).
-func (w *Window) PagesCheck(scope string, pid uint32, pl Placement, gpuNode func(bdf string) int) Check {
+// numa gives a GPU's node (nil or -1: unknown, and that GPU is not judged,
+// with the reason) and where the pages' nodes sit from it.
+func (w *Window) PagesCheck(scope string, pid uint32, pl Placement, numa NUMAPlace) Check {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	p := w.procs[pid]
@@ -119,8 +133,9 @@ func (w *Window) PagesCheck(scope string, pid uint32, pl Placement, gpuNode func
 	for _, gpu := range slices.Sorted(maps.Keys(links)) {
 		l := links[gpu]
 		node := -1
-		if gpuNode != nil {
-			node = gpuNode(gpu)
+		var sides correlate.NodeSides
+		if numa != nil {
+			node, sides = numa.GPUNode(gpu), numa.NodeSide
 		}
 		var located uint64
 		for _, b := range l.byNode {
@@ -139,7 +154,7 @@ func (w *Window) PagesCheck(scope string, pid uint32, pl Placement, gpuNode func
 			judged = true
 			text += fmt.Sprintf("; GPU on node %d", node)
 			f := correlate.RemoteNUMAPages(correlate.PageTraffic{PID: pid, GPU: gpu, GPUNode: node, GPUWhy: l.why,
-				ByNode: l.byNode, Unknown: l.unknown, Copies: l.copies})
+				ByNode: l.byNode, Unknown: l.unknown, Copies: l.copies, Sides: sides})
 			if f != nil {
 				c.Findings = append(c.Findings, *f)
 			}
@@ -148,10 +163,19 @@ func (w *Window) PagesCheck(scope string, pid uint32, pl Placement, gpuNode func
 	}
 	lines = append(lines, unplaced...)
 	c.Detail = strings.Join(lines, "; ")
-	if !judged {
+	switch {
+	case !judged:
 		c.Status = Skip
+	case infoOnly(c.Findings):
+		c.Status = Info
 	}
 	return c
+}
+
+// infoOnly: findings, all INFO (placement off the node but not surely
+// across a socket); Report.Add raises a check to the worst of the others.
+func infoOnly(fs []correlate.Finding) bool {
+	return len(fs) > 0 && !slices.ContainsFunc(fs, func(f correlate.Finding) bool { return f.Severity != correlate.SevInfo })
 }
 
 // bytesByNode prints bytes per node, "N0=32 MiB N1=4 MiB", or "none located".

@@ -10,6 +10,7 @@ import (
 	"github.com/lanewatch/lanewatch/collectors"
 	"github.com/lanewatch/lanewatch/correlate"
 	"github.com/lanewatch/lanewatch/event"
+	"github.com/lanewatch/lanewatch/topology"
 )
 
 const mib = 1 << 20
@@ -23,14 +24,31 @@ func pagesCopy(dir string, mem event.MemKind, gpu string, bytes uint64, nodes ..
 	return t
 }
 
-func gpuNodes(m map[string]int) func(string) int {
-	return func(bdf string) int {
-		if n, ok := m[bdf]; ok {
-			return n
-		}
-		return -1
-	}
+// Hosts as the topology package reads them (topology/testdata/numa): a
+// 2-socket EPYC 9374F (node N on package N) and a 2-socket EPYC 7742 in
+// NPS4 (nodes 0-3 on package 0, 4-7 on package 1).
+var (
+	twoSockets = &topology.Host{Nodes: []topology.Node{{ID: 0, Package: 0}, {ID: 1, Package: 1}}}
+	nps4       = &topology.Host{Nodes: []topology.Node{{ID: 0, Package: 0}, {ID: 1, Package: 0}, {ID: 2, Package: 0}, {ID: 3, Package: 0},
+		{ID: 4, Package: 1}, {ID: 5, Package: 1}, {ID: 6, Package: 1}, {ID: 7, Package: 1}}}
+)
+
+// numaOf is a NUMAPlace: GPUs' nodes (absent: -1) on a host's layout.
+type numaOf struct {
+	gpus map[string]int
+	host *topology.Host
 }
+
+func (n numaOf) GPUNode(bdf string) int {
+	if v, ok := n.gpus[bdf]; ok {
+		return v
+	}
+	return -1
+}
+
+func (n numaOf) NodeSide(home, x int) (topology.NodeSide, string) { return n.host.NodeSide(home, x) }
+
+func gpuNodes(m map[string]int) NUMAPlace { return numaOf{m, twoSockets} }
 
 // remote-numa-pool on bytes moved, fire and no fire, for memory of every
 // kind: registered before the agent attached (unknown), pinned, pageable.
@@ -42,7 +60,7 @@ func TestPagesCheck(t *testing.T) {
 		name     string
 		copies   []*correlate.Transfer
 		pl       Placement
-		gpuNode  func(string) int
+		gpuNode  NUMAPlace
 		status   Status
 		fire     bool
 		contains []string
@@ -72,6 +90,15 @@ func TestPagesCheck(t *testing.T) {
 			// crossed the GPU on node 0.
 			pagesCopy(correlate.DirH2D, event.MemPinned, other, 64*mib, 0, 0, 0),
 		}, pl: place, gpuNode: nodes, status: Pass, contains: []string{"GPU 0000:01:00.0: 1 copies", "GPU on node 0"}},
+		// NPS4: pages on a sibling node of the GPU's socket: INFO, no FAIL.
+		{name: "sibling node of the GPU's socket", copies: []*correlate.Transfer{
+			pagesCopy(correlate.DirH2D, event.MemPinned, "", 64*mib, 4, 4, 4),
+		}, pl: place, gpuNode: numaOf{map[string]int{gpu: 5}, nps4}, status: Info, fire: true,
+			contains: []string{"GPU on node 5"}},
+		// The layout unknown: off the GPU's node is said, not judged a FAIL.
+		{name: "layout unknown", copies: []*correlate.Transfer{
+			pagesCopy(correlate.DirH2D, event.MemPinned, "", 64*mib, 0, 0, 0),
+		}, pl: place, gpuNode: numaOf{map[string]int{gpu: 1}, nil}, status: Info, fire: true},
 		{name: "GPU's node unknown", copies: []*correlate.Transfer{
 			pagesCopy(correlate.DirH2D, event.MemPinned, "", 64*mib, 0),
 		}, pl: place, gpuNode: gpuNodes(map[string]int{gpu: -1}), status: Skip,
@@ -101,7 +128,7 @@ func TestPagesCheck(t *testing.T) {
 					t.Errorf("detail lacks %q: %s", s, c.Detail)
 				}
 			}
-			if tc.fire && c.Findings[0].Rule != "remote-numa-pool" {
+			if tc.fire && (c.Findings[0].Rule != "remote-numa-pool" || (c.Findings[0].Severity == correlate.SevInfo) != (tc.status == Info)) {
 				t.Errorf("finding %+v", c.Findings[0])
 			}
 		})

@@ -88,7 +88,7 @@ func (h *Host) ProcessChecks(pid int, pools []Pool, window *Window) []Check {
 	}
 	out = append(out, h.poolCheck(scope, pid, gpu, gpuNode, why, pools, window != nil))
 	if window != nil {
-		out = append(out, window.PagesCheck(scope, uint32(pid), h.Place(uint32(pid)), h.GPUNode))
+		out = append(out, window.PagesCheck(scope, uint32(pid), h.Place(uint32(pid)), h))
 		out = append(out, window.Checks(scope, uint32(pid))...)
 		if slices.Contains(window.OrderingPIDs(), uint32(pid)) {
 			out = append(out, window.OrderingCheck(scope, uint32(pid)))
@@ -146,7 +146,7 @@ func (h *Host) poolCheck(scope string, pid int, gpu string, gpuNode int, why str
 			continue
 		}
 		f := correlate.RemoteNUMAPool(correlate.PoolPlacement{PID: uint32(pid), Start: p.Start, Size: p.Size, GPU: gpu,
-			GPUNode: gpuNode, PagesByNode: p.PagesByNode, Source: p.Source})
+			GPUNode: gpuNode, PagesByNode: p.PagesByNode, Source: p.Source, Sides: h.NodeSide})
 		if f != nil {
 			f.Evidence = append(f.Evidence, "GPU chosen because "+why)
 			if node := busiestNode(p.PagesByNode); node >= 0 {
@@ -158,6 +158,9 @@ func (h *Host) poolCheck(scope string, pid int, gpu string, gpuNode int, why str
 		}
 	}
 	c.Detail = joinLimited(lines, 4)
+	if infoOnly(c.Findings) {
+		c.Status = Info
+	}
 	if gpuNode < 0 {
 		c.Status = Skip
 		c.Detail += fmt.Sprintf("; cannot compare with the GPU's node (%s)", why)

@@ -45,10 +45,11 @@ func (f StorageFlow) directPool() uint64 {
 }
 
 // Landing is the flow's direct reads into the pool as storage-far-pool
-// judges them.
-func (f StorageFlow) Landing() correlate.StorageLanding {
+// judges them; sides says where the pool's nodes sit from the device's
+// (nil: unknown).
+func (f StorageFlow) Landing(sides correlate.NodeSides) correlate.StorageLanding {
 	l := correlate.StorageLanding{PID: f.PID, Device: f.Device, DeviceBDF: f.Place.BDF, DeviceNode: f.Place.NUMANode,
-		Pool: "registered pool", ByNode: map[int]uint64{}, Reads: f.Reads}
+		Pool: "registered pool", ByNode: map[int]uint64{}, Reads: f.Reads, Sides: sides}
 	for n, b := range f.DirectPool {
 		if n < 0 {
 			l.Unknown += b
@@ -65,8 +66,10 @@ func (f StorageFlow) Landing() correlate.StorageLanding {
 // window. PASS: every byte direct into the pool, none far; WARN: a
 // staging hop (page-cache reads, or reads into memory it never registered
 // while it copies H2D) or storage-far-pool; INFO: reads into other memory
-// and no H2D to tie them to.
-func StorageDirectCheck(scope string, flows []StorageFlow, h2d uint64) Check {
+// and no H2D to tie them to, or a pool off the device's node but not
+// surely on another socket (storage-far-pool INFO). sides says where
+// nodes sit from each other (nil: unknown).
+func StorageDirectCheck(scope string, flows []StorageFlow, h2d uint64, sides correlate.NodeSides) Check {
 	c := Check{Scope: scope, Name: CheckStorageDirect}
 	var direct, directOther, cachedPool, cachedOther uint64
 	var lines []string
@@ -79,14 +82,15 @@ func StorageDirectCheck(scope string, flows []StorageFlow, h2d uint64) Check {
 		}
 		lines = append(lines, fmt.Sprintf("%s (%s): %d reads, direct into the pool %s%s, direct elsewhere %s, page cache into the pool %s, page cache elsewhere %s",
 			f.Device, where, f.Reads, mibText(d), poolNodesText(f.DirectPool), mibText(f.DirectOther), mibText(f.CachedPool), mibText(f.CachedOther)))
-		if fd := correlate.StorageFarPool(f.Landing()); fd != nil {
+		if fd := correlate.StorageFarPool(f.Landing(sides)); fd != nil {
 			c.Findings = append(c.Findings, *fd)
 		}
 	}
 	c.Detail = strings.Join(lines, "; ")
 	staged := cachedPool + cachedOther + directOther
+	far := slices.ContainsFunc(c.Findings, func(f correlate.Finding) bool { return f.Severity == correlate.SevWarn })
 	switch {
-	case len(c.Findings) > 0:
+	case far:
 		c.Status = Warn
 		c.Fix = "read into a pool on the storage device's node"
 	case cachedPool > 0:
@@ -107,6 +111,9 @@ func StorageDirectCheck(scope string, flows []StorageFlow, h2d uint64) Check {
 	default:
 		c.Status = Info
 		c.Detail += "; no copy from the pool followed in the window: not judged"
+	}
+	if c.Status == Pass && len(c.Findings) > 0 {
+		c.Status = Info // off the device's node, not surely across the socket interconnect (the finding says which)
 	}
 	return c
 }

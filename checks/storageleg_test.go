@@ -114,12 +114,18 @@ func TestStorageDirectCheck(t *testing.T) {
 			Warn, "a staging hop (T_stage) before H2D", false},
 		{"into other memory, no H2D", flow(0, func(s *StorageFlow) { s.CachedOther = 64 << 20 }), 0,
 			Info, "not judged", false},
+		{"direct into the pool, NPS4 sibling node", flow(5, func(s *StorageFlow) { s.DirectPool[4] = 64 << 20 }), 64 << 20,
+			Info, "every byte read straight into the pool", true},
 		{"direct into the pool, device node unknown", flow(-1, func(s *StorageFlow) { s.DirectPool[0] = 64 << 20 }), 64 << 20,
 			Pass, "the node of nvme0n1 is unknown: storage-far-pool not judged", false},
 	}
 	for _, c := range cases {
 		var r Report
-		r.Add(StorageDirectCheck("pid 9", c.flows, c.h2d))
+		sides := twoSockets.NodeSide
+		if c.flows[0].Place.NUMANode > 1 {
+			sides = nps4.NodeSide
+		}
+		r.Add(StorageDirectCheck("pid 9", c.flows, c.h2d, sides))
 		got := r.Checks[0]
 		if got.Status != c.status || !strings.Contains(got.Detail, c.detail) || (len(got.Findings) > 0) != c.finding {
 			t.Errorf("%s: %s %q %d findings", c.name, got.Status, got.Detail, len(got.Findings))

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/lanewatch/lanewatch/topology"
 )
 
 // Where a copy's host pages live (docs/design.md, "Pages, not
@@ -211,41 +213,114 @@ type PageTraffic struct {
 	// memory was gone, the process exited, the lookup was over budget).
 	Unknown uint64
 	Copies  int // copies counted, located or not
+	// Sides: where each node sits from the GPU's (nil: unknown).
+	Sides NodeSides
 }
 
 // Thresholds of remote-numa-pool on bytes moved. More than half of the
-// located bytes must come from (or go to) other nodes, as for a pool's
-// pages: then most of the traffic crosses the socket interconnect. Below
-// minRemoteBytes in a window the interconnect time is negligible (8 MiB at
-// a ~20 GB/s UPI link is 0.4 ms), so a few stray copies of far memory do
-// not fire a fail.
+// located bytes must come from (or go to) nodes of another socket, as for
+// a pool's pages: then most of the traffic crosses the socket
+// interconnect. Below minRemoteBytes in a window the interconnect time is
+// negligible (8 MiB at a ~20 GB/s UPI link is 0.4 ms), so a few stray
+// copies of far memory do not fire a fail.
 const minRemoteBytes = 8 << 20
 
-// mostlyRemote splits bytes by node into those located and those off the
-// home node, and says whether the far ones are the majority and at least
-// minRemoteBytes: remote-numa-pool's thresholds, which storage-far-pool
-// shares.
-func mostlyRemote(byNode map[int]uint64, home int) (located, remote uint64, far bool) {
-	for n, b := range byNode {
-		located += b
-		if n != home {
-			remote += b
+// NodeSides says where node n sits from node home and why
+// (topology.Host.NodeSide); nil: the host's layout is unknown.
+type NodeSides func(home, n int) (topology.NodeSide, string)
+
+// offHome is an amount (bytes or pages) by node, split by where each node
+// sits from the home node (the GPU's, the storage device's): only another
+// socket's is across the socket interconnect; a sibling node of the home
+// socket (SNC, NPS2/NPS4) is not, and a node whose socket is unknown is
+// said so, never taken for either.
+type offHome struct {
+	located, off                 uint64 // everything located; off the home node
+	otherSocket, sibling, unsure uint64 // off is their sum
+	why                          []string
+}
+
+func splitOffHome(byNode map[int]uint64, home int, sides NodeSides) offHome {
+	var o offHome
+	for _, n := range slices.Sorted(maps.Keys(byNode)) {
+		b := byNode[n]
+		o.located += b
+		if n == home || b == 0 {
+			continue
 		}
+		o.off += b
+		side, why := topology.SocketUnknown, "the host's NUMA layout is unknown"
+		if sides != nil {
+			side, why = sides(home, n)
+		}
+		switch side {
+		case topology.OtherSocket:
+			o.otherSocket += b
+		case topology.SameSocket:
+			o.sibling += b
+		default:
+			o.unsure += b
+		}
+		o.why = append(o.why, why)
 	}
-	return located, remote, located > 0 && remote*2 > located && remote >= minRemoteBytes
+	return o
+}
+
+// mostly: more than half of located is in part, and part is at least min.
+func mostly(part, located, min uint64) bool {
+	return located > 0 && part*2 > located && part >= min
+}
+
+// verdict is the severity of a placement rule on o with its thresholds
+// (the share and min): sev when most is on another socket (crossed the
+// socket interconnect), SevInfo when most is off the home node but not
+// surely across a socket, "" when most is home.
+func (o offHome) verdict(sev Severity, min uint64) Severity {
+	switch {
+	case mostly(o.otherSocket, o.located, min):
+		return sev
+	case mostly(o.off, o.located, min):
+		return SevInfo
+	}
+	return ""
+}
+
+// where says where the off-home share is, for a summary: "on another
+// socket", or why it is not surely there.
+func (o offHome) where(home int) string {
+	switch {
+	case o.unsure == 0 && o.otherSocket == 0:
+		return fmt.Sprintf("on sibling nodes of node %d's socket (SNC/NPS): no socket interconnect crossed, though node %d is nearer", home, home)
+	case o.unsure == 0:
+		return fmt.Sprintf("partly on another socket (%.0f%%), the rest on sibling nodes of node %d's socket: not mostly across the socket interconnect",
+			100*float64(o.otherSocket)/float64(o.located), home)
+	}
+	return fmt.Sprintf("on nodes whose socket relative to node %d is unknown for %.0f%% of it: whether it crossed the socket interconnect cannot be told",
+		home, 100*float64(o.unsure)/float64(o.located))
+}
+
+// farBytes judges bytes by node against the home node with
+// remote-numa-pool's thresholds, which storage-far-pool shares: sev when
+// most crossed to another socket, SevInfo when most is off the home node
+// otherwise (a sibling node, or a socket unknown), "" when most is home.
+func farBytes(byNode map[int]uint64, home int, sides NodeSides, sev Severity) (offHome, Severity) {
+	o := splitOffHome(byNode, home, sides)
+	return o, o.verdict(sev, minRemoteBytes)
 }
 
 // RemoteNUMAPages fires when most bytes a process's copies moved over a
-// GPU's link were read from, or written to, host pages on a node other
-// than the GPU's (seed 000 L2→L1 #2): remote-numa-pool judged on the pages
-// actually used, registered before the agent attached or never registered.
-// A GPU whose node is unknown is never judged.
+// GPU's link were read from, or written to, host pages on another socket
+// than the GPU's node (seed 000 L2→L1 #2): remote-numa-pool judged on the
+// pages actually used, registered before the agent attached or never
+// registered. Most off the GPU's node but not surely on another socket (a
+// sibling node of its socket, or a node whose socket is unknown) is INFO,
+// saying which. A GPU whose node is unknown is never judged.
 func RemoteNUMAPages(p PageTraffic) *Finding {
 	if p.GPUNode < 0 || p.GPU == "" {
 		return nil
 	}
-	located, remote, far := mostlyRemote(p.ByNode, p.GPUNode)
-	if !far {
+	o, sev := farBytes(p.ByNode, p.GPUNode, p.Sides, SevFail)
+	if sev == "" {
 		return nil
 	}
 	nodes := slices.Sorted(maps.Keys(p.ByNode))
@@ -256,11 +331,19 @@ func RemoteNUMAPages(p PageTraffic) *Finding {
 	ev := []string{
 		fmt.Sprintf("bytes moved by node of the host pages (move_pages on sampled pages of each copy): %s", strings.Join(dist, " ")),
 		fmt.Sprintf("GPU %s NUMA node %d (%s)", p.GPU, p.GPUNode, p.GPUWhy),
+		"where the nodes sit: " + strings.Join(o.why, "; "),
 		fmt.Sprintf("%d copies, %s of them not located", p.Copies, bytesText(p.Unknown)),
 	}
-	return newFinding("remote-numa-pool", SevFail, fmt.Sprintf("pid %d host pages of copies over GPU %s", p.PID, p.GPU),
-		fmt.Sprintf("%.0f%% of the bytes pid %d moved over GPU %s's link (%s of %s located) were on host pages off its NUMA node %d: "+
-			"they crossed the socket interconnect", 100*float64(remote)/float64(located), p.PID, p.GPU, bytesText(remote), bytesText(located), p.GPUNode),
+	subject := fmt.Sprintf("pid %d host pages of copies over GPU %s", p.PID, p.GPU)
+	if sev == SevInfo {
+		return newFinding("remote-numa-pool", SevInfo, subject,
+			fmt.Sprintf("%.0f%% of the bytes pid %d moved over GPU %s's link (%s of %s located) were on host pages off its NUMA node %d, %s",
+				100*float64(o.off)/float64(o.located), p.PID, p.GPU, bytesText(o.off), bytesText(o.located), p.GPUNode, o.where(p.GPUNode)),
+			ev, "")
+	}
+	return newFinding("remote-numa-pool", SevFail, subject,
+		fmt.Sprintf("%.0f%% of the bytes pid %d moved over GPU %s's link (%s of %s located) were on host pages of another socket than its NUMA node %d: "+
+			"they crossed the socket interconnect", 100*float64(o.otherSocket)/float64(o.located), p.PID, p.GPU, bytesText(o.otherSocket), bytesText(o.located), p.GPUNode),
 		ev,
 		fmt.Sprintf("allocate the host buffers on node %d: start the process under `numactl --cpunodebind=%d --membind=%d` "+
 			"(SGLang does this itself unless it silently skips it; check its numa-bind log line)", p.GPUNode, p.GPUNode, p.GPUNode))

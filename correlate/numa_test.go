@@ -88,44 +88,55 @@ func TestPageNodesJSONRoundTrip(t *testing.T) {
 
 func TestRemoteNUMAPages(t *testing.T) {
 	const MiB = 1 << 20
+	two := NodeSides(twoSockets.NodeSide)
 	for _, tc := range []struct {
 		name string
 		p    PageTraffic
-		fire bool
+		want Severity
 	}{
-		{"pages on the GPU's node", PageTraffic{GPUNode: 1, ByNode: map[int]uint64{1: 256 * MiB}}, false},
-		{"pages on the far node", PageTraffic{GPUNode: 1, ByNode: map[int]uint64{0: 256 * MiB}}, true},
-		{"most bytes far", PageTraffic{GPUNode: 0, ByNode: map[int]uint64{0: 40 * MiB, 1: 200 * MiB}}, true},
+		{"pages on the GPU's node", PageTraffic{GPUNode: 1, ByNode: map[int]uint64{1: 256 * MiB}, Sides: two}, ""},
+		{"pages on the far node", PageTraffic{GPUNode: 1, ByNode: map[int]uint64{0: 256 * MiB}, Sides: two}, SevFail},
+		{"most bytes far", PageTraffic{GPUNode: 0, ByNode: map[int]uint64{0: 40 * MiB, 1: 200 * MiB}, Sides: two}, SevFail},
 		// A pool that is mostly local with some pages elsewhere (a bound
 		// pool leaking pages as it swaps, the Nehalem sample): 0.5% remote.
-		{"small remote share", PageTraffic{GPUNode: 0, ByNode: map[int]uint64{0: 1482914 * 4096, 1: 7379 * 4096}}, false},
+		{"small remote share", PageTraffic{GPUNode: 0, ByNode: map[int]uint64{0: 1482914 * 4096, 1: 7379 * 4096}, Sides: two}, ""},
 		// Interleaved evenly over two nodes: half the bytes cross, not most.
-		{"even interleave", PageTraffic{GPUNode: 0, ByNode: map[int]uint64{0: 128 * MiB, 1: 128 * MiB}}, false},
-		{"far but few bytes", PageTraffic{GPUNode: 0, ByNode: map[int]uint64{1: 4 * MiB}}, false},
-		{"unknown GPU node", PageTraffic{GPUNode: -1, ByNode: map[int]uint64{0: 256 * MiB}}, false},
-		{"nothing located", PageTraffic{GPUNode: 0, Unknown: 256 * MiB}, false},
+		{"even interleave", PageTraffic{GPUNode: 0, ByNode: map[int]uint64{0: 128 * MiB, 1: 128 * MiB}, Sides: two}, ""},
+		{"far but few bytes", PageTraffic{GPUNode: 0, ByNode: map[int]uint64{1: 4 * MiB}, Sides: two}, ""},
+		{"unknown GPU node", PageTraffic{GPUNode: -1, ByNode: map[int]uint64{0: 256 * MiB}, Sides: two}, ""},
+		{"nothing located", PageTraffic{GPUNode: 0, Unknown: 256 * MiB, Sides: two}, ""},
 		// Unlocated bytes neither dilute nor inflate the share.
-		{"far, much unlocated", PageTraffic{GPUNode: 0, ByNode: map[int]uint64{1: 64 * MiB}, Unknown: 1024 * MiB}, true},
+		{"far, much unlocated", PageTraffic{GPUNode: 0, ByNode: map[int]uint64{1: 64 * MiB}, Unknown: 1024 * MiB, Sides: two}, SevFail},
+		{"NPS4 sibling node", PageTraffic{GPUNode: 5, ByNode: map[int]uint64{6: 256 * MiB}, Sides: nps4.NodeSide}, SevInfo},
+		{"NPS4 other socket", PageTraffic{GPUNode: 5, ByNode: map[int]uint64{1: 256 * MiB}, Sides: nps4.NodeSide}, SevFail},
+		{"layout unknown", PageTraffic{GPUNode: 1, ByNode: map[int]uint64{0: 256 * MiB}}, SevInfo},
+		{"a node not on the host", PageTraffic{GPUNode: 1, ByNode: map[int]uint64{9: 256 * MiB}, Sides: two}, SevInfo},
 	} {
 		tc.p.PID, tc.p.GPU, tc.p.GPUWhy, tc.p.Copies = 7, "0000:81:00.0", "test", 3
 		f := RemoteNUMAPages(tc.p)
-		if (f != nil) != tc.fire {
-			t.Errorf("%s: fired %v, want %v (%+v)", tc.name, f != nil, tc.fire, f)
+		if (f != nil) != (tc.want != "") || f != nil && f.Severity != tc.want {
+			t.Errorf("%s: %+v, want severity %q", tc.name, f, tc.want)
 			continue
 		}
-		if f != nil && (f.Rule != "remote-numa-pool" || f.Severity != SevFail || !strings.Contains(f.Subject, "0000:81:00.0")) {
+		if f != nil && (f.Rule != "remote-numa-pool" || !strings.Contains(f.Subject, "0000:81:00.0")) {
 			t.Errorf("%s: %+v", tc.name, f)
 		}
 	}
 	f := RemoteNUMAPages(PageTraffic{PID: 9, GPU: "0000:81:00.0", GPUNode: 1, GPUWhy: "the copies' device",
-		ByNode: map[int]uint64{0: 30 * MiB, 1: 2 * MiB}, Unknown: 1 * MiB, Copies: 33})
+		ByNode: map[int]uint64{0: 30 * MiB, 1: 2 * MiB}, Unknown: 1 * MiB, Copies: 33, Sides: two})
 	want := []string{"94% of the bytes pid 9 moved", "30 MiB of 32 MiB located", "N0=30 MiB N1=2 MiB", "NUMA node 1 (the copies' device)",
-		"33 copies, 1 MiB of them not located", "--membind=1"}
+		"33 copies, 1 MiB of them not located", "--membind=1", "node 0 is on package 0, node 1 on package 1, distance 32"}
 	text := f.Summary + " " + strings.Join(f.Evidence, " ") + " " + f.Remediation
 	for _, w := range want {
 		if !strings.Contains(text, w) {
 			t.Errorf("finding lacks %q:\n%s", w, text)
 		}
+	}
+	f = RemoteNUMAPages(PageTraffic{PID: 9, GPU: "0000:81:00.0", GPUNode: 0, GPUWhy: "the copies' device",
+		ByNode: map[int]uint64{1: 30 * MiB}, Copies: 3, Sides: nps4.NodeSide})
+	if f == nil || f.Severity != SevInfo || !strings.Contains(f.Summary, "on sibling nodes of node 0's socket") ||
+		!strings.Contains(strings.Join(f.Evidence, " "), "nodes 0 and 1 are both on package 0") {
+		t.Errorf("NPS4 sibling: %+v", f)
 	}
 }
 

@@ -22,6 +22,27 @@ import (
 //   - ibv_dereg_mr of a region that outstanding requests of the process use
 //     by lkey or address (mr-dereg-in-flight).
 //
+// Which data a notice announces is in its payload, which the agent does not
+// read. A server with concurrent requests posts request X's notice while
+// request Y's WRITEs to the same decode peer are in flight, and that is
+// healthy; two different local QPs never share a remote QP (RC connects
+// one to one), so dest_qp_num names the endpoints but cannot say that the
+// notice's consumer is the data's. The evidence is the posting thread: a
+// thread's WRITEs to a port since its previous notice there (its epoch)
+// are what its next notice most likely announces.
+//
+//   - sure (FAIL): every outstanding WRITE to the port on another QP is the
+//     notifying thread's own, posted since its previous notice, and none of
+//     its epoch completed or was lost from view: nothing completed that the
+//     notice could announce instead.
+//   - not a hazard: none outstanding is the thread's own, and its epoch has
+//     WRITEs, all completed or on the notice's own QP (ordered before it):
+//     its data is done, the in-flight WRITEs are other requests'.
+//   - ambiguous (WARN, with why): anything else — other requests' WRITEs
+//     beside the thread's own, part of its epoch already complete (the
+//     notice may announce that part), or a thread that wrote nothing to the
+//     port (a control thread notifying for workers).
+//
 // The facts ride on the transfers they concern (Transfer.Order), so every
 // consumer of transfers judges them in its own window.
 
@@ -32,7 +53,7 @@ type OrderFacts struct {
 	// unknown (no ibv_modify_qp with an address vector seen): not judged.
 	PeerUnknown bool `json:"peer_unknown,omitempty"`
 	// NotifyAhead: a notification posted ahead of WRITEs to the same peer
-	// still outstanding on other QPs.
+	// still outstanding on other QPs, surely or ambiguously (its Ambiguity).
 	NotifyAhead *NotifyAhead `json:"notify_ahead,omitempty"`
 	// Dereg: the request's memory region was deregistered while it was
 	// outstanding. Every request of one deregistration shares it.
@@ -41,12 +62,26 @@ type OrderFacts struct {
 
 // NotifyAhead is what was outstanding when a notification was posted.
 type NotifyAhead struct {
-	Peer     string   `json:"peer"`      // the remote port both QPs connect to ("gid fe80::…", "lid 7")
-	DataQPs  []uint32 `json:"data_qps"`  // the QPs whose WRITEs were outstanding
-	Writes   int      `json:"writes"`    // WRITEs outstanding on them
-	Bytes    uint64   `json:"bytes"`     // their bytes
-	OldestNs uint64   `json:"oldest_ns"` // when the oldest of them was posted
+	Peer     string   `json:"peer"`                // the remote port both QPs connect to ("gid fe80::…", "lid 7")
+	RemoteQP uint32   `json:"remote_qp,omitempty"` // the notice's QP's remote QP (dest_qp_num; 0 not seen)
+	DataQPs  []uint32 `json:"data_qps"`            // the QPs whose WRITEs were outstanding
+	// DataRemoteQPs: their remote QPs, in DataQPs' order (0 not seen).
+	DataRemoteQPs []uint32 `json:"data_remote_qps,omitempty"`
+	Writes        int      `json:"writes"`    // WRITEs outstanding on them
+	Bytes         uint64   `json:"bytes"`     // their bytes
+	OldestNs      uint64   `json:"oldest_ns"` // when the oldest of them was posted
+	// Own: the outstanding WRITEs the notifying thread posted since its
+	// previous notice to the port; OtherTIDs: the threads that posted the
+	// rest (at most maxOtherTIDs).
+	Own       int      `json:"own"`
+	OtherTIDs []uint32 `json:"other_tids,omitempty"`
+	// Ambiguity: "" when the notice can only be about these WRITEs (a
+	// FAIL), else why the agent cannot tell (a WARN).
+	Ambiguity string `json:"ambiguity,omitempty"`
 }
+
+// maxOtherTIDs bounds the threads a NotifyAhead names.
+const maxOtherTIDs = 8
 
 // MRDereg is one ibv_dereg_mr of a region requests still used.
 type MRDereg struct {
@@ -76,6 +111,25 @@ func isNotify(op uint32) bool { return op == 1 || op == 2 || op == 3 }
 // opRDMAWrite is IBV_WR_RDMA_WRITE: data with no notice of its own.
 const opRDMAWrite = 0
 
+// qpPeer is where a QP connects: the remote port (QPPeer; "" unknown) and
+// the remote QP on it (dest_qp_num; 0 not seen).
+type qpPeer struct {
+	port string
+	qpn  uint32
+}
+
+// notifyEpoch counts one thread's plain WRITEs to one remote port since its
+// last notice there: posted, completed (a polled completion covers them),
+// lost from view (emitted without one: a queue cap).
+type notifyEpoch struct {
+	posted, done, lost int
+}
+
+type epochKey struct {
+	pid, tid uint32
+	port     string
+}
+
 // QPPeer names the remote port an ibv_modify_qp connects a QP to: its GID
 // when the address vector is global (RoCE always is), else its LID; ""
 // when the call names neither.
@@ -98,12 +152,37 @@ func (r *rdmaTracker) connect(c *event.Call) {
 		return // a state change alone says nothing of the peer
 	}
 	k := pidPtr{c.PID, uint64(c.RDMA.QPNum)}
-	peer := QPPeer(&c.RDMA)
+	peer := qpPeer{port: QPPeer(&c.RDMA)}
+	if c.RDMA.AttrMask&ibvQPDestQPN != 0 {
+		peer.qpn = c.RDMA.DestQPNum
+	}
 	if _, ok := r.peers[k]; !ok && len(r.peers) >= maxPeers {
 		r.stats.PeerCapHits++
 		return
 	}
-	r.peers[k] = peer // "" unknown: a reconnect to no address forgets the old one
+	r.peers[k] = peer // port "" unknown: a reconnect to no address forgets the old one
+}
+
+// epoch counts a plain WRITE the thread tid posts on qp in its epoch for
+// the QP's port, and returns it; nil when the port is unknown or the cap
+// is reached.
+func (r *rdmaTracker) epoch(pid, tid, qp uint32) *notifyEpoch {
+	port := r.peers[pidPtr{pid, uint64(qp)}].port
+	if port == "" {
+		return nil
+	}
+	k := epochKey{pid, tid, port}
+	ep := r.epochs[k]
+	if ep == nil {
+		if len(r.epochs) >= maxPeers {
+			r.stats.PeerCapHits++
+			return nil
+		}
+		ep = &notifyEpoch{}
+		r.epochs[k] = ep
+	}
+	ep.posted++
+	return ep
 }
 
 // writeQueued and writeGone count a process's plain RDMA WRITEs waiting
@@ -117,9 +196,18 @@ func (r *rdmaTracker) writeQueued(pid, qp uint32) {
 	w[qp]++
 }
 
-func (r *rdmaTracker) writeGone(k queueKey, w *postedWR) {
+// done: a polled completion covered it; else it left the queue without
+// one (lost from view).
+func (r *rdmaTracker) writeGone(k queueKey, w *postedWR, done bool) {
 	if k.recv || w.opcode != opRDMAWrite {
 		return
+	}
+	if w.ep != nil {
+		if done {
+			w.ep.done++
+		} else {
+			w.ep.lost++
+		}
 	}
 	if n := r.writing[k.pid][k.qp]; n > 1 {
 		r.writing[k.pid][k.qp] = n - 1
@@ -128,11 +216,17 @@ func (r *rdmaTracker) writeGone(k queueKey, w *postedWR) {
 	}
 }
 
-// checkNotify judges a notification about to be queued on qp against the
-// WRITEs outstanding on the process's other QPs.
-func (r *rdmaTracker) checkNotify(pid, qp uint32, t *Transfer) {
-	peer := r.peers[pidPtr{pid, uint64(qp)}]
-	var ahead NotifyAhead
+// checkNotify judges a notification the thread tid is about to queue on
+// qp against the WRITEs outstanding on the process's other QPs, and closes
+// the thread's epoch for the QP's port.
+func (r *rdmaTracker) checkNotify(pid, tid, qp uint32, t *Transfer) {
+	me := r.peers[pidPtr{pid, uint64(qp)}]
+	ek := epochKey{pid, tid, me.port}
+	cur := r.epochs[ek]
+	if me.port != "" {
+		delete(r.epochs, ek)
+	}
+	ahead := NotifyAhead{Peer: me.port, RemoteQP: me.qpn}
 	unknown := false
 	for other := range r.writing[pid] {
 		if other == qp {
@@ -140,11 +234,11 @@ func (r *rdmaTracker) checkNotify(pid, qp uint32, t *Transfer) {
 		}
 		q := r.queues[queueKey{pid, other, false}]
 		otherPeer := r.peers[pidPtr{pid, uint64(other)}]
-		if peer == "" || otherPeer == "" {
+		if me.port == "" || otherPeer.port == "" {
 			unknown = true
 			continue
 		}
-		if otherPeer != peer {
+		if otherPeer.port != me.port {
 			continue
 		}
 		ahead.DataQPs = append(ahead.DataQPs, other)
@@ -157,19 +251,61 @@ func (r *rdmaTracker) checkNotify(pid, qp uint32, t *Transfer) {
 			if ahead.OldestNs == 0 || w.t.SubmitNs < ahead.OldestNs {
 				ahead.OldestNs = w.t.SubmitNs
 			}
+			if cur != nil && w.ep == cur {
+				ahead.Own++
+			} else if !slices.Contains(ahead.OtherTIDs, w.t.TID) && len(ahead.OtherTIDs) < maxOtherTIDs {
+				ahead.OtherTIDs = append(ahead.OtherTIDs, w.t.TID)
+			}
 		}
 	}
 	switch {
+	case ahead.Writes > 0 && ahead.Own == 0 && cur != nil && cur.posted > 0 && cur.lost == 0:
+		// Its own WRITEs completed (or ride its QP): the in-flight ones are
+		// other requests'.
+		r.stats.NotifiesOwnDone++
 	case ahead.Writes > 0:
 		slices.Sort(ahead.DataQPs)
-		ahead.Peer = peer
+		for _, d := range ahead.DataQPs {
+			ahead.DataRemoteQPs = append(ahead.DataRemoteQPs, r.peers[pidPtr{pid, uint64(d)}].qpn)
+		}
+		slices.Sort(ahead.OtherTIDs)
+		ahead.Ambiguity = ambiguity(tid, &ahead, cur)
 		r.stats.NotifiesAhead++
+		if ahead.Ambiguity != "" {
+			r.stats.NotifiesAmbiguous++
+		}
 		a := ahead // on the heap only when it fired
 		orderOf(t).NotifyAhead = &a
 	case unknown:
 		r.stats.NotifyPeerUnknown++
 		orderOf(t).PeerUnknown = true
 	}
+}
+
+// ambiguity says why a notice posted ahead of outstanding WRITEs may be
+// about other data ("" when it can only be about them: see the top of this
+// file); cur is the notifying thread's epoch, nil when it has none.
+func ambiguity(tid uint32, a *NotifyAhead, cur *notifyEpoch) string {
+	var ep notifyEpoch
+	if cur != nil {
+		ep = *cur
+	}
+	others := a.Writes - a.Own
+	switch {
+	case a.Own > 0 && others == 0 && ep.done == 0 && ep.lost == 0:
+		return ""
+	case a.Own == 0 && ep.posted == 0:
+		return fmt.Sprintf("thread %d posted no WRITE to that port since its previous notice (a control thread?); "+
+			"the outstanding ones were posted by thread %s: whether the notice announces them cannot be told", tid, qpList(a.OtherTIDs))
+	case ep.lost > 0:
+		return fmt.Sprintf("%d of the WRITEs thread %d posted to that port since its previous notice left the agent's view "+
+			"without a completion (queue cap): whether the notice announces the outstanding ones cannot be told", ep.lost, tid)
+	case others > 0:
+		return fmt.Sprintf("%d of them were posted by thread %d since its previous notice, %d by thread %s or before that notice: "+
+			"concurrent requests' data cannot be told apart", a.Own, tid, others, qpList(a.OtherTIDs))
+	}
+	return fmt.Sprintf("%d of the %d WRITEs thread %d posted to that port since its previous notice had completed: "+
+		"the notice may announce those", ep.done, ep.posted, tid)
 }
 
 func orderOf(t *Transfer) *OrderFacts {
@@ -227,6 +363,11 @@ func (r *rdmaTracker) forgetPeers(pid uint32) {
 		}
 	}
 	delete(r.writing, pid)
+	for k := range r.epochs {
+		if k.pid == pid {
+			delete(r.epochs, k)
+		}
+	}
 }
 
 // NotifyHazard is one notification a window saw posted ahead of its data.
@@ -240,9 +381,11 @@ type NotifyHazard struct {
 
 // CrossQPNotify reports a process's notifications posted on one QP while
 // WRITEs to the same peer were outstanding on another (seed 002 §5.3): the
-// receiver may consume stale or partial data. ahead counts them all,
-// hazards are the ones kept for evidence.
-func CrossQPNotify(pid uint32, ahead, notifies int, hazards []NotifyHazard) *Finding {
+// receiver may consume stale or partial data. sev is SevFail for the
+// notices that can only be about those WRITEs, SevWarn for the ambiguous
+// ones (each hazard says why); n counts them all, hazards are the ones
+// kept for evidence.
+func CrossQPNotify(pid uint32, sev Severity, n, notifies int, hazards []NotifyHazard) *Finding {
 	if len(hazards) == 0 {
 		return nil
 	}
@@ -252,14 +395,43 @@ func CrossQPNotify(pid uint32, ahead, notifies int, hazards []NotifyHazard) *Fin
 			ev = append(ev, fmt.Sprintf("and %d more", len(hazards)-i))
 			break
 		}
-		ev = append(ev, fmt.Sprintf("%s wr %d on QP %d to %s posted while %d RDMA_WRITEs (%s) on QP %s to the same peer were "+
-			"outstanding, the oldest posted %s before", h.Opcode, h.WRID, h.QP, h.Ahead.Peer, h.Ahead.Writes, bytesText(h.Ahead.Bytes),
-			qpList(h.Ahead.DataQPs), nsText(h.PostedNs-min(h.PostedNs, h.Ahead.OldestNs))))
+		e := fmt.Sprintf("%s wr %d on QP %d%s to %s posted while %d RDMA_WRITEs (%s) on QP %s%s to the same port were "+
+			"outstanding, the oldest posted %s before", h.Opcode, h.WRID, h.QP, remoteQP(h.Ahead.RemoteQP), h.Ahead.Peer,
+			h.Ahead.Writes, bytesText(h.Ahead.Bytes), qpList(h.Ahead.DataQPs), remoteQPs(h.Ahead.DataRemoteQPs),
+			nsText(h.PostedNs-min(h.PostedNs, h.Ahead.OldestNs)))
+		if h.Ahead.Ambiguity != "" {
+			e += ": " + h.Ahead.Ambiguity
+		} else {
+			e += ": all of them posted by the notifying thread since its previous notice, none completed"
+		}
+		ev = append(ev, e)
 	}
-	return newFinding("cross-qp-notify", SevFail, fmt.Sprintf("pid %d", pid),
-		fmt.Sprintf("%d of %d notifications were posted on another QP than the RDMA WRITEs they follow, before those completed: "+
-			"QPs are not ordered with each other, so the receiver may read stale or partial data", ahead, notifies),
+	if sev == SevFail {
+		return newFinding("cross-qp-notify", SevFail, fmt.Sprintf("pid %d", pid),
+			fmt.Sprintf("%d of %d notifications were posted on another QP than the RDMA WRITEs they follow, before those completed: "+
+				"QPs are not ordered with each other, so the receiver may read stale or partial data", n, notifies),
+			ev, "")
+	}
+	return newFinding("cross-qp-notify", SevWarn, fmt.Sprintf("pid %d", pid),
+		fmt.Sprintf("%d of %d notifications were posted on another QP while RDMA WRITEs to the same port were outstanding, "+
+			"beside data of concurrent requests or after part of their own completed: whether they announce the outstanding "+
+			"WRITEs cannot be told from the verbs calls (the evidence says why per notice)", n, notifies),
 		ev, "")
+}
+
+// remoteQP and remoteQPs name the remote end of QPs (dest_qp_num) when seen.
+func remoteQP(q uint32) string {
+	if q == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (→ QP %d)", q)
+}
+
+func remoteQPs(qs []uint32) string {
+	if !slices.ContainsFunc(qs, func(q uint32) bool { return q != 0 }) {
+		return ""
+	}
+	return " (→ QP " + qpList(qs) + ")"
 }
 
 // MRDeregInFlight reports regions deregistered while requests using them

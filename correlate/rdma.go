@@ -93,6 +93,10 @@ type postedWR struct {
 	local uint64
 	lkey  uint32
 	nsge  uint32
+	// ep: the posting thread's WRITEs to the QP's port since its last
+	// notice there, this WRITE among them (a plain WRITE; nil otherwise or
+	// when the port is unknown).
+	ep *notifyEpoch
 }
 
 // LatencyKey names a latency series.
@@ -125,10 +129,13 @@ type RDMAStats struct {
 	// emitted at once without a completion, latency samples not kept.
 	RegionCapHits, QueueCapHits, LatencyCapHits uint64
 	// Ordering (ordering.go): notifications posted ahead of WRITEs to the
-	// same peer on another QP, those not judged because a QP's peer is
-	// unknown, regions deregistered with requests outstanding, and QPs
-	// whose peer was not kept (maxPeers).
-	NotifiesAhead, NotifyPeerUnknown, DeregsInFlight, PeerCapHits uint64
+	// same peer on another QP (NotifiesAmbiguous of them with the WRITEs
+	// of concurrent requests among them), those not judged because a QP's
+	// peer is unknown, those posted after their thread's own WRITEs
+	// completed while other requests' were outstanding (not a hazard),
+	// regions deregistered with requests outstanding, and QPs or thread
+	// epochs not kept (maxPeers).
+	NotifiesAhead, NotifiesAmbiguous, NotifyPeerUnknown, NotifiesOwnDone, DeregsInFlight, PeerCapHits uint64
 }
 
 type rdmaTracker struct {
@@ -141,17 +148,19 @@ type rdmaTracker struct {
 	byRKey map[uint32][]*memRegion
 	queues map[queueKey][]postedWR
 	lat    map[LatencyKey][]uint64
-	// peers: each QP's remote port (QPPeer), by pid and QP number;
-	// writing: each process's plain WRITEs queued per QP (ordering.go).
-	peers   map[pidPtr]string
+	// peers: where each QP connects, by pid and QP number; writing: each
+	// process's plain WRITEs queued per QP; epochs: each thread's WRITEs
+	// per remote port since its last notice there (ordering.go).
+	peers   map[pidPtr]qpPeer
 	writing map[uint32]map[uint32]int
+	epochs  map[epochKey]*notifyEpoch
 	stats   RDMAStats
 }
 
 func newRDMATracker() *rdmaTracker {
 	return &rdmaTracker{mrs: map[pidPtr]*memRegion{}, byLKey: map[pidPtr]*memRegion{}, byRKey: map[uint32][]*memRegion{},
-		queues: map[queueKey][]postedWR{}, lat: map[LatencyKey][]uint64{}, peers: map[pidPtr]string{},
-		writing: map[uint32]map[uint32]int{}, stats: RDMAStats{ByStatus: map[string]uint64{}}}
+		queues: map[queueKey][]postedWR{}, lat: map[LatencyKey][]uint64{}, peers: map[pidPtr]qpPeer{},
+		writing: map[uint32]map[uint32]int{}, epochs: map[epochKey]*notifyEpoch{}, stats: RDMAStats{ByStatus: map[string]uint64{}}}
 }
 
 // handle consumes one verbs or provider event.
@@ -287,17 +296,23 @@ func (r *rdmaTracker) post(e *Engine, c *event.Call, recv bool) {
 		t.GPU = e.memGPU(t.PeerPID, r.remoteRegion(c.RDMA.RKey, c.RDMA.RemoteAddr).at(c.RDMA.RemoteAddr))
 	}
 	if !recv && isNotify(w.opcode) {
-		r.checkNotify(c.PID, c.RDMA.QPNum, t)
+		r.checkNotify(c.PID, c.TID, c.RDMA.QPNum, t)
+	}
+	if !recv && w.opcode == opRDMAWrite {
+		w.ep = r.epoch(c.PID, c.TID, c.RDMA.QPNum)
 	}
 	k := queueKey{c.PID, c.RDMA.QPNum, recv}
 	q, ok := r.queues[k]
 	if !ok && len(r.queues) >= maxQueues {
 		r.stats.QueueCapHits++
+		if w.ep != nil {
+			w.ep.lost++ // never followed to its completion
+		}
 		r.emit(e, t, "", 0)
 		return
 	}
 	if len(q) >= maxQueued {
-		r.writeGone(k, &q[0])
+		r.writeGone(k, &q[0], false)
 		r.emit(e, &q[0].t, "", 0)
 		q = q[1:]
 	}
@@ -345,7 +360,7 @@ func (r *rdmaTracker) complete(e *Engine, c *event.Call) {
 				}
 			}
 		}
-		r.writeGone(k, w)
+		r.writeGone(k, w, true)
 		r.emit(e, &w.t, st, at)
 	}
 	if q = slices.Delete(q, 0, i+1); len(q) > 0 {

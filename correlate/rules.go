@@ -2,6 +2,7 @@ package correlate
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -59,38 +60,44 @@ type PoolPlacement struct {
 	GPUNode     int    // that GPU's NUMA node, -1 unknown
 	PagesByNode map[int]uint64
 	Source      string // how the pages were located: "move_pages", "numa_maps"
+	// Sides: where each node sits from the GPU's (nil: unknown).
+	Sides NodeSides
 }
 
-// RemoteNUMAPool fires when most pages of a pinned range sit on a node other
-// than its GPU's: every H2D from it crosses the socket interconnect.
+// RemoteNUMAPool fires when most pages of a pinned range sit on another
+// socket than its GPU's node: every H2D from it crosses the socket
+// interconnect. Most off the GPU's node but not surely on another socket
+// (a sibling node of its socket, or a socket unknown) is INFO, saying
+// which.
 func RemoteNUMAPool(p PoolPlacement) *Finding {
 	if p.GPUNode < 0 {
 		return nil
 	}
-	var total, remote uint64
-	nodes := make([]int, 0, len(p.PagesByNode))
-	for n, pages := range p.PagesByNode {
-		total += pages
-		if n != p.GPUNode {
-			remote += pages
-		}
-		nodes = append(nodes, n)
-	}
-	if total == 0 || remote*2 <= total {
+	o := splitOffHome(p.PagesByNode, p.GPUNode, p.Sides)
+	sev := o.verdict(SevFail, 0)
+	if sev == "" {
 		return nil
 	}
-	sort.Ints(nodes)
+	nodes := slices.Sorted(maps.Keys(p.PagesByNode))
 	var dist []string
 	for _, n := range nodes {
 		dist = append(dist, fmt.Sprintf("N%d=%d", n, p.PagesByNode[n]))
 	}
-	return newFinding("remote-numa-pool", SevFail, fmt.Sprintf("pid %d pool %#x+%s", p.PID, p.Start, bytesText(p.Size)),
-		fmt.Sprintf("%.0f%% of the pool's pages are off GPU %s's NUMA node %d: every H2D from it crosses the socket interconnect",
-			100*float64(remote)/float64(total), p.GPU, p.GPUNode),
-		[]string{
-			fmt.Sprintf("pages by node (%s): %s", p.Source, strings.Join(dist, " ")),
-			fmt.Sprintf("GPU %s NUMA node %d", p.GPU, p.GPUNode),
-		},
+	subject := fmt.Sprintf("pid %d pool %#x+%s", p.PID, p.Start, bytesText(p.Size))
+	ev := []string{
+		fmt.Sprintf("pages by node (%s): %s", p.Source, strings.Join(dist, " ")),
+		fmt.Sprintf("GPU %s NUMA node %d", p.GPU, p.GPUNode),
+		"where the nodes sit: " + strings.Join(o.why, "; "),
+	}
+	if sev == SevInfo {
+		return newFinding("remote-numa-pool", SevInfo, subject,
+			fmt.Sprintf("%.0f%% of the pool's pages are off GPU %s's NUMA node %d, %s",
+				100*float64(o.off)/float64(o.located), p.GPU, p.GPUNode, o.where(p.GPUNode)), ev, "")
+	}
+	return newFinding("remote-numa-pool", SevFail, subject,
+		fmt.Sprintf("%.0f%% of the pool's pages are on another socket than GPU %s's NUMA node %d: every H2D from it crosses the socket interconnect",
+			100*float64(o.otherSocket)/float64(o.located), p.GPU, p.GPUNode),
+		ev,
 		fmt.Sprintf("allocate the pool on node %d: start the process under `numactl --cpunodebind=%d --membind=%d` "+
 			"(SGLang does this itself unless it silently skips it; check its numa-bind log line)", p.GPUNode, p.GPUNode, p.GPUNode))
 }

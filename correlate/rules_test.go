@@ -10,30 +10,52 @@ import (
 	"github.com/lanewatch/lanewatch/topology"
 )
 
+// Hosts the placement rules are judged on, their packages as the
+// topology package reads them from sysfs (topology/testdata/numa): a
+// 2-socket EPYC 9374F (NPS1: node N on package N, distance 32) and a
+// 2-socket EPYC 7742 in NPS4 (nodes 0-3 on package 0, 4-7 on package 1).
+var (
+	twoSockets = &topology.Host{Nodes: []topology.Node{{ID: 0, Package: 0, Distances: []int{10, 32}},
+		{ID: 1, Package: 1, Distances: []int{32, 10}}}}
+	nps4 = &topology.Host{Nodes: []topology.Node{{ID: 0, Package: 0}, {ID: 1, Package: 0}, {ID: 2, Package: 0}, {ID: 3, Package: 0},
+		{ID: 4, Package: 1}, {ID: 5, Package: 1}, {ID: 6, Package: 1}, {ID: 7, Package: 1}}}
+)
+
 func TestRemoteNUMAPool(t *testing.T) {
 	cases := []struct {
-		name string
-		p    PoolPlacement
-		fire bool
+		name  string
+		p     PoolPlacement
+		sides NodeSides
+		want  Severity // "" none
+		says  string
 	}{
-		{"all remote", PoolPlacement{GPUNode: 1, PagesByNode: map[int]uint64{0: 16384}}, true},
-		{"mostly remote", PoolPlacement{GPUNode: 1, PagesByNode: map[int]uint64{0: 600, 1: 400}}, true},
-		{"half remote is not most", PoolPlacement{GPUNode: 1, PagesByNode: map[int]uint64{0: 500, 1: 500}}, false},
-		{"local", PoolPlacement{GPUNode: 0, PagesByNode: map[int]uint64{0: 16384}}, false},
-		{"GPU node unknown", PoolPlacement{GPUNode: -1, PagesByNode: map[int]uint64{0: 16384}}, false},
-		{"no pages resident", PoolPlacement{GPUNode: 1, PagesByNode: map[int]uint64{}}, false},
+		{"all remote", PoolPlacement{GPUNode: 1, PagesByNode: map[int]uint64{0: 16384}}, twoSockets.NodeSide, SevFail, "100% of the pool's pages are on another socket"},
+		{"mostly remote", PoolPlacement{GPUNode: 1, PagesByNode: map[int]uint64{0: 600, 1: 400}}, twoSockets.NodeSide, SevFail, "60%"},
+		{"half remote is not most", PoolPlacement{GPUNode: 1, PagesByNode: map[int]uint64{0: 500, 1: 500}}, twoSockets.NodeSide, "", ""},
+		{"local", PoolPlacement{GPUNode: 0, PagesByNode: map[int]uint64{0: 16384}}, twoSockets.NodeSide, "", ""},
+		{"GPU node unknown", PoolPlacement{GPUNode: -1, PagesByNode: map[int]uint64{0: 16384}}, twoSockets.NodeSide, "", ""},
+		{"no pages resident", PoolPlacement{GPUNode: 1, PagesByNode: map[int]uint64{}}, twoSockets.NodeSide, "", ""},
 		// weighted interleave 1:5, from samples/numa_maps/lkml_2024_weighted_interleave_v5_eatmem_weights_1t5.txt (second line)
-		{"interleaved 1:5, GPU on node 0", PoolPlacement{GPUNode: 0, PagesByNode: map[int]uint64{0: 10923, 1: 54614}}, true},
-		{"interleaved 1:5, GPU on node 1", PoolPlacement{GPUNode: 1, PagesByNode: map[int]uint64{0: 10923, 1: 54614}}, false},
+		{"interleaved 1:5, GPU on node 0", PoolPlacement{GPUNode: 0, PagesByNode: map[int]uint64{0: 10923, 1: 54614}}, twoSockets.NodeSide, SevFail, ""},
+		{"interleaved 1:5, GPU on node 1", PoolPlacement{GPUNode: 1, PagesByNode: map[int]uint64{0: 10923, 1: 54614}}, twoSockets.NodeSide, "", ""},
+		// NPS4: a sibling node of the GPU's socket is not across it.
+		{"NPS4 sibling node", PoolPlacement{GPUNode: 0, PagesByNode: map[int]uint64{1: 16384}}, nps4.NodeSide, SevInfo,
+			"on sibling nodes of node 0's socket (SNC/NPS): no socket interconnect crossed"},
+		{"NPS4 other socket", PoolPlacement{GPUNode: 0, PagesByNode: map[int]uint64{4: 16384}}, nps4.NodeSide, SevFail, "on another socket"},
+		{"NPS4 split: not mostly across", PoolPlacement{GPUNode: 0, PagesByNode: map[int]uint64{2: 600, 5: 400}}, nps4.NodeSide, SevInfo,
+			"partly on another socket (40%)"},
+		{"layout unknown", PoolPlacement{GPUNode: 1, PagesByNode: map[int]uint64{0: 16384}}, nil, SevInfo,
+			"whether it crossed the socket interconnect cannot be told"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			c.p.PID, c.p.Start, c.p.Size, c.p.GPU, c.p.Source = 42, 0x7f0000000000, 64<<20, "0000:17:00.0", "move_pages"
+			c.p.PID, c.p.Start, c.p.Size, c.p.GPU, c.p.Source, c.p.Sides = 42, 0x7f0000000000, 64<<20, "0000:17:00.0", "move_pages", c.sides
 			f := RemoteNUMAPool(c.p)
-			if (f != nil) != c.fire {
-				t.Fatalf("fired %v, want %v: %+v", f != nil, c.fire, f)
+			if (f != nil) != (c.want != "") || f != nil && f.Severity != c.want {
+				t.Fatalf("finding %+v, want severity %q", f, c.want)
 			}
-			if f != nil && (f.Rule != "remote-numa-pool" || f.Severity != SevFail || !strings.Contains(f.Remediation, "--membind=")) {
+			if f != nil && (f.Rule != "remote-numa-pool" || !strings.Contains(f.Summary, c.says) ||
+				c.want == SevFail && !strings.Contains(f.Remediation, "--membind=") || !strings.Contains(strings.Join(f.Evidence, "|"), "where the nodes sit: ")) {
 				t.Errorf("finding %+v", f)
 			}
 		})

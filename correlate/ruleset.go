@@ -35,7 +35,7 @@ type Rule struct {
 // rules.go), its entry here, its alert in dashboards/lanewatch.rules.yml and
 // that alert's test.
 var Rules = []Rule{
-	{Name: "remote-numa-pool", Severities: []Severity{SevFail}, Checklist: checkPoolNode, Where: InWindow | InHostCheck | InDiagnose,
+	{Name: "remote-numa-pool", Severities: []Severity{SevFail, SevInfo}, Checklist: checkPoolNode, Where: InWindow | InHostCheck | InDiagnose,
 		Remediation: "allocate the pool on its GPU's NUMA node (numactl --cpunodebind=N --membind=N, or the server's own NUMA binding)"},
 	{Name: "numa-bind-skipped", Severities: []Severity{SevWarn}, Checklist: checkPoolNode, Where: InHostCheck | InDiagnose,
 		Remediation: "install numactl and grant CAP_SYS_NICE, or bind explicitly with numactl"},
@@ -70,13 +70,13 @@ var Rules = []Rule{
 		Remediation: "wait on the GPU, not the host: record an event on the load stream after each layer and make the compute stream wait for it (cudaStreamWaitEvent); never synchronize the load stream inside the layer loop"},
 	{Name: "host-sync-in-loop", Severities: []Severity{SevWarn}, Checklist: checkComputeOverlap, Where: InWindow | InDiagnose,
 		Remediation: "take the synchronize or the .item() out of the per-layer loop: read scalars once per step, keep them on the GPU, or copy them asynchronously into pinned memory and wait on an event later"},
-	{Name: "cross-qp-notify", Severities: []Severity{SevFail}, Checklist: checkNotifyOrder, Where: InWindow | InDiagnose,
+	{Name: "cross-qp-notify", Severities: []Severity{SevFail, SevWarn}, Checklist: checkNotifyOrder, Where: InWindow | InDiagnose,
 		Remediation: "announce data on the QP that carried it (RDMA_WRITE_WITH_IMM for the last WRITE, or a SEND after the WRITEs on the same QP), " +
 			"or post the notification only after polling the WRITEs' successful completions"},
 	{Name: "mr-dereg-in-flight", Severities: []Severity{SevFail}, Checklist: checkDeregOrder, Where: InWindow | InDiagnose,
 		Remediation: "deregister (and free or reuse) a region only after every request using it completed: poll their completions " +
 			"(a signaled request covers the unsignaled ones before it on its QP), or reference-count the buffer"},
-	{Name: "storage-far-pool", Severities: []Severity{SevWarn}, Checklist: checkStorageDirect, Where: InWindow | InDiagnose,
+	{Name: "storage-far-pool", Severities: []Severity{SevWarn, SevInfo}, Checklist: checkStorageDirect, Where: InWindow | InDiagnose,
 		Remediation: "put the storage device and the pool it fills on one node: read into a pool bound to the device's node, or serve the GPU from storage on its own socket"},
 	{Name: "storage-shared-uplink", Severities: []Severity{SevWarn}, Checklist: checkStorageUplink, Where: InWindow | InDiagnose,
 		Remediation: "stagger storage I/O and the GPU's copies in that direction, or move the NVMe (or the KV cache files) behind another switch"},

@@ -35,19 +35,23 @@ type StorageLanding struct {
 	ByNode  map[int]uint64
 	Unknown uint64
 	Reads   int
+	// Sides: where each node sits from the device's (nil: unknown).
+	Sides NodeSides
 }
 
 // StorageFarPool fires when most bytes a process read straight from a
-// storage device into its memory landed on pages of a node other than the
-// device's: the storage DMA crossed the socket interconnect (seed 000's
-// "路径里多了一段 UPI"). The thresholds are remote-numa-pool's. A device
+// storage device into its memory landed on pages of another socket than
+// the device's node: the storage DMA crossed the socket interconnect (seed
+// 000's "路径里多了一段 UPI"). Most off the device's node but not surely
+// on another socket (a sibling node of its socket, or a socket unknown) is
+// INFO, saying which. The thresholds are remote-numa-pool's. A device
 // whose node is unknown is not judged.
 func StorageFarPool(s StorageLanding) *Finding {
 	if s.DeviceNode < 0 || s.DeviceBDF == "" {
 		return nil
 	}
-	located, remote, far := mostlyRemote(s.ByNode, s.DeviceNode)
-	if !far {
+	o, sev := farBytes(s.ByNode, s.DeviceNode, s.Sides, SevWarn)
+	if sev == "" {
 		return nil
 	}
 	var dist []string
@@ -57,12 +61,21 @@ func StorageFarPool(s StorageLanding) *Finding {
 	ev := []string{
 		fmt.Sprintf("direct (O_DIRECT) read bytes by node of the buffer's pages: %s", strings.Join(dist, " ")),
 		fmt.Sprintf("device %s at %s NUMA node %d", s.Device, s.DeviceBDF, s.DeviceNode),
+		"where the nodes sit: " + strings.Join(o.why, "; "),
 		fmt.Sprintf("%d reads into %s, %s of them not located", s.Reads, s.Pool, bytesText(s.Unknown)),
 	}
-	return newFinding("storage-far-pool", SevWarn, fmt.Sprintf("pid %d storage reads from %s", s.PID, s.Device),
-		fmt.Sprintf("%.0f%% of the bytes pid %d read from %s (node %d) straight into its %s (%s of %s located) landed on another node: "+
-			"the storage DMA crossed the socket interconnect", 100*float64(remote)/float64(located), s.PID, s.Device, s.DeviceNode,
-			s.Pool, bytesText(remote), bytesText(located)),
+	subject := fmt.Sprintf("pid %d storage reads from %s", s.PID, s.Device)
+	if sev == SevInfo {
+		return newFinding("storage-far-pool", SevInfo, subject,
+			fmt.Sprintf("%.0f%% of the bytes pid %d read from %s (node %d) straight into its %s (%s of %s located) landed off the device's node, %s",
+				100*float64(o.off)/float64(o.located), s.PID, s.Device, s.DeviceNode, s.Pool, bytesText(o.off), bytesText(o.located),
+				o.where(s.DeviceNode)),
+			ev, "")
+	}
+	return newFinding("storage-far-pool", SevWarn, subject,
+		fmt.Sprintf("%.0f%% of the bytes pid %d read from %s (node %d) straight into its %s (%s of %s located) landed on another socket: "+
+			"the storage DMA crossed the socket interconnect", 100*float64(o.otherSocket)/float64(o.located), s.PID, s.Device, s.DeviceNode,
+			s.Pool, bytesText(o.otherSocket), bytesText(o.located)),
 		ev, "")
 }
 

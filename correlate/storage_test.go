@@ -8,32 +8,38 @@ import (
 func TestStorageFarPool(t *testing.T) {
 	base := func(devNode int, byNode map[int]uint64) StorageLanding {
 		return StorageLanding{PID: 7, Device: "nvme0n1", DeviceBDF: "0000:3d:00.0", DeviceNode: devNode,
-			Pool: "registered pool", ByNode: byNode, Reads: 64}
+			Pool: "registered pool", ByNode: byNode, Reads: 64, Sides: twoSockets.NodeSide}
 	}
+	sibling := base(5, map[int]uint64{4: 1 << 30})
+	sibling.Sides = nps4.NodeSide
+	unknown := base(1, map[int]uint64{0: 1 << 30})
+	unknown.Sides = nil
 	cases := []struct {
 		name string
 		in   StorageLanding
-		fire bool
+		want Severity
+		says string
 	}{
-		{"pool on the device's node", base(0, map[int]uint64{0: 1 << 30}), false},
-		{"pool on the far node", base(1, map[int]uint64{0: 1 << 30}), true},
-		{"interleaved evenly: half crosses, not most", base(0, map[int]uint64{0: 64 << 20, 1: 64 << 20}), false},
-		{"far but under 8 MiB", base(1, map[int]uint64{0: 4 << 20}), false},
-		{"device node unknown", base(-1, map[int]uint64{0: 1 << 30}), false},
-		{"nothing located", StorageLanding{PID: 7, Device: "nvme0n1", DeviceBDF: "0000:3d:00.0", DeviceNode: 1, Unknown: 1 << 30}, false},
-		{"no PCI function", StorageLanding{PID: 7, Device: "vda", DeviceNode: 1, ByNode: map[int]uint64{0: 1 << 30}}, false},
+		{"pool on the device's node", base(0, map[int]uint64{0: 1 << 30}), "", ""},
+		{"pool on the far node", base(1, map[int]uint64{0: 1 << 30}), SevWarn, "100% of the bytes pid 7 read from nvme0n1 (node 1)"},
+		{"interleaved evenly: half crosses, not most", base(0, map[int]uint64{0: 64 << 20, 1: 64 << 20}), "", ""},
+		{"far but under 8 MiB", base(1, map[int]uint64{0: 4 << 20}), "", ""},
+		{"device node unknown", base(-1, map[int]uint64{0: 1 << 30}), "", ""},
+		{"nothing located", StorageLanding{PID: 7, Device: "nvme0n1", DeviceBDF: "0000:3d:00.0", DeviceNode: 1, Unknown: 1 << 30}, "", ""},
+		{"no PCI function", StorageLanding{PID: 7, Device: "vda", DeviceNode: 1, ByNode: map[int]uint64{0: 1 << 30}}, "", ""},
+		{"NPS4 sibling node", sibling, SevInfo, "on sibling nodes of node 5's socket"},
+		{"layout unknown", unknown, SevInfo, "cannot be told"},
 	}
 	for _, c := range cases {
 		f := StorageFarPool(c.in)
-		if (f != nil) != c.fire {
-			t.Errorf("%s: fired %v, want %v (%+v)", c.name, f != nil, c.fire, f)
+		if (f != nil) != (c.want != "") || f != nil && f.Severity != c.want {
+			t.Errorf("%s: %+v, want severity %q", c.name, f, c.want)
 			continue
 		}
 		if f == nil {
 			continue
 		}
-		if f.Rule != "storage-far-pool" || f.Severity != SevWarn || !strings.Contains(f.Summary, "100% of the bytes pid 7 read from nvme0n1 (node 1)") ||
-			!strings.Contains(strings.Join(f.Evidence, "|"), "N0=1 GiB") {
+		if f.Rule != "storage-far-pool" || !strings.Contains(f.Summary, c.says) || !strings.Contains(strings.Join(f.Evidence, "|"), "GiB") {
 			t.Errorf("%s: %+v", c.name, f)
 		}
 	}

@@ -140,7 +140,7 @@ func TestDiagnoseSampleHicacheLoad(t *testing.T) {
 func TestDiagnoseRemoteNUMAPool(t *testing.T) {
 	testenv.RequireRoot(t)
 	sys := sysfstest.Build(t, sysfstest.Host{
-		Nodes: []sysfstest.Node{{CPUs: "0", Distance: "10 21"}, {CPUs: "1", Distance: "21 10"}},
+		Nodes: []sysfstest.Node{{CPUs: "0", Distance: "10 21", Package: "0"}, {CPUs: "1", Distance: "21 10", Package: "1"}},
 		Funcs: []sysfstest.Func{
 			{BDF: "0000:80:01.0", HB: "pci0000:80", Class: "0x060400", Vendor: "0x1022", Device: "0x14ab", NUMA: "1",
 				Cur: "32.0 GT/s PCIe", Max: "32.0 GT/s PCIe", CurW: "16", MaxW: "16"},

@@ -20,7 +20,8 @@ import (
 )
 
 // `agent diagnose --sample` judges RDMA ordering per process: the prefill
-// role of kv-notify-early FAILs cross-qp-notify, kv-notify-polled's PASSes.
+// role of kv-notify-early FAILs cross-qp-notify, kv-notify-polled's and
+// kv-notify-concurrent's (notices beside other requests' WRITEs) PASS.
 // The window closes when the scenario has exited (the probes' ring is
 // drained then), and the roles post only once the agent probed both
 // providers (--settle-file), so no load on the machine changes a verdict.
@@ -30,9 +31,11 @@ func TestDiagnoseSampleRDMAOrdering(t *testing.T) {
 	for _, c := range []struct {
 		scenario string
 		status   checks.Status
+		notices  string // the check's count of notifications
 	}{
-		{"kv-notify-early", checks.Fail},
-		{"kv-notify-polled", checks.Pass},
+		{"kv-notify-early", checks.Fail, "1 notifications"},
+		{"kv-notify-polled", checks.Pass, "1 notifications"},
+		{"kv-notify-concurrent", checks.Pass, "8 notifications"},
 	} {
 		t.Run(c.scenario, func(t *testing.T) {
 			dir := t.TempDir()
@@ -92,7 +95,7 @@ func TestDiagnoseSampleRDMAOrdering(t *testing.T) {
 					got = &r.Checks[i]
 				}
 			}
-			if got == nil || got.Status != c.status || !strings.Contains(got.Detail, "1 notifications") ||
+			if got == nil || got.Status != c.status || !strings.Contains(got.Detail, c.notices) ||
 				(c.status == checks.Fail) != (len(got.Findings) == 1 && got.Findings[0].Rule == "cross-qp-notify") {
 				t.Fatalf("prefill pid %s: %+v\n%s", pid, got, reportText(r))
 			}

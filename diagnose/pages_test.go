@@ -52,7 +52,9 @@ func TestDiagnoseLatePoolPages(t *testing.T) {
 			dist[j] = "21"
 		}
 		dist[i] = "10"
-		fx.Nodes = append(fx.Nodes, sysfstest.Node{CPUs: itoa(i), Distance: strings.Join(dist, " ")})
+		// Each node its own socket (package i): the GPU's node is across
+		// the socket interconnect from every other.
+		fx.Nodes = append(fx.Nodes, sysfstest.Node{CPUs: itoa(i), Distance: strings.Join(dist, " "), Package: itoa(i)})
 	}
 	sys := sysfstest.Build(t, fx)
 	sysfstest.Write(t, filepath.Join(sys, "devices", "system", "node", "online"), fmt.Sprintf("0-%d\n", far))

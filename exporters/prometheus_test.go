@@ -77,6 +77,7 @@ func TestMetricsValues(t *testing.T) {
 # HELP lanewatch_findings Active findings of the last evaluation window, by rule and severity (0: the rule did not fire).
 # TYPE lanewatch_findings gauge
 lanewatch_findings{rule="cross-qp-notify",severity="fail"} 0
+lanewatch_findings{rule="cross-qp-notify",severity="warn"} 0
 lanewatch_findings{rule="far-nic",severity="warn"} 0
 lanewatch_findings{rule="fragmented-copies",severity="warn"} 0
 lanewatch_findings{rule="host-sync-in-loop",severity="warn"} 0
@@ -94,9 +95,11 @@ lanewatch_findings{rule="pinned-pressure",severity="warn"} 0
 lanewatch_findings{rule="rdma-congestion",severity="fail"} 0
 lanewatch_findings{rule="rdma-congestion",severity="warn"} 0
 lanewatch_findings{rule="remote-numa-pool",severity="fail"} 0
+lanewatch_findings{rule="remote-numa-pool",severity="info"} 0
 lanewatch_findings{rule="same-direction-overlap",severity="warn"} 1
 lanewatch_findings{rule="serialized-load",severity="warn"} 0
 lanewatch_findings{rule="too-little-in-flight",severity="warn"} 0
+lanewatch_findings{rule="storage-far-pool",severity="info"} 0
 lanewatch_findings{rule="storage-far-pool",severity="warn"} 0
 lanewatch_findings{rule="storage-shared-uplink",severity="warn"} 0
 # HELP lanewatch_lane_capacity_bytes_per_second Payload capacity in bytes per second of one direction of a GPU's link at its trained speed and width.

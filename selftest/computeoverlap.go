@@ -76,7 +76,10 @@ func checkCompute(res *Result, scenario string, pid uint32, truth []TruthCall, g
 	}
 	slices.Sort(fired)
 	note := func(format string, args ...any) { res.Problems = append(res.Problems, fmt.Sprintf(format, args...)) }
-	want := designedAmong(scenario, "host-sync-in-loop", "serialized-load")
+	var want []string
+	for _, v := range designedAmong(scenario, "host-sync-in-loop", "serialized-load") {
+		want = append(want, ruleOf(v))
+	}
 	if !slices.Equal(fired, want) {
 		res.OtherErrs++
 		note("compute overlap: the agent fired [%s], the scenario is designed to fire [%s]", strings.Join(fired, ","), strings.Join(want, ","))

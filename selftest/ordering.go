@@ -10,27 +10,48 @@ import (
 	"github.com/lanewatch/lanewatch/correlate"
 )
 
+// orderingBeside is how many notices a scenario posts, by construction,
+// after its own WRITEs completed while another request's WRITEs to the same
+// port are outstanding (rdmapath.c, kv-notify-concurrent: 4 threads × 2
+// requests, every notice but the last): the shape its silence is about.
+var orderingBeside = map[string]int{"kv-notify-concurrent": 7}
+
 // OrderingScenarios are the RDMA scenarios of the ordering rules: each
 // firing one beside those that must not (a notice on the data QP, one after
-// the polled completions; a deregistration after the poll).
-var OrderingScenarios = []string{"kv-notify-early", "kv-notify-imm", "kv-notify-polled", "mr-dereg-early", "mr-dereg-polled"}
+// the polled completions, concurrent requests' notices each after its own
+// WRITEs while others' are in flight; a deregistration after the poll).
+var OrderingScenarios = []string{"kv-notify-early", "kv-notify-imm", "kv-notify-polled", "kv-notify-concurrent", "mr-dereg-early", "mr-dereg-polled"}
 
 // orderVerdict is one process's ordering facts, the same from the agent's
 // records and from the truth: the notifications posted ahead of WRITEs to
-// their peer on another QP (wr_id → WRITEs outstanding), and each
-// deregistration's outstanding requests (lkey → count).
+// their peer on another QP (wr_id → WRITEs outstanding, and whether the
+// notice can only be about them), and each deregistration's outstanding
+// requests (lkey → count).
 type orderVerdict struct {
-	ahead  map[uint64]int
+	ahead  map[uint64]notifyVerdict
 	deregs map[uint32]int
+	beside int // notices after their own WRITEs with other requests' outstanding (truth only)
+}
+
+type notifyVerdict struct {
+	writes int
+	sure   bool
 }
 
 func (v orderVerdict) rules() string {
 	var r []string
-	if len(v.ahead) > 0 {
-		r = append(r, "cross-qp-notify")
+	sure, ambiguous := false, false
+	for _, n := range v.ahead {
+		sure, ambiguous = sure || n.sure, ambiguous || !n.sure
+	}
+	if sure {
+		r = append(r, "cross-qp-notify/fail")
+	}
+	if ambiguous {
+		r = append(r, "cross-qp-notify/warn")
 	}
 	if len(v.deregs) > 0 {
-		r = append(r, "mr-dereg-in-flight")
+		r = append(r, "mr-dereg-in-flight/fail")
 	}
 	return strings.Join(r, ",")
 }
@@ -60,7 +81,7 @@ func checkOrdering(res *Result, scenario string, truth []TruthCall, got []correl
 	for _, pid := range w.OrderingPIDs() {
 		c := w.OrderingCheck(fmt.Sprintf("pid %d", pid), pid)
 		for _, f := range c.Findings {
-			fired = append(fired, f.Rule)
+			fired = append(fired, f.Rule+"/"+string(f.Severity))
 			note("finding: %s; %s", f.Summary, strings.Join(f.Evidence, "; "))
 		}
 	}
@@ -75,23 +96,28 @@ func checkOrdering(res *Result, scenario string, truth []TruthCall, got []correl
 	// The designed verdict is the prefill role's (the one that posts), and
 	// the agent's window must give it, as must the truth.
 	if res.Runtime == "prefill" {
-		d := strings.Join(designedAmong(scenario, "cross-qp-notify", "mr-dereg-in-flight"), ",")
+		d := strings.Join(designedAmong(scenario, "cross-qp-notify", "mr-dereg-in-flight"), ",") // rule/severity
 		if strings.Join(fired, ",") != d || want.rules() != d {
 			res.OtherErrs++
 			note("ordering: the scenario was designed to fire [%s], the agent's window fired [%s], its truth [%s]", d, strings.Join(fired, ","), want.rules())
 		}
 	}
+	if res.Runtime == "prefill" && want.beside != orderingBeside[scenario] {
+		res.OtherErrs++
+		note("ordering: the scenario was designed to post %d notices after their own WRITEs beside another request's, its truth posts %d",
+			orderingBeside[scenario], want.beside)
+	}
 }
 
 // agentOrder reads the ordering facts the agent put on its records.
 func agentOrder(got []correlate.Transfer) orderVerdict {
-	v := orderVerdict{ahead: map[uint64]int{}, deregs: map[uint32]int{}}
+	v := orderVerdict{ahead: map[uint64]notifyVerdict{}, deregs: map[uint32]int{}}
 	for _, g := range got {
 		if g.Order == nil {
 			continue
 		}
 		if a := g.Order.NotifyAhead; a != nil {
-			v.ahead[g.WRID] = a.Writes
+			v.ahead[g.WRID] = notifyVerdict{a.Writes, a.Ambiguity == ""}
 		}
 		if d := g.Order.Dereg; d != nil {
 			v.deregs[d.LKey] = d.Outstanding
@@ -112,8 +138,14 @@ type truthWR struct {
 // call when it was posted before it and the poll that proved it done began
 // after the call returned; one whose poll began inside the call's brackets
 // is ambiguous (the scenarios order them by program order, so none is).
+// A notice posted ahead of WRITEs to its port on other QPs is sure when
+// every one of them is its thread's own since that thread's previous
+// notice to the port and none of those completed; not a hazard when none
+// is its own and its thread wrote to the port since that notice; else
+// ambiguous (docs/design.md; computed here from the truth, apart from
+// correlate).
 func truthOrder(truth []TruthCall) (orderVerdict, []string) {
-	v := orderVerdict{ahead: map[uint64]int{}, deregs: map[uint32]int{}}
+	v := orderVerdict{ahead: map[uint64]notifyVerdict{}, deregs: map[uint32]int{}}
 	var ambiguous []string
 	peer := map[uint32]string{}
 	done := map[[3]uint64]uint64{}
@@ -147,7 +179,7 @@ func truthOrder(truth []TruthCall) (orderVerdict, []string) {
 		}
 	}
 	// outstanding at a call bracketed [from, to] (w is posted before it, by
-	// its seq: the scenarios post and poll on one thread): its covering
+	// its seq: each thread posts and polls its own requests): its covering
 	// poll began after the call returned; ok false when that poll began
 	// inside the call's brackets.
 	outstanding := func(w *truthWR, from, to uint64) (bool, bool) {
@@ -156,26 +188,52 @@ func truthOrder(truth []TruthCall) (orderVerdict, []string) {
 		}
 		return false, w.doneNs < from
 	}
+	isNotice := func(w *truthWR) bool {
+		return w.Op == "post_send" && (w.Opcode == "SEND" || w.Opcode == "SEND_WITH_IMM" || w.Opcode == "RDMA_WRITE_WITH_IMM")
+	}
+	type threadPort struct {
+		tid  uint32
+		port string
+	}
+	lastNotice := map[threadPort]int{} // seq of a thread's previous notice to a port
 	for _, n := range order {
-		if n.Op != "post_send" || (n.Opcode != "SEND" && n.Opcode != "SEND_WITH_IMM" && n.Opcode != "RDMA_WRITE_WITH_IMM") {
+		if !isNotice(n) {
 			continue
 		}
-		writes := 0
+		tp := threadPort{n.TID, peer[n.QPNum]}
+		since := lastNotice[tp]
+		lastNotice[tp] = n.Seq
+		own, others, epoch, epochDone := 0, 0, 0, 0
 		for _, w := range order {
-			if w.Op != "post_send" || w.Opcode != "RDMA_WRITE" || w.QPNum == n.QPNum || peer[w.QPNum] == "" ||
-				peer[w.QPNum] != peer[n.QPNum] || w.Seq > n.Seq {
+			if w.Op != "post_send" || w.Opcode != "RDMA_WRITE" || peer[w.QPNum] == "" || peer[w.QPNum] != peer[n.QPNum] || w.Seq > n.Seq {
 				continue
 			}
+			mine := w.TID == n.TID && w.Seq > since
 			out, ok := outstanding(w, n.TPostNs, n.TPostEnd)
 			if !ok {
 				ambiguous = append(ambiguous, fmt.Sprintf("WRITE wr %d and the notice wr %d: brackets straddle", w.WRID, n.WRID))
 			}
-			if out {
-				writes++
+			if mine {
+				epoch++
+				if !out {
+					epochDone++
+				}
+			}
+			if w.QPNum == n.QPNum || !out {
+				continue
+			}
+			if mine {
+				own++
+			} else {
+				others++
 			}
 		}
-		if writes > 0 {
-			v.ahead[n.WRID] = writes
+		switch {
+		case own+others == 0:
+		case own == 0 && epoch > 0:
+			v.beside++
+		default:
+			v.ahead[n.WRID] = notifyVerdict{own + others, own > 0 && others == 0 && epochDone == 0}
 		}
 	}
 	charged := map[*truthWR]bool{} // a request is reported with its first deregistration

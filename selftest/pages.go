@@ -12,6 +12,7 @@ import (
 
 	"github.com/lanewatch/lanewatch/checks"
 	"github.com/lanewatch/lanewatch/correlate"
+	"github.com/lanewatch/lanewatch/topology"
 )
 
 // PagesScenario (refpath/kvpath/late_pool_pages.c) registers a pool before
@@ -85,11 +86,36 @@ func readPageTruth(path string) (pageTruth, error) {
 	return pt, nil
 }
 
+// designedNUMA places the reference GPU on a node of a host layout the
+// selftest designs (this machine's sysfs has neither the GPU nor, mostly,
+// a second node): the rule's verdict follows from the design, not from the
+// rule.
+type designedNUMA struct {
+	gpuNode int
+	host    *topology.Host
+}
+
+func (d designedNUMA) GPUNode(string) int { return d.gpuNode }
+
+func (d designedNUMA) NodeSide(home, n int) (topology.NodeSide, string) {
+	return d.host.NodeSide(home, n)
+}
+
+// nodesOn is a host layout: node i on package pkgs[i] of the listed nodes.
+func nodesOn(nodes []int, pkgs []int) *topology.Host {
+	h := &topology.Host{}
+	for i, n := range nodes {
+		h.Nodes = append(h.Nodes, topology.Node{ID: n, Package: pkgs[i], PackageFrom: "designed by the selftest"})
+	}
+	return h
+}
+
 // checkPages compares, for late-pool-pages, where the agent found each
 // copy's host pages with where the scenario itself found them, byte for
-// byte, and judges remote-numa-pool twice on the agent's records: with the
-// reference GPU placed on another node than the pages (it must fire, every
-// byte remote) and on theirs (it must not).
+// byte, and judges remote-numa-pool three times on the agent's records:
+// with the reference GPU placed on a node of another socket than the pages
+// (it must FAIL, every byte remote), on a sibling node of their socket
+// (INFO, no socket crossed: SNC/NPS) and on theirs (nothing).
 func checkPages(res *Result, scenario string, pid uint32, truthPath string, got []correlate.Transfer) {
 	if scenario != PagesScenario {
 		return
@@ -145,14 +171,21 @@ func checkPages(res *Result, scenario string, pid uint32, truthPath string, got 
 	}
 	scope := fmt.Sprintf("pid %d", pid)
 	pl := checks.Placement{GPU: fmt.Sprintf("reference GPU of pid %d", pid), Why: "placed by the selftest"}
-	far := w.PagesCheck(scope, pid, pl, func(string) int { return node + 1 })
-	if len(far.Findings) != 1 || far.Findings[0].Rule != "remote-numa-pool" ||
+	twoSockets := nodesOn([]int{node, node + 1}, []int{0, 1})
+	far := w.PagesCheck(scope, pid, pl, designedNUMA{node + 1, twoSockets})
+	if len(far.Findings) != 1 || far.Findings[0].Rule != "remote-numa-pool" || far.Findings[0].Severity != correlate.SevFail ||
 		!strings.Contains(far.Findings[0].Summary, "100% of the bytes") {
-		problem("pages: GPU on node %d, pages on %d: want remote-numa-pool on every byte, got %s: %s %+v", node+1, node, far.Status, far.Detail, far.Findings)
+		problem("pages: GPU on node %d of another socket, pages on %d: want remote-numa-pool FAIL on every byte, got %s: %s %+v",
+			node+1, node, far.Status, far.Detail, far.Findings)
 	} else {
 		res.Problems = append(res.Problems[:len(res.Problems):len(res.Problems)], "finding: "+far.Findings[0].Summary)
 	}
-	near := w.PagesCheck(scope, pid, pl, func(string) int { return node })
+	sibling := w.PagesCheck(scope, pid, pl, designedNUMA{node + 1, nodesOn([]int{node, node + 1}, []int{0, 0})})
+	if sibling.Status != checks.Info || len(sibling.Findings) != 1 || sibling.Findings[0].Severity != correlate.SevInfo {
+		problem("pages: GPU on node %d, a sibling of the pages' node %d on one socket: want remote-numa-pool INFO, got %s: %s %+v",
+			node+1, node, sibling.Status, sibling.Detail, sibling.Findings)
+	}
+	near := w.PagesCheck(scope, pid, pl, designedNUMA{node, twoSockets})
 	if near.Status != checks.Pass || len(near.Findings) != 0 {
 		problem("pages: GPU on the pages' node %d: want PASS without finding, got %s: %s", node, near.Status, near.Detail)
 	}

@@ -14,39 +14,50 @@ import (
 )
 
 // designed is every scenario's designed verdict: the rules it was built to
-// raise at WARN or FAIL. A scenario not named here, and every rule a
-// scenario does not name, must raise nothing above INFO: the healthy
-// shapes are as much a part of the design as the faulty ones. The verdict
-// is the scenario's construction (its call order, sizes, memory kinds),
-// written down here by hand, never computed by the rule under test.
+// raise, each with its severity (WARN or FAIL), "rule/severity". A scenario
+// not named here, and every rule a scenario does not name, must raise
+// nothing above INFO: the healthy shapes are as much a part of the design
+// as the faulty ones. The verdict is the scenario's construction (its call
+// order, sizes, memory kinds, placement), written down here by hand, never
+// computed by the rule under test.
 var designed = map[string][]string{
-	"pageable-load":   {"pageable-copy"},
-	"fragmented-load": {"fragmented-copies"},
-	"h2d-overlap":     {"same-direction-overlap"},
-	"pd-overlap":      {"same-direction-overlap"},
-	"two-proc-lane":   {"same-direction-overlap"},
+	"pageable-load":   {"pageable-copy/fail"},
+	"fragmented-load": {"fragmented-copies/warn"},
+	"h2d-overlap":     {"same-direction-overlap/warn"},
+	"pd-overlap":      {"same-direction-overlap/warn"},
+	"two-proc-lane":   {"same-direction-overlap/warn"},
 	// 256 copies of 16 KiB each: small copies by construction
-	"inflight-serial":    {"too-little-in-flight", "fragmented-copies"},
-	"inflight-queued":    {"fragmented-copies"},
-	"rdma-write-serial":  {"too-little-in-flight"},
-	"layer-compute-sync": {"serialized-load"},
-	"layer-compute-item": {"host-sync-in-loop"},
-	"kv-notify-early":    {"cross-qp-notify"},
-	"mr-dereg-early":     {"mr-dereg-in-flight"},
-	"storage-far-pool":   {"storage-far-pool"},
-	"uplink-shared":      {"storage-shared-uplink"},
+	"inflight-serial":    {"too-little-in-flight/warn", "fragmented-copies/warn"},
+	"inflight-queued":    {"fragmented-copies/warn"},
+	"rdma-write-serial":  {"too-little-in-flight/warn"},
+	"layer-compute-sync": {"serialized-load/warn"},
+	"layer-compute-item": {"host-sync-in-loop/warn"},
+	"kv-notify-early":    {"cross-qp-notify/fail"},
+	"mr-dereg-early":     {"mr-dereg-in-flight/fail"},
+	"storage-far-pool":   {"storage-far-pool/warn"},
+	"uplink-shared":      {"storage-shared-uplink/warn"},
 }
 
-// fires says whether scenario was designed to raise rule.
-func fires(scenario, rule string) bool { return slices.Contains(designed[scenario], rule) }
+// ruleOf is the rule of a designed "rule/severity".
+func ruleOf(v string) string { r, _, _ := strings.Cut(v, "/"); return r }
 
-// designedAmong is which of rules (given sorted) scenario was designed to
-// raise, in their order.
+// verdictOf is a finding as a designed entry, "rule/severity".
+func verdictOf(f correlate.Finding) string { return f.Rule + "/" + string(f.Severity) }
+
+// fires says whether scenario was designed to raise rule.
+func fires(scenario, rule string) bool {
+	return slices.ContainsFunc(designed[scenario], func(v string) bool { return ruleOf(v) == rule })
+}
+
+// designedAmong is the designed "rule/severity" entries of scenario for
+// the given rules (sorted), in their order.
 func designedAmong(scenario string, rules ...string) []string {
 	var out []string
 	for _, r := range rules {
-		if fires(scenario, r) {
-			out = append(out, r)
+		for _, v := range designed[scenario] {
+			if ruleOf(v) == r {
+				out = append(out, v)
+			}
 		}
 	}
 	return out
@@ -69,18 +80,18 @@ func judgeDesigned(res *Result, scenario string, fs []correlate.Finding, notJudg
 	var raised []string
 	for _, f := range fs {
 		if f.Severity == correlate.SevWarn || f.Severity == correlate.SevFail {
-			raised = append(raised, f.Rule)
+			raised = append(raised, verdictOf(f))
 		}
 	}
 	raised = slices.Compact(slices.Sorted(slices.Values(raised)))
-	want := slices.DeleteFunc(slices.Sorted(slices.Values(designed[scenario])), func(r string) bool { return slices.Contains(notJudged, r) })
+	want := slices.DeleteFunc(slices.Sorted(slices.Values(designed[scenario])), func(v string) bool { return slices.Contains(notJudged, ruleOf(v)) })
 	if slices.Equal(raised, want) {
 		return
 	}
 	res.OtherErrs++
 	var why []string
 	for _, f := range fs {
-		if f.Severity != correlate.SevInfo && !slices.Contains(want, f.Rule) {
+		if f.Severity != correlate.SevInfo && !slices.Contains(want, verdictOf(f)) {
 			why = append(why, fmt.Sprintf("%s %s %s: %s", f.Severity, f.Rule, f.Subject, f.Summary))
 		}
 	}
@@ -140,8 +151,10 @@ func listText(items []string) string {
 // designedRules is every rule some scenario is designed to raise.
 func designedRules() []string {
 	var out []string
-	for rs := range maps.Values(designed) {
-		out = append(out, rs...)
+	for vs := range maps.Values(designed) {
+		for _, v := range vs {
+			out = append(out, ruleOf(v))
+		}
 	}
 	return slices.Compact(slices.Sorted(slices.Values(out)))
 }

@@ -36,7 +36,7 @@ func TestCheckDesignedHealthy(t *testing.T) {
 		note string
 	}{
 		{"metadata copies", false, true, ""},
-		{"bulk pageable copies", true, false, "the agent's window raised [pageable-copy]: fail pageable-copy pid 5"},
+		{"bulk pageable copies", true, false, "the agent's window raised [pageable-copy/fail]: fail pageable-copy pid 5"},
 	} {
 		res := Result{}
 		checkDesigned(&res, "decode-loop", []scenarioProc{{pid: 5, gpu: privateGPU(5)}}, step(c.bulk), nil)

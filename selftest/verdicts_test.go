@@ -35,9 +35,11 @@ func TestDesignedCoversWindowRules(t *testing.T) {
 		if !slices.Contains(runs, sc) {
 			t.Errorf("designed names %s, which the selftest does not run", sc)
 		}
-		for _, r := range rules {
-			if _, ok := correlate.RuleNamed(r); !ok {
-				t.Errorf("%s is designed to raise %s, no such rule", sc, r)
+		for _, v := range rules {
+			r, ok := correlate.RuleNamed(ruleOf(v))
+			_, sev, _ := strings.Cut(v, "/")
+			if !ok || !slices.Contains(r.Severities, correlate.Severity(sev)) || sev == string(correlate.SevInfo) {
+				t.Errorf("%s is designed to raise %s: no such rule at WARN or FAIL", sc, v)
 			}
 		}
 	}
@@ -55,10 +57,10 @@ func TestJudgeDesigned(t *testing.T) {
 		text           string
 	}{
 		{"designed finding", "layer-compute-sync", []correlate.Finding{warn}, nil, true, ""},
-		{"designed finding missing", "layer-compute-sync", nil, nil, false, "designed to raise [serialized-load], the agent's window raised []"},
+		{"designed finding missing", "layer-compute-sync", nil, nil, false, "designed to raise [serialized-load/warn], the agent's window raised []"},
 		{"INFO is silent", "hicache-load", []correlate.Finding{info}, nil, true, ""},
 		{"a finding on a healthy row", "hicache-load", []correlate.Finding{info, fail}, nil, false, "fail pageable-copy pid 1: pageable"},
-		{"one more than designed", "layer-compute-sync", []correlate.Finding{warn, fail}, nil, false, "raised [pageable-copy, serialized-load]"},
+		{"one more than designed", "layer-compute-sync", []correlate.Finding{warn, fail}, nil, false, "raised [pageable-copy/fail, serialized-load/warn]"},
 		{"a rule the window does not judge", "uplink-shared", nil, []string{"storage-shared-uplink"}, true, ""},
 	} {
 		res := Result{}

@@ -145,3 +145,58 @@ func FuzzReadAttrFile(f *testing.F) {
 		}
 	})
 }
+
+func FuzzParsePackageID(f *testing.F) {
+	for _, s := range []string{"0", "1", "-1", "65536", "0x1", " 1", ""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if p, err := ParsePackageID(s); err == nil && (p < 0 || p >= 1<<16) {
+			t.Fatalf("%q: accepted as %d", s, p)
+		} else if err != nil && !strings.Contains(err.Error(), "physical_package_id") {
+			t.Fatalf("%q: error %q does not name the attribute", s, err)
+		}
+	})
+}
+
+// FuzzReadNodeFiles writes arbitrary bytes into a node's cpulist, its
+// distance row or its CPU's physical_package_id: Read must not panic, an
+// error must name the file, and a package it reports is one it read.
+func FuzzReadNodeFiles(f *testing.F) {
+	f.Add(uint8(0), []byte("0-1\n"))
+	f.Add(uint8(1), []byte("10 21\n"))
+	f.Add(uint8(2), []byte("1\n"))
+	f.Add(uint8(2), []byte("-1\n"))
+	f.Add(uint8(0), []byte("\n"))
+	f.Add(uint8(1), []byte{0xff, '\n', '1'})
+	root := f.TempDir()
+	node := filepath.Join(root, "devices", "system", "node", "node0")
+	pkg := filepath.Join(root, "devices", "system", "cpu", "cpu0", "topology", "physical_package_id")
+	files := []string{filepath.Join(node, "cpulist"), filepath.Join(node, "distance"), pkg}
+	for i, s := range []string{"0\n", "10\n", "0\n"} {
+		if err := os.MkdirAll(filepath.Dir(files[i]), 0o755); err != nil {
+			f.Fatal(err)
+		}
+		if err := os.WriteFile(files[i], []byte(s), 0o644); err != nil {
+			f.Fatal(err)
+		}
+	}
+	f.Fuzz(func(t *testing.T, which uint8, content []byte) {
+		p := files[int(which)%len(files)]
+		old, _ := os.ReadFile(p)
+		if err := os.WriteFile(p, content, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		defer os.WriteFile(p, old, 0o644)
+		h, err := Read(root)
+		if err != nil {
+			if !strings.Contains(err.Error(), p) {
+				t.Fatalf("error %q does not name %s", err, p)
+			}
+			return
+		}
+		if len(h.Nodes) != 1 || h.Nodes[0].Package < -1 {
+			t.Fatalf("nodes %+v", h.Nodes)
+		}
+	})
+}

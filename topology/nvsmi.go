@@ -19,8 +19,13 @@ import (
 // drivers). Every method that takes a device name also accepts a NIC's RDMA
 // name from the legend.
 type SMIMatrix struct {
-	// Devices are the column (and row) names in column order.
+	// Devices are the column (and row) names in column order, then the
+	// rows the header does not name (Beyond).
 	Devices []string
+	// Beyond are the rows of a partial excerpt whose header lacks their
+	// columns (the NIC columns cut off): read by the header's columns, so
+	// their cells with each other are absent from Rel. Notes says so.
+	Beyond []string
 	// Rel is the raw cell for (row, column): "X", "PIX", "PXB", "PHB",
 	// "NODE", "SYS", "SOC" (old drivers' name for SYS) or "NV<n>".
 	Rel map[[2]string]string
@@ -234,7 +239,7 @@ func (p *smiParser) parse() (*SMIMatrix, error) {
 		col[d] = i
 	}
 
-	rows, trailer, ended, err := p.splitRows(toks[end:], col, headerLine)
+	rows, beyond, trailer, ended, err := p.splitRows(toks[end:], col, headerLine)
 	if err != nil {
 		return nil, err
 	}
@@ -277,6 +282,12 @@ func (p *smiParser) parse() (*SMIMatrix, error) {
 		}
 	}
 
+	if len(beyond) > 0 {
+		if err := p.readBeyond(m, beyond, col, headerLine); err != nil {
+			return nil, err
+		}
+		devs = m.Devices
+	}
 	if err := p.parseLegend(m, trailer, col); err != nil {
 		return nil, err
 	}
@@ -453,21 +464,36 @@ type smiRow struct {
 
 // splitRows cuts the fields after the header into rows, each starting at
 // a device name. Rows normally start a line, but run on within a line
-// when the line breaks were lost. The matrix ends at the first line (or,
-// within a line, the first field that is no cell) after every row has
-// started; the fields after it are returned as the trailer. A matrix that
-// ends before every row has started is returned with the error that says
-// so (ended), for the caller to report after the faults of the rows read.
-func (p *smiParser) splitRows(toks []smiTok, col map[string]int, headerLine int) (rows []smiRow, trailer []smiTok, ended, err error) {
+// when the line breaks were lost. Once every row has started, lines that
+// start with a device name the header does not have, followed by a cell,
+// are rows beyond the header (a partial excerpt whose columns were cut:
+// readBeyond). The matrix ends at the first other line (or, within a line,
+// the first field that is no cell); the fields after it are returned as
+// the trailer. A matrix that ends before every row has started is returned
+// with the error that says so (ended), for the caller to report after the
+// faults of the rows read.
+func (p *smiParser) splitRows(toks []smiTok, col map[string]int, headerLine int) (rows, beyond []smiRow, trailer []smiTok, ended, err error) {
 	started := map[string]int{} // row name → line
 	n := len(col)
 	for i, t := range toks {
 		label, rest, isRow := smiRowStart(t, col)
-		all := len(started) == n
+		all := len(rows) == n // every row the header names has started
+		if all && t.first && !isRow && smiNameLike(t.s) && i+1 < len(toks) && toks[i+1].line == t.line && smiCellish(toks[i+1].s) {
+			if first, dup := started[t.s]; dup {
+				return nil, nil, nil, nil, p.errorf(t.line, "duplicate row %s (first at line %d)", t.s, first)
+			}
+			started[t.s] = t.line
+			beyond = append(beyond, smiRow{label: t.s, line: t.line})
+			continue
+		}
+		if len(beyond) > 0 && !t.first { // a row beyond the header is its line (readBeyond judges its cells)
+			beyond[len(beyond)-1].toks = append(beyond[len(beyond)-1].toks, t)
+			continue
+		}
 		switch {
 		case isRow && !all:
 			if first, dup := started[label]; dup {
-				return nil, nil, nil, p.errorf(t.line, "duplicate row %s (first at line %d)", label, first)
+				return nil, nil, nil, nil, p.errorf(t.line, "duplicate row %s (first at line %d)", label, first)
 			}
 			started[label] = t.line
 			rows = append(rows, smiRow{label: label, line: t.line})
@@ -475,23 +501,70 @@ func (p *smiParser) splitRows(toks []smiTok, col map[string]int, headerLine int)
 				rows[len(rows)-1].toks = append(rows[len(rows)-1].toks, smiTok{s: rest, line: t.line})
 			}
 		case all && (t.first || !smiCellish(t.s)):
-			return rows, toks[i:], nil, nil
+			return rows, beyond, toks[i:], nil, nil
 		case isRow: // all rows started: a second row of that name
-			return nil, nil, nil, p.errorf(t.line, "duplicate row %s (first at line %d)", label, started[label])
+			return nil, nil, nil, nil, p.errorf(t.line, "duplicate row %s (first at line %d)", label, started[label])
 		case (t.first || len(rows) == 0) && smiNameLike(t.s):
-			return nil, nil, nil, p.errorf(t.line, "row %q is not a column of the header at line %d", t.s, headerLine)
+			return nil, nil, nil, nil, p.errorf(t.line, "row %q is not a column of the header at line %d", t.s, headerLine)
 		case t.first || len(rows) == 0 || strings.ContainsAny(t.s, ":="): // "Legend:" in a line that lost its breaks
-			return rows, toks[i:], p.errorf(t.line, "matrix ends after %d of %d rows (header at line %d) at %q: no row for %s",
+			return rows, beyond, toks[i:], p.errorf(t.line, "matrix ends after %d of %d rows (header at line %d) at %q: no row for %s",
 				len(rows), n, headerLine, t.s, p.missingRows(started, col)), nil
 		default:
 			rows[len(rows)-1].toks = append(rows[len(rows)-1].toks, t)
 		}
 	}
-	if len(started) < n {
+	if len(rows) < n {
 		ended = p.errorf(len(p.lines), "matrix ends after %d of %d rows (header at line %d): no row for %s",
 			len(rows), n, headerLine, p.missingRows(started, col))
 	}
-	return rows, nil, ended, nil
+	return rows, beyond, nil, ended, nil
+}
+
+// readBeyond reads the rows whose names the header lacks (a partial
+// excerpt: the NIC columns cut off the header, their rows kept) by the
+// columns there are: a row's first cells are its relations to the header's
+// device columns, in order, and the matrix being symmetric they are those
+// columns' relations to it too. Cells past them relate to columns the
+// header does not name: left out, said in Notes. A row with fewer cells,
+// a cell that is no relation, or X (only a row's own column holds it)
+// is an error naming the row, the column and the token.
+func (p *smiParser) readBeyond(m *SMIMatrix, beyond []smiRow, col map[string]int, headerLine int) error {
+	devs := m.Devices
+	n := len(devs)
+	var names, cut []string
+	for _, r := range beyond {
+		if len(r.toks) < n {
+			return p.errorf(r.line, "row %s, not a column of the header at line %d: %d cells, fewer than the header's %d device columns",
+				r.label, headerLine, len(r.toks), n)
+		}
+		for j, t := range r.toks[:n] {
+			switch {
+			case t.s == "X":
+				return p.errorf(t.line, "row %s, not a column of the header at line %d: X in column %s", r.label, headerLine, devs[j])
+			case !smiValidCell(t.s):
+				return p.errorf(t.line, "row %s, not a column of the header at line %d: %q in column %s is no relation",
+					r.label, headerLine, t.s, devs[j])
+			}
+			m.Rel[[2]string{r.label, devs[j]}] = t.s
+			m.Rel[[2]string{devs[j], r.label}] = t.s
+		}
+		m.Rel[[2]string{r.label, r.label}] = "X"
+		if extra := len(r.toks) - n; extra > 0 {
+			cut = append(cut, fmt.Sprintf("%s %d", r.label, extra))
+		}
+		names = append(names, r.label)
+	}
+	for _, d := range names {
+		col[d] = len(m.Devices)
+		m.Devices = append(m.Devices, d)
+	}
+	m.Beyond = names
+	p.notef(beyond[0].line, "the header (line %d) names %d device columns, rows %s are not among them (a partial excerpt, columns cut off?): "+
+		"read by the %d columns there are, their relations to each other unknown", headerLine, n, smiList(names, len(names)), n)
+	if len(cut) > 0 {
+		p.notef(beyond[0].line, "cells past the header's columns left out (relations to columns it does not name): %s", strings.Join(cut, ", "))
+	}
+	return nil
 }
 
 func (p *smiParser) missingRows(started map[string]int, col map[string]int) string {

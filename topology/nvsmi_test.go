@@ -981,6 +981,13 @@ func FuzzParseNvidiaSMI(f *testing.F) {
 		f.Add([]byte(smiExpandTabs(string(b))))
 	}
 	f.Add([]byte("\tGPU0\tGPU1\tCPU Affinity\nGPU0\t X \tSOC\t0-11\nGPU1\tSOC\t X \t12-23\n"))
+	// Partial excerpts: every line of a sample cut at character 72 (its
+	// GPU columns only), and a small matrix whose NIC column is cut off.
+	for _, file := range files {
+		b, _ := os.ReadFile(file)
+		f.Add([]byte(smiCut(string(b), func(_ int, l string) string { return l[:min(len(l), 72)] })))
+	}
+	f.Add([]byte("\tGPU0\tGPU1\nGPU0\t X \tSYS\nGPU1\tSYS\t X \nmlx5_0\tNODE\tSYS\t X \n"))
 	f.Fuzz(func(t *testing.T, in []byte) {
 		const name = "fuzz.txt"
 		m, err := ParseNvidiaSMI(bytes.NewReader(in), name)
@@ -990,14 +997,25 @@ func FuzzParseNvidiaSMI(f *testing.F) {
 			}
 			return
 		}
-		n := len(m.Devices)
-		if n == 0 || len(m.Rel) != n*n {
-			t.Fatalf("%d devices, %d cells", n, len(m.Rel))
+		// Rows beyond the header (a partial excerpt) have no cells with
+		// each other; every other pair has one, both ways the same.
+		n, k := len(m.Devices), len(m.Beyond)
+		if n == 0 || len(m.Rel) != n*n-k*(k-1) {
+			t.Fatalf("%d devices (%d beyond the header), %d cells", n, k, len(m.Rel))
+		}
+		if k > 0 && !slices.ContainsFunc(m.Notes, func(s string) bool { return strings.Contains(s, "are not among them") }) {
+			t.Fatalf("rows %v beyond the header without a note: %v", m.Beyond, m.Notes)
 		}
 		for _, a := range m.Devices {
 			for _, b := range m.Devices {
 				ab, ok1 := m.Rel[[2]string{a, b}]
 				ba, ok2 := m.Rel[[2]string{b, a}]
+				if a != b && slices.Contains(m.Beyond, a) && slices.Contains(m.Beyond, b) {
+					if ok1 || ok2 {
+						t.Fatalf("%s/%s: both beyond the header, yet a cell %q", a, b, ab)
+					}
+					continue
+				}
 				if !ok1 || !ok2 || ab != ba {
 					t.Fatalf("%s/%s = %q, %s/%s = %q", a, b, ab, b, a, ba)
 				}
@@ -1047,4 +1065,117 @@ func FuzzParseNvidiaSMI(f *testing.F) {
 			}
 		}
 	})
+}
+
+// smiCut cuts a sample as a partial excerpt does, line by line: keep is
+// given each line (its number from 1) and returns what stays of it.
+func smiCut(text string, keep func(n int, line string) string) string {
+	lines := strings.Split(text, "\n")
+	for i, l := range lines {
+		lines[i] = keep(i+1, l)
+	}
+	return strings.Join(lines, "\n")
+}
+
+// A pasted topo -m whose header names fewer columns than it has rows (the
+// NIC columns cut off, the NIC rows kept) is read by the columns there
+// are, every GPU–NIC relation the same as the whole file's, and said in
+// Notes; a row beyond the header that cannot be read so is refused naming
+// the row, the column and the token. Each case cuts a real sample
+// (testdata/topo_m), as its comment says.
+func TestParseNvidiaSMICutExcerpt(t *testing.T) {
+	const sglang = "sglang-issue-30401_8xH100_8xmlx5_2numa_spaces.txt"
+	const della = "princeton_della-i14g20_2xA100_2xmlx5_oldformat.txt"
+	sg := string(smiReadFixture(t, sglang))
+	de := string(smiReadFixture(t, della))
+	// sglang's matrix is 8-character cells: characters 1-72 are the row
+	// name and the GPU0..GPU7 columns, 73-136 the NIC0..NIC7 columns.
+	upTo72 := func(_ int, l string) string { return l[:min(len(l), 72)] }
+	dropNICCols := func(n int, l string) string { // header and GPU rows lose NIC0..NIC7, affinity kept
+		if n <= 9 && len(l) > 136 {
+			return l[:72] + l[136:]
+		}
+		return l
+	}
+	legendless := func(s string) string { return s[:strings.Index(s, "Legend:")] }
+	for _, c := range []struct {
+		name, file, text string
+		nics             []string // NICs() read
+		cellsPast        bool     // a note on cells past the header's columns
+		rdma             map[string]string
+		err              string
+	}{
+		// `cut -c1-72`: the header and every row keep GPU0..GPU7 only
+		// (affinity columns gone too); the legends' short lines survive.
+		{"cut -c1-72", sglang, smiCut(sg, upTo72), smiSeq("mlx5_", 8), false,
+			smiIndexMap(smiSeq("mlx5_", 8)...), ""},
+		{"cut -c1-72, matrix only", sglang, legendless(smiCut(sg, upTo72)), smiSeq("NIC", 8), false, map[string]string{}, ""},
+		// The NIC columns deleted from the header and the GPU rows, the NIC
+		// rows left whole (16 cells: 8 past the header's columns).
+		{"NIC columns deleted, NIC rows whole", sglang, smiCut(sg, dropNICCols), smiSeq("mlx5_", 8), true,
+			smiIndexMap(smiSeq("mlx5_", 8)...), ""},
+		// della (tabs, old format): `cut -f1-3,6-7` of the header and GPU
+		// rows drops the mlx5_0/mlx5_1 columns; the mlx5 rows stay whole.
+		{"della, mlx5 columns cut by cut -f", della, smiCut(de, func(n int, l string) string {
+			if f := strings.Split(l, "\t"); n <= 3 && len(f) == 7 {
+				return strings.Join([]string{f[0], f[1], f[2], f[5], f[6]}, "\t")
+			}
+			return l
+		}), []string{"mlx5_0", "mlx5_1"}, true, map[string]string{"0": "mlx5_0", "1": "mlx5_1"}, ""},
+		// Refused: a NIC row cut shorter than the header's columns.
+		{"a NIC row shorter than the header", sglang, smiCut(sg, func(n int, l string) string {
+			if n == 12 {
+				return l[:40]
+			}
+			return upTo72(n, l)
+		}), nil, false, nil, sglang + ":12: row NIC2, not a column of the header at line 1: 4 cells, fewer than the header's 8 device columns"},
+		// Refused: a cell of a NIC row that is no relation.
+		{"a NIC row with a damaged cell", sglang, strings.Replace(smiCut(sg, upTo72), "NIC3    NODE    NODE    NODE    PIX", "NIC3    NODE    NODE    NOPE    PIX", 1),
+			nil, false, nil, sglang + `:13: row NIC3, not a column of the header at line 1: "NOPE" in column GPU2 is no relation`},
+		// Refused: X in a column that is not the row's own.
+		{"X under a GPU column", sglang, strings.Replace(smiCut(sg, upTo72), "NIC3    NODE    NODE    NODE    PIX", "NIC3    NODE    NODE    NODE     X ", 1),
+			nil, false, nil, sglang + ":13: row NIC3, not a column of the header at line 1: X in column GPU3"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			full, err := ParseNvidiaSMI(strings.NewReader(map[string]string{sglang: sg, della: de}[c.file]), c.file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m, err := ParseNvidiaSMI(strings.NewReader(c.text), c.file)
+			if c.err != "" {
+				if err == nil || err.Error() != c.err {
+					t.Fatalf("error %v, want %s", err, c.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(m.NICs(), c.nics) || len(m.GPUs()) != len(full.GPUs()) || len(m.Beyond) != len(c.nics) {
+				t.Fatalf("GPUs %v NICs %v beyond %v", m.GPUs(), m.NICs(), m.Beyond)
+			}
+			for _, g := range full.GPUs() {
+				for _, d := range full.Devices {
+					want, _ := full.Cell(g, d)
+					if got, ok := m.Cell(g, d); !ok || got != want {
+						t.Errorf("%s/%s: %q %v, the whole file %q", g, d, got, ok, want)
+					}
+					if got, ok := m.Cell(d, g); !ok || got != want {
+						t.Errorf("%s/%s: %q %v, the whole file %q", d, g, got, ok, want)
+					}
+				}
+			}
+			if _, ok := m.Cell(m.Beyond[0], m.Beyond[1]); ok {
+				t.Errorf("%s/%s read, but the excerpt has no column for it", m.Beyond[0], m.Beyond[1])
+			}
+			notes := strings.Join(m.Notes, "\n")
+			if !strings.Contains(notes, "are not among them (a partial excerpt, columns cut off?): read by the") ||
+				strings.Contains(notes, "cells past the header's columns left out") != c.cellsPast {
+				t.Errorf("notes %s", notes)
+			}
+			if !reflect.DeepEqual(m.NearestRDMA(), c.rdma) {
+				t.Errorf("NearestRDMA %v, want %v", m.NearestRDMA(), c.rdma)
+			}
+		})
+	}
 }

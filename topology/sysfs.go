@@ -73,6 +73,10 @@ type Node struct {
 	ID        int     `json:"id"`
 	CPUs      CPUList `json:"cpus"`
 	Distances []int   `json:"distances"` // SLIT row, indexed by node order in the file
+	// Package is the CPU package (socket) the node belongs to, -1 unknown;
+	// PackageFrom says how it was found, or why it is unknown (numa.go).
+	Package     int    `json:"package"`
+	PackageFrom string `json:"package_from,omitempty"`
 }
 
 // Device kinds returned by Function.Kind.
@@ -205,6 +209,9 @@ func Read(sysRoot string) (*Host, error) {
 		}
 	}
 	if h.Nodes, err = readNodes(filepath.Join(sysRoot, "devices", "system", "node")); err != nil {
+		return nil, err
+	}
+	if err := readPackages(filepath.Join(sysRoot, "devices", "system", "cpu"), h.Nodes); err != nil {
 		return nil, err
 	}
 	if err := readRDMA(sysRoot, h); err != nil {

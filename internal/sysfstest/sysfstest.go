@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"testing"
+
+	"github.com/lanewatch/lanewatch/internal/ktext"
 )
 
 // Func describes one PCI function of a fixture tree. String fields are
@@ -27,8 +29,9 @@ type Func struct {
 	RDMA                  []string
 }
 
-// Node is one NUMA node: its cpulist and distance file contents.
-type Node struct{ CPUs, Distance string }
+// Node is one NUMA node: its cpulist and distance file contents, and the
+// physical_package_id of its CPUs ("" none written).
+type Node struct{ CPUs, Distance, Package string }
 
 // Host is a whole fixture tree.
 type Host struct {
@@ -91,6 +94,15 @@ func Build(t testing.TB, fx Host) string {
 		Write(t, filepath.Join(d, "cpulist"), n.CPUs+"\n")
 		if n.Distance != "" {
 			Write(t, filepath.Join(d, "distance"), n.Distance+"\n")
+		}
+		if n.Package != "" {
+			cpus, err := ktext.ParseList(n.CPUs)
+			if err != nil {
+				t.Fatalf("node %d cpus %q: %v", i, n.CPUs, err)
+			}
+			for _, c := range cpus {
+				Write(t, filepath.Join(root, "devices", "system", "cpu", "cpu"+strconv.Itoa(c), "topology", "physical_package_id"), n.Package+"\n")
+			}
 		}
 	}
 	Mkdir(t, filepath.Join(root, "bus", "pci", "devices"))

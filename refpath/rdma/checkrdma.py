@@ -32,6 +32,7 @@ EXPECT = {
     "kv-notify-early": ("prefill", "RDMA_WRITE", "device", "device", "local_to_remote"),
     "kv-notify-imm": ("prefill", "RDMA_WRITE", "device", "device", "local_to_remote"),
     "kv-notify-polled": ("prefill", "RDMA_WRITE", "device", "device", "local_to_remote"),
+    "kv-notify-concurrent": ("prefill", "RDMA_WRITE", "device", "device", "local_to_remote"),
     "mr-dereg-early": ("prefill", "RDMA_WRITE", "host", "device", "local_to_remote"),
     "mr-dereg-polled": ("prefill", "RDMA_WRITE", "host", "device", "local_to_remote"),
 }

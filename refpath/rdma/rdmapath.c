@@ -22,8 +22,8 @@
  *   rdma-write-serial, rdma-write-pipelined
  *                   prefill RDMA_WRITEs 256 pages of 16 KiB from pinned host memory
  *                   into decode's GPU, one WR in flight at a time or all posted ahead
- *   kv-notify-early, kv-notify-imm, kv-notify-polled, mr-dereg-early, mr-dereg-polled:
- *                   completed is not consumable (seed 002 §4.1, §5), see "ordering" below
+ *   kv-notify-early, kv-notify-imm, kv-notify-polled, kv-notify-concurrent, mr-dereg-early,
+ *   mr-dereg-polled: completed is not consumable (seed 002 §4.1, §5), see "ordering" below
  */
 #include "calls.h"
 #include "truth.h"
@@ -60,6 +60,8 @@ static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noret
 /* ---------------- rendezvous (in the wire's app area) ---------------- */
 
 #define MAX_PHASE 4
+#define KVC_THREADS 4 /* kv-notify-concurrent's prefill threads */
+#define KVC_ROUNDS 2  /* and the requests each sends */
 struct rdv {
 	uint32_t failed;
 	int32_t pid[2];
@@ -77,6 +79,8 @@ struct rdv {
 	/* the ordering scenarios: each role's control QP and port GID (ibv_query_gid) */
 	uint32_t qpn2[2];
 	uint8_t gid[2][16];
+	/* kv-notify-concurrent: each role's per-thread data and control QPs */
+	uint32_t tqpn[2][KVC_THREADS][2];
 };
 _Static_assert(sizeof(struct rdv) <= WIRE_APP_BYTES, "rendezvous too big");
 
@@ -159,8 +163,11 @@ static char **vjson;
 static size_t vcap;
 
 static void vrec(const char *api, const char *op, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static pthread_mutex_t vmu = PTHREAD_MUTEX_INITIALIZER; /* kv-notify-concurrent's threads record too */
+
 static void vrec(const char *api, const char *op, const char *fmt, ...)
 {
+	pthread_mutex_lock(&vmu);
 	struct truth_rec *r = truth_new(api, op);
 	if (r->seq >= vcap) {
 		size_t nc = vcap ? vcap * 2 : 1024;
@@ -177,6 +184,7 @@ static void vrec(const char *api, const char *op, const char *fmt, ...)
 	if (vasprintf(&vjson[r->seq], fmt, ap) < 0)
 		die("out of memory");
 	va_end(ap);
+	pthread_mutex_unlock(&vmu);
 }
 
 /* The scenario's own MR table: what it registered, and the memory behind it: device
@@ -272,6 +280,31 @@ static struct ibv_qp *QP;
 static struct ibv_qp *QP2; /* the ordering scenarios' control QP: same peer, same CQs */
 static struct ibv_cq *SCQ, *RCQ;
 
+/* kv-notify-concurrent: each thread's data [0] and control [1] QP; prefill's threads
+ * each have their own send CQ, so each polls only its own completions. */
+static struct ibv_qp *TQP[KVC_THREADS][2];
+static struct ibv_cq *TCQ[KVC_THREADS];
+
+static int concurrent(void)
+{
+	return !strcmp(O.scenario, "kv-notify-concurrent");
+}
+
+/* Each connected QP's remote QP (connect_one), for the WR records. */
+static struct {
+	struct ibv_qp *qp;
+	uint32_t dest;
+} dests[2 + 2 * KVC_THREADS];
+static int ndests;
+
+static uint32_t dest_of(const struct ibv_qp *qp)
+{
+	for (int i = 0; i < ndests; i++)
+		if (dests[i].qp == qp)
+			return dests[i].dest;
+	return 0;
+}
+
 static void post_send_on(struct ibv_qp *qp, struct ibv_send_wr *chain, int phase);
 
 /* Posts a chain of WRs in one ibv_post_send call and records each WR. */
@@ -326,10 +359,10 @@ static void post_send_on(struct ibv_qp *qp, struct ibv_send_wr *chain, int phase
 		     w->num_sge ? w->sg_list[0].lkey : 0, memkind(ldev),
 		     (unsigned long long)(remote ? w->wr.rdma.remote_addr : 0), remote ? w->wr.rdma.rkey : 0,
 		     rmem, w->opcode == IBV_WR_RDMA_READ ? "remote_to_local" : "local_to_remote",
-		     sig ? "true" : "false", qp->qp_num, qp == QP2 ? R->qpn2[other] : R->qpn[other], has_imm ? w->imm_data : 0,
+		     sig ? "true" : "false", qp->qp_num, dest_of(qp), has_imm ? w->imm_data : 0,
 		     has_imm ? ntohl(w->imm_data) : 0, i, sges, (unsigned long long)t, (unsigned long long)t_end);
-		S.posted_send++;
-		S.signaled += (unsigned)sig;
+		__atomic_add_fetch(&S.posted_send, 1, __ATOMIC_RELAXED);
+		__atomic_add_fetch(&S.signaled, (unsigned)sig, __ATOMIC_RELAXED);
 	}
 }
 
@@ -387,10 +420,10 @@ static uint64_t poll_n(struct ibv_cq *cq, int want, struct ibv_wc *wcs, const ch
 			     (unsigned long long)c->wr_id, (int)c->status, ibv_wc_status_str(c->status),
 			     wc_opcode_name(c->opcode), (int)c->opcode, c->byte_len, imm ? c->imm_data : 0,
 			     imm ? ntohl(c->imm_data) : 0, imm ? "true" : "false", c->qp_num, c->src_qp,
-			     cq == SCQ ? "send" : "recv", (unsigned long long)t_start, (unsigned long long)t);
-			S.completions++;
+			     cq == RCQ ? "recv" : "send", (unsigned long long)t_start, (unsigned long long)t);
+			__atomic_add_fetch(&S.completions, 1, __ATOMIC_RELAXED);
 			if (c->status != IBV_WC_SUCCESS)
-				S.errors++;
+				__atomic_add_fetch(&S.errors, 1, __ATOMIC_RELAXED);
 			if (wcs)
 				wcs[got] = *c;
 			got++;
@@ -512,10 +545,10 @@ static void verify(const char *p, size_t pages, size_t pb, int seed, const char 
 static struct ibv_context *CTX;
 static struct ibv_pd *PD;
 
-/* An RC QP on the shared CQs, in INIT. */
-static struct ibv_qp *make_qp(void)
+/* An RC QP on the send CQ scq and the shared receive CQ, in INIT. */
+static struct ibv_qp *make_qp_on(struct ibv_cq *scq)
 {
-	struct ibv_qp_init_attr qa = {.send_cq = SCQ, .recv_cq = RCQ, .qp_type = IBV_QPT_RC,
+	struct ibv_qp_init_attr qa = {.send_cq = scq, .recv_cq = RCQ, .qp_type = IBV_QPT_RC,
 				      .cap = {.max_send_wr = POST_DEPTH, .max_recv_wr = 512, .max_send_sge = 2,
 					      .max_recv_sge = 1}};
 	struct ibv_qp *qp = ibv_create_qp(PD, &qa);
@@ -528,10 +561,16 @@ static struct ibv_qp *make_qp(void)
 	return qp;
 }
 
+/* An RC QP on the shared CQs. */
+static struct ibv_qp *make_qp(void)
+{
+	return make_qp_on(SCQ);
+}
+
 /* The ordering scenarios connect a second QP to the same peer. */
 static int uses_control_qp(void)
 {
-	return !strncmp(O.scenario, "kv-notify-", 10);
+	return !strncmp(O.scenario, "kv-notify-", 10) && strcmp(O.scenario, "kv-notify-concurrent");
 }
 
 static void verbs_open(void)
@@ -552,6 +591,12 @@ static void verbs_open(void)
 	QP = make_qp();
 	if (uses_control_qp())
 		QP2 = make_qp();
+	for (int i = 0; concurrent() && i < KVC_THREADS; i++) {
+		if (O.role == PREFILL && !(TCQ[i] = ibv_create_cq(CTX, 256, NULL, NULL, 0)))
+			die("thread cq: %s", strerror(errno));
+		TQP[i][0] = make_qp_on(TCQ[i] ? TCQ[i] : SCQ);
+		TQP[i][1] = make_qp_on(TCQ[i] ? TCQ[i] : SCQ);
+	}
 }
 
 /* Publishes this role's QP and target buffer, waits for the peer's, connects (RTR, RTS). */
@@ -577,6 +622,10 @@ static void connect_one(struct ibv_qp *qp, uint32_t dest)
 				  IBV_QP_MAX_QP_RD_ATOMIC))
 		die("modify_qp RTS");
 	uint64_t t1 = truth_now_ns();
+	if (ndests == (int)(sizeof dests / sizeof dests[0]))
+		die("too many QPs");
+	dests[ndests].qp = qp;
+	dests[ndests++].dest = dest;
 	char dgid[64];
 	inet_ntop(AF_INET6, R->gid[other], dgid, sizeof dgid);
 	vrec("ibv_modify_qp", "connect",
@@ -591,6 +640,9 @@ static void connect_qp(struct ibv_mr *target)
 	R->qpn[me] = QP->qp_num;
 	if (QP2)
 		R->qpn2[me] = QP2->qp_num;
+	for (int i = 0; concurrent() && i < KVC_THREADS; i++)
+		for (int j = 0; j < 2; j++)
+			R->tqpn[me][i][j] = TQP[i][j]->qp_num;
 	union ibv_gid gid;
 	if (ibv_query_gid(CTX, 1, 0, &gid))
 		die("ibv_query_gid");
@@ -607,11 +659,18 @@ static void connect_qp(struct ibv_mr *target)
 	connect_one(QP, R->qpn[other]);
 	if (QP2)
 		connect_one(QP2, R->qpn2[other]);
+	for (int i = 0; concurrent() && i < KVC_THREADS; i++)
+		for (int j = 0; j < 2; j++)
+			connect_one(TQP[i][j], R->tqpn[other][i][j]);
 	barrier(2, "connect");
 }
 
 static void verbs_close(void)
 {
+	for (int i = 0; i < KVC_THREADS; i++) {
+		if ((TQP[i][0] && (ibv_destroy_qp(TQP[i][0]) || ibv_destroy_qp(TQP[i][1]))) || (TCQ[i] && ibv_destroy_cq(TCQ[i])))
+			die("teardown failed");
+	}
 	if ((QP2 && ibv_destroy_qp(QP2)) || ibv_destroy_qp(QP) || ibv_destroy_cq(SCQ) || ibv_destroy_cq(RCQ) || ibv_dealloc_pd(PD) ||
 	    ibv_close_device(CTX))
 		die("teardown failed");
@@ -625,8 +684,18 @@ static void verbs_close(void)
  * odd WRs of a chain carry their page in 2 SGEs; WRs 1 and 3 of each chain (and the
  * last WR) are signaled. Returns the number of signaled WRs.
  */
+static int post_pages_on(struct ibv_qp *qp, enum ibv_wr_opcode op, char *loc, struct ibv_mr *lm, size_t pages, size_t pb,
+			 int phase, uint64_t wr_id0, int lockstep, size_t rpage0);
+
 static int post_pages(enum ibv_wr_opcode op, char *loc, struct ibv_mr *lm, size_t pages, size_t pb, int phase,
 		      uint64_t wr_id0, int lockstep)
+{
+	return post_pages_on(QP, op, loc, lm, pages, pb, phase, wr_id0, lockstep, 0);
+}
+
+/* post_pages on qp, into the peer's target from its page rpage0 on. */
+static int post_pages_on(struct ibv_qp *qp, enum ibv_wr_opcode op, char *loc, struct ibv_mr *lm, size_t pages, size_t pb,
+			 int phase, uint64_t wr_id0, int lockstep, size_t rpage0)
 {
 	struct ibv_send_wr wr[CHAIN];
 	struct ibv_sge sge[CHAIN][2];
@@ -656,12 +725,12 @@ static int post_pages(enum ibv_wr_opcode op, char *loc, struct ibv_mr *lm, size_
 			}
 			if (op == IBV_WR_RDMA_WRITE_WITH_IMM)
 				wr[k].imm_data = htonl((uint32_t)p);
-			wr[k].wr.rdma.remote_addr = R->addr[other] + p * pb;
+			wr[k].wr.rdma.remote_addr = R->addr[other] + (rpage0 + p) * pb;
 			wr[k].wr.rdma.rkey = R->rkey[other];
 		}
 		if (lockstep && p0 + (size_t)n > LOCKSTEP_AHEAD)
 			wait_count(&R->h2d_submitted, p0 + (size_t)n - LOCKSTEP_AHEAD, "decode's H2D copies");
-		post_send(wr, phase);
+		post_send_on(qp, wr, phase);
 		if (lockstep)
 			__atomic_store_n(&R->rdma_posted, p0 + (size_t)n, __ATOMIC_RELEASE);
 	}
@@ -669,10 +738,18 @@ static int post_pages(enum ibv_wr_opcode op, char *loc, struct ibv_mr *lm, size_
 }
 
 /* Waits for the signaled send completions of post_pages; returns the last one's time. */
+static uint64_t reap_sends_on(struct ibv_cq *cq, int sig, const char *what);
+
 static uint64_t reap_sends(int sig, const char *what)
 {
+	return reap_sends_on(SCQ, sig, what);
+}
+
+/* reap_sends on the send CQ cq. */
+static uint64_t reap_sends_on(struct ibv_cq *cq, int sig, const char *what)
+{
 	struct ibv_wc *w = calloc((size_t)sig, sizeof *w);
-	uint64_t t = poll_n(SCQ, sig, w, what);
+	uint64_t t = poll_n(cq, sig, w, what);
 	for (int i = 0; i < sig; i++)
 		if (w[i].status != IBV_WC_SUCCESS)
 			die("%s: send completion of wr_id %llu: %s", what, (unsigned long long)w[i].wr_id,
@@ -1103,6 +1180,109 @@ static int sc_kv_notify(int mode)
 }
 
 /*
+ * kv-notify-concurrent: a PD server with concurrent requests. KVC_THREADS prefill
+ * threads, each with its own data and control QP to decode (and its own send CQ),
+ * send KVC_ROUNDS requests each: the request's pages as plain RDMA WRITEs on its data
+ * QP, then — after polling their completions — a SEND on its control QP. The
+ * requests go in steps s = round * KVC_THREADS + thread, each step's thread:
+ *   posts its WRITEs once step s-1 polled its own (so no two requests' pages move
+ *   at once: the lanes see one flow at a time, and no overlap rule has a say);
+ *   polls them once step s-1 posted its notice;
+ *   posts its notice once step s+1 posted its WRITEs.
+ * So every notice but the last goes out after its own WRITEs completed while the
+ * next request's WRITEs to the same decode port, from another thread, are
+ * outstanding, by construction: healthy, cross-qp-notify must stay silent.
+ */
+static uint64_t kvc_posted, kvc_polled, kvc_noticed; /* steps that got so far */
+
+struct kvc {
+	int i;
+	char *src, *msg;
+	struct ibv_mr *mr, *mm;
+};
+
+static void *kvc_thread(void *arg)
+{
+	const struct kvc *k = arg;
+	size_t P = O.pages / (KVC_THREADS * KVC_ROUNDS), B = O.page_bytes;
+	for (int r = 0; r < KVC_ROUNDS; r++) {
+		uint64_t step = (uint64_t)r * KVC_THREADS + (uint64_t)k->i;
+		size_t page0 = (size_t)step * P;
+		wait_count(&kvc_polled, step, "the previous request's poll");
+		int sig = post_pages_on(TQP[k->i][0], IBV_WR_RDMA_WRITE, k->src + page0 * B, k->mr, P, B, -1, 0x80000 + page0, 0,
+					page0);
+		__atomic_store_n(&kvc_posted, step + 1, __ATOMIC_RELEASE);
+		wait_count(&kvc_noticed, step, "the previous request's notice");
+		reap_sends_on(TCQ[k->i], sig, "RDMA_WRITE completions");
+		__atomic_store_n(&kvc_polled, step + 1, __ATOMIC_RELEASE);
+		if (step + 1 < KVC_THREADS * KVC_ROUNDS)
+			wait_count(&kvc_posted, step + 2, "the next request's WRITEs");
+		struct ibv_sge s = {(uintptr_t)k->msg + (uint64_t)k->i * 64, 64, k->mm->lkey};
+		struct ibv_send_wr w = {.wr_id = 0x8f000 + step, .sg_list = &s, .num_sge = 1, .opcode = IBV_WR_SEND,
+					.send_flags = IBV_SEND_SIGNALED};
+		post_send_on(TQP[k->i][1], &w, -1);
+		__atomic_store_n(&kvc_noticed, step + 1, __ATOMIC_RELEASE);
+		reap_sends_on(TCQ[k->i], 1, "the notice's completion");
+	}
+	return NULL;
+}
+
+static int sc_kv_concurrent(void)
+{
+	size_t N = O.pages, B = O.page_bytes, total = N * B;
+	if (N % (KVC_THREADS * KVC_ROUNDS))
+		die("kv-notify-concurrent needs pages in multiples of %d", KVC_THREADS * KVC_ROUNDS);
+	char *msg = pool_mmap(4096, 0);
+	if (me == PREFILL) {
+		char *src = dev_alloc(total);
+		fill(src, N, B, 6);
+		for (int i = 0; i < KVC_THREADS; i++)
+			snprintf(msg + i * 64, 64, "kv ready %d", i);
+		struct ibv_mr *mr = reg_mr(PD, src, total, IBV_ACCESS_LOCAL_WRITE);
+		struct ibv_mr *mm = reg_mr(PD, msg, 4096, IBV_ACCESS_LOCAL_WRITE);
+		connect_qp(NULL);
+		barrier(10, "decode's receives posted");
+		pthread_t th[KVC_THREADS];
+		struct kvc k[KVC_THREADS];
+		for (int i = 0; i < KVC_THREADS; i++) {
+			k[i] = (struct kvc){i, src, msg, mr, mm};
+			if (pthread_create(&th[i], NULL, kvc_thread, &k[i]))
+				die("pthread_create");
+		}
+		for (int i = 0; i < KVC_THREADS; i++)
+			pthread_join(th[i], NULL);
+		barrier(11, "prefill's completions polled");
+		barrier(12, "decode verified");
+		dereg_mr(mr);
+		dereg_mr(mm);
+		dev_free(src);
+		snprintf(extra, sizeof extra, "\"notify\":\"per_thread_send_after_own_completions\",\"threads\":%d,\"rounds\":%d",
+			 KVC_THREADS, KVC_ROUNDS);
+		return 0;
+	}
+	char *dst = dev_alloc(total);
+	memset(dst, 0, total);
+	struct ibv_mr *mr = reg_mr(PD, dst, total, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+	struct ibv_mr *mm = reg_mr(PD, msg, 4096, IBV_ACCESS_LOCAL_WRITE);
+	connect_qp(mr);
+	for (int i = 0; i < KVC_THREADS; i++)
+		post_recvs_on(TQP[i][1], KVC_ROUNDS, 0x81000 + (uint64_t)(i * KVC_ROUNDS), mm, 64);
+	barrier(10, "decode's receives posted");
+	struct ibv_wc wc[KVC_THREADS * KVC_ROUNDS];
+	poll_n(RCQ, KVC_THREADS * KVC_ROUNDS, wc, "the ready notices");
+	for (int i = 0; i < KVC_THREADS * KVC_ROUNDS; i++)
+		if (wc[i].status != IBV_WC_SUCCESS)
+			die("ready notice %d: %s", i, ibv_wc_status_str(wc[i].status));
+	barrier(11, "prefill's completions polled");
+	verify(dst, N, B, 6, "the WRITEs");
+	barrier(12, "decode verified");
+	dereg_mr(mr);
+	dereg_mr(mm);
+	dev_free(dst);
+	return 0;
+}
+
+/*
  * A staging buffer registered per transfer: prefill SENDs decode a transfer request,
  * then RDMA WRITEs the pages from the staging buffer into decode's GPU:
  *   mr-dereg-early   the staging region is deregistered right after posting, before
@@ -1190,7 +1370,7 @@ static int sc_mr_dereg(int early)
 }
 
 static const char *scenario_names[] = {"pd-transfer", "pd-overlap", "pd-send-duplex", "rdma-read", "rdma-write-serial", "rdma-write-pipelined",
-				       "kv-notify-early", "kv-notify-imm", "kv-notify-polled",
+				       "kv-notify-early", "kv-notify-imm", "kv-notify-polled", "kv-notify-concurrent",
 				       "mr-dereg-early", "mr-dereg-polled", NULL};
 
 /* ---------------- truth file: CUDA lines from truth.c, verbs lines from here ---------------- */
@@ -1282,6 +1462,8 @@ static int run_role(void)
 		rc = sc_rdma_write_inflight(!strcmp(O.scenario, "rdma-write-serial"));
 	else if (!strcmp(O.scenario, "rdma-read"))
 		rc = sc_rdma_read();
+	else if (concurrent())
+		rc = sc_kv_concurrent();
 	else if (!strncmp(O.scenario, "kv-notify-", 10))
 		rc = sc_kv_notify(!strcmp(O.scenario, "kv-notify-early") ? NOTIFY_EARLY
 				  : !strcmp(O.scenario, "kv-notify-imm") ? NOTIFY_IMM
@@ -1378,7 +1560,8 @@ static void usage(FILE *f)
 {
 	fprintf(f, "usage: rdmapath --scenario NAME --truth-dir DIR [--pages N] [--page-bytes B] [--timeout-s S] [--settle-ms MS] [--settle-file PATH]\n"
 		   "scenarios: pd-transfer pd-overlap pd-send-duplex rdma-read rdma-write-serial rdma-write-pipelined\n"
-		   "           kv-notify-early kv-notify-imm kv-notify-polled mr-dereg-early mr-dereg-polled\n");
+		   "           kv-notify-early kv-notify-imm kv-notify-polled kv-notify-concurrent\n"
+		   "           mr-dereg-early mr-dereg-polled\n");
 }
 
 int main(int argc, char **argv)
