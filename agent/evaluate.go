@@ -11,6 +11,7 @@ import (
 	"github.com/lanewatch/lanewatch/collectors"
 	"github.com/lanewatch/lanewatch/correlate"
 	"github.com/lanewatch/lanewatch/probes"
+	"github.com/lanewatch/lanewatch/topology"
 )
 
 // DefaultEvaluateInterval is how often `agent run` judges its transfers.
@@ -28,6 +29,9 @@ type LaneRate struct {
 	// without counters.
 	Measured, Unattributed float64
 	HasMeasured            bool
+	// Running is the link's per-direction rate at the speed and width the
+	// counters' closing reading showed it at, bytes per second; 0 unknown.
+	Running float64
 	// SMTransfers counts the KV-transfer kernels launched on the GPU in
 	// the window (transfers moved by SMs, docs/design.md "Kernel movers"):
 	// their bytes are in Unattributed, on whichever lane they crossed —
@@ -334,7 +338,7 @@ func (e *Evaluator) Evaluate(now time.Time) Verdict {
 			l = &LaneRate{GPU: k.gpu, Direction: k.dir, Capacity: m.Capacity}
 			lanes[k] = l
 		}
-		l.Measured, l.HasMeasured = m.Measured, true
+		l.Measured, l.HasMeasured, l.Running = m.Measured, true, m.Running
 		l.Unattributed = max(0, m.Measured-l.Demand)
 		if l.Capacity == 0 {
 			l.Capacity = m.Capacity
@@ -350,7 +354,7 @@ func (e *Evaluator) Evaluate(now time.Time) Verdict {
 		v.Lanes = append(v.Lanes, *l)
 		if l.HasMeasured && span > 0 {
 			f := win.LaneFacts(l.GPU, l.Direction, gpuOf, span)
-			f.MeasuredBps, f.CapacityBps = l.Measured, l.Capacity
+			f.MeasuredBps, f.CapacityBps, f.RunningBps = l.Measured, l.Capacity, l.Running
 			if fd := correlate.LinkUnderused(f); fd != nil {
 				v.Findings = append(v.Findings, *fd)
 			}
@@ -395,9 +399,10 @@ func (e *Evaluator) measure(snap collectors.GPUSnapshot, read bool) map[laneKey]
 		byKey[g.BusID] = g
 	}
 	for _, r := range rates {
-		capacity := linkBps(byKey[r.BusID])
-		out[laneKey{r.BusID, checks.Inbound}] = LaneRate{Measured: r.RxBps, Capacity: capacity}
-		out[laneKey{r.BusID, checks.Outbound}] = LaneRate{Measured: r.TxBps, Capacity: capacity}
+		g := byKey[r.BusID]
+		capacity, running := linkBps(g), topology.LinkGBs(topology.GenGTs(g.LinkGen), g.LinkWidth)*1e9
+		out[laneKey{r.BusID, checks.Inbound}] = LaneRate{Measured: r.RxBps, Capacity: capacity, Running: running}
+		out[laneKey{r.BusID, checks.Outbound}] = LaneRate{Measured: r.TxBps, Capacity: capacity, Running: running}
 	}
 	return out
 }

@@ -610,9 +610,12 @@ func uniq(v []string) []string {
 // LaneFacts is one direction of one GPU link over a window, as the
 // counters measured it and as the probes saw it queue.
 type LaneFacts struct {
-	GPU, Direction   string
-	MeasuredBps      float64 // what crossed the link (DCGM/NVML)
-	CapacityBps      float64 // at its trained speed and width
+	GPU, Direction string
+	MeasuredBps    float64 // what crossed the link (DCGM/NVML)
+	CapacityBps    float64 // at its trained speed and width
+	// RunningBps is the rate at the speed and width the link was read at
+	// (the counters' last reading of the window); 0 unknown.
+	RunningBps       float64
 	BusyFraction     float64 // share of the window with a probed transfer in flight on this lane
 	PageableCopies   int     // probed copies from pageable memory in the window
 	SmallCopies, All uint64  // copies under 64 KiB, and all copies
@@ -625,6 +628,12 @@ type LaneFacts struct {
 // staging copies can be narrower than the link).
 func LinkUnderused(f LaneFacts) *Finding {
 	if f.CapacityBps <= 0 || f.BusyFraction < 0.8 || f.MeasuredBps >= 0.5*f.CapacityBps {
+		return nil
+	}
+	// A link read below its maximum that carried at least half of what it
+	// can at that speed is itself the narrow segment (trained down:
+	// link-degraded names it), not a sign that the bottleneck is elsewhere.
+	if f.RunningBps > 0 && f.RunningBps < f.CapacityBps && f.MeasuredBps >= 0.5*f.RunningBps {
 		return nil
 	}
 	likely := "the host side: the copy engine, or host memory (DRAM or the socket interconnect if the pool is on the far node — see remote-numa-pool)"

@@ -405,6 +405,12 @@ func TestLinkUnderused(t *testing.T) {
 		{"link busy", func(f *LaneFacts) { f.MeasuredBps = 55e9 }, false, ""},
 		{"nothing queued", func(f *LaneFacts) { f.BusyFraction = 0.1 }, false, ""},
 		{"capacity unknown", func(f *LaneFacts) { f.CapacityBps = 0 }, false, ""},
+		// trained down to Gen4 x8 (15.75 GB/s) and carrying most of it: the
+		// link is the narrow segment, link-degraded says so
+		{"link trained down and full", func(f *LaneFacts) { f.RunningBps, f.MeasuredBps = 15.75e9, 14e9 }, false, ""},
+		// trained down, carrying under half even of that: still elsewhere
+		{"link trained down, underused still", func(f *LaneFacts) { f.RunningBps, f.MeasuredBps = 31.5e9, 10e9 }, true, "copy engine"},
+		{"running at its maximum", func(f *LaneFacts) { f.RunningBps = 63.02e9 }, true, "copy engine"},
 	}
 	for _, c := range cases {
 		f := base

@@ -179,7 +179,7 @@ func linkTrainRun(ctx context.Context, refDir, tmp string, col *Collector, cfg C
 	}
 	loads := links.Take()
 	v := eval.Evaluate(time.Now())
-	judgeDesigned(&res, "link-trains-up", v.Findings)
+	judgeDesigned(&res, lt.Name, v.Findings)
 	res.Drops = drops(res.PID) - before
 	calls, err := ReadTruthFile(truth)
 	if err != nil {
