@@ -22,9 +22,13 @@ import (
 
 // Config is everything `agent run` can be told.
 type Config struct {
-	ProcRoot       string        // procfs root, "/proc" on a host
-	PIDs           []int         // only these processes (empty: every process)
-	Libs           []string      // files to probe at start, before any process maps them
+	ProcRoot string   // procfs root, "/proc" on a host
+	PIDs     []int    // only these processes (empty: every process)
+	Libs     []string // files to probe at start, before any process maps them
+	// RootFS is the host's root filesystem ("" : "/"): its CUDA driver
+	// library is probed at start, before any process maps it
+	// (DriverLibraries); "-" looks for none.
+	RootFS         string
 	RescanInterval time.Duration // safety-net rescan of every process's mappings
 	// ReleaseAfter: a probed library no process has mapped for this long
 	// (found by the rescan) has its probes detached (0: 30 s).
@@ -182,6 +186,9 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.ProcRoot == "" {
 		cfg.ProcRoot = "/proc"
 	}
+	if cfg.RootFS == "" {
+		cfg.RootFS = "/"
+	}
 	if cfg.RescanInterval == 0 {
 		cfg.RescanInterval = 10 * time.Second
 	}
@@ -265,6 +272,7 @@ func (a *Agent) Run(ctx context.Context) (err error) {
 			a.log.Error("cannot probe library", "path", lib, "err", err) // the other targets still run
 		}
 	}
+	a.attachDriver()
 	a.initialScan()
 	for _, pid := range a.cfg.PIDs { // named: their storage reads from now, not from their next call
 		a.storageSeen(uint32(pid))
@@ -318,6 +326,31 @@ func (a *Agent) attachLib(path string) error {
 		return fmt.Errorf("%s: exports none of the probed symbols", abs)
 	}
 	return nil
+}
+
+// attachDriver probes the host's CUDA driver library before any process
+// is seen: every process that maps it later (a container's bind-mount of
+// it too: the same inode) is traced from its first call, none races the
+// attach (docs/design.md, "Attach and discovery").
+func (a *Agent) attachDriver() {
+	if a.cfg.RootFS == "-" {
+		return
+	}
+	paths, problems := DriverLibraries(a.cfg.RootFS)
+	for _, err := range problems {
+		a.log.Warn("looking for the CUDA driver library", "root", a.cfg.RootFS, "err", err)
+	}
+	if len(paths) == 0 {
+		a.log.Info("no CUDA driver library under the root filesystem (ld.so.cache, the driver's directories, "+gpuOperatorDriverRoot+
+			"): a driver first seen in a process is probed while that process waits at its loader notification", "root", a.cfg.RootFS)
+	}
+	for _, p := range paths {
+		if err := a.attachLib(p); err != nil {
+			a.log.Warn("CUDA driver library found but not probed", "path", p, "err", err)
+			continue
+		}
+		a.log.Info("CUDA driver library probed at start", "path", p)
+	}
 }
 
 // initialScan finds every process that already maps a probed library. Those
