@@ -106,6 +106,9 @@ type Stats struct {
 	// LibraryDetaches counts libraries whose probes were detached: no
 	// process mapped them any more.
 	LibraryDetaches uint64
+	// Holds: threads held at their loader notification until a new CUDA
+	// file of their process was probed (probes.HoldStats).
+	Holds probes.HoldStats
 }
 
 // Agent traces CUDA transfers in every matching process.
@@ -133,6 +136,7 @@ type Agent struct {
 	scannedAt map[int]uint64     // initial scan: when each process's maps were read
 
 	rescan    chan int             // pids whose mappings changed (ld.so said so)
+	held      chan int             // the same, while a thread of the process waits for it (probes' hold): first
 	providers chan providerReq     // verbs contexts whose provider functions may need probes
 	contexts  map[providerReq]bool // resolved already; touched by the discovery goroutine only
 	// The runtime layer of processes whose driver failed to initialise
@@ -179,6 +183,9 @@ type Agent struct {
 // library it maps already probed.
 type procState struct {
 	since uint64 // CLOCK_MONOTONIC ns: exec, or the initial scan
+	// cleared: libraries attached up to here were proven probed before
+	// the process's first call into them (lateAttach).
+	cleared uint64
 }
 
 // New loads the BPF programs. Nothing is attached until Run.
@@ -228,6 +235,7 @@ func New(cfg Config) (*Agent, error) {
 		procs:     map[int]*procState{},
 		scannedAt: map[int]uint64{},
 		rescan:    make(chan int, 1024),
+		held:      make(chan int, 1024),
 		providers: make(chan providerReq, 256),
 		contexts:  map[providerReq]bool{},
 
@@ -267,6 +275,8 @@ func (a *Agent) Run(ctx context.Context) (err error) {
 	if err := a.probes.AttachProcessEvents(); err != nil {
 		return err
 	}
+	beatDone := a.beat(ctx)
+	defer beatDone()
 	for _, lib := range a.cfg.Libs {
 		if err := a.attachLib(lib); err != nil {
 			a.log.Error("cannot probe library", "path", lib, "err", err) // the other targets still run
@@ -303,6 +313,42 @@ func (a *Agent) Run(ctx context.Context) (err error) {
 	return err
 }
 
+// beat tells the hold program the agent is alive (probes.Beat), every
+// beatEvery until ctx ends or the returned stop is called. A process is
+// held only while the agent beats: with --pid the others would wait for
+// nothing, so there it never beats.
+func (a *Agent) beat(ctx context.Context) (stop func()) {
+	if a.targets != nil || !a.probes.HoldAvailable() {
+		return func() {}
+	}
+	done := make(chan struct{})
+	beat := func() {
+		if err := a.probes.Beat(); err != nil {
+			a.limited.Log(slog.LevelWarn, "beat", "hold map: processes are not held at their loader notification", "err", err)
+		}
+	}
+	beat()
+	go func() {
+		t := time.NewTicker(beatEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-done:
+				return
+			case <-t.C:
+				beat()
+			}
+		}
+	}()
+	return sync.OnceFunc(func() { close(done) })
+}
+
+// beatEvery is how often the agent beats: well inside the hold program's
+// beat_stale_ns (1 s).
+const beatEvery = 100 * time.Millisecond
+
 // attachLib probes a file named on the command line.
 func (a *Agent) attachLib(path string) error {
 	abs, err := filepath.Abs(path)
@@ -316,6 +362,9 @@ func (a *Agent) attachLib(path string) error {
 	defer mf.Close() // closed already when it was read
 	id := mf.ID
 	v := a.inspectFile(id, abs, 0, func() (*probes.MappedFile, error) { return mf, nil })
+	if err := a.probes.MarkKnown(id); err != nil {
+		a.log.Warn("hold map", "path", abs, "err", err)
+	}
 	switch {
 	case v.probed:
 	case len(v.runtime) > 0:
@@ -411,6 +460,8 @@ func (a *Agent) discover(stop <-chan struct{}) {
 			return
 		case <-dropTick.C:
 			lastDrops = a.checkDrops(lastDrops)
+		case pid := <-a.held:
+			a.rescanProcess(pid)
 		case pid := <-a.rescan:
 			a.rescanProcess(pid)
 		case req := <-a.providers:
@@ -432,6 +483,7 @@ func (a *Agent) discover(stop <-chan struct{}) {
 			gen := a.beginFullScan()
 			for _, pid := range pids {
 				a.rescanProcess(pid)
+				a.rescanHeld() // a held process waits for no full scan
 			}
 			a.endFullScan(gen)
 			a.releaseUnmapped(gen)
@@ -439,10 +491,23 @@ func (a *Agent) discover(stop <-chan struct{}) {
 	}
 }
 
+// rescanHeld rescans the processes held at their loader notification.
+func (a *Agent) rescanHeld() {
+	for {
+		select {
+		case pid := <-a.held:
+			a.rescanProcess(pid)
+		default:
+			return
+		}
+	}
+}
+
 // rescanProcess attaches libraries the process mapped since the last scan.
 // If one of them was probed only after the process started, calls made
-// through it before that were missed: the process is no longer observed from
-// its start, and memory mapped before now is unknown rather than pageable.
+// through it before that may have been missed (lateAttach): the process is
+// no longer observed from its start, and memory mapped before now is
+// unknown rather than pageable.
 func (a *Agent) rescanProcess(pid int) {
 	a.rescans.Add(1)
 	probed, lastAttach, snapshot, err := a.scanProcess(pid)
@@ -455,17 +520,85 @@ func (a *Agent) rescanProcess(pid int) {
 	}
 	a.procMu.Lock()
 	st, fromStart := a.procs[pid]
-	late := fromStart && lastAttach > st.since
-	if late {
-		delete(a.procs, pid)
+	var since, cleared uint64
+	if fromStart {
+		since, cleared = st.since, st.cleared
 	}
 	a.procMu.Unlock()
-	if late {
-		a.log.Info("library probed after the process started using it: earlier registrations unknown", "pid", pid)
-		a.engineMu.Lock()
-		a.engine.ObservedSince(uint32(pid), snapshot)
-		a.engineMu.Unlock()
+	if !fromStart || lastAttach <= max(since, cleared) {
+		return
 	}
+	switch a.lateAttach(pid, since, lastAttach) {
+	case attachProven:
+		a.procMu.Lock()
+		if st := a.procs[pid]; st != nil {
+			st.cleared = max(st.cleared, lastAttach)
+		}
+		a.procMu.Unlock()
+		return
+	case attachUndecided:
+		return // its next notification, or a rescan, decides
+	}
+	a.procMu.Lock()
+	delete(a.procs, pid)
+	a.procMu.Unlock()
+	a.log.Info("library probed after the process started using it: earlier registrations unknown", "pid", pid)
+	a.engineMu.Lock()
+	a.engine.ObservedSince(uint32(pid), snapshot)
+	a.engineMu.Unlock()
+}
+
+// attachVerdict says whether a library attached after a process started
+// was probed before the process's first call into it.
+type attachVerdict int
+
+const (
+	attachLate attachVerdict = iota
+	attachProven
+	attachUndecided
+)
+
+// provenWait is how long a rescan waits for a held process's notification
+// to say it went on (its hold sees the file known at its next poll).
+const provenWait = 50 * time.Millisecond
+
+// lateAttach decides for a process observed from since whose libraries
+// were attached up to attached. ld.so runs no code of the libraries it
+// mapped before its notification (_dl_debug_state), and the notification's
+// program holds the thread there until every CUDA file the process maps is
+// known to the agent (probed) — so a process whose notification proved
+// that at or after attached (probes.Verified.OK), and none went on
+// unproven since it started, made no call before the probes were in
+// (docs/design.md, "Attach and discovery"). Without the hold (a kernel
+// that refused it, --pid), attached after since is late, as before.
+func (a *Agent) lateAttach(pid int, since, attached uint64) attachVerdict {
+	if !a.probes.HoldAvailable() || a.targets != nil {
+		return attachLate
+	}
+	deadline := time.Now().Add(provenWait)
+	for {
+		v, err := a.probes.VerifiedOf(uint32(pid))
+		switch {
+		case err != nil:
+			a.log.Debug("read the hold map", "pid", pid, "err", err)
+			return attachLate
+		case v.Found && v.Broken >= since && v.Broken != 0:
+			return attachLate
+		case v.Found && v.OK >= attached:
+			return attachProven
+		}
+		if time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	// Not proven yet: the process has not reached a notification since the
+	// attach. A library ld.so did not load (no notification) is late once
+	// a rescan interval passed without one.
+	if probes.Now()-attached < uint64(a.cfg.RescanInterval) {
+		return attachUndecided
+	}
+	return attachLate
 }
 
 // checkDrops says when the BPF side lost events: at most one line per
@@ -563,8 +696,12 @@ func (a *Agent) handle(c *event.Call) {
 		}
 	}
 	if c.Op == event.OpLinkerUpdate {
+		ch := a.rescan
+		if c.Held {
+			ch = a.held
+		}
 		select {
-		case a.rescan <- int(c.PID):
+		case ch <- int(c.PID):
 		default: // discovery is behind; the periodic rescan will catch up
 		}
 		return
@@ -624,7 +761,11 @@ func (a *Agent) Stats() Stats {
 	a.engineMu.Lock()
 	es := a.engine.Stats()
 	a.engineMu.Unlock()
-	return Stats{Events: a.events.Load(), Drops: d, Links: a.probes.Links(), Files: len(a.probes.Files()), Engine: es, Rescans: a.rescans.Load(),
+	holds, err := a.probes.HoldStats()
+	if err != nil {
+		a.limited.Log(slog.LevelWarn, "holds\x00read", "read hold counters", "err", err)
+	}
+	return Stats{Holds: holds, Events: a.events.Load(), Drops: d, Links: a.probes.Links(), Files: len(a.probes.Files()), Engine: es, Rescans: a.rescans.Load(),
 		AttachFailures: a.attachErr.Load(), CallerUnclassified: a.callerErrs.Load(), Pages: a.pages.Stats(), LostExits: a.reap.lost.Load(),
 		LibraryDetaches: a.libDetaches.Load()}
 }

@@ -269,6 +269,7 @@ func (a *Agent) scanProcess(pid int) (probed bool, lastAttach uint64, snapshot [
 	if a.afterMaps != nil {
 		a.afterMaps(pid, maps)
 	}
+	var inspected []probes.FileID
 	for _, m := range maps {
 		if !m.Executable() || !m.FileBacked() {
 			continue
@@ -283,6 +284,16 @@ func (a *Agent) scanProcess(pid int) (probed bool, lastAttach uint64, snapshot [
 			if !v.linkerOnly {
 				lastAttach = max(lastAttach, v.attachedAt)
 			}
+		}
+		if looksLikeCUDA(m.Path) {
+			inspected = append(inspected, id)
+		}
+	}
+	// Only now, every file of the process inspected: a thread held at its
+	// loader notification goes on (probes.MarkKnown), whatever came of it.
+	for _, id := range inspected {
+		if err := a.probes.MarkKnown(id); err != nil {
+			a.limited.Log(slog.LevelWarn, "hold map", "cannot release a process held at its loader notification (it goes on at the hold's bound)", "pid", pid, "err", err)
 		}
 	}
 	if !probed {

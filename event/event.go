@@ -66,6 +66,10 @@ type Call struct {
 	// stops trusting what it knew from this event on (docs/design.md,
 	// "Ring buffer, wakeups, drops").
 	LostBefore, LostAny bool
+	// Held: a linker notification whose thread waits until the CUDA files
+	// its process newly maps are probed (docs/design.md, "Attach and
+	// discovery"): its rescan comes first.
+	Held bool
 
 	Dst, Src uint64
 	Bytes    uint64

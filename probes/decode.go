@@ -94,6 +94,7 @@ func Decode(raw []byte, c *event.Call) error {
 		BatchIndex: ev.BatchIndex,
 		LostBefore: ev.Flags&uint8(lanewatchLwEventFlagLW_F_LOST_BEFORE) != 0,
 		LostAny:    ev.Flags&uint8(lanewatchLwEventFlagLW_F_LOST_ANY) != 0,
+		Held:       ev.Flags&uint8(lanewatchLwEventFlagLW_F_HELD) != 0,
 	}
 	if kind == event.KindExec || kind == event.KindExit {
 		return nil
