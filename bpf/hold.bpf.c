@@ -260,6 +260,8 @@ int lw_linker_hold(struct pt_regs *ctx)
 	for (int round = 0; round < LW_HOLD_ROUNDS; round++) {
 		h.end = 0;
 		bpf_loop(1 << 23, hold_step, &h, 0);
+		if (!h.end)
+			continue; /* the polls ran out before the bound: poll on */
 		if (h.end != 1)
 			break;
 		int more = unknown_cuda(&h.want);

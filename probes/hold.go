@@ -20,6 +20,7 @@ import (
 func (p *Probes) loadHold() {
 	spec, err := loadHold()
 	if err == nil {
+		spec.Maps["events"].MaxEntries = p.objs.Events.MaxEntries() // replaced by the shared ring
 		err = setPIDNamespace(spec, p.log)
 	}
 	if err == nil {
