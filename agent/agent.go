@@ -362,7 +362,11 @@ func (a *Agent) attachLib(path string) error {
 	defer mf.Close() // closed already when it was read
 	id := mf.ID
 	v := a.inspectFile(id, abs, 0, func() (*probes.MappedFile, error) { return mf, nil })
-	if err := a.probes.MarkKnown(id); err != nil {
+	a.filesMu.Lock()
+	st := a.files[id]
+	probed := st != nil && !st.unprobed
+	a.filesMu.Unlock()
+	if err := a.probes.MarkKnown(id, probed); err != nil {
 		a.log.Warn("hold map", "path", abs, "err", err)
 	}
 	switch {

@@ -42,7 +42,8 @@ struct {
 	__uint(max_entries, 4096);
 } events SEC(".maps");
 
-/* Files the agent has inspected (struct lw_file: its FileID). */
+/* Files the agent has inspected (struct lw_file: its FileID), with what
+ * came of it (LW_KNOWN_*). */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, LW_KNOWN_FILES);
@@ -118,15 +119,19 @@ static __always_inline int cuda_named(const char *n)
 	return n[7] == 'r' && n[8] == 't' && n[9] == '.' && n[10] == 's' && n[11] == 'o';
 }
 
-/* unknown_cuda says whether the process maps a CUDA file not in `known`
- * (1, its file in *want) or not (0); -1 when the mappings could not be walked (the
- * iterator only try-locks the mmap lock: another thread of the process was
- * mapping memory), counted; the process is not held then. */
+/* What unknown_cuda found (bits): a CUDA file not in `known` (its file in
+ * *want), a CUDA file the agent inspected but could not probe. */
+enum { LW_NEW_FILE = 1, LW_UNPROBED_FILE = 2 };
+
+/* unknown_cuda walks the process's mappings of CUDA files; -1 when they
+ * could not be walked (the iterator only try-locks the mmap lock: another
+ * thread of the process was mapping memory), counted; the process is not
+ * held then. */
 static __noinline int unknown_cuda(struct lw_file *want)
 {
 	struct bpf_iter_task_vma it;
 	struct vm_area_struct *vma;
-	int n = 0, walked = 0;
+	int found = 0, walked = 0;
 	if (bpf_iter_task_vma_new(&it, bpf_get_current_task_btf(), 0)) {
 		bpf_iter_task_vma_destroy(&it);
 		return -1;
@@ -140,24 +145,30 @@ static __noinline int unknown_cuda(struct lw_file *want)
 		unsigned int dev = BPF_CORE_READ(f, f_inode, i_sb, s_dev);
 		k.dev = (__u64)(dev >> 20) << 32 | (dev & 0xfffff); /* probes.FileID: major<<32 | minor */
 		k.ino = BPF_CORE_READ(f, f_inode, i_ino);
-		if (bpf_map_lookup_elem(&known, &k))
+		__u8 *v = bpf_map_lookup_elem(&known, &k);
+		if (v) {
+			if (*v != LW_KNOWN_PROBED)
+				found |= LW_UNPROBED_FILE;
 			continue;
+		}
 		char name[16] = {};
 		const unsigned char *p = BPF_CORE_READ(f, f_path.dentry, d_name.name);
 		if (!p || bpf_probe_read_kernel_str(name, sizeof(name), p) <= 0 || !cuda_named(name))
 			continue;
 		*want = k; /* the first: each round waits for one, then looks again */
-		n = 1;
+		found |= LW_NEW_FILE;
 		break;
 	}
 	bpf_iter_task_vma_destroy(&it);
-	return walked ? n : -1;
+	return walked ? found : -1;
 }
 
 struct hold_state {
 	struct lw_file want; /* the file polled for */
 	__u64 start;
-	__u32 end; /* 0 polls ran out, 1 known, 2 bound, 3 agent gone */
+	__u32 end;      /* 0 polls ran out, 1 known, 2 bound, 3 agent gone */
+	__u32 unprobed; /* a CUDA file it maps has no probes */
+	__u32 clean;    /* went on with every CUDA file it maps probed */
 	__u32 pad;
 };
 
@@ -223,6 +234,31 @@ static __always_inline int linker_event(__u64 cookie, __u64 id, __u64 now, __u8 
 	return 0;
 }
 
+/* hold_round polls for one new file (at most 2^23 polls, bpf_loop's
+ * limit), then walks again for the next; the time bound ends a hold long
+ * before the rounds run out. */
+static long hold_round(__u64 i, void *data)
+{
+	struct hold_state *h = data;
+	h->end = 0;
+	bpf_loop(1 << 23, hold_step, h, 0);
+	if (!h->end)
+		return 0; /* the polls ran out before the bound: poll on */
+	if (h->end != 1)
+		return 1;
+	int more = unknown_cuda(&h->want);
+	if (more < 0) {
+		__sync_fetch_and_add(&hold_unwalked, 1);
+		return 1;
+	}
+	if (more & LW_UNPROBED_FILE)
+		h->unprobed = 1;
+	if (more & LW_NEW_FILE)
+		return 0;
+	h->clean = !h->unprobed;
+	return 1;
+}
+
 SEC("uprobe.multi.s")
 int lw_linker_hold(struct pt_regs *ctx)
 {
@@ -237,13 +273,11 @@ int lw_linker_hold(struct pt_regs *ctx)
 		return linker_event(cookie, id, now, 0);
 	__u32 tgid = id >> 32;
 	int n = unknown_cuda(&h.want);
-	if (n < 0) {
+	if (n < 0)
 		__sync_fetch_and_add(&hold_unwalked, 1);
-		note_verified(tgid, now, 0);
-		return linker_event(cookie, id, now, 0);
-	}
-	if (n == 0) {
-		note_verified(tgid, now, 1);
+	if (n <= 0 || !(n & LW_NEW_FILE)) {
+		/* Nothing new: proven when every CUDA file it maps is probed. */
+		note_verified(tgid, now, n == 0);
 		return linker_event(cookie, id, now, 0);
 	}
 	if (linker_event(cookie, id, now, LW_F_HELD)) {
@@ -253,35 +287,18 @@ int lw_linker_hold(struct pt_regs *ctx)
 
 	__sync_fetch_and_add(&holds, 1);
 	h.start = now;
-	/* Each round polls for one new file (at most 2^23 polls, bpf_loop's
-	 * limit), then walks again for the next; the time bound ends a hold
-	 * long before the rounds run out. */
-	int clean = 0;
-	for (int round = 0; round < LW_HOLD_ROUNDS; round++) {
-		h.end = 0;
-		bpf_loop(1 << 23, hold_step, &h, 0);
-		if (!h.end)
-			continue; /* the polls ran out before the bound: poll on */
-		if (h.end != 1)
-			break;
-		int more = unknown_cuda(&h.want);
-		if (more < 0)
-			__sync_fetch_and_add(&hold_unwalked, 1);
-		if (more <= 0) {
-			clean = more == 0;
-			break;
-		}
-	}
+	h.unprobed = n & LW_UNPROBED_FILE;
+	bpf_loop(LW_HOLD_ROUNDS, hold_round, &h, 0);
 	__u64 end = bpf_ktime_get_ns(), took = end - h.start;
 	__sync_fetch_and_add(&hold_ns, took);
 	if (took > hold_ns_max)
 		hold_ns_max = took; /* racy between CPUs: a maximum, good enough */
-	note_verified(tgid, end, clean);
+	note_verified(tgid, end, h.clean);
 	if (h.end == 1)
 		return 0; /* released: every file known (or, not clean, the mappings could not be walked again) */
 	__sync_fetch_and_add(h.end == 3 ? &hold_agent_gone : &hold_bound, 1);
 	/* Given up: the next process mapping the file does not wait too. */
-	__u8 one = 1;
-	bpf_map_update_elem(&known, &h.want, &one, BPF_ANY);
+	__u8 given_up = LW_KNOWN_UNPROBED;
+	bpf_map_update_elem(&known, &h.want, &given_up, BPF_NOEXIST);
 	return 0;
 }

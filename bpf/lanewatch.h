@@ -222,6 +222,8 @@ struct lw_verified {
 	__u64 ok;
 	__u64 broken;
 };
+#define LW_KNOWN_PROBED 1   /* values of `known`: probed, or nothing in it to probe */
+#define LW_KNOWN_UNPROBED 2 /* inspected, not probed (a failure, or a hold that gave up on it) */
 #define LW_KNOWN_FILES 16384 /* files the hold map remembers (LRU) */
 #define LW_HOLD_ROUNDS 64    /* rounds of up to 2^23 polls: the time bound ends a hold first */
 

@@ -52,14 +52,26 @@ func (p *Probes) Beat() error {
 	return p.hold.AgentBeatNs.Set(Now())
 }
 
-// MarkKnown says the agent has inspected a file (probed it, or found
-// nothing to probe, or failed): a process waiting for it goes on.
-func (p *Probes) MarkKnown(id FileID) error {
+// MarkKnown says the agent has inspected a file: probed it or found
+// nothing to probe in it (probed), or failed to (a blind spot: a process
+// going on with it mapped is not proven traced). A process waiting for it
+// goes on.
+func (p *Probes) MarkKnown(id FileID, probed bool) error {
 	if p.hold == nil {
 		return nil
 	}
-	return p.hold.Known.Update(holdLwFile{Dev: id.Dev, Ino: id.Inode}, uint8(1), ebpf.UpdateAny)
+	v := uint8(holdLwKnownUnprobed)
+	if probed {
+		v = holdLwKnownProbed
+	}
+	return p.hold.Known.Update(holdLwFile{Dev: id.Dev, Ino: id.Inode}, v, ebpf.UpdateAny)
 }
+
+// Values of the known map (bpf/lanewatch.h LW_KNOWN_*).
+const (
+	holdLwKnownProbed   = 1
+	holdLwKnownUnprobed = 2
+)
 
 // ForgetKnown undoes MarkKnown for a file whose probes were detached: the
 // next process that maps it waits again.
