@@ -132,6 +132,7 @@ static __noinline int unknown_cuda(struct lw_file *want)
 	struct bpf_iter_task_vma it;
 	struct vm_area_struct *vma;
 	int found = 0, walked = 0;
+	__u64 prev = 0;
 	if (bpf_iter_task_vma_new(&it, bpf_get_current_task_btf(), 0)) {
 		bpf_iter_task_vma_destroy(&it);
 		return -1;
@@ -139,8 +140,9 @@ static __noinline int unknown_cuda(struct lw_file *want)
 	while ((vma = bpf_iter_task_vma_next(&it))) {
 		walked = 1;
 		struct file *f = BPF_CORE_READ(vma, vm_file);
-		if (!f)
-			continue;
+		if (!f || (__u64)f == prev)
+			continue; /* anonymous, or the same file's next segment */
+		prev = (__u64)f;
 		struct lw_file k = {};
 		unsigned int dev = BPF_CORE_READ(f, f_inode, i_sb, s_dev);
 		k.dev = (__u64)(dev >> 20) << 32 | (dev & 0xfffff); /* probes.FileID: major<<32 | minor */
