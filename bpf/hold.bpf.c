@@ -60,7 +60,7 @@ struct {
 	__type(value, struct lw_verified);
 } verified SEC(".maps");
 
-volatile const __u64 hold_max_ns = 2000000000ULL;   /* the bound of one hold */
+volatile const __u64 hold_max_ns = 5000000000ULL;   /* the bound of one hold */
 volatile const __u64 beat_stale_ns = 1000000000ULL; /* the agent is gone past this without a beat */
 volatile __u64 agent_beat_ns;                        /* CLOCK_MONOTONIC, written by the agent */
 
