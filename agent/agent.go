@@ -465,9 +465,9 @@ func (a *Agent) discover(stop <-chan struct{}) {
 		case <-dropTick.C:
 			lastDrops = a.checkDrops(lastDrops)
 		case pid := <-a.held:
-			a.rescanProcess(pid)
+			a.rescanProcess(pid, true)
 		case pid := <-a.rescan:
-			a.rescanProcess(pid)
+			a.rescanProcess(pid, false)
 		case req := <-a.providers:
 			a.attachProvider(req)
 		case req := <-a.runtimeLayer:
@@ -486,7 +486,7 @@ func (a *Agent) discover(stop <-chan struct{}) {
 			}
 			gen := a.beginFullScan()
 			for _, pid := range pids {
-				a.rescanProcess(pid)
+				a.rescanProcess(pid, false)
 				a.rescanHeld() // a held process waits for no full scan
 			}
 			a.endFullScan(gen)
@@ -500,7 +500,7 @@ func (a *Agent) rescanHeld() {
 	for {
 		select {
 		case pid := <-a.held:
-			a.rescanProcess(pid)
+			a.rescanProcess(pid, true)
 		default:
 			return
 		}
@@ -511,8 +511,9 @@ func (a *Agent) rescanHeld() {
 // If one of them was probed only after the process started, calls made
 // through it before that may have been missed (lateAttach): the process is
 // no longer observed from its start, and memory mapped before now is
-// unknown rather than pageable.
-func (a *Agent) rescanProcess(pid int) {
+// unknown rather than pageable. held: a thread of it waits at its loader
+// notification for this scan.
+func (a *Agent) rescanProcess(pid int, held bool) {
 	a.rescans.Add(1)
 	probed, lastAttach, snapshot, err := a.scanProcess(pid)
 	if err != nil {
@@ -532,7 +533,7 @@ func (a *Agent) rescanProcess(pid int) {
 	if !fromStart || lastAttach <= max(since, cleared) {
 		return
 	}
-	switch a.lateAttach(pid, since, lastAttach) {
+	switch a.lateAttach(pid, since, lastAttach, held) {
 	case attachProven:
 		a.procMu.Lock()
 		if st := a.procs[pid]; st != nil {
@@ -562,8 +563,9 @@ const (
 	attachUndecided
 )
 
-// provenWait is how long a rescan waits for a held process's notification
-// to say it went on (its hold sees the file known at its next poll).
+// provenWait is how long the rescan of a held process waits for its
+// notification to say it went on (its hold sees the files known at its
+// next poll).
 const provenWait = 50 * time.Millisecond
 
 // lateAttach decides for a process observed from since whose libraries
@@ -575,7 +577,7 @@ const provenWait = 50 * time.Millisecond
 // unproven since it started, made no call before the probes were in
 // (docs/design.md, "Attach and discovery"). Without the hold (a kernel
 // that refused it, --pid), attached after since is late, as before.
-func (a *Agent) lateAttach(pid int, since, attached uint64) attachVerdict {
+func (a *Agent) lateAttach(pid int, since, attached uint64, held bool) attachVerdict {
 	if !a.probes.HoldAvailable() || a.targets != nil {
 		return attachLate
 	}
@@ -591,7 +593,7 @@ func (a *Agent) lateAttach(pid int, since, attached uint64) attachVerdict {
 		case v.Found && v.OK >= attached:
 			return attachProven
 		}
-		if time.Now().After(deadline) {
+		if !held || time.Now().After(deadline) {
 			break
 		}
 		time.Sleep(time.Millisecond)
