@@ -275,8 +275,6 @@ func (a *Agent) Run(ctx context.Context) (err error) {
 	if err := a.probes.AttachProcessEvents(); err != nil {
 		return err
 	}
-	beatDone := a.beat(ctx)
-	defer beatDone()
 	for _, lib := range a.cfg.Libs {
 		if err := a.attachLib(lib); err != nil {
 			a.log.Error("cannot probe library", "path", lib, "err", err) // the other targets still run
@@ -284,6 +282,10 @@ func (a *Agent) Run(ctx context.Context) (err error) {
 	}
 	a.attachDriver()
 	a.initialScan()
+	// Holds from here: a process held during the first scan would wait
+	// for it to reach its pid.
+	beatDone := a.beat(ctx)
+	defer beatDone()
 	for _, pid := range a.cfg.PIDs { // named: their storage reads from now, not from their next call
 		a.storageSeen(uint32(pid))
 	}
@@ -342,7 +344,14 @@ func (a *Agent) beat(ctx context.Context) (stop func()) {
 			}
 		}
 	}()
-	return sync.OnceFunc(func() { close(done) })
+	return sync.OnceFunc(func() {
+		close(done)
+		// Stopping: a thread held now goes on at its next check rather
+		// than when the beat goes stale (detaching waits for it).
+		if err := a.probes.EndBeat(); err != nil {
+			a.log.Warn("hold map: end the beat", "err", err)
+		}
+	})
 }
 
 // beatEvery is how often the agent beats: well inside the hold program's

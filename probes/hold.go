@@ -52,6 +52,14 @@ func (p *Probes) Beat() error {
 	return p.hold.AgentBeatNs.Set(Now())
 }
 
+// EndBeat says the agent is stopping: holds end at once, and none begins.
+func (p *Probes) EndBeat() error {
+	if p.hold == nil {
+		return nil
+	}
+	return p.hold.AgentBeatNs.Set(uint64(0))
+}
+
 // MarkKnown says the agent has inspected a file: probed it or found
 // nothing to probe in it (probed), or failed to (a blind spot: a process
 // going on with it mapped is not proven traced). A process waiting for it
