@@ -354,9 +354,8 @@ func (a *Agent) beat(ctx context.Context) (stop func()) {
 	})
 }
 
-// beatEvery is how often the agent beats: well inside the hold program's
-// beat_stale_ns (1 s).
-const beatEvery = 100 * time.Millisecond
+// beatEvery is how often the agent beats: well inside probes.BeatStale.
+const beatEvery = probes.BeatStale / 10
 
 // attachLib probes a file named on the command line.
 func (a *Agent) attachLib(path string) error {

@@ -1,16 +1,22 @@
 package agent_test
 
 import (
+	"bufio"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/lanewatch/lanewatch/agent"
 	"github.com/lanewatch/lanewatch/correlate"
 	"github.com/lanewatch/lanewatch/event"
 	"github.com/lanewatch/lanewatch/internal/testenv"
+	"github.com/lanewatch/lanewatch/probes"
 	"github.com/lanewatch/lanewatch/selftest"
 )
 
@@ -151,4 +157,79 @@ func checkFromFirstCall(t *testing.T, pid int, got []correlate.Transfer, want []
 	if late != 0 || len(got) != len(want) || kinds[event.MemPinned] == 0 {
 		t.Errorf("pid %d: %d records of %d copies, %d late_attach, host memory %v: want every copy, none late, the pool pinned", pid, len(got), len(want), late, kinds)
 	}
+}
+
+// The bound, firing: the agent's scan of a held process takes longer than
+// the hold's bound (made so: it sleeps past it), so the process goes on
+// before its driver is probed. The hold is counted as ended by the bound
+// and /readyz says so; the pool it registered unseen is unknown
+// (late_attach), never pageable.
+func TestHoldBoundIsLateNeverPageable(t *testing.T) {
+	testenv.RequireRoot(t)
+	ref := testenv.RefDir(t)
+	dir := t.TempDir()
+	copyFile(t, filepath.Join(ref, "plain/libcudart.so.12"), filepath.Join(dir, "sdk/libcudart.so.12"))
+	driver := filepath.Join(dir, "driver/libcuda.so.1")
+	copyFile(t, filepath.Join(ref, "lib/libcuda.so.1"), driver)
+	var slept atomic.Bool
+	r := startAgent(t, agent.Config{RootFS: "-"}, func(a *agent.Agent) {
+		agent.SetAfterMaps(a, func(pid int, maps []probes.Mapping) {
+			if mapsFile(maps, driver) && slept.CompareAndSwap(false, true) {
+				time.Sleep(probes.HoldBound + time.Second)
+			}
+		})
+	})
+	before := r.agent.Stats().Holds
+	cmd := exec.Command(filepath.Join(ref, "bin/kvpath"), "--scenario", "hicache-load", "--hold", "--truth", filepath.Join(dir, "truth.jsonl"))
+	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+filepath.Join(dir, "sdk")+":"+filepath.Dir(driver))
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if line, err := bufio.NewReader(out).ReadString('\n'); err != nil || !strings.HasPrefix(line, "ready") {
+		cmd.Process.Kill()
+		t.Fatalf("kvpath: %q %v", line, err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for r.agent.AttachedProbes()[driver] == 0 {
+		if time.Now().After(deadline) {
+			in.Close()
+			cmd.Wait()
+			t.Fatalf("%s never probed", driver)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	in.Close() // its copies now: after the probes, from the pool registered before them
+	go io.Copy(io.Discard, out)
+	if err := cmd.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	waitExit(t, r.col, cmd.Process.Pid)
+	got := r.col.Take(uint32(cmd.Process.Pid))
+	kinds, late := map[event.MemKind]int{}, 0
+	for _, g := range got {
+		kinds[g.HostMem]++
+		if g.HostMemReason == correlate.ReasonLateAttach {
+			late++
+		}
+	}
+	after := r.agent.Stats().Holds
+	if after.Bound != before.Bound+1 {
+		t.Errorf("holds ended by the bound: %d → %d, want one more", before.Bound, after.Bound)
+	}
+	if len(got) == 0 || kinds[event.MemPageable] != 0 || late != len(got) {
+		t.Errorf("%d records, host memory %v, %d late_attach: want every one unknown for late_attach, none pageable", len(got), kinds, late)
+	}
+	if r.agent.HoldBoundHits() != after.Bound {
+		t.Errorf("HoldBoundHits %d, stats %d", r.agent.HoldBoundHits(), after.Bound)
+	}
+	t.Logf("the hold ended by its bound (longest hold %.0f ms); %d records, all unknown (late_attach)", float64(after.MaxNS)/1e6, len(got))
 }

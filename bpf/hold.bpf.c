@@ -60,8 +60,8 @@ struct {
 	__type(value, struct lw_verified);
 } verified SEC(".maps");
 
-volatile const __u64 hold_max_ns = 5000000000ULL;   /* the bound of one hold */
-volatile const __u64 beat_stale_ns = 1000000000ULL; /* the agent is gone past this without a beat */
+volatile const __u64 hold_max_ns = 0;   /* the bound of one hold (probes.HoldBound) */
+volatile const __u64 beat_stale_ns = 0; /* the agent is gone past this without a beat (probes.BeatStale) */
 volatile __u64 agent_beat_ns;                        /* CLOCK_MONOTONIC, written by the agent */
 
 /* Counters, read by the agent (lanewatch_linker_holds_total ...). */

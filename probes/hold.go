@@ -3,6 +3,7 @@ package probes
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/cilium/ebpf"
 )
@@ -13,6 +14,15 @@ import (
 // time, until the agent says the file is known (MarkKnown) — so the
 // process's first call into it is traced.
 
+// HoldBound is the longest a thread is held; BeatStale, how long after the
+// agent's last beat a hold ends (an agent that died or hangs). A hold
+// took 143–640 ms here under load (docs/design.md, "Attach and
+// discovery").
+const (
+	HoldBound = 5 * time.Second
+	BeatStale = time.Second
+)
+
 // loadHold loads the hold program beside the others, sharing their event
 // ring. A kernel that refuses it (no sleepable uprobes, no task VMA
 // iterator) keeps lw_call at the notification, without the hold: said
@@ -21,7 +31,8 @@ func (p *Probes) loadHold() {
 	spec, err := loadHold()
 	if err == nil {
 		spec.Maps["events"].MaxEntries = p.objs.Events.MaxEntries() // replaced by the shared ring
-		err = setPIDNamespace(spec, p.log)
+		err = errors.Join(setPIDNamespace(spec, p.log), spec.Variables["hold_max_ns"].Set(uint64(HoldBound)),
+			spec.Variables["beat_stale_ns"].Set(uint64(BeatStale)))
 	}
 	if err == nil {
 		var objs holdObjects
