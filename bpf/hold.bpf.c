@@ -71,7 +71,7 @@ __u64 hold_agent_gone;/* holds ended because the agent stopped beating */
 __u64 hold_ns;        /* total time held */
 __u64 hold_ns_max;    /* the longest hold */
 __u64 ring_full;      /* notifications not sent (ring full): their holds are not begun */
-__u64 hold_unwalked;  /* notifications whose mappings could not be walked (mmap lock busy): not held */
+__u64 hold_unwalked;  /* walks that could not look (a writer held the mmap lock): held, and retried */
 
 struct qstr {
 	const unsigned char *name;
@@ -125,8 +125,9 @@ enum { LW_NEW_FILE = 1, LW_UNPROBED_FILE = 2 };
 
 /* unknown_cuda walks the process's mappings of CUDA files; -1 when they
  * could not be walked (the iterator only try-locks the mmap lock: another
- * thread of the process was mapping memory), counted; the process is not
- * held then. */
+ * thread of the process was mapping memory, or the agent was installing
+ * breakpoints in it): the process is then held, walking again every
+ * LW_WALK_RETRY_NS. */
 static __noinline int unknown_cuda(struct lw_file *want)
 {
 	struct bpf_iter_task_vma it;
@@ -171,8 +172,27 @@ struct hold_state {
 	__u32 end;      /* 0 polls ran out, 1 known, 2 bound, 3 agent gone */
 	__u32 unprobed; /* a CUDA file it maps has no probes */
 	__u32 clean;    /* went on with every CUDA file it maps probed */
-	__u32 pad;
+	__u32 walk;     /* the last walk could not look: wait a little, walk again */
+	__u64 wait_from;
 };
+
+/* wait_step spins LW_WALK_RETRY_NS between walks that could not look (a
+ * writer held the process's mmap lock: the agent installing breakpoints
+ * in it, or another of its threads mapping memory). */
+static long wait_step(__u64 i, void *data)
+{
+	struct hold_state *h = data;
+	__u64 now = bpf_ktime_get_ns();
+	if (now - h->start > hold_max_ns) {
+		h->end = 2;
+		return 1;
+	}
+	if (now - agent_beat_ns > beat_stale_ns) {
+		h->end = 3;
+		return 1;
+	}
+	return now - h->wait_from > LW_WALK_RETRY_NS;
+}
 
 /* hold_step polls for the file in `known`; every 256 polls it checks the
  * bound and the agent's beat. */
@@ -237,26 +257,34 @@ static __always_inline int linker_event(__u64 cookie, __u64 id, __u64 now, __u8 
 }
 
 /* hold_round polls for one new file (at most 2^23 polls, bpf_loop's
- * limit), then walks again for the next; the time bound ends a hold long
- * before the rounds run out. */
+ * limit), or, when the last walk could not look, waits LW_WALK_RETRY_NS;
+ * then walks again. The time bound ends a hold long before the rounds run
+ * out. */
 static long hold_round(__u64 i, void *data)
 {
 	struct hold_state *h = data;
 	h->end = 0;
-	bpf_loop(1 << 23, hold_step, h, 0);
-	if (!h->end)
-		return 0; /* the polls ran out before the bound: poll on */
-	if (h->end != 1)
+	if (h->walk) {
+		h->wait_from = bpf_ktime_get_ns();
+		bpf_loop(1 << 23, wait_step, h, 0);
+	} else {
+		bpf_loop(1 << 23, hold_step, h, 0);
+		if (!h->end)
+			return 0; /* the polls ran out before the bound: poll on */
+	}
+	if (h->end > 1)
 		return 1;
 	int more = unknown_cuda(&h->want);
+	h->walk = more < 0;
 	if (more < 0) {
 		__sync_fetch_and_add(&hold_unwalked, 1);
-		return 1;
+		return 0;
 	}
 	if (more & LW_UNPROBED_FILE)
 		h->unprobed = 1;
 	if (more & LW_NEW_FILE)
 		return 0;
+	h->end = 1;
 	h->clean = !h->unprobed;
 	return 1;
 }
@@ -275,13 +303,16 @@ int lw_linker_hold(struct pt_regs *ctx)
 		return linker_event(cookie, id, now, 0);
 	__u32 tgid = id >> 32;
 	int n = unknown_cuda(&h.want);
-	if (n < 0)
-		__sync_fetch_and_add(&hold_unwalked, 1);
-	if (n <= 0 || !(n & LW_NEW_FILE)) {
+	if (n >= 0 && !(n & LW_NEW_FILE)) {
 		/* Nothing new: proven when every CUDA file it maps is probed. */
 		note_verified(tgid, now, n == 0);
 		return linker_event(cookie, id, now, 0);
 	}
+	/* A new CUDA file, or mappings that could not be walked (a writer
+	 * held the mmap lock: maybe the agent installing breakpoints here):
+	 * held until a walk sees every CUDA file known. */
+	if (n < 0)
+		__sync_fetch_and_add(&hold_unwalked, 1);
 	if (linker_event(cookie, id, now, LW_F_HELD)) {
 		note_verified(tgid, now, 0);
 		return 0; /* the agent would not hear of it: no hold */
@@ -289,7 +320,8 @@ int lw_linker_hold(struct pt_regs *ctx)
 
 	__sync_fetch_and_add(&holds, 1);
 	h.start = now;
-	h.unprobed = n & LW_UNPROBED_FILE;
+	h.walk = n < 0;
+	h.unprobed = n > 0 && (n & LW_UNPROBED_FILE);
 	bpf_loop(LW_HOLD_ROUNDS, hold_round, &h, 0);
 	__u64 end = bpf_ktime_get_ns(), took = end - h.start;
 	__sync_fetch_and_add(&hold_ns, took);
@@ -297,10 +329,11 @@ int lw_linker_hold(struct pt_regs *ctx)
 		hold_ns_max = took; /* racy between CPUs: a maximum, good enough */
 	note_verified(tgid, end, h.clean);
 	if (h.end == 1)
-		return 0; /* released: every file known (or, not clean, the mappings could not be walked again) */
+		return 0; /* released: every CUDA file known (clean: all probed) */
 	__sync_fetch_and_add(h.end == 3 ? &hold_agent_gone : &hold_bound, 1);
 	/* Given up: the next process mapping the file does not wait too. */
 	__u8 given_up = LW_KNOWN_UNPROBED;
-	bpf_map_update_elem(&known, &h.want, &given_up, BPF_NOEXIST);
+	if (!h.walk)
+		bpf_map_update_elem(&known, &h.want, &given_up, BPF_NOEXIST);
 	return 0;
 }

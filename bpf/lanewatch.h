@@ -225,6 +225,7 @@ struct lw_verified {
 #define LW_KNOWN_PROBED 1   /* values of `known`: probed, or nothing in it to probe */
 #define LW_KNOWN_UNPROBED 2 /* inspected, not probed (a failure, or a hold that gave up on it) */
 #define LW_KNOWN_FILES 16384 /* files the hold map remembers (LRU) */
-#define LW_HOLD_ROUNDS 64    /* rounds of up to 2^23 polls: the time bound ends a hold first */
+#define LW_HOLD_ROUNDS 4096  /* rounds of up to 2^23 polls: the time bound ends a hold first */
+#define LW_WALK_RETRY_NS 50000 /* between walks that could not look (the mmap lock taken) */
 
 #endif
