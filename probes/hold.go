@@ -20,7 +20,7 @@ import (
 // discovery").
 const (
 	HoldBound = 5 * time.Second
-	BeatStale = time.Second
+	BeatStale = 2 * time.Second
 )
 
 // loadHold loads the hold program beside the others, sharing their event
