@@ -355,7 +355,7 @@ func (a *Agent) beat(ctx context.Context) (stop func()) {
 }
 
 // beatEvery is how often the agent beats: well inside probes.BeatStale.
-const beatEvery = probes.BeatStale / 10
+const beatEvery = probes.BeatStale / 20
 
 // attachLib probes a file named on the command line.
 func (a *Agent) attachLib(path string) error {
