@@ -16,7 +16,7 @@ import (
 
 // HoldBound is the longest a thread is held; BeatStale, how long after the
 // agent's last beat a hold ends (an agent that died or hangs). A hold
-// took 143–640 ms here under load (docs/design.md, "Attach and
+// took 32–640 ms here under load (docs/design.md, "Attach and
 // discovery").
 const (
 	HoldBound = 5 * time.Second
