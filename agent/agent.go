@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -136,7 +137,7 @@ type Agent struct {
 	scannedAt map[int]uint64     // initial scan: when each process's maps were read
 
 	rescan    chan int             // pids whose mappings changed (ld.so said so)
-	held      chan int             // the same, while a thread of the process waits for it (probes' hold): first
+	held      chan heldReq         // the same, while a thread of the process waits for it (probes' hold): first
 	providers chan providerReq     // verbs contexts whose provider functions may need probes
 	contexts  map[providerReq]bool // resolved already; touched by the discovery goroutine only
 	// The runtime layer of processes whose driver failed to initialise
@@ -235,7 +236,7 @@ func New(cfg Config) (*Agent, error) {
 		procs:     map[int]*procState{},
 		scannedAt: map[int]uint64{},
 		rescan:    make(chan int, 1024),
-		held:      make(chan int, 1024),
+		held:      make(chan heldReq, 1024),
 		providers: make(chan providerReq, 256),
 		contexts:  map[providerReq]bool{},
 
@@ -472,8 +473,8 @@ func (a *Agent) discover(stop <-chan struct{}) {
 			return
 		case <-dropTick.C:
 			lastDrops = a.checkDrops(lastDrops)
-		case pid := <-a.held:
-			a.rescanProcess(pid, true)
+		case req := <-a.held:
+			a.rescanHeldProcess(req)
 		case pid := <-a.rescan:
 			a.rescanProcess(pid, false)
 		case req := <-a.providers:
@@ -507,11 +508,31 @@ func (a *Agent) discover(stop <-chan struct{}) {
 func (a *Agent) rescanHeld() {
 	for {
 		select {
-		case pid := <-a.held:
-			a.rescanProcess(pid, true)
+		case req := <-a.held:
+			a.rescanHeldProcess(req)
 		default:
 			return
 		}
+	}
+}
+
+// heldReq is a process held at its loader notification, and the file it
+// waits for (zero: its mappings could not be walked).
+type heldReq struct {
+	pid  int
+	file probes.FileID
+}
+
+// rescanHeldProcess rescans a held process. One whose maps the agent may
+// not read (CAP_SYS_PTRACE) is released at once by the file it waits for,
+// marked not probed: it cannot be traced, so it must not wait for the
+// bound.
+func (a *Agent) rescanHeldProcess(req heldReq) {
+	if err := a.rescanProcess(req.pid, true); !errors.Is(err, fs.ErrPermission) || req.file == (probes.FileID{}) {
+		return
+	}
+	if err := a.probes.MarkKnown(req.file, false); err != nil {
+		a.limited.Log(slog.LevelWarn, "hold map", "cannot release a process held at its loader notification (it goes on at the hold's bound)", "pid", req.pid, "err", err)
 	}
 }
 
@@ -520,16 +541,16 @@ func (a *Agent) rescanHeld() {
 // through it before that may have been missed (lateAttach): the process is
 // no longer observed from its start, and memory mapped before now is
 // unknown rather than pageable. held: a thread of it waits at its loader
-// notification for this scan.
-func (a *Agent) rescanProcess(pid int, held bool) {
+// notification for this scan. The error is why its maps could not be read.
+func (a *Agent) rescanProcess(pid int, held bool) error {
 	a.rescans.Add(1)
 	probed, lastAttach, snapshot, err := a.scanProcess(pid)
 	if err != nil {
 		a.log.Debug(describeScanError(pid, err))
-		return
+		return err
 	}
 	if !probed {
-		return
+		return nil
 	}
 	a.procMu.Lock()
 	st, fromStart := a.procs[pid]
@@ -539,7 +560,7 @@ func (a *Agent) rescanProcess(pid int, held bool) {
 	}
 	a.procMu.Unlock()
 	if !fromStart || lastAttach <= max(since, cleared) {
-		return
+		return nil
 	}
 	switch a.lateAttach(pid, since, lastAttach, held) {
 	case attachProven:
@@ -548,9 +569,9 @@ func (a *Agent) rescanProcess(pid int, held bool) {
 			st.cleared = max(st.cleared, lastAttach)
 		}
 		a.procMu.Unlock()
-		return
+		return nil
 	case attachUndecided:
-		return // its next notification, or a rescan, decides
+		return nil // its next notification, or a rescan, decides
 	}
 	a.procMu.Lock()
 	delete(a.procs, pid)
@@ -559,6 +580,7 @@ func (a *Agent) rescanProcess(pid int, held bool) {
 	a.engineMu.Lock()
 	a.engine.ObservedSince(uint32(pid), snapshot)
 	a.engineMu.Unlock()
+	return nil
 }
 
 // attachVerdict says whether a library attached after a process started
@@ -709,13 +731,17 @@ func (a *Agent) handle(c *event.Call) {
 			a.limited.Log(slog.LevelWarn, "provider queue full", "provider resolution queue full: RDMA data path of this context not probed", "pid", c.PID)
 		}
 	}
-	if c.Op == event.OpLinkerUpdate {
-		ch := a.rescan
-		if c.Held {
-			ch = a.held
-		}
+	if c.Op == event.OpLinkerUpdate && c.Held {
 		select {
-		case ch <- int(c.PID):
+		case a.held <- heldReq{int(c.PID), probes.FileID{Dev: c.HeldFile[0], Inode: c.HeldFile[1]}}:
+		default: // it goes on at the hold's bound, counted
+			a.limited.Log(slog.LevelWarn, "held queue full", "held-process queue full: this process goes on at the hold's bound", "pid", c.PID)
+		}
+		return
+	}
+	if c.Op == event.OpLinkerUpdate {
+		select {
+		case a.rescan <- int(c.PID):
 		default: // discovery is behind; the periodic rescan will catch up
 		}
 		return

@@ -237,8 +237,10 @@ static __always_inline void note_verified(__u32 tgid, __u64 now, int ok)
 }
 
 /* linker_event tells the agent that the process's libraries changed (a
- * rescan of it); 1 when the ring was full. */
-static __always_inline int linker_event(__u64 cookie, __u64 id, __u64 now, __u8 flags)
+ * rescan of it); held, the file it waits for in args[0..1] (zero when its
+ * mappings could not be walked): an agent that cannot read the process
+ * releases it by that. 1 when the ring was full. */
+static __always_inline int linker_event(__u64 cookie, __u64 id, __u64 now, __u8 flags, struct lw_file *held)
 {
 	struct lw_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
 	if (!e) {
@@ -252,6 +254,10 @@ static __always_inline int linker_event(__u64 cookie, __u64 id, __u64 now, __u8 
 	e->tid = (__u32)id;
 	e->ts_ns = now;
 	e->flags = flags;
+	if (held) {
+		e->args[0] = held->dev;
+		e->args[1] = held->ino;
+	}
 	bpf_ringbuf_submit(e, BPF_RB_FORCE_WAKEUP);
 	return 0;
 }
@@ -300,20 +306,20 @@ int lw_linker_hold(struct pt_regs *ctx)
 	/* Hold only while an agent beats: none, nothing would release it. */
 	__u64 now = bpf_ktime_get_ns();
 	if (now - agent_beat_ns > beat_stale_ns)
-		return linker_event(cookie, id, now, 0);
+		return linker_event(cookie, id, now, 0, NULL);
 	__u32 tgid = id >> 32;
 	int n = unknown_cuda(&h.want);
 	if (n >= 0 && !(n & LW_NEW_FILE)) {
 		/* Nothing new: proven when every CUDA file it maps is probed. */
 		note_verified(tgid, now, n == 0);
-		return linker_event(cookie, id, now, 0);
+		return linker_event(cookie, id, now, 0, NULL);
 	}
 	/* A new CUDA file, or mappings that could not be walked (a writer
 	 * held the mmap lock: maybe the agent installing breakpoints here):
 	 * held until a walk sees every CUDA file known. */
 	if (n < 0)
 		__sync_fetch_and_add(&hold_unwalked, 1);
-	if (linker_event(cookie, id, now, LW_F_HELD)) {
+	if (linker_event(cookie, id, now, LW_F_HELD, &h.want)) {
 		note_verified(tgid, now, 0);
 		return 0; /* the agent would not hear of it: no hold */
 	}

@@ -68,8 +68,11 @@ type Call struct {
 	LostBefore, LostAny bool
 	// Held: a linker notification whose thread waits until the CUDA files
 	// its process newly maps are probed (docs/design.md, "Attach and
-	// discovery"): its rescan comes first.
-	Held bool
+	// discovery"): its rescan comes first. HeldFile is the file it waits
+	// for (device and inode as probes.FileID has them; zero when its
+	// mappings could not be walked).
+	Held     bool
+	HeldFile [2]uint64
 
 	Dst, Src uint64
 	Bytes    uint64

@@ -105,6 +105,9 @@ func Decode(raw []byte, c *event.Call) error {
 	p := &Table[ev.Probe]
 	describe(c, ev.Probe)
 	a := &ev.Args
+	if c.Held {
+		c.HeldFile = [2]uint64{a[0], a[1]} // bpf/hold.bpf.c linker_event
+	}
 	if kind == event.KindName {
 		// lw_name_return put a piece of the name in args[0..]: bytes in
 		// memory order, as the host's (little-endian) words hold them.
