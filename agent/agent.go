@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -22,9 +23,13 @@ import (
 
 // Config is everything `agent run` can be told.
 type Config struct {
-	ProcRoot       string        // procfs root, "/proc" on a host
-	PIDs           []int         // only these processes (empty: every process)
-	Libs           []string      // files to probe at start, before any process maps them
+	ProcRoot string   // procfs root, "/proc" on a host
+	PIDs     []int    // only these processes (empty: every process)
+	Libs     []string // files to probe at start, before any process maps them
+	// RootFS is the host's root filesystem ("" : "/"): its CUDA driver
+	// library is probed at start, before any process maps it
+	// (DriverLibraries); "-" looks for none.
+	RootFS         string
 	RescanInterval time.Duration // safety-net rescan of every process's mappings
 	// ReleaseAfter: a probed library no process has mapped for this long
 	// (found by the rescan) has its probes detached (0: 30 s).
@@ -102,6 +107,9 @@ type Stats struct {
 	// LibraryDetaches counts libraries whose probes were detached: no
 	// process mapped them any more.
 	LibraryDetaches uint64
+	// Holds: threads held at their loader notification until a new CUDA
+	// file of their process was probed (probes.HoldStats).
+	Holds probes.HoldStats
 }
 
 // Agent traces CUDA transfers in every matching process.
@@ -129,6 +137,7 @@ type Agent struct {
 	scannedAt map[int]uint64     // initial scan: when each process's maps were read
 
 	rescan    chan int             // pids whose mappings changed (ld.so said so)
+	held      chan heldReq         // the same, while a thread of the process waits for it (probes' hold): first
 	providers chan providerReq     // verbs contexts whose provider functions may need probes
 	contexts  map[providerReq]bool // resolved already; touched by the discovery goroutine only
 	// The runtime layer of processes whose driver failed to initialise
@@ -175,12 +184,18 @@ type Agent struct {
 // library it maps already probed.
 type procState struct {
 	since uint64 // CLOCK_MONOTONIC ns: exec, or the initial scan
+	// cleared: libraries attached up to here were proven probed before
+	// the process's first call into them (lateAttach).
+	cleared uint64
 }
 
 // New loads the BPF programs. Nothing is attached until Run.
 func New(cfg Config) (*Agent, error) {
 	if cfg.ProcRoot == "" {
 		cfg.ProcRoot = "/proc"
+	}
+	if cfg.RootFS == "" {
+		cfg.RootFS = "/"
 	}
 	if cfg.RescanInterval == 0 {
 		cfg.RescanInterval = 10 * time.Second
@@ -221,6 +236,7 @@ func New(cfg Config) (*Agent, error) {
 		procs:     map[int]*procState{},
 		scannedAt: map[int]uint64{},
 		rescan:    make(chan int, 1024),
+		held:      make(chan heldReq, 1024),
 		providers: make(chan providerReq, 256),
 		contexts:  map[providerReq]bool{},
 
@@ -265,7 +281,12 @@ func (a *Agent) Run(ctx context.Context) (err error) {
 			a.log.Error("cannot probe library", "path", lib, "err", err) // the other targets still run
 		}
 	}
+	a.attachDriver()
 	a.initialScan()
+	// Holds from here: a process held during the first scan would wait
+	// for it to reach its pid.
+	beatDone := a.beat(ctx)
+	defer beatDone()
 	for _, pid := range a.cfg.PIDs { // named: their storage reads from now, not from their next call
 		a.storageSeen(uint32(pid))
 	}
@@ -295,6 +316,48 @@ func (a *Agent) Run(ctx context.Context) (err error) {
 	return err
 }
 
+// beat tells the hold program the agent is alive (probes.Beat), every
+// beatEvery until ctx ends or the returned stop is called. A process is
+// held only while the agent beats: with --pid the others would wait for
+// nothing, so there it never beats.
+func (a *Agent) beat(ctx context.Context) (stop func()) {
+	if a.targets != nil || !a.probes.HoldAvailable() {
+		return func() {}
+	}
+	done := make(chan struct{})
+	beat := func() {
+		if err := a.probes.Beat(); err != nil {
+			a.limited.Log(slog.LevelWarn, "beat", "hold map: processes are not held at their loader notification", "err", err)
+		}
+	}
+	beat()
+	go func() {
+		t := time.NewTicker(beatEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-done:
+				return
+			case <-t.C:
+				beat()
+			}
+		}
+	}()
+	return sync.OnceFunc(func() {
+		close(done)
+		// Stopping: a thread held now goes on at its next check rather
+		// than when the beat goes stale (detaching waits for it).
+		if err := a.probes.EndBeat(); err != nil {
+			a.log.Warn("hold map: end the beat", "err", err)
+		}
+	})
+}
+
+// beatEvery is how often the agent beats: well inside probes.BeatStale.
+const beatEvery = probes.BeatStale / 20
+
 // attachLib probes a file named on the command line.
 func (a *Agent) attachLib(path string) error {
 	abs, err := filepath.Abs(path)
@@ -308,6 +371,13 @@ func (a *Agent) attachLib(path string) error {
 	defer mf.Close() // closed already when it was read
 	id := mf.ID
 	v := a.inspectFile(id, abs, 0, func() (*probes.MappedFile, error) { return mf, nil })
+	a.filesMu.Lock()
+	st := a.files[id]
+	probed := st != nil && !st.unprobed
+	a.filesMu.Unlock()
+	if err := a.probes.MarkKnown(id, probed); err != nil {
+		a.log.Warn("hold map", "path", abs, "err", err)
+	}
 	switch {
 	case v.probed:
 	case len(v.runtime) > 0:
@@ -318,6 +388,31 @@ func (a *Agent) attachLib(path string) error {
 		return fmt.Errorf("%s: exports none of the probed symbols", abs)
 	}
 	return nil
+}
+
+// attachDriver probes the host's CUDA driver library before any process
+// is seen: every process that maps it later (a container's bind-mount of
+// it too: the same inode) is traced from its first call, none races the
+// attach (docs/design.md, "Attach and discovery").
+func (a *Agent) attachDriver() {
+	if a.cfg.RootFS == "-" {
+		return
+	}
+	paths, problems := DriverLibraries(a.cfg.RootFS)
+	for _, err := range problems {
+		a.log.Warn("looking for the CUDA driver library", "root", a.cfg.RootFS, "err", err)
+	}
+	if len(paths) == 0 {
+		a.log.Info("no CUDA driver library under the root filesystem (ld.so.cache, the driver's directories, "+gpuOperatorDriverRoot+
+			"): a driver first seen in a process is probed while that process waits at its loader notification", "root", a.cfg.RootFS)
+	}
+	for _, p := range paths {
+		if err := a.attachLib(p); err != nil {
+			a.log.Warn("CUDA driver library found but not probed", "path", p, "err", err)
+			continue
+		}
+		a.log.Info("CUDA driver library probed at start", "path", p)
+	}
 }
 
 // initialScan finds every process that already maps a probed library. Those
@@ -378,8 +473,10 @@ func (a *Agent) discover(stop <-chan struct{}) {
 			return
 		case <-dropTick.C:
 			lastDrops = a.checkDrops(lastDrops)
+		case req := <-a.held:
+			a.rescanHeldProcess(req)
 		case pid := <-a.rescan:
-			a.rescanProcess(pid)
+			a.rescanProcess(pid, false)
 		case req := <-a.providers:
 			a.attachProvider(req)
 		case req := <-a.runtimeLayer:
@@ -398,7 +495,8 @@ func (a *Agent) discover(stop <-chan struct{}) {
 			}
 			gen := a.beginFullScan()
 			for _, pid := range pids {
-				a.rescanProcess(pid)
+				a.rescanProcess(pid, false)
+				a.rescanHeld() // a held process waits for no full scan
 			}
 			a.endFullScan(gen)
 			a.releaseUnmapped(gen)
@@ -406,33 +504,137 @@ func (a *Agent) discover(stop <-chan struct{}) {
 	}
 }
 
+// rescanHeld rescans the processes held at their loader notification.
+func (a *Agent) rescanHeld() {
+	for {
+		select {
+		case req := <-a.held:
+			a.rescanHeldProcess(req)
+		default:
+			return
+		}
+	}
+}
+
+// heldReq is a process held at its loader notification, and the file it
+// waits for (zero: its mappings could not be walked).
+type heldReq struct {
+	pid  int
+	file probes.FileID
+}
+
+// rescanHeldProcess rescans a held process. One whose maps the agent may
+// not read (CAP_SYS_PTRACE) is released at once by the file it waits for,
+// marked not probed: it cannot be traced, so it must not wait for the
+// bound.
+func (a *Agent) rescanHeldProcess(req heldReq) {
+	if err := a.rescanProcess(req.pid, true); !errors.Is(err, fs.ErrPermission) || req.file == (probes.FileID{}) {
+		return
+	}
+	if err := a.probes.MarkKnown(req.file, false); err != nil {
+		a.limited.Log(slog.LevelWarn, "hold map", "cannot release a process held at its loader notification (it goes on at the hold's bound)", "pid", req.pid, "err", err)
+	}
+}
+
 // rescanProcess attaches libraries the process mapped since the last scan.
 // If one of them was probed only after the process started, calls made
-// through it before that were missed: the process is no longer observed from
-// its start, and memory mapped before now is unknown rather than pageable.
-func (a *Agent) rescanProcess(pid int) {
+// through it before that may have been missed (lateAttach): the process is
+// no longer observed from its start, and memory mapped before now is
+// unknown rather than pageable. held: a thread of it waits at its loader
+// notification for this scan. The error is why its maps could not be read.
+func (a *Agent) rescanProcess(pid int, held bool) error {
 	a.rescans.Add(1)
 	probed, lastAttach, snapshot, err := a.scanProcess(pid)
 	if err != nil {
 		a.log.Debug(describeScanError(pid, err))
-		return
+		return err
 	}
 	if !probed {
-		return
+		return nil
 	}
 	a.procMu.Lock()
 	st, fromStart := a.procs[pid]
-	late := fromStart && lastAttach > st.since
-	if late {
-		delete(a.procs, pid)
+	var since, cleared uint64
+	if fromStart {
+		since, cleared = st.since, st.cleared
 	}
 	a.procMu.Unlock()
-	if late {
-		a.log.Info("library probed after the process started using it: earlier registrations unknown", "pid", pid)
-		a.engineMu.Lock()
-		a.engine.ObservedSince(uint32(pid), snapshot)
-		a.engineMu.Unlock()
+	if !fromStart || lastAttach <= max(since, cleared) {
+		return nil
 	}
+	switch a.lateAttach(pid, since, lastAttach, held) {
+	case attachProven:
+		a.procMu.Lock()
+		if st := a.procs[pid]; st != nil {
+			st.cleared = max(st.cleared, lastAttach)
+		}
+		a.procMu.Unlock()
+		return nil
+	case attachUndecided:
+		return nil // its next notification, or a rescan, decides
+	}
+	a.procMu.Lock()
+	delete(a.procs, pid)
+	a.procMu.Unlock()
+	a.log.Info("library probed after the process started using it: earlier registrations unknown", "pid", pid)
+	a.engineMu.Lock()
+	a.engine.ObservedSince(uint32(pid), snapshot)
+	a.engineMu.Unlock()
+	return nil
+}
+
+// attachVerdict says whether a library attached after a process started
+// was probed before the process's first call into it.
+type attachVerdict int
+
+const (
+	attachLate attachVerdict = iota
+	attachProven
+	attachUndecided
+)
+
+// provenWait is how long the rescan of a held process waits for its
+// notification to say it went on (its hold sees the files known at its
+// next poll).
+const provenWait = 50 * time.Millisecond
+
+// lateAttach decides for a process observed from since whose libraries
+// were attached up to attached. ld.so runs no code of the libraries it
+// mapped before its notification (_dl_debug_state), and the notification's
+// program holds the thread there until every CUDA file the process maps is
+// known to the agent (probed) — so a process whose notification proved
+// that at or after attached (probes.Verified.OK), and none went on
+// unproven since it started, made no call before the probes were in
+// (docs/design.md, "Attach and discovery"). Without the hold (a kernel
+// that refused it, --pid), attached after since is late, as before.
+func (a *Agent) lateAttach(pid int, since, attached uint64, held bool) attachVerdict {
+	if !a.probes.HoldAvailable() || a.targets != nil {
+		return attachLate
+	}
+	deadline := time.Now().Add(provenWait)
+	for {
+		v, err := a.probes.VerifiedOf(uint32(pid))
+		switch {
+		case err != nil:
+			a.log.Debug("read the hold map", "pid", pid, "err", err)
+			return attachLate
+		case v.Found && v.Broken >= since && v.Broken != 0:
+			return attachLate
+		case v.Found && v.OK >= attached:
+			return attachProven
+		}
+		if !held || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	// Not proven yet: the process has not reached a notification since the
+	// attach. A library ld.so did not load (no notification) is late once
+	// a rescan interval passed without one.
+	if probes.Now()-attached < uint64(a.cfg.RescanInterval) {
+		return attachUndecided
+	}
+	return attachLate
 }
 
 // checkDrops says when the BPF side lost events: at most one line per
@@ -529,6 +731,14 @@ func (a *Agent) handle(c *event.Call) {
 			a.limited.Log(slog.LevelWarn, "provider queue full", "provider resolution queue full: RDMA data path of this context not probed", "pid", c.PID)
 		}
 	}
+	if c.Op == event.OpLinkerUpdate && c.Held {
+		select {
+		case a.held <- heldReq{int(c.PID), probes.FileID{Dev: c.HeldFile[0], Inode: c.HeldFile[1]}}:
+		default: // it goes on at the hold's bound, counted
+			a.limited.Log(slog.LevelWarn, "held queue full", "held-process queue full: this process goes on at the hold's bound", "pid", c.PID)
+		}
+		return
+	}
 	if c.Op == event.OpLinkerUpdate {
 		select {
 		case a.rescan <- int(c.PID):
@@ -591,7 +801,11 @@ func (a *Agent) Stats() Stats {
 	a.engineMu.Lock()
 	es := a.engine.Stats()
 	a.engineMu.Unlock()
-	return Stats{Events: a.events.Load(), Drops: d, Links: a.probes.Links(), Files: len(a.probes.Files()), Engine: es, Rescans: a.rescans.Load(),
+	holds, err := a.probes.HoldStats()
+	if err != nil {
+		a.limited.Log(slog.LevelWarn, "holds\x00read", "read hold counters", "err", err)
+	}
+	return Stats{Holds: holds, Events: a.events.Load(), Drops: d, Links: a.probes.Links(), Files: len(a.probes.Files()), Engine: es, Rescans: a.rescans.Load(),
 		AttachFailures: a.attachErr.Load(), CallerUnclassified: a.callerErrs.Load(), Pages: a.pages.Stats(), LostExits: a.reap.lost.Load(),
 		LibraryDetaches: a.libDetaches.Load()}
 }

@@ -269,6 +269,7 @@ func (a *Agent) scanProcess(pid int) (probed bool, lastAttach uint64, snapshot [
 	if a.afterMaps != nil {
 		a.afterMaps(pid, maps)
 	}
+	inspected := map[probes.FileID]bool{} // CUDA files, and whether each has probes (or needs none)
 	for _, m := range maps {
 		if !m.Executable() || !m.FileBacked() {
 			continue
@@ -283,6 +284,21 @@ func (a *Agent) scanProcess(pid int) (probed bool, lastAttach uint64, snapshot [
 			if !v.linkerOnly {
 				lastAttach = max(lastAttach, v.attachedAt)
 			}
+		}
+		if looksLikeCUDA(m.Path) {
+			a.filesMu.Lock()
+			st := a.files[id]
+			inspected[id] = st != nil && !st.unprobed
+			a.filesMu.Unlock()
+		}
+	}
+	// Only now, every file of the process inspected: a thread held at its
+	// loader notification goes on (probes.MarkKnown), whatever came of it;
+	// a file without probes is marked so, and a process going on with it
+	// is not proven traced (lateAttach).
+	for id, ok := range inspected {
+		if err := a.probes.MarkKnown(id, ok); err != nil {
+			a.limited.Log(slog.LevelWarn, "hold map", "cannot release a process held at its loader notification (it goes on at the hold's bound)", "pid", pid, "err", err)
 		}
 	}
 	if !probed {

@@ -27,11 +27,13 @@ type readiness struct {
 	maxDropRatio float64
 	now          func() time.Time
 
-	mu      sync.Mutex
-	at      time.Time
-	events  uint64
-	drops   uint64
-	dropWhy string // the last interval's verdict on drops, "" when under the threshold
+	mu       sync.Mutex
+	at       time.Time
+	events   uint64
+	drops    uint64
+	dropWhy  string // the last interval's verdict on drops, "" when under the threshold
+	bound    uint64 // loader holds ended by their bound, at the last check
+	boundWhy string // the last interval's verdict on them, "" when none
 }
 
 // healthSource is what readiness reads from the agent (an interface so
@@ -41,6 +43,7 @@ type healthSource interface {
 	ReaderLastRound() time.Time // zero before the first
 	Unprobed() []UnprobedLibrary
 	EventsAndDrops() (uint64, event.Drops)
+	HoldBoundHits() uint64 // loader holds ended by their bound (probes.HoldStats.Bound)
 }
 
 // notReady lists why the agent is not ready, empty when it is.
@@ -60,28 +63,35 @@ func (r *readiness) notReady(src healthSource) []string {
 		why = append(why, fmt.Sprintf("library without probes: %s (pid %d, %d failed tries since %s): %s",
 			u.Path, u.PID, u.Failures, fmtTime(u.Since), u.Reason))
 	}
-	if d := r.judgeDrops(now, src); d != "" {
-		why = append(why, d)
+	for _, w := range r.judgeDrops(now, src) {
+		if w != "" {
+			why = append(why, w)
+		}
 	}
 	return why
 }
 
 // judgeDrops says whether more than maxDropRatio of the events since the
-// previous check were dropped ("" when not).
-func (r *readiness) judgeDrops(now time.Time, src healthSource) string {
+// previous check were dropped, and whether a loader hold ended by its
+// bound since then (a process went on before its new CUDA library was
+// probed: late attach); "" for each that did not happen.
+func (r *readiness) judgeDrops(now time.Time, src healthSource) [2]string {
 	events, d := src.EventsAndDrops()
-	drops := d.Total()
+	drops, bound := d.Total(), src.HoldBoundHits()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if !r.at.IsZero() && now.Sub(r.at) < time.Second {
-		return r.dropWhy
+		return [2]string{r.dropWhy, r.boundWhy}
 	}
 	first := r.at.IsZero()
-	de, dd := events-r.events, drops-r.drops
-	r.at, r.events, r.drops = now, events, drops
-	r.dropWhy = ""
+	de, dd, db := events-r.events, drops-r.drops, bound-r.bound
+	r.at, r.events, r.drops, r.bound = now, events, drops, bound
+	r.dropWhy, r.boundWhy = "", ""
 	if first {
-		de, dd = events, drops // since the start
+		de, dd, db = events, drops, bound // since the start
+	}
+	if db > 0 {
+		r.boundWhy = fmt.Sprintf("processes held at their loader notification went on before their new CUDA library was probed (the hold's bound): %d since the last check, %d since the start; their earlier registrations are unknown (late_attach)", db, bound)
 	}
 	if dd > 0 && float64(dd) > r.maxDropRatio*float64(de+dd) {
 		var reasons []string
@@ -94,7 +104,7 @@ func (r *readiness) judgeDrops(now time.Time, src healthSource) string {
 		r.dropWhy = fmt.Sprintf("probe events dropped or damaged: %d of %d since the last check (more than %.3g%%; totals since the start: %s)",
 			dd, de+dd, 100*r.maxDropRatio, strings.Join(reasons, " "))
 	}
-	return r.dropWhy
+	return [2]string{r.dropWhy, r.boundWhy}
 }
 
 func fmtTime(t time.Time) string {
@@ -136,6 +146,15 @@ func (a *Agent) ReaderLastRound() time.Time {
 		return time.Time{}
 	}
 	return time.Unix(0, ns)
+}
+
+// HoldBoundHits counts the loader holds that ended by their bound.
+func (a *Agent) HoldBoundHits() uint64 {
+	s, err := a.probes.HoldStats()
+	if err != nil {
+		a.limited.Log(slog.LevelWarn, "holds\x00read", "read hold counters", "err", err)
+	}
+	return s.Bound
 }
 
 // EventsAndDrops reads the events handled and the BPF drop counters.

@@ -16,12 +16,14 @@ type fakeHealth struct {
 	unprobed []UnprobedLibrary
 	events   uint64
 	drops    event.Drops
+	bound    uint64
 }
 
 func (f *fakeHealth) Attached() bool                        { return f.attached }
 func (f *fakeHealth) ReaderLastRound() time.Time            { return f.round }
 func (f *fakeHealth) Unprobed() []UnprobedLibrary           { return f.unprobed }
 func (f *fakeHealth) EventsAndDrops() (uint64, event.Drops) { return f.events, f.drops }
+func (f *fakeHealth) HoldBoundHits() uint64                 { return f.bound }
 
 func TestReadiness(t *testing.T) {
 	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
@@ -45,6 +47,8 @@ func TestReadiness(t *testing.T) {
 		}, 0, []string{"library without probes: /usr/lib/libcuda.so.1 (pid 42, 3 failed tries since 2026-01-02T03:04:05Z): open /proc/42/map_files: permission denied"}},
 		{"drops over", func() *fakeHealth { f := ok(); f.drops = event.Drops{RingFull: 20}; return f }, 0,
 			[]string{"probe events dropped or damaged: 20 of 1020 since the last check (more than 1%; totals since the start: ring_full=20)"}},
+		{"hold bound hit", func() *fakeHealth { f := ok(); f.bound = 2; return f }, 0,
+			[]string{"processes held at their loader notification went on before their new CUDA library was probed (the hold's bound): 2 since the last check, 2 since the start"}},
 		{"drops under", func() *fakeHealth { f := ok(); f.drops = event.Drops{RingFull: 5, ReadFault: 4}; return f }, 0, nil},
 		{"everything", func() *fakeHealth {
 			f := ok()

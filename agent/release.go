@@ -148,6 +148,9 @@ func (a *Agent) release(id probes.FileID) {
 	start := time.Now()
 	links, errs := 0, []error{}
 	for _, gid := range group { // the probes are in one of them (the first attached)
+		if err := a.probes.ForgetKnown(gid); err != nil { // a process mapping it again waits for its probes
+			a.log.Warn("hold map", "path", st.name, "err", err)
+		}
 		n, err := a.probes.DetachFile(gid)
 		links, errs = links+n, append(errs, err)
 	}

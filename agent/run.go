@@ -410,7 +410,8 @@ func (m *metrics) health() exporters.Health {
 	st := ag.Stats()
 	return exporters.Health{Events: st.Events, Drops: st.Drops, AttachedProbes: ag.AttachedProbes(),
 		AttachFailures: ag.AttachFailures(), Unprobed: ag.UnprobedByLibrary(), CallerUnclassified: st.CallerUnclassified, Pending: ag.Pending(), PageLookups: st.Pages.ByResult(),
-		Kernels: st.Engine.Kernels, Graphs: st.Engine.Graphs, ProbedLibraries: st.Files, LibraryDetaches: st.LibraryDetaches}
+		Kernels: st.Engine.Kernels, Graphs: st.Engine.Graphs, ProbedLibraries: st.Files, LibraryDetaches: st.LibraryDetaches,
+		LoaderHolds: st.Holds.ByEnd(), LoaderHoldSeconds: float64(st.Holds.HeldNS) / 1e9}
 }
 
 // publish hands a verdict to the metrics and logs what it holds: every

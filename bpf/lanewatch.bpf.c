@@ -92,13 +92,7 @@ struct {
 __u64 lost_waiting;
 __u64 lost_overflow;
 
-#include "pidns.h" /* pidns_dev, pidns_ino, current_id */
-
-/* foreign: the current thread is outside the agent's PID namespace. */
-static __always_inline int foreign(void)
-{
-	return pidns_ino && !current_id();
-}
+#include "pidns.h" /* pidns_dev, pidns_ino, current_id, foreign */
 
 /* note_lost remembers that the current process lost an event. */
 static __always_inline void note_lost(void)

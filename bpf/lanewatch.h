@@ -41,6 +41,8 @@ enum lw_event_flag {
 				     * a registration may be among them (docs/design.md, "Ring buffer, wakeups, drops") */
 	LW_F_LOST_ANY = 8,          /* the table of processes with lost events was full: any process may have
 				     * lost events since this CPU's previous event */
+	LW_F_HELD = 16,             /* a linker notification whose thread waits until the CUDA files its
+				     * process newly maps are probed (bpf/hold.bpf.c) */
 };
 
 struct lw_event {
@@ -206,5 +208,24 @@ enum lw_wc_arg {
 	LW_WC_LEN_IMM = 3,     /* byte_len | imm_data << 32 */
 	LW_WC_QPNUM_FLAGS = 4, /* qp_num | wc_flags << 32 */
 };
+
+/* A file as the agent names it (probes.FileID): major << 32 | minor, and
+ * its inode. Keys of hold.bpf.c's `known`. */
+struct lw_file {
+	__u64 dev;
+	__u64 ino;
+};
+/* What a process's linker notifications proved (hold.bpf.c's `verified`):
+ * ok, the latest time it went on with every CUDA file it maps probed;
+ * broken, the latest time it went on without that proven. */
+struct lw_verified {
+	__u64 ok;
+	__u64 broken;
+};
+#define LW_KNOWN_PROBED 1   /* values of `known`: probed, or nothing in it to probe */
+#define LW_KNOWN_UNPROBED 2 /* inspected, not probed (a failure, or a hold that gave up on it) */
+#define LW_KNOWN_FILES 16384 /* files the hold map remembers (LRU) */
+#define LW_HOLD_ROUNDS 4096  /* rounds of up to 2^23 polls: the time bound ends a hold first */
+#define LW_WALK_RETRY_NS 50000 /* between walks that could not look (the mmap lock taken) */
 
 #endif

@@ -23,4 +23,10 @@ static __always_inline __u64 current_id(void)
 	return (__u64)ns.tgid << 32 | ns.pid;
 }
 
+/* foreign: the current thread is outside the agent's PID namespace. */
+static __always_inline int foreign(void)
+{
+	return pidns_ino && !current_id();
+}
+
 #endif

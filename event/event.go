@@ -66,6 +66,13 @@ type Call struct {
 	// stops trusting what it knew from this event on (docs/design.md,
 	// "Ring buffer, wakeups, drops").
 	LostBefore, LostAny bool
+	// Held: a linker notification whose thread waits until the CUDA files
+	// its process newly maps are probed (docs/design.md, "Attach and
+	// discovery"): its rescan comes first. HeldFile is the file it waits
+	// for (device and inode as probes.FileID has them; zero when its
+	// mappings could not be walked).
+	Held     bool
+	HeldFile [2]uint64
 
 	Dst, Src uint64
 	Bytes    uint64

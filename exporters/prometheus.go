@@ -65,6 +65,12 @@ type Health struct {
 	// whose probes were detached because no process mapped them any more.
 	ProbedLibraries int
 	LibraryDetaches uint64
+	// LoaderHolds counts threads held at their loader notification until
+	// a CUDA file their process newly maps was probed, by how each hold
+	// ended (released, bound, agent_gone); LoaderHoldSeconds their total
+	// time; nil: the kernel cannot hold.
+	LoaderHolds       map[string]uint64
+	LoaderHoldSeconds float64
 	// CallerUnclassified counts driver calls neither the probe nor the
 	// process's maps could place (reported under the driver's name).
 	CallerUnclassified uint64
@@ -252,6 +258,12 @@ var (
 		"Library files with probes attached (each holds its links until no process maps it).", nil, nil)
 	descLibraryDetaches = prometheus.NewDesc("lanewatch_library_detaches_total",
 		"Libraries whose probes were detached because no process mapped them for the grace period (attached again when one does).", nil, nil)
+	descLoaderHolds = prometheus.NewDesc("lanewatch_loader_holds_total",
+		"Threads held at their dynamic linker notification until a CUDA library their process newly mapped was probed, by how the hold ended: "+
+			"released (probed before the process's first call into it), bound (the agent did not probe it within the bound: late attach), agent_gone (the agent stopped).",
+		[]string{"end"}, nil)
+	descLoaderHoldSeconds = prometheus.NewDesc("lanewatch_loader_hold_seconds_total",
+		"Time threads spent held at their dynamic linker notification (spinning on their CPU).", nil, nil)
 	descCallerUnclassified = prometheus.NewDesc("lanewatch_caller_unclassified_total",
 		"Driver calls whose caller neither the probe nor the process's maps could place: reported under the driver's name, not the runtime call's.", nil, nil)
 	descPageLookups = prometheus.NewDesc("lanewatch_page_lookups_total",
@@ -404,7 +416,7 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descTransfers, descTransferBytes, descTransferSize, descFailed, descSMTransfers, descLaunches, descGraphLaunches, descCaptured, descWRs, descWRLatency,
 		descFindings, descFindingWindows, descLaneDemand, descLaneCapacity, descLaneMeasured, descLaneUnattributed, descLaneSM, descPeerCopy, descGPUCounters,
 		descEvalDuration, descEvalTime, descInflightBytes, descInflightOps, descQPInflightBytes, descQPInflightOps,
-		descEvents, descDrops, descAttached, descAttachFailures, descUnprobed, descProbedLibraries, descLibraryDetaches, descCallerUnclassified, descPending, descPageLookups,
+		descEvents, descDrops, descAttached, descAttachFailures, descUnprobed, descProbedLibraries, descLibraryDetaches, descLoaderHolds, descLoaderHoldSeconds, descCallerUnclassified, descPending, descPageLookups,
 		descComputeOverlap, descHostWait, descHostWaits} {
 		ch <- d
 	}
@@ -529,6 +541,12 @@ func collectHealth(ch chan<- prometheus.Metric, h Health) {
 	}
 	ch <- prometheus.MustNewConstMetric(descProbedLibraries, prometheus.GaugeValue, float64(h.ProbedLibraries))
 	ch <- prometheus.MustNewConstMetric(descLibraryDetaches, prometheus.CounterValue, float64(h.LibraryDetaches))
+	if h.LoaderHolds != nil {
+		for end, n := range h.LoaderHolds {
+			ch <- prometheus.MustNewConstMetric(descLoaderHolds, prometheus.CounterValue, float64(n), end)
+		}
+		ch <- prometheus.MustNewConstMetric(descLoaderHoldSeconds, prometheus.CounterValue, h.LoaderHoldSeconds)
+	}
 	ch <- prometheus.MustNewConstMetric(descCallerUnclassified, prometheus.CounterValue, float64(h.CallerUnclassified))
 	ch <- prometheus.MustNewConstMetric(descPending, prometheus.GaugeValue, float64(h.Pending))
 	for _, l := range []struct {

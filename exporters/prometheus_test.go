@@ -63,6 +63,7 @@ func testHealth() Health {
 		AttachFailures:  map[string]uint64{"libcuda.so.1": 2},
 		Unprobed:        map[string]int{"libcuda.so.1": 1},
 		ProbedLibraries: 2, LibraryDetaches: 7,
+		LoaderHolds: map[string]uint64{"released": 4, "bound": 1, "agent_gone": 0}, LoaderHoldSeconds: 0.25,
 		Pending: 5,
 		Kernels: correlate.KernelStats{Launches: 9, KV: 2, Other: 5, Unnamed: 2},
 		Graphs:  correlate.GraphStats{Launches: 70, CapturedCopies: 2, CapturedBytes: 640},
@@ -148,6 +149,14 @@ lanewatch_probed_libraries 2
 # HELP lanewatch_library_detaches_total Libraries whose probes were detached because no process mapped them for the grace period (attached again when one does).
 # TYPE lanewatch_library_detaches_total counter
 lanewatch_library_detaches_total 7
+# HELP lanewatch_loader_holds_total Threads held at their dynamic linker notification until a CUDA library their process newly mapped was probed, by how the hold ended: released (probed before the process's first call into it), bound (the agent did not probe it within the bound: late attach), agent_gone (the agent stopped).
+# TYPE lanewatch_loader_holds_total counter
+lanewatch_loader_holds_total{end="agent_gone"} 0
+lanewatch_loader_holds_total{end="bound"} 1
+lanewatch_loader_holds_total{end="released"} 4
+# HELP lanewatch_loader_hold_seconds_total Time threads spent held at their dynamic linker notification (spinning on their CPU).
+# TYPE lanewatch_loader_hold_seconds_total counter
+lanewatch_loader_hold_seconds_total 0.25
 # HELP lanewatch_transfers_pending Transfers waiting for a synchronisation to prove their completion, plus RDMA work requests not yet completed.
 # TYPE lanewatch_transfers_pending gauge
 lanewatch_transfers_pending 5
@@ -155,7 +164,7 @@ lanewatch_transfers_pending 5
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want),
 		"lanewatch_findings", "lanewatch_lane_capacity_bytes_per_second", "lanewatch_lane_demand_bytes_per_second", "lanewatch_lane_sm_transfers", "lanewatch_peer_copy_bytes_per_second",
 		"lanewatch_rdma_work_requests_total", "lanewatch_probe_dropped_events_total", "lanewatch_attached_probes",
-		"lanewatch_attach_failures_total", "lanewatch_unprobed_libraries", "lanewatch_probed_libraries", "lanewatch_library_detaches_total", "lanewatch_transfers_pending"); err != nil {
+		"lanewatch_attach_failures_total", "lanewatch_unprobed_libraries", "lanewatch_probed_libraries", "lanewatch_library_detaches_total", "lanewatch_loader_holds_total", "lanewatch_loader_hold_seconds_total", "lanewatch_transfers_pending"); err != nil {
 		t.Error(err)
 	}
 

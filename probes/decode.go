@@ -94,6 +94,7 @@ func Decode(raw []byte, c *event.Call) error {
 		BatchIndex: ev.BatchIndex,
 		LostBefore: ev.Flags&uint8(lanewatchLwEventFlagLW_F_LOST_BEFORE) != 0,
 		LostAny:    ev.Flags&uint8(lanewatchLwEventFlagLW_F_LOST_ANY) != 0,
+		Held:       ev.Flags&uint8(lanewatchLwEventFlagLW_F_HELD) != 0,
 	}
 	if kind == event.KindExec || kind == event.KindExit {
 		return nil
@@ -104,6 +105,9 @@ func Decode(raw []byte, c *event.Call) error {
 	p := &Table[ev.Probe]
 	describe(c, ev.Probe)
 	a := &ev.Args
+	if c.Held {
+		c.HeldFile = [2]uint64{a[0], a[1]} // bpf/hold.bpf.c linker_event
+	}
 	if kind == event.KindName {
 		// lw_name_return put a piece of the name in args[0..]: bytes in
 		// memory order, as the host's (little-endian) words hold them.

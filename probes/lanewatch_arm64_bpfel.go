@@ -80,6 +80,7 @@ const (
 	lanewatchLwEventFlagLW_F_CALLER_UNRESOLVED lanewatchLwEventFlag = 2
 	lanewatchLwEventFlagLW_F_LOST_BEFORE       lanewatchLwEventFlag = 4
 	lanewatchLwEventFlagLW_F_LOST_ANY          lanewatchLwEventFlag = 8
+	lanewatchLwEventFlagLW_F_HELD              lanewatchLwEventFlag = 16
 )
 
 type lanewatchLwEventKind uint32

@@ -49,6 +49,7 @@ type Options struct {
 // Close detaches everything, then closes the reader, then the objects.
 type Probes struct {
 	objs   lanewatchObjects
+	hold   *holdObjects // the linker notification with its hold; nil where the kernel refused it (hold.go)
 	reader *ringbuf.Reader
 	opts   Options
 	log    *slog.Logger
@@ -118,9 +119,10 @@ func Load(opts Options) (*Probes, error) {
 		}
 		return nil, fmt.Errorf("load BPF programs: %w", err)
 	}
+	p.loadHold()
 	p.reader, err = ringbuf.NewReader(p.objs.Events)
 	if err != nil {
-		p.objs.Close()
+		p.Close()
 		return nil, fmt.Errorf("open ring buffer: %w", err)
 	}
 	return p, nil
@@ -396,7 +398,7 @@ func (p *Probes) attachPlan(path string, plan map[Program]*sites, pid int) ([]li
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
 	var made []link.Link
-	for _, prog := range []Program{ProgEntry, ProgBatch, ProgCopy2D, ProgEntryReturn, ProgProp, ProgName, ProgLaunchEx, ProgModifyQP, ProgPostSend, ProgPostRecv, ProgPollCQ} {
+	for _, prog := range []Program{ProgEntry, ProgLinker, ProgBatch, ProgCopy2D, ProgEntryReturn, ProgProp, ProgName, ProgLaunchEx, ProgModifyQP, ProgPostSend, ProgPostRecv, ProgPollCQ} {
 		s := plan[prog]
 		if s == nil {
 			continue
@@ -430,6 +432,11 @@ type attachProg struct {
 func (p *Probes) programsFor(prog Program) []attachProg {
 	switch prog {
 	case ProgEntry:
+		return []attachProg{{p.objs.LwCall, false}}
+	case ProgLinker:
+		if p.hold != nil {
+			return []attachProg{{p.hold.LwLinkerHold, false}}
+		}
 		return []attachProg{{p.objs.LwCall, false}}
 	case ProgBatch:
 		return []attachProg{{p.objs.LwBatch, false}, {p.objs.LwCallReturn, true}}
@@ -676,6 +683,9 @@ func (p *Probes) Close() error {
 	p.mu.Unlock()
 	if p.reader != nil {
 		errs = append(errs, p.reader.Close())
+	}
+	if p.hold != nil {
+		errs = append(errs, p.hold.Close())
 	}
 	errs = append(errs, p.objs.Close())
 	return errors.Join(errs...)

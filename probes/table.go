@@ -37,6 +37,7 @@ const (
 	ProgName                           // entry kept; at return the name argument (LW_NAME_ARG) goes out in pieces, then the result
 	ProgLaunchEx                       // entry reads the launch config at argument 0 (grid, block, stream); the result at return
 	ProgModifyQP                       // entry reads the QP's number and where attr connects it (enum lw_qp_arg); the result at return
+	ProgLinker                         // the dynamic linker's notification: entry only, holding the thread while a new CUDA file is probed (hold.go)
 )
 
 // Dims says where a launch row finds its grid and block dimensions.
@@ -250,7 +251,7 @@ func buildTable() []Probe {
 	add(rt("cudaGetDeviceCount", event.OpInit, ProgEntryReturn, 0, syncArgs(noArg, noArg, noArg), 1))
 
 	// --- dynamic linker: fires after every dlopen/dlclose, so new libraries get probed ---
-	add(Probe{Symbol: "_dl_debug_state", Layer: event.LayerLinker, Op: event.OpLinkerUpdate, Program: ProgEntry,
+	add(Probe{Symbol: "_dl_debug_state", Layer: event.LayerLinker, Op: event.OpLinkerUpdate, Program: ProgLinker,
 		Args: syncArgs(noArg, noArg, noArg), NArgs: 0})
 
 	// --- RDMA verbs (libibverbs exports) ---

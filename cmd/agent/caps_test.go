@@ -123,6 +123,9 @@ func TestRunCapabilities(t *testing.T) {
 	if n != 32 || strings.Contains(log, "missing CAP_") || !placed.MatchString(log) || strings.Contains(log, denied) {
 		t.Errorf("the minimum: %d records of hicache-load's 32 copies, a capability named missing, or its environment unread:\n%s", n, log)
 	}
+	if strings.Contains(log, "cannot hold a process") { // the loader hold needs no other capability
+		t.Errorf("the minimum: the hold program was refused:\n%s", log)
+	}
 	n, log = traced([]string{"bpf", "perfmon", "sys_ptrace", "checkpoint_restore"}, "lib")
 	if n != 32 || !strings.Contains(log, `msg="missing CAP_DAC_READ_SEARCH"`) || !strings.Contains(log, denied) {
 		t.Errorf("without CAP_DAC_READ_SEARCH: %d records (want 32), not named, or its environment read:\n%s", n, log)

@@ -27,6 +27,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	output := fs.String("output", "-", "where to write JSONL transfer records (- for stdout)")
 	procRoot := fs.String("path.procfs", "/proc", "procfs mount point")
 	sysRoot := fs.String("path.sysfs", "/sys", "sysfs mount point (GPU placement, link capacity, RDMA ports)")
+	rootFS := fs.String("path.rootfs", "/", "the host's root filesystem, where the CUDA driver library is looked for at start and probed before any process maps it: what its /etc/ld.so.cache resolves libcuda.so.1 to, the driver's usual directories, the GPU operator's /run/nvidia/driver (- : none)")
 	rescan := fs.Duration("rescan-interval", 10*time.Second, "how often every process's mappings are rescanned, besides the dynamic linker's notifications")
 	ring := fs.Uint("ring-bytes", 0, fmt.Sprintf("BPF ring buffer size in bytes, a power of two from a page to %d (0: 4 MiB)", maxRingBytes))
 	memLimit := fs.String("memory-limit", "", fmt.Sprintf("the agent's memory ceiling, as GOMEMLIMIT writes it (512MiB, 2GiB, off); the Go runtime's soft limit is set to it less the BPF ring (twice) and 64 MiB for C libraries, and bounded parts size their budgets from it (default %d MiB, 10x the measured peak; GOMEMLIMIT when set)", defaultMemoryLimit>>20))
@@ -71,7 +72,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	if log == nil {
 		return code
 	}
-	flagErr := errors.Join(checkRoot("path.procfs", *procRoot), checkRoot("path.sysfs", *sysRoot), checkLibs(libs), checkRing(*ring),
+	flagErr := errors.Join(checkRoot("path.procfs", *procRoot), checkRoot("path.sysfs", *sysRoot), checkRootFS(*rootFS), checkLibs(libs), checkRing(*ring),
 		positive("rescan-interval", *rescan), notNegative("host-check-interval", mc.HostCheckInterval), notNegative("spans.hold", tc.Hold),
 		notNegative("spans.max-hold", tc.MaxHold), positive("otlp.index-window", tc.Index.Window), positive("evaluate-interval", mc.EvaluateInterval))
 	if r := mc.ReadyMaxDropRatio; !(r > 0 && r <= 1) {
@@ -149,7 +150,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	cfg := agent.RunConfig{
-		Trace: agent.Config{ProcRoot: *procRoot, PIDs: pids, Libs: libs, RescanInterval: *rescan, RingBytes: uint32(*ring),
+		Trace: agent.Config{ProcRoot: *procRoot, RootFS: *rootFS, PIDs: pids, Libs: libs, RescanInterval: *rescan, RingBytes: uint32(*ring),
 			Kernels: *kernels, KVKernels: kv, AllowSingleStep: *singleStep},
 		Output:  stdout,
 		SysRoot: *sysRoot, Version: version, Logger: log, Metrics: mc, Traces: tc, MemoryLimit: limit, TraceStorageReads: *storageReads,

@@ -36,6 +36,14 @@ func checkRoot(flag, path string) error {
 	return nil
 }
 
+// checkRootFS checks --path.rootfs: a directory, or - for none.
+func checkRootFS(path string) error {
+	if path == "-" {
+		return nil
+	}
+	return checkRoot("path.rootfs", path)
+}
+
 // checkPIDs checks that every --pid names a running user-space process
 // under procRoot: not gone, not a kernel thread (no library to probe), not
 // one thread of a process (events carry the process's id).

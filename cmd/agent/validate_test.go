@@ -79,6 +79,8 @@ func TestFlagsSayNo(t *testing.T) {
 		{[]string{"run", "--path.procfs", proc, "--pid", "41"}, "agent run: --pid 41: a thread of process 40 (python3): give the process"},
 		{[]string{"run", "--path.procfs", ""}, "agent run: --path.procfs is empty"},
 		{[]string{"run", "--path.sysfs", text}, "agent run: --path.sysfs " + text + ": not a directory"},
+		{[]string{"run", "--path.rootfs", text}, "agent run: --path.rootfs " + text + ": not a directory"},
+		{[]string{"run", "--path.rootfs", ""}, "agent run: --path.rootfs is empty"},
 		{[]string{"run", "--lib", text}, "agent run: --lib " + text + ": not an ELF file (it starts with \"not \")"},
 		{[]string{"run", "--lib", arm}, "agent run: --lib " + arm + ": an ELF file for EM_AARCH64 (ELFCLASS64); the probes are built for x86-64"},
 		{[]string{"run", "--lib", i386}, "agent run: --lib " + i386 + ": an ELF file for EM_386 (ELFCLASS32)"},

@@ -35,6 +35,7 @@ args:
   - --web.listen-address=:{{ .Values.ports.metrics }}
   {{- if $daemonset }}
   - --path.sysfs=/host/sys
+  - --path.rootfs=/proc/1/root
   - --otlp.grpc-listen=:{{ .Values.ports.otlpGRPC }}
   - --otlp.http-listen=:{{ .Values.ports.otlpHTTP }}
   {{- else }}
