@@ -412,15 +412,25 @@ func (s *soak) finish(stopPoll context.CancelFunc, polling *sync.WaitGroup) erro
 	}
 	s.ledger.close()
 	s.rep.Ledger = s.ledger.stats()
-	left, err := bpfLeft(fig)
-	if err != nil {
-		return err
+	// The kernel frees a sleepable program (the loader hold's) only after
+	// an RCU tasks-trace grace period, and a thread held in it leaves it
+	// when the hold sees the agent stop: gone within a few seconds, or
+	// left behind.
+	var left []string
+	exited := time.Now()
+	for deadline := exited.Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if left, err = bpfLeft(fig); err != nil {
+			return err
+		}
+		if len(left) == 0 || time.Now().After(deadline) {
+			break
+		}
 	}
 	if len(left) > 0 {
 		s.rep.fail("after the agent exited, BPF objects it held remain: %s", strings.Join(left, ", "))
 	}
-	fmt.Fprintf(s.cfg.Out, "exit: SIGINT → exit in %s; the agent held %d links and %d programs, %d remain\n",
-		took.Round(time.Millisecond), len(fig.LinkIDs), len(fig.ProgIDs), len(left))
+	fmt.Fprintf(s.cfg.Out, "exit: SIGINT → exit in %s; the agent held %d links and %d programs, %d remain (looked for %s)\n",
+		took.Round(time.Millisecond), len(fig.LinkIDs), len(fig.ProgIDs), len(left), time.Since(exited).Round(time.Millisecond))
 	return nil
 }
 
