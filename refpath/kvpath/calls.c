@@ -1,6 +1,8 @@
 /* Recorded CUDA calls shared by the scenario drivers (kvpath, rdmapath):
  * each makes the call and writes its ground-truth line. */
 #include "calls.h"
+#include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -89,4 +91,19 @@ void stream_wait_event(cudaStream_t s, cudaEvent_t e, int layer)
 	r->has_event = r->has_stream = r->has_flags = 1;
 	r->layer = layer;
 	TCALL(r, cudaStreamWaitEvent(s, e, 0));
+}
+
+/*
+ * A shape whose verdict rests on its submitting thread keeping the lane fed
+ * (two flows in flight together, one copy after another) must not rest on
+ * the CPU scheduler: on a machine whose CPUs are all busy an ordinary thread
+ * is left out for milliseconds, the lanes drain, and the shape is not made.
+ * So for that phase the thread runs as the movers do (driver/mover.c):
+ * SCHED_FIFO at the lowest priority where it has the privilege. It blocks or
+ * naps while it waits, never holding a CPU; RT throttling bounds it anyway.
+ */
+void submit_as_mover(int on)
+{
+	struct sched_param p = {.sched_priority = on ? 1 : 0};
+	(void)pthread_setschedparam(pthread_self(), on ? SCHED_FIFO : SCHED_OTHER, &p);
 }

@@ -14,5 +14,6 @@ void dev_free(void *d);
 void stream_sync(cudaStream_t s, const char *phase);
 void event_record(cudaEvent_t e, cudaStream_t s, int layer);      /* cudaEventRecord, with its layer */
 void stream_wait_event(cudaStream_t s, cudaEvent_t e, int layer); /* cudaStreamWaitEvent(s, e, 0) */
+void submit_as_mover(int on); /* the calling thread at SCHED_FIFO 1 (on) or back to SCHED_OTHER, where allowed */
 
 #endif

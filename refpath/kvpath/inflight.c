@@ -36,6 +36,7 @@ static int pages_load(const struct opts *o, int serial)
 	CHECK(cudaStreamCreateWithFlags(&load, cudaStreamNonBlocking));
 	hold_point(o);
 
+	submit_as_mover(serial); /* serial: one copy after another, no scheduler's gap between them */
 	for (int l = 0; l < o->layers; l++) {
 		for (size_t p = 0; p < per_layer; p++) {
 			size_t off = (size_t)l * o->layer_bytes + p * PAGE_BYTES;
@@ -46,6 +47,7 @@ static int pages_load(const struct opts *o, int serial)
 		if (!serial)
 			stream_sync(load, NULL);
 	}
+	submit_as_mover(0);
 	int bad = memcmp(dev, pool, total) != 0;
 	if (bad)
 		fprintf(stderr, "kvpath: data mismatch after the page load\n");

@@ -18,6 +18,7 @@
  *                    through /dev/shm/lw-ref-<name>-pair: neither submits more than
  *                    PAIR_AHEAD copies ahead of the other (finding: the inbound lane is
  *                    saturated by both). Run both with --hold and release them together.
+ *                    Each submits and synchronises as a mover (submit_as_mover).
  *
  * End lines: the engine-time facts each shape relies on (overlap_ns between the two
  * flows' engine intervals; for the pair, the peer and what the shared inbound lane
@@ -254,6 +255,7 @@ int sc_two_proc_lane(const struct opts *o, struct result *res)
 	if (pair_wait(p, both_joined, me, 0, "the peer to join"))
 		return 1;
 	uint64_t lane0 = refcudaLaneBytes(1);
+	submit_as_mover(1);
 	for (int i = 0; i < o->layers; i++) {
 		if (pair_wait(p, peer_caught_up, me, (uint64_t)i, "the peer's copies"))
 			return 1;
@@ -261,6 +263,7 @@ int sc_two_proc_lane(const struct opts *o, struct result *res)
 		__atomic_store_n(&p->submitted[me], (uint64_t)i + 1, __ATOMIC_RELEASE);
 	}
 	stream_sync(s, "pair");
+	submit_as_mover(0);
 	uint64_t lane = refcudaLaneBytes(1) - lane0;
 	int bad = memcmp(da, a, total) != 0;
 	int32_t peer = __atomic_load_n(&p->pid[1 - me], __ATOMIC_ACQUIRE);

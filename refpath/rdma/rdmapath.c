@@ -136,12 +136,8 @@ static void barrier(uint32_t k, const char *what)
  * submitting thread runs as the movers do (refpath/driver/mover.c): SCHED_FIFO at the
  * lowest priority, where it has the privilege. It waits in short naps, never holding
  * a CPU; the kernel's RT throttling bounds it anyway.
+ * (submit_as_mover, kvpath/calls.c)
  */
-static void submit_as_mover(int on)
-{
-	struct sched_param p = {.sched_priority = on ? 1 : 0};
-	(void)pthread_setschedparam(pthread_self(), on ? SCHED_FIFO : SCHED_OTHER, &p);
-}
 
 /* Waits until *c >= want (the other role's progress), or fails like barrier(). */
 static void wait_count(const uint64_t *c, uint64_t want, const char *what)
