@@ -5,7 +5,9 @@
  * (a chunk reserved more than CATCH_UP_NS after the previous one ended leaves a
  * gap), so on a machine whose CPUs are all busy an ordinary thread would make the
  * lanes run well below their rate: two flows meant to saturate a lane would not.
- * A mover therefore asks for SCHED_FIFO at the lowest priority. It sleeps between
+ * A mover therefore asks for SCHED_FIFO, at priority 2: above the scenario threads
+ * that bear a shape and run at priority 1 (submit_as_mover, kvpath/calls.c), which
+ * would otherwise keep a mover off a CPU while they submit. It sleeps between
  * chunks and spends a fraction of the lane's time copying, so it never holds a CPU;
  * the kernel's RT throttling bounds it anyway. Without the privilege (no root,
  * CAP_SYS_NICE or RLIMIT_RTPRIO) it stays an ordinary thread and the lanes may fall
@@ -16,6 +18,6 @@
 
 void rc_mover_thread(void)
 {
-	struct sched_param p = {.sched_priority = 1};
+	struct sched_param p = {.sched_priority = 2};
 	(void)pthread_setschedparam(pthread_self(), SCHED_FIFO, &p);
 }

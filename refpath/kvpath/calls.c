@@ -98,9 +98,10 @@ void stream_wait_event(cudaStream_t s, cudaEvent_t e, int layer)
  * (two flows in flight together, one copy after another) must not rest on
  * the CPU scheduler: on a machine whose CPUs are all busy an ordinary thread
  * is left out for milliseconds, the lanes drain, and the shape is not made.
- * So for that phase the thread runs as the movers do (driver/mover.c):
- * SCHED_FIFO at the lowest priority where it has the privilege. It blocks or
- * naps while it waits, never holding a CPU; RT throttling bounds it anyway.
+ * So for that phase the thread runs SCHED_FIFO at priority 1 where it has
+ * the privilege: above every ordinary thread, below the movers (priority 2,
+ * driver/mover.c), which it must never keep off a CPU. It blocks or naps
+ * while it waits, never holding a CPU; RT throttling bounds it anyway.
  */
 void submit_as_mover(int on)
 {

@@ -514,7 +514,7 @@ static void *nic_main(void *arg)
 {
 	(void)arg;
 	/* the NIC is hardware: no CPU scheduler delays it (refpath/driver/mover.c) */
-	struct sched_param sp = {.sched_priority = 1};
+	struct sched_param sp = {.sched_priority = 2};
 	(void)pthread_setschedparam(pthread_self(), SCHED_FIFO, &sp);
 	prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
 	prctl(PR_SET_NAME, "refrdma-nic", 0, 0, 0);
