@@ -1,6 +1,7 @@
 package agent_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"io"
@@ -105,6 +106,32 @@ func runScenario(t *testing.T, ref, scenario, truth string, extra ...string) *ex
 		t.Fatalf("%s: %v", scenario, err)
 	}
 	return cmd
+}
+
+// startReady starts a kvpath run with --hold and returns its stdin (closing
+// it releases the run) once it printed its ready line; its stdout is
+// drained, and it is killed at the test's end if it still runs.
+func startReady(t *testing.T, cmd *exec.Cmd) io.WriteCloser {
+	t.Helper()
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill() })
+	r := bufio.NewReader(out)
+	if line, err := r.ReadString('\n'); err != nil || !strings.HasPrefix(line, "ready") {
+		t.Fatalf("%s: %q %v", cmd.Args, line, err)
+	}
+	go io.Copy(io.Discard, r)
+	return in
 }
 
 func waitExit(t *testing.T, col *selftest.Collector, pid int) {

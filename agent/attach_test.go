@@ -1,13 +1,10 @@
 package agent_test
 
 import (
-	"bufio"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -88,22 +85,7 @@ func TestFirstProcessGoneBeforeAttach(t *testing.T) {
 	// The next process mapping the same file gets it probed.
 	truth := filepath.Join(dir, "second.jsonl")
 	second := exec.Command(kvpath, "--scenario", "hicache-load", "--hold", "--truth", truth)
-	in, err := second.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := second.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	second.Stderr = os.Stderr
-	if err := second.Start(); err != nil {
-		t.Fatal(err)
-	}
-	if line, err := bufio.NewReader(out).ReadString('\n'); err != nil || !strings.HasPrefix(line, "ready") {
-		second.Process.Kill()
-		t.Fatalf("second process: %q %v", line, err)
-	}
+	in := startReady(t, second)
 	deadline := time.Now().Add(20 * time.Second)
 	for r.agent.AttachedProbes()[driver] == 0 {
 		if time.Now().After(deadline) {
@@ -115,7 +97,6 @@ func TestFirstProcessGoneBeforeAttach(t *testing.T) {
 	}
 	waitUnprobed(t, r.agent, driver, false)
 	in.Close() // releases it: every copy comes after its driver was probed
-	go io.Copy(io.Discard, out)
 	if err := second.Wait(); err != nil {
 		t.Fatal(err)
 	}

@@ -1,13 +1,10 @@
 package agent_test
 
 import (
-	"bufio"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -182,22 +179,7 @@ func TestHoldBoundIsLateNeverPageable(t *testing.T) {
 	before := r.agent.Stats().Holds
 	cmd := exec.Command(filepath.Join(ref, "bin/kvpath"), "--scenario", "hicache-load", "--hold", "--truth", filepath.Join(dir, "truth.jsonl"))
 	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+filepath.Join(dir, "sdk")+":"+filepath.Dir(driver))
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	if line, err := bufio.NewReader(out).ReadString('\n'); err != nil || !strings.HasPrefix(line, "ready") {
-		cmd.Process.Kill()
-		t.Fatalf("kvpath: %q %v", line, err)
-	}
+	in := startReady(t, cmd)
 	deadline := time.Now().Add(30 * time.Second)
 	for r.agent.AttachedProbes()[driver] == 0 {
 		if time.Now().After(deadline) {
@@ -208,7 +190,6 @@ func TestHoldBoundIsLateNeverPageable(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	in.Close() // its copies now: after the probes, from the pool registered before them
-	go io.Copy(io.Discard, out)
 	if err := cmd.Wait(); err != nil {
 		t.Fatal(err)
 	}

@@ -1,7 +1,6 @@
 package agent_test
 
 import (
-	"bufio"
 	"io"
 	"maps"
 	"os"
@@ -126,23 +125,7 @@ func startHeld(t *testing.T, r *running, dir string) *heldKV {
 	h := &heldKV{truth: filepath.Join(dir, "truth.jsonl")}
 	os.Remove(h.truth)
 	h.cmd = exec.Command(filepath.Join(dir, "bin/kvpath"), "--scenario", "hicache-load", "--hold", "--truth", h.truth)
-	var err error
-	if h.in, err = h.cmd.StdinPipe(); err != nil {
-		t.Fatal(err)
-	}
-	out, err := h.cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	h.cmd.Stderr = os.Stderr
-	if err := h.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { h.cmd.Process.Kill() })
-	if line, err := bufio.NewReader(out).ReadString('\n'); err != nil || !strings.HasPrefix(line, "ready") {
-		t.Fatalf("%s: %q %v", dir, line, err)
-	}
-	go io.Copy(io.Discard, out)
+	h.in = startReady(t, h.cmd)
 	deadline := time.Now().Add(20 * time.Second)
 	for r.agent.AttachedProbes()[driverIn(dir)] == 0 {
 		if time.Now().After(deadline) {

@@ -62,6 +62,8 @@ int sc_layer_compute_item(const struct opts *o, struct result *res);
 /* graphs.c: a decode loop under CUDA graphs */
 int sc_decode_graphs(const struct opts *o, struct result *res);
 void compute_launch(void *out, cudaStream_t s, int layer, int64_t ns); /* the compute stand-in, ns on s */
+extern const void *const compute_kernel_stub; /* its host stub: (void *out, long ns), busy ns on its stream */
+extern const char compute_kernel_name[];      /* its mangled name */
 /* decode.c: healthy decode loops, designed to raise nothing */
 int sc_decode_loop(const struct opts *o, struct result *res);
 int sc_decode_loop_loads(const struct opts *o, struct result *res);

@@ -50,48 +50,11 @@
 #include <string.h>
 #include <time.h>
 
-#define RP_KERNEL "_Z13replay_kernelPvl"
 #define RP_MAX_THREADS 256
 #define RP_MAX_STREAMS 1024
 #define RP_MAX_EVENTS (1 << 20)
 #define RP_MAX_CALLS (1 << 22)
 #define RP_MAX_BUFFER (1ull << 32)
-
-/* The stand-in kernel: busy on its stream for the given time. */
-static void replay_device(const struct refcudaKernelLaunch *l, void *const *params)
-{
-	(void)l;
-	int64_t ns = *(const int64_t *)params[1];
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	uint64_t until = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec + (uint64_t)ns;
-	ts.tv_sec = (time_t)(until / 1000000000ull);
-	ts.tv_nsec = (long)(until % 1000000000ull);
-	while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL))
-		;
-}
-
-static const struct refcudaImageKernel rp_kernels[] = {
-	{.name = RP_KERNEL, .fn = replay_device, .nparams = 2, .param_size = {8, 8}}};
-static const struct refcudaImage rp_image = {.magic = REFCUDA_IMAGE_MAGIC, .count = 1, .kernels = rp_kernels};
-static const __fatBinC_Wrapper_t rp_fatbin = {.magic = FATBINC_MAGIC, .version = 1,
-					      .data = (const unsigned long long *)&rp_image};
-
-/* void replay_kernel(void *, long): its host stub, under its mangled name */
-__attribute__((noinline, used)) void replay_stub(void *out, long ns) __asm__(RP_KERNEL);
-void replay_stub(void *out, long ns)
-{
-	(void)out, (void)ns;
-}
-
-__attribute__((constructor)) static void rp_register(void)
-{
-	void **h = __cudaRegisterFatBinary((void *)&rp_fatbin);
-	if (h) {
-		__cudaRegisterFunction(h, (const char *)replay_stub, RP_KERNEL, RP_KERNEL, -1, NULL, NULL, NULL, NULL, NULL);
-		__cudaRegisterFatBinaryEnd(h);
-	}
-}
 
 enum rp_op { RP_COPY, RP_KERNEL_OP, RP_GRAPH, RP_MEMSET, RP_RECORD, RP_QUERY, RP_EVSYNC, RP_WAIT, RP_SSYNC, RP_DSYNC };
 
@@ -153,10 +116,10 @@ static void rp_launch(cudaStream_t s, uint64_t ns, int captured)
 	r->stream = (uintptr_t)s;
 	r->has_stream = 1;
 	r->layer = -1;
-	r->kernel = RP_KERNEL;
+	r->kernel = compute_kernel_name; /* the compute stand-in (computeoverlap.c) */
 	if (!captured)
 		truth_arm_times(&r, 1);
-	TCALL(r, cudaLaunchKernel((const void *)replay_stub, g, b, args, 0, s));
+	TCALL(r, cudaLaunchKernel(compute_kernel_stub, g, b, args, 0, s));
 }
 
 static void rp_copy_on(const struct rp_call *c, cudaStream_t s, int captured)
