@@ -73,30 +73,7 @@ __u64 hold_ns_max;    /* the longest hold */
 __u64 ring_full;      /* notifications not sent (ring full): their holds are not begun */
 __u64 hold_unwalked;  /* walks that could not look (a writer held the mmap lock): held, and retried */
 
-struct qstr {
-	const unsigned char *name;
-} __attribute__((preserve_access_index));
-struct dentry {
-	struct qstr d_name;
-} __attribute__((preserve_access_index));
-struct path {
-	struct dentry *dentry;
-} __attribute__((preserve_access_index));
-struct super_block {
-	unsigned int s_dev;
-} __attribute__((preserve_access_index));
-struct inode {
-	unsigned long i_ino;
-	struct super_block *i_sb;
-} __attribute__((preserve_access_index));
-struct file {
-	struct path f_path;
-	struct inode *f_inode;
-} __attribute__((preserve_access_index));
-struct vm_area_struct {
-	unsigned long vm_start;
-	struct file *vm_file;
-} __attribute__((preserve_access_index));
+#include "vmtypes.h" /* struct file, struct vm_area_struct, ... (CO-RE) */
 struct mm_struct;
 
 struct bpf_iter_task_vma {

@@ -176,25 +176,7 @@ static __always_inline void capture(struct lw_event *e, struct pt_regs *ctx, __u
 	}
 }
 
-/* The kernel types the caller lookup reads, relocated by CO-RE (only the
- * fields named here are read; their offsets come from the kernel's BTF). */
-struct qstr {
-	const unsigned char *name;
-} __attribute__((preserve_access_index));
-struct dentry {
-	struct qstr d_name;
-} __attribute__((preserve_access_index));
-struct path {
-	struct dentry *dentry;
-} __attribute__((preserve_access_index));
-struct file {
-	struct path f_path;
-} __attribute__((preserve_access_index));
-struct vm_area_struct {
-	unsigned long vm_start;
-	unsigned long vm_end;
-	struct file *vm_file;
-} __attribute__((preserve_access_index));
+#include "vmtypes.h" /* struct file, struct vm_area_struct, ... (CO-RE) */
 
 /* find_code fills a range from the mapping that holds the caller: the
  * mapping's bounds, and whether its file is a CUDA runtime (libcudart*). */
