@@ -133,10 +133,9 @@ static void barrier(uint32_t k, const char *what)
  * submitter the CPU scheduler left out: on a machine whose CPUs are all busy, a role
  * descheduled for longer than LOCKSTEP_AHEAD pages take lets both lanes drain, and
  * the two flows stop saturating the lane. So for the concurrent phase each role's
- * submitting thread runs as the movers do (refpath/driver/mover.c): SCHED_FIFO at the
- * lowest priority, where it has the privilege. It waits in short naps, never holding
- * a CPU; the kernel's RT throttling bounds it anyway.
- * (submit_as_mover, kvpath/calls.c)
+ * submitting thread runs SCHED_FIFO at priority 1, below the NIC thread's 2, where it
+ * has the privilege (submit_as_mover, kvpath/calls.c). It waits in short naps, never
+ * holding a CPU; the kernel's RT throttling bounds it anyway.
  */
 
 /* Waits until *c >= want (the other role's progress), or fails like barrier(). */
