@@ -198,7 +198,7 @@ func (h StorageHost) UplinkCheck(rates []collectors.DiskRate, gpu GPURates) Chec
 		}
 		p := h.Place(r.Name)
 		if p.NUMANode >= 0 {
-			mem = append(mem, fmt.Sprintf("%s on N%d read %s write %s", r.Name, p.NUMANode, gbsText(r.ReadBytesPerSec), gbsText(r.WriteBytesPerSec)))
+			mem = append(mem, fmt.Sprintf("%s on N%d read %s write %s", r.Name, p.NUMANode, correlate.GBsText(r.ReadBytesPerSec), correlate.GBsText(r.WriteBytesPerSec)))
 		}
 		gpus := h.Topo.SharesSwitch(p)
 		if len(gpus) == 0 {
@@ -227,7 +227,7 @@ func (h StorageHost) UplinkCheck(rates []collectors.DiskRate, gpu GPURates) Chec
 			if f := h.Topo.Functions[g]; f != nil && f.NUMANode >= 0 {
 				node = fmt.Sprintf("N%d", f.NUMANode)
 			}
-			mem = append(mem, fmt.Sprintf("H2D to %s (%s) %s", g, node, gbsText(b)))
+			mem = append(mem, fmt.Sprintf("H2D to %s (%s) %s", g, node, correlate.GBsText(b)))
 		}
 	}
 	slices.Sort(mem)
@@ -263,7 +263,7 @@ func (h StorageHost) UplinkCheck(rates []collectors.DiskRate, gpu GPURates) Chec
 			for _, b := range s.gpus {
 				g += b
 			}
-			lines = append(lines, fmt.Sprintf("switch %s %s: storage %s + GPU %s of %s", sw, dir, gbsText(st), gbsText(g), gbsText(u.CapacityBps)))
+			lines = append(lines, fmt.Sprintf("switch %s %s: storage %s + GPU %s of %s", sw, dir, correlate.GBsText(st), correlate.GBsText(g), correlate.GBsText(u.CapacityBps)))
 			if f := correlate.StorageSharedUplink(u); f != nil {
 				c.Findings = append(c.Findings, *f)
 			}
@@ -280,5 +280,3 @@ func (h StorageHost) UplinkCheck(rates []collectors.DiskRate, gpu GPURates) Chec
 	}
 	return c
 }
-
-func gbsText(bps float64) string { return fmt.Sprintf("%.2f GB/s", bps/1e9) }

@@ -121,22 +121,23 @@ func StorageSharedUplink(u Uplink) *Finding {
 	}
 	what := map[string][2]string{"up": {"reads", "D2H"}, "down": {"writes", "H2D"}}[u.Direction]
 	ev := []string{
-		fmt.Sprintf("storage %s %s: %s", what[0], gbsText(st), ratesText(u.Storage)),
-		fmt.Sprintf("GPU %s %s: %s", what[1], gbsText(gpu), ratesText(u.GPUs)),
-		fmt.Sprintf("switch %s uplink %s: %s (%s)", u.Switch, u.Direction, gbsText(c), u.Capacity),
+		fmt.Sprintf("storage %s %s: %s", what[0], GBsText(st), ratesText(u.Storage)),
+		fmt.Sprintf("GPU %s %s: %s", what[1], GBsText(gpu), ratesText(u.GPUs)),
+		fmt.Sprintf("switch %s uplink %s: %s (%s)", u.Switch, u.Direction, GBsText(c), u.Capacity),
 	}
 	return newFinding("storage-shared-uplink", SevWarn, fmt.Sprintf("switch %s uplink %s", u.Switch, u.Direction),
 		fmt.Sprintf("storage %s and GPU %s through switch %s's uplink reached %.0f%% of its %s %s (%s + %s)",
-			what[0], what[1], u.Switch, 100*(st+gpu)/c, gbsText(c), u.Direction, gbsText(st), gbsText(gpu)),
+			what[0], what[1], u.Switch, 100*(st+gpu)/c, GBsText(c), u.Direction, GBsText(st), GBsText(gpu)),
 		ev, "")
 }
 
-func gbsText(bps float64) string { return fmt.Sprintf("%.2f GB/s", bps/1e9) }
+// GBsText writes a rate in bytes per second as GB/s, two decimals.
+func GBsText(bps float64) string { return fmt.Sprintf("%.2f GB/s", bps/1e9) }
 
 func ratesText(m map[string]float64) string {
 	var out []string
 	for _, k := range slices.Sorted(maps.Keys(m)) {
-		out = append(out, k+"="+gbsText(m[k]))
+		out = append(out, k+"="+GBsText(m[k]))
 	}
 	return strings.Join(out, " ")
 }

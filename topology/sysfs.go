@@ -115,9 +115,8 @@ func (f *Function) Kind() string {
 	return KindOther
 }
 
-func (f *Function) IsGPU() bool    { return f.Kind() == KindGPU }
-func (f *Function) IsNIC() bool    { return f.Kind() == KindNIC }
-func (f *Function) IsNVMe() bool   { return f.Kind() == KindNVMe }
+// IsBridge reports whether the function is a PCI bridge (a switch port or
+// a root port).
 func (f *Function) IsBridge() bool { return f.Kind() == KindBridge }
 
 // Node returns the node with this ID.
