@@ -1,10 +1,12 @@
 package agent_test
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -208,6 +210,13 @@ func TestHoldBoundIsLateNeverPageable(t *testing.T) {
 	}
 	if len(got) == 0 || kinds[event.MemPageable] != 0 || late != len(got) {
 		t.Errorf("%d records, host memory %v, %d late_attach: want every one unknown for late_attach, none pageable", len(got), kinds, late)
+		// Seen once in 4 CI runs, never in 30 here: the agent's own account
+		// of the process (its scans, attaches and late decision) says why.
+		for _, l := range strings.Split(r.logs.String(), "\n") {
+			if strings.Contains(l, fmt.Sprintf("pid=%d ", cmd.Process.Pid)) || strings.Contains(l, "driver/libcuda.so.1") {
+				t.Log(l)
+			}
+		}
 	}
 	if r.agent.HoldBoundHits() != after.Bound {
 		t.Errorf("HoldBoundHits %d, stats %d", r.agent.HoldBoundHits(), after.Bound)
