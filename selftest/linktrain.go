@@ -163,8 +163,14 @@ func linkTrainRun(ctx context.Context, refDir, tmp string, col *Collector, cfg C
 	}()
 	io.WriteString(stdin, "go\n")
 	stdin.Close()
+	began := time.Now()
 	werr := cmd.Wait()
-	time.Sleep(2 * lt.CounterInterval) // a reading after the last copies, so the last ones under load count
+	// An idle tail as long as the copies took (and at least two readings,
+	// so the last copies under load count): the window's lanes are busy at
+	// most half of it, by construction. The copies run at the reference
+	// lane's 4 GB/s, half the trained link, so a window they filled would be
+	// link-underused by design; this row judges the capacity, not that.
+	time.Sleep(max(2*lt.CounterInterval, time.Since(began)))
 	close(stop)
 	sampling.Wait()
 	if werr != nil {
