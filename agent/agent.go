@@ -428,12 +428,12 @@ func (a *Agent) initialScan() {
 		}
 		pids = all
 	}
-	scanStart := probes.Now()
+	scanStart := event.Now()
 	gen := a.beginFullScan()
 	defer a.endFullScan(gen)
 	for _, pid := range pids {
 		a.procMu.Lock()
-		a.scannedAt[pid] = probes.Now()
+		a.scannedAt[pid] = event.Now()
 		a.procMu.Unlock()
 		probed, _, snapshot, err := a.scanProcess(pid)
 		if err != nil {
@@ -631,7 +631,7 @@ func (a *Agent) lateAttach(pid int, since, attached uint64, held bool) attachVer
 	// Not proven yet: the process has not reached a notification since the
 	// attach. A library ld.so did not load (no notification) is late once
 	// a rescan interval passed without one.
-	if probes.Now()-attached < uint64(a.cfg.RescanInterval) {
+	if event.Now()-attached < uint64(a.cfg.RescanInterval) {
 		return attachUndecided
 	}
 	return attachLate

@@ -190,7 +190,7 @@ func (a *Agent) tryFile(id probes.FileID, name string, pid int, open func() (*pr
 		return v, false, &attachFailure{cause: "attach", msg: "attach failed (retried at the next rescan)", level: slog.LevelError,
 			reason: err.Error(), counted: true}
 	}
-	v.probed, v.attachedAt, v.linkerOnly = true, probes.Now(), linkerOnly(syms)
+	v.probed, v.attachedAt, v.linkerOnly = true, event.Now(), linkerOnly(syms)
 	if onOverlay {
 		a.filesMu.Lock()
 		a.sameFile[fp] = v

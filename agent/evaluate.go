@@ -10,7 +10,7 @@ import (
 	"github.com/lanewatch/lanewatch/checks"
 	"github.com/lanewatch/lanewatch/collectors"
 	"github.com/lanewatch/lanewatch/correlate"
-	"github.com/lanewatch/lanewatch/probes"
+	"github.com/lanewatch/lanewatch/event"
 	"github.com/lanewatch/lanewatch/topology"
 )
 
@@ -107,7 +107,7 @@ type EvaluatorConfig struct {
 	// (storage-shared-uplink); nil: not judged.
 	Storage StorageFlows
 	Disks   *DiskWindow
-	// Now is CLOCK_MONOTONIC in ns, the probes' clock (probes.Now when nil),
+	// Now is CLOCK_MONOTONIC in ns, the probes' clock (event.Now when nil),
 	// to stamp the counter samples on the transfers' time line.
 	Now func() uint64
 	// Kernels: kernel launches are probed (Config.Kernels); without them
@@ -163,7 +163,7 @@ func NewEvaluator(cfg EvaluatorConfig) *Evaluator {
 	}
 	cfg.CounterInterval = min(cfg.CounterInterval, cfg.Interval)
 	if cfg.Now == nil {
-		cfg.Now = probes.Now
+		cfg.Now = event.Now
 	}
 	w := checks.NewWindow()
 	w.SetKernelsProbed(cfg.Kernels)

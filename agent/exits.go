@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/lanewatch/lanewatch/event"
-	"github.com/lanewatch/lanewatch/probes"
 )
 
 // reapEvery is how often the reading goroutine looks for processes whose
@@ -69,7 +68,7 @@ func (a *Agent) between(idle bool) {
 		a.reap.lost.Add(1)
 		a.limited.Log(slog.LevelWarn, "lost exit", "process gone without its exit event (lost in the ring, or not seen by the exit probe): finished now that /proc no longer shows it",
 			"pid", pid, "missing_for", now.Sub(since).Round(time.Millisecond).String())
-		a.handle(&event.Call{Kind: event.KindExit, PID: pid, TID: pid, Time: probes.Now()})
+		a.handle(&event.Call{Kind: event.KindExit, PID: pid, TID: pid, Time: event.Now()})
 	}
 	a.reap.missing = missing
 }

@@ -305,7 +305,7 @@ func sample(ctx context.Context, cfg Config, env *collectors.EnvCache) (*window,
 	defer func() { w.links = stopLinks() }()
 	select {
 	case <-ready:
-		w.start = probes.Now()
+		w.start = event.Now()
 		if cong != nil {
 			cong.Sample()
 		}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/lanewatch/lanewatch/event"
+
 	"github.com/cilium/ebpf"
 )
 
@@ -60,7 +62,7 @@ func (p *Probes) Beat() error {
 	if p.hold == nil {
 		return nil
 	}
-	return p.hold.AgentBeatNs.Set(Now())
+	return p.hold.AgentBeatNs.Set(event.Now())
 }
 
 // EndBeat says the agent is stopping: holds end at once, and none begins.

@@ -16,7 +16,6 @@ import (
 	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/ringbuf"
 	"github.com/cilium/ebpf/rlimit"
-	"golang.org/x/sys/unix"
 
 	"github.com/lanewatch/lanewatch/event"
 )
@@ -689,14 +688,4 @@ func (p *Probes) Close() error {
 	}
 	errs = append(errs, p.objs.Close())
 	return errors.Join(errs...)
-}
-
-// Now reads CLOCK_MONOTONIC, the clock the BPF programs stamp events with
-// (bpf_ktime_get_ns), in ns.
-func Now() uint64 {
-	var ts unix.Timespec
-	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
-		return 0
-	}
-	return uint64(ts.Nano())
 }
