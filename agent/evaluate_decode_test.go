@@ -10,6 +10,7 @@ import (
 	"github.com/lanewatch/lanewatch/checks"
 	"github.com/lanewatch/lanewatch/correlate"
 	"github.com/lanewatch/lanewatch/internal/testenv"
+	"github.com/lanewatch/lanewatch/judge"
 )
 
 // A healthy decode loop with periodic layered loads (refpath decode-loop-loads:
@@ -35,7 +36,7 @@ func TestEvaluatorDecodeLoopLoadsSilent(t *testing.T) {
 		}
 		return checks.Placement{GPU: gpu, InboundGBs: 25, OutboundGBs: 25}
 	}
-	e := agent.NewEvaluator(agent.EvaluatorConfig{Interval: time.Second, Kernels: true, Place: place})
+	e := judge.NewEvaluator(judge.EvaluatorConfig{Interval: time.Second, Kernels: true, Place: place})
 	start := time.Now()
 	acts := r.col.TakeActivities(uint32(pid))
 	for i := range acts {

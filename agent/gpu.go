@@ -6,7 +6,6 @@ import (
 	"strings"
 
 	"github.com/lanewatch/lanewatch/collectors"
-	"github.com/lanewatch/lanewatch/topology"
 )
 
 // GPUConfig says where GPU link counters come from.
@@ -71,11 +70,3 @@ func OpenGPU(cfg GPUConfig) (collectors.GPUCounters, error) {
 
 // IsNoGPU reports whether err only says that no GPU counter library is here.
 func IsNoGPU(err error) bool { return errors.Is(err, collectors.ErrNoGPUCounters) }
-
-// linkBps is a reading's per-direction link capacity, bytes/s; 0 unknown:
-// the trained maximum, NVML's and DCGM's max generation and width (what the
-// device and system support), never the current ones, which an idle GPU
-// lowers (docs/design.md "Placement").
-func linkBps(g collectors.GPUReading) float64 {
-	return topology.LinkGBs(topology.GenGTs(g.MaxLinkGen), g.MaxLinkWidth) * 1e9
-}

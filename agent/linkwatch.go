@@ -51,7 +51,7 @@ func (w *LinkWatch) Add(s collectors.GPUSnapshot) {
 		return
 	}
 	for _, g := range s.GPUs {
-		if gbs := linkBps(g) / 1e9; gbs > 0 {
+		if gbs := g.MaxLinkBps() / 1e9; gbs > 0 {
 			w.max[g.BusID] = gbs
 		}
 		if g.HasPCIeRate && !g.HasPCIeBytes {

@@ -21,6 +21,7 @@ import (
 	"github.com/lanewatch/lanewatch/collectors"
 	"github.com/lanewatch/lanewatch/correlate"
 	"github.com/lanewatch/lanewatch/exporters"
+	"github.com/lanewatch/lanewatch/judge"
 	"github.com/lanewatch/lanewatch/otlpbridge"
 )
 
@@ -235,10 +236,10 @@ func logSummary(log *slog.Logger, ag *Agent) {
 type metrics struct {
 	cfg       RunConfig
 	log       *slog.Logger
-	onVerdict func(Verdict) // also told every verdict (finding spans)
+	onVerdict func(judge.Verdict) // also told every verdict (finding spans)
 	gpu       collectors.GPUCounters
 	exp       *exporters.Metrics
-	eval      *Evaluator
+	eval      *judge.Evaluator
 	ln        net.Listener
 	srv       *http.Server
 	agent     atomic.Pointer[Agent] // set once the tracer is loaded
@@ -296,14 +297,14 @@ func listenMetrics(cfg RunConfig, place func(uint32) checks.Placement, extra map
 			return nil, err
 		}
 	}
-	var disks *DiskWindow
+	var disks *judge.DiskWindow
 	var diskPlace func(string) collectors.DiskPlace
 	if sh, err := HostStorage(cfg.SysRoot); err != nil {
 		log.Warn("block devices unplaced: storage-shared-uplink is not judged, disk metrics are labelled unknown", "err", err)
 	} else {
-		disks, diskPlace = NewDiskWindow(procRoot, sh, log), DiskPlacer(sh)
+		disks, diskPlace = judge.NewDiskWindow(procRoot, sh, log), DiskPlacer(sh)
 	}
-	m.eval = NewEvaluator(EvaluatorConfig{Interval: mc.EvaluateInterval, Place: place, Publish: m.publish, GPU: gpu, Congestion: cong,
+	m.eval = judge.NewEvaluator(judge.EvaluatorConfig{Interval: mc.EvaluateInterval, Place: place, Publish: m.publish, GPU: gpu, Congestion: cong,
 		NUMA: numa, LinkCapacity: LaneCapacity(capacityHost(procRoot, cfg.SysRoot, log), m.links), GPUPath: peerPath,
 		Kernels: cfg.Trace.Kernels, Storage: storageFlows(cfg.Trace.Storage), Disks: disks})
 	scrapers := map[string]exporters.Collector{
@@ -417,7 +418,7 @@ func (m *metrics) health() exporters.Health {
 // publish hands a verdict to the metrics and logs what it holds: every
 // finding, and once each judgement a process could not get (its GPU
 // unknown, say).
-func (m *metrics) publish(v Verdict) {
+func (m *metrics) publish(v judge.Verdict) {
 	w := exporters.Window{At: v.At, Duration: v.Took, Findings: v.Findings}
 	for _, l := range v.Lanes {
 		w.Lanes = append(w.Lanes, exporters.Lane{GPU: l.GPU, Direction: l.Direction, Demand: l.Demand, Capacity: l.Capacity,
@@ -426,9 +427,9 @@ func (m *metrics) publish(v Verdict) {
 	for _, p := range v.Peers {
 		w.Peers = append(w.Peers, exporters.Peer{Src: p.Src, Dst: p.Dst, Path: p.Path, Bps: p.Bps})
 	}
-	w.InFlightLanes, w.InFlightQPs = inflightSeries(v.InFlight, v.Window)
+	w.InFlightLanes, w.InFlightQPs = judge.InFlightSeries(v.InFlight, v.Window)
 	m.exp.SetWindow(w)
-	m.exp.SetCompute(computeMetrics(v))
+	m.exp.SetCompute(judge.ComputeSeries(v))
 	if m.onVerdict != nil {
 		m.onVerdict(v)
 	}
@@ -619,8 +620,41 @@ func (t *traces) shutdown() error {
 }
 
 // verdict turns the evaluator's findings into spans.
-func (t *traces) verdict(v Verdict) {
+func (t *traces) verdict(v judge.Verdict) {
 	if t.spans != nil {
 		t.spans.Findings(v.Findings, v.At)
 	}
+}
+
+// HostPlacement places processes on this host's GPUs the way diagnose does
+// (checks.Host.Place): CUDA_VISIBLE_DEVICES, else GPU 0, with the link's
+// trained capacity; on a host whose sysfs shows no GPU every GPU is
+// unknown, with the reason. Environments are read through env (nil: a
+// cache of this placement's own).
+func HostPlacement(procRoot, sysRoot string, env *collectors.EnvCache) (func(pid uint32) checks.Placement, error) {
+	h, err := checks.ReadHost(procRoot, sysRoot, "")
+	if err != nil {
+		return nil, err
+	}
+	if env != nil {
+		h.Env = env
+	}
+	return h.Place, nil
+}
+
+// AttachedProbes counts the probe sites attached per file, by path.
+func (a *Agent) AttachedProbes() map[string]int {
+	out := map[string]int{}
+	for _, af := range a.probes.Files() {
+		out[af.Path] += len(af.Sites)
+	}
+	return out
+}
+
+// Pending is the number of copies waiting for a proof of completion plus
+// the RDMA work requests posted and not yet completed.
+func (a *Agent) Pending() int {
+	a.engineMu.Lock()
+	defer a.engineMu.Unlock()
+	return a.engine.Pending() + a.engine.RDMAStats().QueuedRequests
 }

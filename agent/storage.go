@@ -2,7 +2,6 @@ package agent
 
 import (
 	"errors"
-	"fmt"
 	"log/slog"
 	"slices"
 	"sync"
@@ -11,7 +10,6 @@ import (
 	"github.com/cilium/ebpf/ringbuf"
 	"github.com/lanewatch/lanewatch/checks"
 	"github.com/lanewatch/lanewatch/collectors"
-	"github.com/lanewatch/lanewatch/correlate"
 	"github.com/lanewatch/lanewatch/event"
 	"github.com/lanewatch/lanewatch/probes"
 	"github.com/lanewatch/lanewatch/topology"
@@ -305,28 +303,6 @@ func (s *StorageReads) Close() error {
 	err := s.tracer.Close()
 	<-s.done
 	return err
-}
-
-// StorageFlows ends a window of storage reads (StorageReads.Flows).
-type StorageFlows interface {
-	Flows() []checks.StorageFlow
-}
-
-// StorageDirectChecks is checklist item 6 for each process with storage
-// reads in a window, h2d its host→device bytes in the same window; sides
-// says where NUMA nodes sit from each other (nil: unknown).
-func StorageDirectChecks(flows []checks.StorageFlow, h2d func(pid uint32) uint64, sides correlate.NodeSides) []checks.Check {
-	var out []checks.Check
-	for i := 0; i < len(flows); {
-		j := i
-		for j < len(flows) && flows[j].PID == flows[i].PID {
-			j++
-		}
-		pid := flows[i].PID
-		out = append(out, checks.StorageDirectCheck(fmt.Sprintf("pid %d", pid), flows[i:j], h2d(pid), sides))
-		i = j
-	}
-	return out
 }
 
 // storageSeen tells the storage tracer about a process the agent saw make

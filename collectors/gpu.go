@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/lanewatch/lanewatch/topology"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -224,4 +225,12 @@ func (m *GPUMetrics) Update(ch chan<- prometheus.Metric) error {
 		}
 	}
 	return nil
+}
+
+// MaxLinkBps is the reading's per-direction link capacity, bytes/s; 0
+// unknown: the trained maximum, NVML's and DCGM's max generation and width
+// (what the device and system support), never the current ones, which an
+// idle GPU lowers (docs/design.md "Placement").
+func (g GPUReading) MaxLinkBps() float64 {
+	return topology.LinkGBs(topology.GenGTs(g.MaxLinkGen), g.MaxLinkWidth) * 1e9
 }

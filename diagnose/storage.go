@@ -1,9 +1,9 @@
 package diagnose
 
 import (
-	"github.com/lanewatch/lanewatch/agent"
 	"github.com/lanewatch/lanewatch/checks"
 	"github.com/lanewatch/lanewatch/collectors"
+	"github.com/lanewatch/lanewatch/judge"
 )
 
 // storageLegChecks are checklist items 6 and 7 over the window (item 8 is
@@ -21,7 +21,7 @@ func (w *window) storageLegChecks(cfg Config, host *checks.Host) []checks.Check 
 			"no traced process read from a block device in the window (io_uring and GPUDirect Storage reads are not seen)"))
 	default:
 		h2d := func(pid uint32) uint64 { return w.transfers.LaneBytes(pid, checks.Inbound) }
-		out = append(out, agent.StorageDirectChecks(w.storage, h2d, host.NodeSide)...)
+		out = append(out, judge.StorageDirectChecks(w.storage, h2d, host.NodeSide)...)
 	}
 	if w.disksErr != nil {
 		return append(out, checks.Skipped(checks.HostScope, checks.CheckStorageUplink, "diskstats: %v", w.disksErr))

@@ -16,6 +16,7 @@ import (
 	"github.com/lanewatch/lanewatch/agent"
 	"github.com/lanewatch/lanewatch/checks"
 	"github.com/lanewatch/lanewatch/collectors"
+	"github.com/lanewatch/lanewatch/judge"
 	"github.com/lanewatch/lanewatch/selftest/refenv"
 )
 
@@ -84,7 +85,7 @@ func kernelCopyRun(ctx context.Context, refDir, tmp string, col *Collector, cfg 
 	// so through its placement, as production code is told by the host.
 	lane := refenv.LaneGBs()
 	placed := checks.Placement{GPU: ref.BusID, InboundGBs: lane, OutboundGBs: lane, Why: "reference GPU " + name}
-	eval := agent.NewEvaluator(agent.EvaluatorConfig{Place: func(uint32) checks.Placement { return placed }, GPU: counters})
+	eval := judge.NewEvaluator(judge.EvaluatorConfig{Place: func(uint32) checks.Placement { return placed }, GPU: counters})
 	start := time.Now()
 	eval.Evaluate(start) // opens the window and takes the first counter snapshot
 

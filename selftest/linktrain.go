@@ -15,6 +15,7 @@ import (
 
 	"github.com/lanewatch/lanewatch/agent"
 	"github.com/lanewatch/lanewatch/checks"
+	"github.com/lanewatch/lanewatch/judge"
 	"github.com/lanewatch/lanewatch/selftest/refenv"
 	"github.com/lanewatch/lanewatch/topology"
 )
@@ -139,7 +140,7 @@ func linkTrainRun(ctx context.Context, refDir, tmp string, col *Collector, cfg C
 	links := agent.NewLinkWatch(3 * lt.CounterInterval)
 	watched := agent.WatchLinks(counters, links)
 	placed := checks.Placement{GPU: ref.BusID, Why: "reference GPU " + name}
-	eval := agent.NewEvaluator(agent.EvaluatorConfig{Place: func(uint32) checks.Placement { return placed }, GPU: watched,
+	eval := judge.NewEvaluator(judge.EvaluatorConfig{Place: func(uint32) checks.Placement { return placed }, GPU: watched,
 		CounterInterval: lt.CounterInterval, LinkCapacity: agent.LaneCapacity(nil, links)})
 	eval.Evaluate(time.Now()) // opens the window with a first counter reading
 
@@ -200,7 +201,7 @@ func linkTrainRun(ctx context.Context, refDir, tmp string, col *Collector, cfg C
 	}
 	// The lane capacity is the trained maximum.
 	wantCap := gbs(lt.Max) * 1e9
-	var inbound *agent.LaneRate
+	var inbound *judge.LaneRate
 	for i := range v.Lanes {
 		if l := &v.Lanes[i]; l.GPU == ref.BusID && l.Direction == checks.Inbound {
 			inbound = l

@@ -7,9 +7,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/lanewatch/lanewatch/agent"
 	"github.com/lanewatch/lanewatch/checks"
 	"github.com/lanewatch/lanewatch/correlate"
+	"github.com/lanewatch/lanewatch/judge"
 	"github.com/lanewatch/lanewatch/selftest/refenv"
 )
 
@@ -64,7 +64,7 @@ func designedAmong(scenario string, rules ...string) []string {
 }
 
 // checkDesigned judges a scenario's processes over the scenario's run as
-// `agent run` judges a window (agent.Evaluator, every window rule, with
+// `agent run` judges a window (judge.Evaluator, every window rule, with
 // kernel launches probed), from the agent's own records and activities,
 // and compares the rules raised at WARN or FAIL with the design. procs
 // place each process on its reference GPU (the lane rate as capacity). The
@@ -109,7 +109,7 @@ func windowFindings(procs []scenarioProc, transfers []correlate.Transfer, acts [
 		gpuOf[p.pid] = p.gpu
 		gpus[p.gpu] = true
 	}
-	ev := agent.NewEvaluator(agent.EvaluatorConfig{
+	ev := judge.NewEvaluator(judge.EvaluatorConfig{
 		Kernels: true,
 		Place: func(pid uint32) checks.Placement {
 			if g, ok := gpuOf[pid]; ok {

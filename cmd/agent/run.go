@@ -14,6 +14,7 @@ import (
 
 	"github.com/lanewatch/lanewatch/agent"
 	"github.com/lanewatch/lanewatch/exporters"
+	"github.com/lanewatch/lanewatch/judge"
 	"github.com/lanewatch/lanewatch/otlpbridge"
 	"github.com/lanewatch/lanewatch/probes"
 )
@@ -40,7 +41,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	var mc agent.MetricsConfig
 	fs.StringVar(&mc.Listen, "web.listen-address", "127.0.0.1:9464", "address to serve Prometheus metrics on (loopback only by default; \"\" disables metrics and the evaluator)")
 	fs.StringVar(&mc.Path, "web.telemetry-path", "/metrics", "path under which metrics are served")
-	fs.DurationVar(&mc.EvaluateInterval, "evaluate-interval", agent.DefaultEvaluateInterval,
+	fs.DurationVar(&mc.EvaluateInterval, "evaluate-interval", judge.DefaultEvaluateInterval,
 		"how often the last interval's transfers are judged (pageable copies, fragmentation, same-direction overlap, RDMA congestion per port and queue pair) into lanewatch_findings")
 	fs.DurationVar(&mc.HostCheckInterval, "host-check-interval", time.Minute,
 		"how often the host and process checks of `agent diagnose` (links, IOMMU, NUMA binding, pool placement, pinned memory) refresh their findings")

@@ -44,6 +44,7 @@ func TestImportGraph(t *testing.T) {
 		"probes":    {"correlate", "exporters", "collectors", "agent"},
 		"event":     {"probes", "correlate", "exporters", "agent"},
 		"checks":    {"agent", "probes"},
+		"judge":     {"agent", "probes"},
 	}
 	for pkg, bad := range forbidden {
 		all := deps(t, pkg)

@@ -1,12 +1,12 @@
-package agent_test
+package judge_test
 
 import (
 	"testing"
 	"time"
 
-	"github.com/lanewatch/lanewatch/agent"
 	"github.com/lanewatch/lanewatch/checks"
 	"github.com/lanewatch/lanewatch/correlate"
+	"github.com/lanewatch/lanewatch/judge"
 )
 
 // Transfers moved by SMs (docs/design.md, "Kernel movers") add no demand:
@@ -14,7 +14,7 @@ import (
 // at the link's capacity when no copy or placement made them; one with no
 // GPU on none.
 func TestEvaluatorSMTransfers(t *testing.T) {
-	e := agent.NewEvaluator(agent.EvaluatorConfig{Interval: time.Second,
+	e := judge.NewEvaluator(judge.EvaluatorConfig{Interval: time.Second,
 		Place:        func(uint32) checks.Placement { return checks.Placement{Why: "unknown"} },
 		LinkCapacity: func(string) float64 { return 8 }})
 	start := time.Now()

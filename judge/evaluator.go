@@ -1,4 +1,7 @@
-package agent
+// Package judge judges windows of transfers: the evaluator that closes
+// `agent run`'s windows, and the window rules it and `agent diagnose
+// --sample` run.
+package judge
 
 import (
 	"context"
@@ -400,42 +403,9 @@ func (e *Evaluator) measure(snap collectors.GPUSnapshot, read bool) map[laneKey]
 	}
 	for _, r := range rates {
 		g := byKey[r.BusID]
-		capacity, running := linkBps(g), topology.LinkGBs(topology.GenGTs(g.LinkGen), g.LinkWidth)*1e9
+		capacity, running := g.MaxLinkBps(), topology.LinkGBs(topology.GenGTs(g.LinkGen), g.LinkWidth)*1e9
 		out[laneKey{r.BusID, checks.Inbound}] = LaneRate{Measured: r.RxBps, Capacity: capacity, Running: running}
 		out[laneKey{r.BusID, checks.Outbound}] = LaneRate{Measured: r.TxBps, Capacity: capacity, Running: running}
 	}
 	return out
-}
-
-// HostPlacement places processes on this host's GPUs the way diagnose does
-// (checks.Host.Place): CUDA_VISIBLE_DEVICES, else GPU 0, with the link's
-// trained capacity; on a host whose sysfs shows no GPU every GPU is
-// unknown, with the reason. Environments are read through env (nil: a
-// cache of this placement's own).
-func HostPlacement(procRoot, sysRoot string, env *collectors.EnvCache) (func(pid uint32) checks.Placement, error) {
-	h, err := checks.ReadHost(procRoot, sysRoot, "")
-	if err != nil {
-		return nil, err
-	}
-	if env != nil {
-		h.Env = env
-	}
-	return h.Place, nil
-}
-
-// AttachedProbes counts the probe sites attached per file, by path.
-func (a *Agent) AttachedProbes() map[string]int {
-	out := map[string]int{}
-	for _, af := range a.probes.Files() {
-		out[af.Path] += len(af.Sites)
-	}
-	return out
-}
-
-// Pending is the number of copies waiting for a proof of completion plus
-// the RDMA work requests posted and not yet completed.
-func (a *Agent) Pending() int {
-	a.engineMu.Lock()
-	defer a.engineMu.Unlock()
-	return a.engine.Pending() + a.engine.RDMAStats().QueuedRequests
 }

@@ -1,4 +1,4 @@
-package agent_test
+package judge_test
 
 import (
 	"fmt"
@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lanewatch/lanewatch/agent"
 	"github.com/lanewatch/lanewatch/checks"
+	"github.com/lanewatch/lanewatch/judge"
 	"github.com/lanewatch/lanewatch/topology"
 )
 
@@ -52,19 +52,19 @@ func writeDiskstats(t *testing.T, proc string, sectorsRead uint64) {
 func TestDiskWindowUplink(t *testing.T) {
 	proc := t.TempDir()
 	writeDiskstats(t, proc, 0)
-	d := agent.NewDiskWindow(proc, uplinkHost(), nil)
+	d := judge.NewDiskWindow(proc, uplinkHost(), nil)
 	writeDiskstats(t, proc, 2e9) // 1 TB of 512-byte sectors
-	c := d.UplinkCheck([]agent.LaneRate{{GPU: "0000:19:00.0", Direction: checks.Outbound, Demand: 5e9}})
+	c := d.UplinkCheck([]judge.LaneRate{{GPU: "0000:19:00.0", Direction: checks.Outbound, Demand: 5e9}})
 	if len(c.Findings) != 1 || c.Findings[0].Rule != "storage-shared-uplink" || !strings.Contains(c.Findings[0].Summary, "storage reads and GPU D2H") {
 		t.Fatalf("%s %q %+v", c.Status, c.Detail, c.Findings)
 	}
 	writeDiskstats(t, proc, 4e9)
-	c = d.UplinkCheck([]agent.LaneRate{{GPU: "0000:19:00.0", Direction: checks.Inbound, Demand: 5e9}})
+	c = d.UplinkCheck([]judge.LaneRate{{GPU: "0000:19:00.0", Direction: checks.Inbound, Demand: 5e9}})
 	if len(c.Findings) != 0 || c.Status != checks.Pass {
 		t.Fatalf("reads beside H2D: %s %q %+v", c.Status, c.Detail, c.Findings)
 	}
 
-	e := agent.NewEvaluator(agent.EvaluatorConfig{Interval: time.Second, Disks: d})
+	e := judge.NewEvaluator(judge.EvaluatorConfig{Interval: time.Second, Disks: d})
 	writeDiskstats(t, proc, 4e9) // idle since
 	v := e.Evaluate(time.Now())
 	found := false
@@ -90,7 +90,7 @@ func TestEvaluatorStorageChecks(t *testing.T) {
 		Place: topology.BlockPlacement{Name: "nvme0n1", BDF: "0000:1a:00.0", NUMANode: 1}}
 	// Node N on package N: node 1 is another socket.
 	numa := gpuOnNode{host: &topology.Host{Nodes: []topology.Node{{ID: 0, Package: 0}, {ID: 1, Package: 1}}}}
-	e := agent.NewEvaluator(agent.EvaluatorConfig{Interval: time.Second, Storage: fixedFlows{far}, NUMA: numa})
+	e := judge.NewEvaluator(judge.EvaluatorConfig{Interval: time.Second, Storage: fixedFlows{far}, NUMA: numa})
 	v := e.Evaluate(time.Now())
 	var c *checks.Check
 	for i := range v.Checks {

@@ -1,4 +1,4 @@
-package agent_test
+package judge_test
 
 import (
 	"os"
@@ -7,11 +7,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lanewatch/lanewatch/agent"
 	"github.com/lanewatch/lanewatch/checks"
 	"github.com/lanewatch/lanewatch/collectors"
 	"github.com/lanewatch/lanewatch/correlate"
 	"github.com/lanewatch/lanewatch/internal/sysfstest"
+	"github.com/lanewatch/lanewatch/judge"
 )
 
 // `agent run`'s evaluator judges rdma-congestion every window, per port and
@@ -51,7 +51,7 @@ func TestEvaluatorRDMACongestion(t *testing.T) {
 	if err != nil || cong == nil {
 		t.Fatalf("congestion: %v %v", cong, err)
 	}
-	e := agent.NewEvaluator(agent.EvaluatorConfig{Interval: 10 * time.Second, Congestion: cong})
+	e := judge.NewEvaluator(judge.EvaluatorConfig{Interval: 10 * time.Second, Congestion: cong})
 
 	congest := func() { // 4000 CNPs/s and 2000 PHY pauses/s over a 10 s window
 		sysfstest.AddCounter(t, filepath.Join(sys, "class/infiniband/mlx5_0/ports/1/hw_counters/np_cnp_sent"), 40_000)

@@ -1,4 +1,4 @@
-package agent
+package judge
 
 import (
 	"fmt"
@@ -26,7 +26,7 @@ func TestInflightSeriesBounded(t *testing.T) {
 	}
 	r.Flows = append(r.Flows, checks.FlowInFlight{PID: 7, ID: 0x10, Kind: correlate.DirH2D, InFlight: correlate.InFlight{Bytes: 1 << 30}})
 	r.Lanes = []checks.LaneInFlight{{GPU: "0000:3b:00.0", Direction: checks.Inbound, AvgBytes: 5, AvgOps: 1}}
-	lanes, qps := inflightSeries(r, 10*time.Second)
+	lanes, qps := InFlightSeries(r, 10*time.Second)
 	if len(lanes) != 1 || lanes[0].AvgBytes != 5 {
 		t.Fatalf("lanes %+v", lanes)
 	}

@@ -1,19 +1,19 @@
-package agent_test
+package judge_test
 
 import (
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/lanewatch/lanewatch/agent"
 	"github.com/lanewatch/lanewatch/checks"
 	"github.com/lanewatch/lanewatch/correlate"
 	"github.com/lanewatch/lanewatch/event"
+	"github.com/lanewatch/lanewatch/judge"
 )
 
 // feedSerialized gives an evaluator HiCache's layer-wise load whose forward
 // synchronizes the load stream before each of 4 layers' compute.
-func feedSerialized(e *agent.Evaluator) {
+func feedSerialized(e *judge.Evaluator) {
 	for i := uint64(0); i < 4; i++ {
 		e.Transfer(&correlate.Transfer{PID: 30, TID: 30, Stream: 0x10, API: "cudaMemcpyAsync", Op: "copy", Mover: correlate.MoverCopyEngine,
 			Direction: correlate.DirH2D, Bytes: 1 << 20, GPU: "0000:3b:00.0", SubmitNs: 10 + i, CompleteNs: 100, BatchIndex: -1, Layer: int(i)})
@@ -37,7 +37,7 @@ func feedSerialized(e *agent.Evaluator) {
 // each process's report for the metrics.
 func TestEvaluatorComputeOverlap(t *testing.T) {
 	for _, kernels := range []bool{true, false} {
-		e := agent.NewEvaluator(agent.EvaluatorConfig{Interval: time.Second, Kernels: kernels,
+		e := judge.NewEvaluator(judge.EvaluatorConfig{Interval: time.Second, Kernels: kernels,
 			Place: func(uint32) checks.Placement { return checks.Placement{Why: "unknown"} }})
 		feedSerialized(e)
 		v := e.Evaluate(time.Now().Add(time.Second))

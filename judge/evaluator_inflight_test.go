@@ -1,13 +1,13 @@
-package agent_test
+package judge_test
 
 import (
 	"testing"
 	"time"
 
-	"github.com/lanewatch/lanewatch/agent"
 	"github.com/lanewatch/lanewatch/checks"
 	"github.com/lanewatch/lanewatch/correlate"
 	"github.com/lanewatch/lanewatch/event"
+	"github.com/lanewatch/lanewatch/judge"
 )
 
 // A window of copies each synchronised before the next fires
@@ -23,7 +23,7 @@ func TestEvaluatorInFlight(t *testing.T) {
 		place := func(uint32) checks.Placement {
 			return checks.Placement{GPU: "0000:17:00.0", InboundGBs: tc.gbs, OutboundGBs: tc.gbs}
 		}
-		e := agent.NewEvaluator(agent.EvaluatorConfig{Interval: time.Second, Place: place})
+		e := judge.NewEvaluator(judge.EvaluatorConfig{Interval: time.Second, Place: place})
 		start := time.Now()
 		at := uint64(1e6)
 		for range 100 { // 16 KiB each, 20 µs from the call to the return of the sync right after it

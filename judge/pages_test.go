@@ -1,14 +1,14 @@
-package agent_test
+package judge_test
 
 import (
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/lanewatch/lanewatch/agent"
 	"github.com/lanewatch/lanewatch/checks"
 	"github.com/lanewatch/lanewatch/correlate"
 	"github.com/lanewatch/lanewatch/event"
+	"github.com/lanewatch/lanewatch/judge"
 	"github.com/lanewatch/lanewatch/topology"
 )
 
@@ -37,7 +37,7 @@ func TestEvaluatorRemotePages(t *testing.T) {
 	place := func(uint32) checks.Placement { return checks.Placement{GPU: gpu, Why: "test placement"} }
 	// The GPU on node 1 of a 2-socket host (node N on package N).
 	node := gpuOnNode{gpu: gpu, node: 1, host: &topology.Host{Nodes: []topology.Node{{ID: 0, Package: 0}, {ID: 1, Package: 1}}}}
-	load := func(e *agent.Evaluator, pages ...int) {
+	load := func(e *judge.Evaluator, pages ...int) {
 		for i := range 16 {
 			tr := &correlate.Transfer{PID: 30, API: "cudaMemcpyAsync", Op: "copy", Direction: correlate.DirH2D, Bytes: 4 << 20,
 				HostMem: event.MemUnknown, SubmitNs: uint64(i) * 1e6, CompleteNs: uint64(i)*1e6 + 5e5, BatchIndex: -1, Layer: -1}
@@ -45,7 +45,7 @@ func TestEvaluatorRemotePages(t *testing.T) {
 			e.Transfer(tr)
 		}
 	}
-	e := agent.NewEvaluator(agent.EvaluatorConfig{Interval: time.Second, Place: place, NUMA: node})
+	e := judge.NewEvaluator(judge.EvaluatorConfig{Interval: time.Second, Place: place, NUMA: node})
 	start := time.Now()
 	load(e, 0, 0, 0)
 	v := e.Evaluate(start.Add(time.Second))
@@ -57,7 +57,7 @@ func TestEvaluatorRemotePages(t *testing.T) {
 	if got := rules(v); got["remote-numa-pool"] != 0 {
 		t.Errorf("loads from the GPU's node: findings %v", got)
 	}
-	e = agent.NewEvaluator(agent.EvaluatorConfig{Interval: time.Second, Place: place})
+	e = judge.NewEvaluator(judge.EvaluatorConfig{Interval: time.Second, Place: place})
 	load(e, 0, 0, 0)
 	v = e.Evaluate(start.Add(time.Second))
 	var pages *checks.Check

@@ -1,15 +1,15 @@
-package agent_test
+package judge_test
 
 import (
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/lanewatch/lanewatch/agent"
 	"github.com/lanewatch/lanewatch/checks"
 	"github.com/lanewatch/lanewatch/collectors"
 	"github.com/lanewatch/lanewatch/correlate"
 	"github.com/lanewatch/lanewatch/event"
+	"github.com/lanewatch/lanewatch/judge"
 )
 
 // fakeCounters is a GPU counter source on a clock the test moves: each
@@ -37,13 +37,13 @@ func TestEvaluatorOverlapFromCounters(t *testing.T) {
 	place := func(uint32) checks.Placement {
 		return checks.Placement{GPU: "0000:17:00.0", InboundGBs: 4, OutboundGBs: 4}
 	}
-	flows := func(e *agent.Evaluator) {
+	flows := func(e *judge.Evaluator) {
 		for _, pid := range []uint32{7, 8} { // 32 MiB each, in flight 10..50 ms
 			e.Transfer(&correlate.Transfer{PID: pid, Stream: 0x10, Op: "copy", Direction: correlate.DirH2D, Bytes: 32 << 20,
 				HostMem: event.MemPinned, SubmitNs: 10 * ms, CompleteNs: 50 * ms})
 		}
 	}
-	overlap := func(v agent.Verdict) *correlate.Finding {
+	overlap := func(v judge.Verdict) *correlate.Finding {
 		for i, f := range v.Findings {
 			if f.Rule == "same-direction-overlap" {
 				return &v.Findings[i]
@@ -60,7 +60,7 @@ func TestEvaluatorOverlapFromCounters(t *testing.T) {
 		}
 		return uint64(3.9 * float64(min(ns, 48*ms)-12*ms))
 	}}
-	e := agent.NewEvaluator(agent.EvaluatorConfig{Interval: time.Second, Place: place, GPU: counters,
+	e := judge.NewEvaluator(judge.EvaluatorConfig{Interval: time.Second, Place: place, GPU: counters,
 		Now: func() uint64 { return now }})
 	e.Evaluate(time.Now()) // opens the window with the first reading
 	flows(e)
@@ -87,7 +87,7 @@ func TestEvaluatorOverlapFromCounters(t *testing.T) {
 
 	// The same flows without counters: the probes' lower bound is all
 	// there is, and it does not reach the lane's capacity.
-	e = agent.NewEvaluator(agent.EvaluatorConfig{Interval: time.Second, Place: place})
+	e = judge.NewEvaluator(judge.EvaluatorConfig{Interval: time.Second, Place: place})
 	flows(e)
 	if f := overlap(e.Evaluate(time.Now())); f != nil {
 		t.Errorf("probes alone fired: %+v", f)

@@ -1,4 +1,4 @@
-package agent
+package judge
 
 import (
 	"cmp"
@@ -9,12 +9,12 @@ import (
 	"github.com/lanewatch/lanewatch/exporters"
 )
 
-// inflightSeries turns a window's in-flight report into its metric series:
+// InFlightSeries turns a window's in-flight report into its metric series:
 // one per GPU lane, and one per queue pair and opcode for the top
 // exporters.MaxInFlightQPs by bytes moved, the rest summed under "other"
 // (a server may open thousands of queue pairs). A request that crossed
 // two GPU links is one queue pair's, counted once.
-func inflightSeries(r checks.InFlightReport, span time.Duration) (lanes []exporters.InFlightLane, qps []exporters.InFlightQP) {
+func InFlightSeries(r checks.InFlightReport, span time.Duration) (lanes []exporters.InFlightLane, qps []exporters.InFlightQP) {
 	for _, l := range r.Lanes {
 		lanes = append(lanes, exporters.InFlightLane{GPU: l.GPU, Direction: l.Direction, AvgBytes: l.AvgBytes, AvgOps: l.AvgOps})
 	}

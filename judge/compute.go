@@ -1,4 +1,4 @@
-package agent
+package judge
 
 import (
 	"fmt"
@@ -28,9 +28,9 @@ func judgeCompute(v *Verdict, win *checks.Window) {
 	}
 }
 
-// computeMetrics sums a verdict's load streams per GPU (those whose
+// ComputeSeries sums a verdict's load streams per GPU (those whose
 // overlap is known) and its host waits per API.
-func computeMetrics(v Verdict) ([]exporters.ComputeGPU, []exporters.HostWait) {
+func ComputeSeries(v Verdict) ([]exporters.ComputeGPU, []exporters.HostWait) {
 	gpus := map[string]*exporters.ComputeGPU{}
 	waits := map[string]*exporters.HostWait{}
 	var gout []exporters.ComputeGPU

@@ -1,17 +1,17 @@
-package agent_test
+package judge_test
 
 import (
 	"fmt"
 	"testing"
 	"time"
 
-	"github.com/lanewatch/lanewatch/agent"
 	"github.com/lanewatch/lanewatch/checks"
 	"github.com/lanewatch/lanewatch/correlate"
 	"github.com/lanewatch/lanewatch/event"
+	"github.com/lanewatch/lanewatch/judge"
 )
 
-func rules(v agent.Verdict) map[string]int {
+func rules(v judge.Verdict) map[string]int {
 	out := map[string]int{}
 	for _, f := range v.Findings {
 		out[f.Rule]++
@@ -25,7 +25,7 @@ func TestEvaluatorWindows(t *testing.T) {
 	place := func(uint32) checks.Placement {
 		return checks.Placement{GPU: "0000:17:00.0", InboundGBs: 4, OutboundGBs: 4}
 	}
-	e := agent.NewEvaluator(agent.EvaluatorConfig{Interval: time.Second, Place: place})
+	e := judge.NewEvaluator(judge.EvaluatorConfig{Interval: time.Second, Place: place})
 	start := time.Now()
 	for i := range 3 {
 		e.Transfer(&correlate.Transfer{PID: 10, API: "cudaMemcpy", Op: "copy", Direction: correlate.DirH2D, Bytes: 1 << 20,
@@ -72,7 +72,7 @@ func TestEvaluatorFragmentationAndOverlap(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			place := func(uint32) checks.Placement { return checks.Placement{GPU: "0000:17:00.0", InboundGBs: tc.capacity} }
-			e := agent.NewEvaluator(agent.EvaluatorConfig{Place: place})
+			e := judge.NewEvaluator(judge.EvaluatorConfig{Place: place})
 			for i := range 300 {
 				for _, stream := range []uint64{1, 2} { // 2 × 4 KiB per µs = 8 GB/s on the inbound lane
 					e.Transfer(&correlate.Transfer{PID: 7, Stream: stream, Op: "copy", Direction: correlate.DirH2D, Bytes: 4096,
@@ -98,7 +98,7 @@ func TestEvaluatorUnknownGPU(t *testing.T) {
 	place := func(pid uint32) checks.Placement {
 		return checks.Placement{Why: fmt.Sprintf("GPU of pid %d unknown: no GPU in /fixture/sys", pid)}
 	}
-	e := agent.NewEvaluator(agent.EvaluatorConfig{Place: place})
+	e := judge.NewEvaluator(judge.EvaluatorConfig{Place: place})
 	for i := range 300 {
 		for _, stream := range []uint64{1, 2} { // would saturate any lane
 			e.Transfer(&correlate.Transfer{PID: 7, Stream: stream, Op: "copy", Direction: correlate.DirH2D, Bytes: 1 << 20,

@@ -1,4 +1,4 @@
-package agent_test
+package judge_test
 
 import (
 	"fmt"
@@ -6,10 +6,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lanewatch/lanewatch/agent"
 	"github.com/lanewatch/lanewatch/checks"
 	"github.com/lanewatch/lanewatch/correlate"
 	"github.com/lanewatch/lanewatch/event"
+	"github.com/lanewatch/lanewatch/judge"
 	"github.com/lanewatch/lanewatch/topology"
 )
 
@@ -30,7 +30,7 @@ func TestEvaluatorLanesByCopyGPU(t *testing.T) {
 		}
 		return 0
 	}
-	e := agent.NewEvaluator(agent.EvaluatorConfig{Interval: time.Second, Place: place, LinkCapacity: capacity})
+	e := judge.NewEvaluator(judge.EvaluatorConfig{Interval: time.Second, Place: place, LinkCapacity: capacity})
 	start := time.Now()
 	h2d := func(pid uint32, gpu string, at uint64) {
 		e.Transfer(&correlate.Transfer{PID: pid, TID: pid, Stream: 0x10, API: "cudaMemcpyAsync", Op: "copy", Direction: correlate.DirH2D,
@@ -42,7 +42,7 @@ func TestEvaluatorLanesByCopyGPU(t *testing.T) {
 	h2d(30, "", 4e6) // no GPU anywhere
 	h2d(30, "0000:3b:00.0", 5e6)
 	v := e.Evaluate(start.Add(time.Second))
-	got := map[string]agent.LaneRate{}
+	got := map[string]judge.LaneRate{}
 	for _, l := range v.Lanes {
 		got[l.GPU+" "+l.Direction] = l
 	}
@@ -83,14 +83,14 @@ func TestEvaluatorPeerCopyLanes(t *testing.T) {
 		{"topology unknown", nil, gpu(5), checks.PathUnknown, false},
 		{"GPU count differs", smi.PeerPaths(all[:4]), gpu(3), checks.PathUnknown, false},
 	} {
-		e := agent.NewEvaluator(agent.EvaluatorConfig{Interval: time.Second, GPUPath: c.path})
+		e := judge.NewEvaluator(judge.EvaluatorConfig{Interval: time.Second, GPUPath: c.path})
 		start := time.Now()
 		e.Transfer(&correlate.Transfer{PID: 20, TID: 20, Stream: 0x10, API: "cudaMemcpyPeerAsync", Op: "copy_peer", Direction: correlate.DirD2D,
 			Bytes: 256 << 20, Src: correlate.Side{Mem: event.MemDevice}, Dst: correlate.Side{Mem: event.MemDevice},
 			GPU: c.dst, SrcGPU: gpu(0), SubmitNs: 1e6, CompleteNs: 2e6, BatchIndex: -1, Layer: -1})
 		v := e.Evaluate(start.Add(time.Second))
 		bps := float64(256<<20) / v.Window.Seconds()
-		if len(v.Peers) != 1 || v.Peers[0] != (agent.PeerRate{Src: gpu(0), Dst: c.dst, Path: c.wantPath, Bps: bps}) {
+		if len(v.Peers) != 1 || v.Peers[0] != (judge.PeerRate{Src: gpu(0), Dst: c.dst, Path: c.wantPath, Bps: bps}) {
 			t.Errorf("%s: peers %+v, want %s→%s %s at %v", c.name, v.Peers, gpu(0), c.dst, c.wantPath, bps)
 		}
 		demand := map[string]float64{}
