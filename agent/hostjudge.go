@@ -66,7 +66,7 @@ func (a *Agent) HostJudge(procRoot, sysRoot string, env *collectors.EnvCache, ev
 				pn, err := collectors.RangeNodes(int(pid), rg.Start, rg.End, 0)
 				pools = append(pools, checks.Pool{Start: rg.Start, Size: rg.End - rg.Start, PagesByNode: pn.ByNode, Source: "move_pages", Err: err})
 			}
-			all = append(all, host.ProcessChecks(int(pid), pools, nil)...)
+			all = append(all, host.ProcessChecks(int(pid), pools, false)...)
 		}
 		all = append(all, host.PinnedPressure(pinned, "the processes the agent watches"))
 		cached = cached[:0]

@@ -257,7 +257,7 @@ func listenMetrics(cfg RunConfig, place func(uint32) checks.Placement, extra map
 		return nil, fmt.Errorf("--evaluate-interval %s: must be positive", mc.EvaluateInterval)
 	}
 	m := &metrics{cfg: cfg, log: log, skipped: map[string]bool{}}
-	m.exp = exporters.NewMetrics(m.health)
+	m.exp = exporters.NewMetrics(m.health, judge.Descs()...)
 	gpu, err := OpenGPU(mc.GPU)
 	switch {
 	case err == nil:
@@ -427,9 +427,8 @@ func (m *metrics) publish(v judge.Verdict) {
 	for _, p := range v.Peers {
 		w.Peers = append(w.Peers, exporters.Peer{Src: p.Src, Dst: p.Dst, Path: p.Path, Bps: p.Bps})
 	}
-	w.InFlightLanes, w.InFlightQPs = judge.InFlightSeries(v.InFlight, v.Window)
 	m.exp.SetWindow(w)
-	m.exp.SetCompute(judge.ComputeSeries(v))
+	m.exp.SetRuleSeries(v.Series)
 	if m.onVerdict != nil {
 		m.onVerdict(v)
 	}

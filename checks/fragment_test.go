@@ -60,7 +60,7 @@ func TestFragmentationPerDirection(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			w := NewWindow()
 			tc.fill(w)
-			c := checkByName(t, w.Checks("pid 7", 7), CheckFragmentation)
+			c := checkByName(t, windowChecks(w, "pid 7", 7), CheckFragmentation)
 			var got []string
 			for _, f := range c.Findings {
 				got = append(got, f.Subject)

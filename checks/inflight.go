@@ -83,7 +83,7 @@ type InFlightReport struct {
 func (w *Window) InFlights(place func(uint32) Placement, capacity func(gpu string) float64, span time.Duration) InFlightReport {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	placeOf := placeOnce(place)
+	placeOf := PlaceOnce(place)
 	rep := InFlightReport{Dropped: w.inflight.dropped}
 	type lane struct{ gpu, dir string }
 	byLane := map[lane][]int{}

@@ -180,7 +180,7 @@ type LinkOverlap struct {
 func (w *Window) LinkOverlaps(place func(uint32) Placement, capacity func(gpu string) float64, span time.Duration) (out []LinkOverlap, unknown map[uint32]string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	placeOf := placeOnce(place)
+	placeOf := PlaceOnce(place)
 	type lane struct{ gpu, dir string }
 	flows := map[lane][]linkFlowKey{}
 	capacities := map[string][2]float64{}
@@ -252,9 +252,9 @@ func (w *Window) OverlapChecks(place func(uint32) Placement, capacity func(gpu s
 	return out
 }
 
-// placeOnce asks place about each process once: placing reads the
+// PlaceOnce asks place about each process once: placing reads the
 // process's environment and the PCI tree.
-func placeOnce(place func(uint32) Placement) func(uint32) Placement {
+func PlaceOnce(place func(uint32) Placement) func(uint32) Placement {
 	placed := map[uint32]Placement{}
 	return func(pid uint32) Placement {
 		pl, ok := placed[pid]

@@ -63,21 +63,29 @@ func (h *Host) Place(pid uint32) Placement {
 	return Placement{GPU: bdf, InboundGBs: gbs, OutboundGBs: gbs, Why: why + "; " + capWhy}
 }
 
-// ProcessChecks checks one process: its NUMA binding and where its pinned
-// pools live, and with a window (nil: none) what its transfers did. pools
-// are the ranges located so far; window tells the SKIP texts whether a live
-// window ran.
-func (h *Host) ProcessChecks(pid int, pools []Pool, window *Window) []Check {
-	scope := fmt.Sprintf("pid %d", pid)
+// Scope names a process in a check's scope: its pid and command, or that
+// it is gone (exited during a window: sampled).
+func (h *Host) Scope(pid int, sampled bool) (scope string, gone bool) {
 	st, err := collectors.ReadStatus(h.ProcRoot, pid)
-	gone := errors.Is(err, fs.ErrNotExist)
 	switch {
 	case err == nil:
-		scope = fmt.Sprintf("pid %d (%s)", pid, st.Name)
-	case gone && window == nil:
+		return fmt.Sprintf("pid %d (%s)", pid, st.Name), false
+	case errors.Is(err, fs.ErrNotExist) && sampled:
+		return fmt.Sprintf("pid %d (exited during the window)", pid), true
+	case errors.Is(err, fs.ErrNotExist):
+		return fmt.Sprintf("pid %d", pid), true
+	}
+	return fmt.Sprintf("pid %d", pid), false
+}
+
+// ProcessChecks checks one process: its NUMA binding and where its pinned
+// pools live (what its transfers did is the window rules', package judge).
+// pools are the ranges located so far; sampled tells the SKIP texts
+// whether a live window ran.
+func (h *Host) ProcessChecks(pid int, pools []Pool, sampled bool) []Check {
+	scope, gone := h.Scope(pid, sampled)
+	if gone && !sampled {
 		return []Check{Skipped(scope, "process", "pid %d: no such process", pid)}
-	case gone:
-		scope = fmt.Sprintf("pid %d (exited during the window)", pid)
 	}
 	gpu, gpuNode, why := h.GPUOf(pid)
 	var out []Check
@@ -86,15 +94,7 @@ func (h *Host) ProcessChecks(pid int, pools []Pool, window *Window) []Check {
 	} else {
 		out = append(out, h.bindCheck(scope, pid, gpuNode, why))
 	}
-	out = append(out, h.poolCheck(scope, pid, gpu, gpuNode, why, pools, window != nil))
-	if window != nil {
-		out = append(out, window.PagesCheck(scope, uint32(pid), h.Place(uint32(pid)), h))
-		out = append(out, window.Checks(scope, uint32(pid))...)
-		if slices.Contains(window.OrderingPIDs(), uint32(pid)) {
-			out = append(out, window.OrderingCheck(scope, uint32(pid)))
-		}
-	}
-	return out
+	return append(out, h.poolCheck(scope, pid, gpu, gpuNode, why, pools, sampled))
 }
 
 func (h *Host) bindCheck(scope string, pid, gpuNode int, why string) Check {

@@ -374,20 +374,14 @@ const (
 	CheckOverlap       = "same-direction overlap"
 )
 
-// Checks judges one process's window: pageable copies and fragmentation.
-// Same-direction overlap is judged per GPU link, over every process's
-// flows (OverlapChecks).
-func (w *Window) Checks(scope string, pid uint32) []Check {
+// PageableCheck judges one process's window for pageable copies.
+func (w *Window) PageableCheck(scope string, pid uint32) Check {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	p := w.procs[pid]
 	if p == nil {
-		return []Check{
-			Skipped(scope, CheckPageable, "no transfer seen in the sample window"),
-			Skipped(scope, CheckFragmentation, "no transfer seen in the sample window"),
-		}
+		return Skipped(scope, CheckPageable, "no transfer seen in the sample window")
 	}
-	var out []Check
 	c := Check{Scope: scope, Name: CheckPageable, Status: Pass,
 		Detail: fmt.Sprintf("%d transfers, none from pageable memory", p.transfers)}
 	if f := correlate.PageableCopies(correlate.PageableFacts{PID: pid, Bulk: p.pageable, Metadata: p.pageableMetadata,
@@ -402,9 +396,20 @@ func (w *Window) Checks(scope string, pid uint32) []Check {
 	if p.pageableElements > 0 {
 		c.Detail += fmt.Sprintf("; %d element-sized copies (.item()-style) with pageable memory not counted: a synchronisation, see %q", p.pageableElements, CheckComputeOverlap)
 	}
-	out = append(out, c)
+	return c
+}
 
-	return append(out, p.fragmentationCheck(scope, pid))
+// FragmentationCheck judges one process's window for fragmented copies.
+// Same-direction overlap is judged per GPU link, over every process's
+// flows (OverlapChecks).
+func (w *Window) FragmentationCheck(scope string, pid uint32) Check {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	p := w.procs[pid]
+	if p == nil {
+		return Skipped(scope, CheckFragmentation, "no transfer seen in the sample window")
+	}
+	return p.fragmentationCheck(scope, pid)
 }
 
 // fragmentationCheck judges each direction's copies on its own (seed 000

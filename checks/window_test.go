@@ -63,7 +63,7 @@ func TestSampleChecksOnRecordings(t *testing.T) {
 		t.Run(c.file, func(t *testing.T) {
 			s, pid := replay(t, c.file)
 			var r Report
-			for _, ch := range s.Checks("pid", pid) {
+			for _, ch := range windowChecks(s, "pid", pid) {
 				r.Add(ch)
 			}
 			place := func(uint32) Placement { return Placement{GPU: "0000:17:00.0", InboundGBs: 4, OutboundGBs: 4} }
@@ -145,7 +145,7 @@ func TestWindowSMTransfers(t *testing.T) {
 	if pids := w.PIDs(); len(pids) != 0 {
 		t.Errorf("kernel launches made copy statistics for %v", pids)
 	}
-	for _, c := range w.Checks("pid 9", 9) {
+	for _, c := range windowChecks(w, "pid 9", 9) {
 		if c.Status == Warn || c.Status == Fail {
 			t.Errorf("%s: %s on kernel launches", c.Name, c.Status)
 		}
@@ -177,7 +177,7 @@ func TestPageableLeavesElementReadsOut(t *testing.T) {
 		}
 	}
 	pageable := func(w *Window) Check {
-		for _, c := range w.Checks("pid 7", 7) {
+		for _, c := range windowChecks(w, "pid 7", 7) {
 			if c.Name == CheckPageable {
 				return c
 			}
@@ -231,7 +231,7 @@ func TestPageableByBytes(t *testing.T) {
 			at += 1000
 		}
 		var c *Check
-		for _, x := range w.Checks("pid 7", 7) {
+		for _, x := range windowChecks(w, "pid 7", 7) {
 			if x.Name == CheckPageable {
 				c = &x
 			}
@@ -241,4 +241,9 @@ func TestPageableByBytes(t *testing.T) {
 			t.Errorf("%s: %+v", tc.name, c)
 		}
 	}
+}
+
+// windowChecks is one process's pageable and fragmentation checks.
+func windowChecks(w *Window, scope string, pid uint32) []Check {
+	return []Check{w.PageableCheck(scope, pid), w.FragmentationCheck(scope, pid)}
 }

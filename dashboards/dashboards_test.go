@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/url"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	"github.com/lanewatch/lanewatch/event"
 	"github.com/lanewatch/lanewatch/exporters"
 	"github.com/lanewatch/lanewatch/internal/promtest"
+	"github.com/lanewatch/lanewatch/judge"
 )
 
 type panel struct {
@@ -137,7 +139,7 @@ func exporterNames(t *testing.T) map[string]bool {
 	m := exporters.NewMetrics(func() exporters.Health {
 		return exporters.Health{AttachedProbes: map[string]int{"/lib/libcuda.so.1": 1},
 			AttachFailures: map[string]uint64{"libcuda.so.1": 1}, Unprobed: map[string]int{"libcuda.so.1": 1}}
-	})
+	}, judge.Descs()...)
 	for _, tr := range []correlate.Transfer{
 		{Op: "copy", Direction: correlate.DirH2D, Bytes: 1, HostMem: event.MemPageable},
 		{Op: "post_send", Direction: correlate.DirRDMAWrite, Bytes: 1, Status: "success", SubmitNs: 1, CompleteNs: 2},
@@ -145,10 +147,12 @@ func exporterNames(t *testing.T) map[string]bool {
 		m.Transfer(&tr)
 	}
 	m.SetWindow(exporters.Window{At: time.Now(), Lanes: []exporters.Lane{{GPU: "0000:17:00.0", Direction: "inbound", Demand: 1, Capacity: 1, Measured: 1, HasMeasured: true}},
-		Peers:         []exporters.Peer{{Src: "0000:17:00.0", Dst: "0000:3b:00.0", Path: "nvlink", Bps: 1}},
-		InFlightLanes: []exporters.InFlightLane{{GPU: "0000:17:00.0", Direction: "inbound", AvgBytes: 1, AvgOps: 1}},
-		InFlightQPs:   []exporters.InFlightQP{{PID: 1, QP: 7, Kind: "RDMA_WRITE", AvgBytes: 1, AvgOps: 1}}})
-	m.SetCompute([]exporters.ComputeGPU{{GPU: "0000:17:00.0", BusyNs: 2, OverlapNs: 1}}, []exporters.HostWait{{API: "cudaStreamSynchronize", Count: 1, Ns: 1}})
+		Peers: []exporters.Peer{{Src: "0000:17:00.0", Dst: "0000:3b:00.0", Path: "nvlink", Bps: 1}}})
+	var series []exporters.Sample // one series of every window rule's metric
+	for _, d := range judge.Descs() {
+		series = append(series, exporters.Sample{Desc: d, Value: 1, Labels: slices.Repeat([]string{"x"}, len(d.Labels))})
+	}
+	m.SetRuleSeries(series)
 	gpu := collectors.GPUReading{BusID: "0000:17:00.0", HasPCIeBytes: true, HasNVLink: true, HasReplay: true, LinkGen: 5, LinkWidth: 16}
 	scrapers := map[string]exporters.Collector{"gpu": collectors.NewGPUMetrics(oneGPU{collectors.GPUSnapshot{GPUs: []collectors.GPUReading{gpu}}}),
 		"disk": collectors.NewDiskMetrics("/proc", "/sys", nil)} // this machine's block devices

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -19,6 +20,7 @@ import (
 	"github.com/lanewatch/lanewatch/collectors"
 	"github.com/lanewatch/lanewatch/correlate"
 	"github.com/lanewatch/lanewatch/event"
+	"github.com/lanewatch/lanewatch/judge"
 	"github.com/lanewatch/lanewatch/probes"
 	"github.com/lanewatch/lanewatch/topology"
 )
@@ -85,56 +87,82 @@ func Run(ctx context.Context, cfg Config) (*checks.Report, error) {
 	for _, c := range host.HostChecks(cfg.IBDevices) {
 		r.Add(c)
 	}
+	// The window rules, through the one loop `agent run`'s evaluator
+	// judges its windows with (judge.Judge): host- and GPU-scoped checks
+	// here, each process's under it below.
+	var judged map[string][]checks.Check
 	if win != nil {
 		r.Add(host.PinnedPressure(win.pinnedBytes(), "the processes seen in the window"))
-		r.Add(win.congestionCheck(cfg))
-		// Same-direction overlap, once per GPU link, over every process's
-		// flows in the window (docs/design.md 1.1).
-		capacity := func(gpu string) float64 { gbs, _ := host.LaneCapacity(gpu); return gbs }
-		for _, c := range win.transfers.OverlapChecks(host.Place, capacity, cfg.Sample) {
-			r.Add(c)
+		judged = map[string][]checks.Check{}
+		for _, c := range win.judge(cfg, host, targets(cfg, win)) {
+			if c.Scope == checks.HostScope || strings.HasPrefix(c.Scope, "GPU ") {
+				r.Add(c)
+			} else {
+				judged[c.Scope] = append(judged[c.Scope], c)
+			}
 		}
 		r.Add(win.storageCheck(host))
-		// In-flight sufficiency, per flow on its GPU lane (docs/design.md 7).
-		for _, c := range win.transfers.InFlightChecks(host.Place, capacity, cfg.Sample) {
-			r.Add(c)
-		}
-		for _, c := range win.storageLegChecks(cfg, host) {
-			r.Add(c)
-		}
 	} else {
 		r.Add(checks.Skipped(checks.HostScope, "pinned memory", "pinned pools are seen as they are registered: rerun with --sample"))
-		r.Add(checks.Skipped(checks.HostScope, checks.CheckCongestion, "needs a live window (--sample) to compare counter rates with latency"))
-		r.Add(checks.Skipped(checks.HostScope, checks.CheckOverlap, "needs a live window (--sample): flows are judged by when they were in flight"))
+		for _, c := range judge.Unsampled() {
+			r.Add(c)
+		}
 		r.Add(checks.Skipped(checks.HostScope, checks.CheckStorage, "throughput is measured over a live window (--sample)"))
-		r.Add(checks.Skipped(checks.HostScope, checks.CheckInFlight, "needs a live window (--sample): operations in flight are measured over time"))
-		r.Add(checks.Skipped(checks.HostScope, checks.CheckComputeOverlap, "needs a live window (--sample): copies, launches and host waits are judged by when they ran"))
-		r.Add(checks.Skipped(checks.HostScope, checks.CheckStorageDirect, "storage reads are traced over a live window (--sample --trace-storage-reads)"))
-		r.Add(checks.Skipped(checks.HostScope, checks.CheckStorageUplink, "storage and GPU rates are measured over a live window (--sample)"))
 	}
 	r.Add(checks.GDSCheck(cfg.ProcRoot, cfg.SysRoot, probes.MappedFiles))
 	for _, pid := range targets(cfg, win) {
 		var pools []checks.Pool
-		var transfers *checks.Window
 		if win != nil {
-			pools, transfers = win.poolsOf(pid), win.transfers
+			pools = win.poolsOf(pid)
 		}
-		cs := host.ProcessChecks(pid, pools, transfers)
+		cs := host.ProcessChecks(pid, pools, win != nil)
 		for _, c := range cs {
 			r.Add(c)
 		}
-		if win != nil && len(cs) > 0 && cs[0].Name != "process" { // seed 000 item 3 (computeoverlap.go in checks)
-			r.Add(checks.ComputeCheck(cs[0].Scope, win.transfers.Compute(uint32(pid))))
+		if len(cs) == 0 || cs[0].Name == "process" {
+			continue
 		}
+		scope := cs[0].Scope
+		for _, c := range judged[scope] {
+			r.Add(c)
+		}
+		delete(judged, scope)
 		// The process-wide picture from numa_maps, for the person reading
 		// the report: INFO, no finding, so agent run's periodic checks
 		// leave it out (docs/design.md, "Pages, not registrations").
-		if len(cs) > 0 && cs[0].Name != "process" {
-			_, gpuNode, why := host.GPUOf(pid)
-			r.Add(host.MemoryCheck(cs[0].Scope, pid, gpuNode, why))
+		_, gpuNode, why := host.GPUOf(pid)
+		r.Add(host.MemoryCheck(scope, pid, gpuNode, why))
+	}
+	for _, scope := range slices.Sorted(maps.Keys(judged)) { // judged, though not a target
+		for _, c := range judged[scope] {
+			r.Add(c)
 		}
 	}
 	return r, nil
+}
+
+// judge runs the window rules over the window, each process named as the
+// report names it; targets are judged even when the window saw nothing of
+// them.
+func (w *window) judge(cfg Config, host *checks.Host, targets []int) []checks.Check {
+	env := &judge.Env{Span: w.length, Place: checks.PlaceOnce(host.Place), NUMA: host,
+		Capacity:   func(gpu string) float64 { gbs, _ := host.LaneCapacity(gpu); return gbs },
+		Scope:      func(pid uint32) string { s, _ := host.Scope(int(pid), true); return s },
+		Congestion: func(rdmas []correlate.Transfer) checks.Check { return w.congestionCheck(cfg, rdmas) },
+		Storage:    host.StorageHost(),
+		DiskRates: func() ([]collectors.DiskRate, error) {
+			if w.disksErr != nil {
+				return nil, w.disksErr
+			}
+			rates, _ := collectors.DiskRates(w.disks[0], w.disks[1])
+			return rates, nil
+		}}
+	for _, pid := range targets {
+		env.Targets = append(env.Targets, uint32(pid))
+	}
+	env.StorageReads, env.StorageUnjudged = w.storage, w.storageUnjudged(cfg)
+	env.Lanes, _ = judge.LaneRates(w.transfers, env, nil, nil)
+	return judge.Judge(w.transfers, env).Checks
 }
 
 // targets are the processes to check: the ones named, else every process
@@ -164,7 +192,7 @@ type window struct {
 	start      uint64 // CLOCK_MONOTONIC ns when it opened
 	length     time.Duration
 	congestion *checks.Congestion
-	transfers  *checks.Window
+	transfers  *judge.Window
 	mu         sync.Mutex
 	pools      map[int][]checks.Pool
 	pinned     map[uint32]uint64
@@ -191,13 +219,13 @@ func (w *window) pinnedBytes() map[uint32]uint64 {
 // at its start, middle and end): the second against the first, which is
 // also the quiet baseline its ports learn when their counters were still.
 // A finding of either half is the window's; the second half's wins.
-func (w *window) congestionCheck(cfg Config) checks.Check {
+func (w *window) congestionCheck(cfg Config, rdmas []correlate.Transfer) checks.Check {
 	if w.congestion == nil {
 		return checks.Skipped(checks.HostScope, checks.CheckCongestion, "no RDMA port in %s/class/infiniband", cfg.SysRoot)
 	}
 	mid := w.start + uint64(w.length/2)
 	var halves [2][]correlate.Transfer
-	for _, t := range w.transfers.RDMAs() {
+	for _, t := range rdmas {
 		h := 0
 		if t.CompleteNs >= mid {
 			h = 1
@@ -232,8 +260,7 @@ const poolQueue = 1024
 // are registered, while their process is alive, by a worker so the reader
 // never blocks. Environments are read through env (the host's).
 func sample(ctx context.Context, cfg Config, env *collectors.EnvCache) (*window, error) {
-	w := &window{length: cfg.Sample, transfers: checks.NewWindow(), pools: map[int][]checks.Pool{}, pinned: map[uint32]uint64{}}
-	w.transfers.SetKernelsProbed(cfg.Kernels)
+	w := &window{length: cfg.Sample, transfers: judge.NewWindow(cfg.Kernels), pools: map[int][]checks.Pool{}, pinned: map[uint32]uint64{}}
 	type pool struct {
 		pid         int
 		start, size uint64

@@ -3,7 +3,6 @@ package exporters
 import (
 	"log/slog"
 	"path/filepath"
-	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -46,7 +45,7 @@ type Metrics struct {
 	// is seen by increase() even when no scrape caught its gauge.
 	fired map[findingKey]uint64
 
-	compute computeMetrics // compute.go
+	rules ruleSeries // the window rules' series (ruleseries.go)
 }
 
 type findingKey struct{ rule, sev string }
@@ -101,10 +100,6 @@ type Window struct {
 	Findings []correlate.Finding // active findings: the rules that fired on the window
 	Lanes    []Lane              // per GPU link direction, demand and capacity
 	Peers    []Peer              // peer copies per pair of GPUs and path
-	// InFlightLanes and InFlightQPs are the window's averages in flight
-	// per GPU lane and per queue pair (inflight.go).
-	InFlightLanes []InFlightLane
-	InFlightQPs   []InFlightQP
 }
 
 // Peer is the rate of the window's peer copies (D2D between two GPUs)
@@ -275,10 +270,12 @@ var (
 )
 
 // NewMetrics returns Metrics reading the agent's health from health at
-// every scrape (nil: no health metrics).
-func NewMetrics(health func() Health) *Metrics {
+// every scrape (nil: no health metrics); rules are the window rules'
+// metrics (judge.Descs), published by SetRuleSeries.
+func NewMetrics(health func() Health, rules ...Desc) *Metrics {
 	m := &Metrics{
 		health:    health,
+		rules:     ruleSeries{descs: rules},
 		transfers: map[transferKey]*transferCount{},
 		failed:    map[failedKey]uint64{},
 		sm:        map[string]uint64{},
@@ -396,7 +393,6 @@ func (m *Metrics) SetWindow(w Window) {
 	w.Findings = append([]correlate.Finding(nil), w.Findings...)
 	w.Lanes = append([]Lane(nil), w.Lanes...)
 	w.Peers = append([]Peer(nil), w.Peers...)
-	w.InFlightLanes, w.InFlightQPs = slices.Clone(w.InFlightLanes), slices.Clone(w.InFlightQPs)
 	m.mu.Lock()
 	m.window, m.hasWindow = w, true
 	seen := map[findingKey]bool{}
@@ -415,10 +411,13 @@ func (m *Metrics) SetWindow(w Window) {
 func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descTransfers, descTransferBytes, descTransferSize, descFailed, descSMTransfers, descLaunches, descGraphLaunches, descCaptured, descWRs, descWRLatency,
 		descFindings, descFindingWindows, descLaneDemand, descLaneCapacity, descLaneMeasured, descLaneUnattributed, descLaneSM, descPeerCopy, descGPUCounters,
-		descEvalDuration, descEvalTime, descInflightBytes, descInflightOps, descQPInflightBytes, descQPInflightOps,
+		descEvalDuration, descEvalTime,
 		descEvents, descDrops, descAttached, descAttachFailures, descUnprobed, descProbedLibraries, descLibraryDetaches, descLoaderHolds, descLoaderHoldSeconds, descCallerUnclassified, descPending, descPageLookups,
-		descComputeOverlap, descHostWait, descHostWaits} {
+	} {
 		ch <- d
+	}
+	for _, d := range m.rules.descs {
+		ch <- d.Desc
 	}
 }
 
@@ -426,7 +425,7 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	m.collectCounts(ch)
 	m.collectWindow(ch)
-	m.collectCompute(ch)
+	m.collectRules(ch)
 	if m.health != nil {
 		collectHealth(ch, m.health())
 	}
@@ -516,7 +515,6 @@ func (m *Metrics) collectWindow(ch chan<- prometheus.Metric) {
 	for _, p := range w.Peers {
 		ch <- prometheus.MustNewConstMetric(descPeerCopy, prometheus.GaugeValue, p.Bps, p.Src, p.Dst, p.Path)
 	}
-	collectInFlight(ch, w)
 	ch <- prometheus.MustNewConstMetric(descEvalDuration, prometheus.GaugeValue, w.Duration.Seconds())
 	ch <- prometheus.MustNewConstMetric(descEvalTime, prometheus.GaugeValue, float64(w.At.UnixNano())/1e9)
 }

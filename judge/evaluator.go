@@ -14,6 +14,7 @@ import (
 	"github.com/lanewatch/lanewatch/collectors"
 	"github.com/lanewatch/lanewatch/correlate"
 	"github.com/lanewatch/lanewatch/event"
+	"github.com/lanewatch/lanewatch/exporters"
 	"github.com/lanewatch/lanewatch/topology"
 )
 
@@ -58,11 +59,9 @@ type Verdict struct {
 	// and path: only PCIe ones are lane demand (out of Src, into Dst);
 	// NVLink ones cross no PCIe lane, and unknown ones are put on none.
 	Peers []PeerRate
-	// InFlight is every flow's operations in flight over the window, per
-	// flow and per GPU lane (lanewatch_inflight_*).
-	InFlight checks.InFlightReport
-	// Compute is each process's compute overlap (computeoverlap.go).
-	Compute []correlate.ComputeReport
+	// Series are the rules' metric series for the window
+	// (exporters.Metrics.SetRuleSeries).
+	Series []exporters.Sample
 }
 
 // PeerRate is the rate of the peer copies from one GPU to another over a
@@ -125,7 +124,7 @@ type EvaluatorConfig struct {
 // fire. It is a correlate.Sink; tee it with the other exporters.
 type Evaluator struct {
 	cfg     EvaluatorConfig
-	cur     *checks.Window
+	cur     *Window
 	mu      sync.Mutex // guards start and host
 	start   time.Time
 	prevGPU *collectors.GPUSnapshot
@@ -168,13 +167,16 @@ func NewEvaluator(cfg EvaluatorConfig) *Evaluator {
 	if cfg.Now == nil {
 		cfg.Now = event.Now
 	}
-	w := checks.NewWindow()
-	w.SetKernelsProbed(cfg.Kernels)
+	w := NewWindow(cfg.Kernels)
 	return &Evaluator{cfg: cfg, cur: w, start: time.Now()}
 }
 
 // Transfer adds a transfer to the current window. It implements correlate.Sink.
 func (e *Evaluator) Transfer(t *correlate.Transfer) { e.cur.Transfer(t) }
+
+// Activity adds an engine activity (a launch, a host wait, an event
+// record) to the current window. It implements correlate.ActivitySink.
+func (e *Evaluator) Activity(a *correlate.Activity) { e.cur.Activity(a) }
 
 // Run evaluates every interval until ctx is done.
 func (e *Evaluator) Run(ctx context.Context) {
@@ -228,7 +230,7 @@ func (e *Evaluator) SampleCounters() (collectors.GPUSnapshot, bool) {
 type laneKey struct{ gpu, dir string }
 
 // Evaluate closes the current window at now, starts the next and judges
-// the closed one.
+// the closed one with every registered rule (Judge).
 func (e *Evaluator) Evaluate(now time.Time) Verdict {
 	begin := time.Now()
 	snap, read := e.SampleCounters() // the window's last counter samples, before it closes
@@ -240,19 +242,45 @@ func (e *Evaluator) Evaluate(now time.Time) Verdict {
 	e.mu.Unlock()
 
 	v := Verdict{At: now, Window: span}
-	lanes := map[laneKey]*LaneRate{}
-	measured := e.measure(snap, read)
-	placed := map[uint32]checks.Placement{}
-	for _, pid := range win.PIDs() {
-		pl := e.cfg.Place(pid)
-		placed[pid] = pl
-		pages := win.PagesCheck(fmt.Sprintf("pid %d", pid), pid, pl, e.cfg.NUMA)
-		v.Checks = append(v.Checks, pages)
-		v.Findings = append(v.Findings, pages.Findings...)
-		for _, c := range win.Checks(fmt.Sprintf("pid %d", pid), pid) {
-			v.Checks = append(v.Checks, c)
-			v.Findings = append(v.Findings, c.Findings...)
+	place := checks.PlaceOnce(e.cfg.Place) // placing reads a process's environment: once per window
+	env := &Env{Span: span, Place: place, NUMA: e.cfg.NUMA, Capacity: func(gpu string) float64 {
+		if e.cfg.LinkCapacity == nil {
+			return 0
 		}
+		return e.cfg.LinkCapacity(gpu)
+	}}
+	v.Lanes, v.Peers = LaneRates(win, env, e.cfg.GPUPath, e.measure(snap, read))
+	env.Lanes = v.Lanes
+	if c := e.cfg.Congestion; c != nil { // rdma-congestion: the window's counters against its completions
+		env.Congestion = func(rdmas []correlate.Transfer) checks.Check {
+			c.Sample()
+			return c.Judge(rdmas)
+		}
+	}
+	if e.cfg.Storage != nil {
+		env.StorageReads = e.cfg.Storage.Flows()
+	}
+	if d := e.cfg.Disks; d != nil {
+		env.DiskRates, env.Storage = d.Rates, d.host
+	}
+	j := Judge(win, env)
+	v.Checks, v.Findings, v.Series = j.Checks, j.Findings(), j.Series
+	if host != nil {
+		v.Findings = append(v.Findings, host()...)
+	}
+	v.Took = time.Since(begin)
+	return v
+}
+
+// LaneRates are the window's rates on each lane of each GPU link: the
+// demand of its transfers (every copy on the link of the GPU it names, else
+// its process's placement: docs/design.md, "Which GPU"), the capacity,
+// and what the counters measured (measured, keyed by lane); and its peer
+// copies per pair of GPUs and path (gpuPath; nil: every path unknown).
+func LaneRates(win *Window, env *Env, gpuPath func(src, dst string) (string, bool), measured map[laneKey]LaneRate) ([]LaneRate, []PeerRate) {
+	lanes := map[laneKey]*LaneRate{}
+	for _, pid := range win.PIDs() {
+		pl := env.Place(pid)
 		if pl.GPU == "" {
 			continue // no lane the host did not show
 		}
@@ -263,76 +291,40 @@ func (e *Evaluator) Evaluate(now time.Time) Verdict {
 			}
 		}
 	}
-	// Demand on each lane: every copy on the link of the GPU it names, else
-	// its process's placement (docs/design.md, "Which GPU").
-	placeDemand := func(pid uint32) checks.Placement {
-		if pl, ok := placed[pid]; ok {
-			return pl
-		}
-		return e.cfg.Place(pid)
-	}
 	lane := func(gpu, dir string) *LaneRate {
 		l := lanes[laneKey{gpu, dir}]
 		if l == nil {
-			l = &LaneRate{GPU: gpu, Direction: dir}
-			if e.cfg.LinkCapacity != nil {
-				l.Capacity = e.cfg.LinkCapacity(gpu) * 1e9
-			}
+			l = &LaneRate{GPU: gpu, Direction: dir, Capacity: env.Capacity(gpu) * 1e9}
 			lanes[laneKey{gpu, dir}] = l
 		}
 		return l
 	}
 	rate := func(b uint64) float64 {
-		if span <= 0 {
+		if env.Span <= 0 {
 			return 0
 		}
-		return float64(b) / span.Seconds()
+		return float64(b) / env.Span.Seconds()
 	}
-	for k, b := range win.LinkBytes(placeDemand) {
+	for k, b := range win.LinkBytes(env.Place) {
 		lane(k[0], k[1]).Demand += rate(b)
 	}
 	// Peer copies: PCIe ones leave the source's link and enter the
 	// destination's; NVLink ones cross no PCIe lane; unknown ones are on
 	// none, never guessed onto one.
-	for _, f := range win.PeerBytes(e.cfg.GPUPath) {
-		v.Peers = append(v.Peers, PeerRate{Src: f.Src, Dst: f.Dst, Path: f.Path, Bps: rate(f.Bytes)})
+	var peers []PeerRate
+	for _, f := range win.PeerBytes(gpuPath) {
+		peers = append(peers, PeerRate{Src: f.Src, Dst: f.Dst, Path: f.Path, Bps: rate(f.Bytes)})
 		if f.Path == checks.PathPCIe {
 			lane(f.Src, checks.Outbound).Demand += rate(f.Bytes)
 			lane(f.Dst, checks.Inbound).Demand += rate(f.Bytes)
 		}
 	}
-	// Same-direction overlap: one judgement per GPU link, over the flows of
-	// every process that crossed it (docs/design.md 1.1).
-	placeOf := func(pid uint32) checks.Placement {
-		if pl, ok := placed[pid]; ok {
-			return pl
-		}
-		return e.cfg.Place(pid)
-	}
-	for _, c := range win.OverlapChecks(placeOf, e.cfg.LinkCapacity, span) {
-		v.Checks = append(v.Checks, c)
-		v.Findings = append(v.Findings, c.Findings...)
-	}
-	// In-flight sufficiency: every flow on its lane (checks/inflight.go).
-	v.InFlight = win.InFlights(placeOf, e.cfg.LinkCapacity, span)
-	for _, c := range v.InFlight.Checks() {
-		v.Checks = append(v.Checks, c)
-		v.Findings = append(v.Findings, c.Findings...)
-	}
-	v.addOrdering(win)
 	for gpu, n := range win.SMTransfers() {
 		if gpu == "" {
 			continue // no GPU the thread's context calls showed
 		}
 		for _, dir := range []string{checks.Inbound, checks.Outbound} {
-			k := laneKey{gpu, dir}
-			if lanes[k] == nil {
-				lanes[k] = &LaneRate{GPU: gpu, Direction: dir}
-				if e.cfg.LinkCapacity != nil {
-					lanes[k].Capacity = e.cfg.LinkCapacity(gpu) * 1e9
-				}
-			}
-			lanes[k].SMTransfers = n
+			lane(gpu, dir).SMTransfers = n
 		}
 	}
 	for k, m := range measured {
@@ -347,41 +339,17 @@ func (e *Evaluator) Evaluate(now time.Time) Verdict {
 			l.Capacity = m.Capacity
 		}
 	}
-	gpuOf := func(pid uint32) string {
-		if pl, ok := placed[pid]; ok {
-			return pl.GPU
-		}
-		return e.cfg.Place(pid).GPU
-	}
+	out := make([]LaneRate, 0, len(lanes))
 	for _, l := range lanes {
-		v.Lanes = append(v.Lanes, *l)
-		if l.HasMeasured && span > 0 {
-			f := win.LaneFacts(l.GPU, l.Direction, gpuOf, span)
-			f.MeasuredBps, f.CapacityBps, f.RunningBps = l.Measured, l.Capacity, l.Running
-			if fd := correlate.LinkUnderused(f); fd != nil {
-				v.Findings = append(v.Findings, *fd)
-			}
-		}
+		out = append(out, *l)
 	}
-	sort.Slice(v.Lanes, func(i, j int) bool {
-		if v.Lanes[i].GPU != v.Lanes[j].GPU {
-			return v.Lanes[i].GPU < v.Lanes[j].GPU
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].GPU != out[j].GPU {
+			return out[i].GPU < out[j].GPU
 		}
-		return v.Lanes[i].Direction < v.Lanes[j].Direction
+		return out[i].Direction < out[j].Direction
 	})
-	judgeCompute(&v, win)
-	e.storageChecks(win, &v)
-	if e.cfg.Congestion != nil { // rdma-congestion: the window's counters against its completions
-		e.cfg.Congestion.Sample()
-		c := e.cfg.Congestion.Judge(win.RDMAs())
-		v.Checks = append(v.Checks, c)
-		v.Findings = append(v.Findings, c.Findings...)
-	}
-	if host != nil {
-		v.Findings = append(v.Findings, host()...)
-	}
-	v.Took = time.Since(begin)
-	return v
+	return out, peers
 }
 
 // measure turns the counter reading that closes a window (read: there is

@@ -7,6 +7,7 @@ import (
 	"github.com/lanewatch/lanewatch/checks"
 	"github.com/lanewatch/lanewatch/correlate"
 	"github.com/lanewatch/lanewatch/event"
+	"github.com/lanewatch/lanewatch/exporters"
 	"github.com/lanewatch/lanewatch/judge"
 )
 
@@ -35,9 +36,14 @@ func TestEvaluatorInFlight(t *testing.T) {
 		if got := rules(v)["too-little-in-flight"]; (got == 1) != tc.fires {
 			t.Errorf("%s: too-little-in-flight %d times: %v", tc.name, got, v.Findings)
 		}
-		lanes := v.InFlight.Lanes
+		var lanes []exporters.Sample
+		for _, s := range v.Series {
+			if s.Desc.Name == "lanewatch_inflight_bytes" {
+				lanes = append(lanes, s)
+			}
+		}
 		// 16 KiB in flight 2 ms of the 1 s window
-		if len(lanes) != 1 || lanes[0].GPU != "0000:17:00.0" || lanes[0].AvgBytes < 32 || lanes[0].AvgBytes > 34 {
+		if len(lanes) != 1 || lanes[0].Labels[0] != "0000:17:00.0" || lanes[0].Value < 32 || lanes[0].Value > 34 {
 			t.Errorf("%s: lanes %+v", tc.name, lanes)
 		}
 		skipped := false

@@ -10,26 +10,87 @@ import (
 	"github.com/lanewatch/lanewatch/correlate"
 )
 
-// StorageFlows ends a window of storage reads (StorageReads.Flows).
-type StorageFlows interface {
-	Flows() []checks.StorageFlow
+// The storage leg: checklist item 6, storage reads into the pool against
+// the GPU's socket (storage-far-pool), and item 7, storage and the GPU's
+// copies sharing a switch uplink (storage-shared-uplink). Item 8 (GDS) is a
+// host check, judged without a window.
+
+var (
+	_ = register(storageDirectRule{})
+	_ = register(storageUplinkRule{})
+)
+
+type storageDirectRule struct{}
+
+func (storageDirectRule) Check() string    { return checks.CheckStorageDirect }
+func (storageDirectRule) Raises() []string { return []string{"storage-far-pool"} }
+func (storageDirectRule) Unsampled() string {
+	return "storage reads are traced over a live window (--sample --trace-storage-reads)"
 }
 
-// StorageDirectChecks is checklist item 6 for each process with storage
-// reads in a window, h2d its host→device bytes in the same window; sides
-// says where NUMA nodes sit from each other (nil: unknown).
-func StorageDirectChecks(flows []checks.StorageFlow, h2d func(pid uint32) uint64, sides correlate.NodeSides) []checks.Check {
-	var out []checks.Check
+// Judge judges each process with storage reads in the window against its
+// host→device bytes in the same window; a SKIP when Env says why the reads
+// are not judged.
+func (storageDirectRule) Judge(w *Window, env *Env) (j Judgement) {
+	if env.StorageUnjudged != "" {
+		j.Checks = []checks.Check{checks.Skipped(checks.HostScope, checks.CheckStorageDirect, "%s", env.StorageUnjudged)}
+		return j
+	}
+	var sides correlate.NodeSides
+	if env.NUMA != nil {
+		sides = env.NUMA.NodeSide
+	}
+	flows := env.StorageReads
 	for i := 0; i < len(flows); {
-		j := i
-		for j < len(flows) && flows[j].PID == flows[i].PID {
-			j++
+		k := i
+		for k < len(flows) && flows[k].PID == flows[i].PID {
+			k++
 		}
 		pid := flows[i].PID
-		out = append(out, checks.StorageDirectCheck(fmt.Sprintf("pid %d", pid), flows[i:j], h2d(pid), sides))
-		i = j
+		j.Checks = append(j.Checks, checks.StorageDirectCheck(env.scope(pid), flows[i:k], w.LaneBytes(pid, checks.Inbound), sides))
+		i = k
 	}
-	return out
+	return j
+}
+
+type storageUplinkRule struct{}
+
+func (storageUplinkRule) Check() string    { return checks.CheckStorageUplink }
+func (storageUplinkRule) Raises() []string { return []string{"storage-shared-uplink"} }
+func (storageUplinkRule) Unsampled() string {
+	return "storage and GPU rates are measured over a live window (--sample)"
+}
+
+// Judge compares the block devices' rates with the GPUs' traffic on each
+// lane (the counters' where read, else the probes'); no check without disk
+// rates.
+func (storageUplinkRule) Judge(w *Window, env *Env) (j Judgement) {
+	if env.DiskRates == nil {
+		return j
+	}
+	rates, err := env.DiskRates()
+	if err != nil {
+		j.Checks = []checks.Check{checks.Skipped(checks.HostScope, checks.CheckStorageUplink, "block device rates: %v", err)}
+		return j
+	}
+	gpu := checks.GPURates{}
+	for _, l := range env.Lanes {
+		if gpu[l.GPU] == nil {
+			gpu[l.GPU] = map[string]float64{}
+		}
+		b := l.Demand
+		if l.HasMeasured {
+			b = l.Measured
+		}
+		gpu[l.GPU][l.Direction] = b
+	}
+	j.Checks = []checks.Check{env.Storage.UplinkCheck(rates, gpu)}
+	return j
+}
+
+// StorageFlows ends a window of storage reads (agent.StorageReads.Flows).
+type StorageFlows interface {
+	Flows() []checks.StorageFlow
 }
 
 // DiskWindow reads /proc/diskstats at the end of each evaluation window:
@@ -46,12 +107,12 @@ type DiskWindow struct {
 // NewDiskWindow takes the first reading now.
 func NewDiskWindow(procRoot string, host checks.StorageHost, log *slog.Logger) *DiskWindow {
 	d := &DiskWindow{procRoot: procRoot, host: host, log: log}
-	d.rates()
+	d.Rates()
 	return d
 }
 
-// rates reads diskstats and returns the rates since the previous reading.
-func (d *DiskWindow) rates() ([]collectors.DiskRate, error) {
+// Rates reads diskstats and returns the rates since the previous reading.
+func (d *DiskWindow) Rates() ([]collectors.DiskRate, error) {
 	s, err := collectors.ReadDiskstats(d.procRoot)
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -66,47 +127,4 @@ func (d *DiskWindow) rates() ([]collectors.DiskRate, error) {
 	}
 	r, _ := collectors.DiskRates(prev, s)
 	return r, nil
-}
-
-// UplinkCheck is checklist item 7 over the window that ends now, the
-// GPUs' traffic from its lanes (the counters' where read, else the
-// probes').
-func (d *DiskWindow) UplinkCheck(lanes []LaneRate) checks.Check {
-	rates, err := d.rates()
-	if err != nil {
-		return checks.Skipped(checks.HostScope, checks.CheckStorageUplink, "block device rates: %v", err)
-	}
-	gpu := checks.GPURates{}
-	for _, l := range lanes {
-		if gpu[l.GPU] == nil {
-			gpu[l.GPU] = map[string]float64{}
-		}
-		b := l.Demand
-		if l.HasMeasured {
-			b = l.Measured
-		}
-		gpu[l.GPU][l.Direction] = b
-	}
-	return d.host.UplinkCheck(rates, gpu)
-}
-
-// storageChecks adds the storage leg's checks of a window: item 6 per
-// process with storage reads (--trace-storage-reads), item 7 for the host.
-func (e *Evaluator) storageChecks(win *checks.Window, v *Verdict) {
-	if e.cfg.Storage != nil {
-		h2d := func(pid uint32) uint64 { return win.LaneBytes(pid, checks.Inbound) }
-		var sides correlate.NodeSides
-		if e.cfg.NUMA != nil {
-			sides = e.cfg.NUMA.NodeSide
-		}
-		for _, c := range StorageDirectChecks(e.cfg.Storage.Flows(), h2d, sides) {
-			v.Checks = append(v.Checks, c)
-			v.Findings = append(v.Findings, c.Findings...)
-		}
-	}
-	if e.cfg.Disks != nil {
-		c := e.cfg.Disks.UplinkCheck(v.Lanes)
-		v.Checks = append(v.Checks, c)
-		v.Findings = append(v.Findings, c.Findings...)
-	}
 }

@@ -54,12 +54,22 @@ func TestDiskWindowUplink(t *testing.T) {
 	writeDiskstats(t, proc, 0)
 	d := judge.NewDiskWindow(proc, uplinkHost(), nil)
 	writeDiskstats(t, proc, 2e9) // 1 TB of 512-byte sectors
-	c := d.UplinkCheck([]judge.LaneRate{{GPU: "0000:19:00.0", Direction: checks.Outbound, Demand: 5e9}})
+	uplink := func(lanes []judge.LaneRate) checks.Check {
+		t.Helper()
+		for _, c := range judge.Judge(judge.NewWindow(false), &judge.Env{Lanes: lanes, DiskRates: d.Rates, Storage: uplinkHost()}).Checks {
+			if c.Name == checks.CheckStorageUplink {
+				return c
+			}
+		}
+		t.Fatal("no storage vs H2D check")
+		return checks.Check{}
+	}
+	c := uplink([]judge.LaneRate{{GPU: "0000:19:00.0", Direction: checks.Outbound, Demand: 5e9}})
 	if len(c.Findings) != 1 || c.Findings[0].Rule != "storage-shared-uplink" || !strings.Contains(c.Findings[0].Summary, "storage reads and GPU D2H") {
 		t.Fatalf("%s %q %+v", c.Status, c.Detail, c.Findings)
 	}
 	writeDiskstats(t, proc, 4e9)
-	c = d.UplinkCheck([]judge.LaneRate{{GPU: "0000:19:00.0", Direction: checks.Inbound, Demand: 5e9}})
+	c = uplink([]judge.LaneRate{{GPU: "0000:19:00.0", Direction: checks.Inbound, Demand: 5e9}})
 	if len(c.Findings) != 0 || c.Status != checks.Pass {
 		t.Fatalf("reads beside H2D: %s %q %+v", c.Status, c.Detail, c.Findings)
 	}

@@ -1,19 +1,25 @@
-package exporters
+package judge
 
 import (
 	"strings"
 	"testing"
 
+	"github.com/lanewatch/lanewatch/correlate"
+	"github.com/lanewatch/lanewatch/exporters"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // The overlap ratio is the last window's, per GPU ("unknown" unnamed; a
 // GPU with no completed load has none); host waits add up across windows.
-func TestComputeMetrics(t *testing.T) {
-	m := NewMetrics(nil)
-	m.SetCompute([]ComputeGPU{{GPU: "0000:3b:00.0", BusyNs: 1000, OverlapNs: 0}}, []HostWait{{API: "cudaStreamSynchronize", Count: 8, Ns: 4e8}})
-	m.SetCompute([]ComputeGPU{{GPU: "0000:3b:00.0", BusyNs: 1000, OverlapNs: 900}, {GPU: "", BusyNs: 10, OverlapNs: 5}, {GPU: "0000:17:00.0"}},
-		[]HostWait{{API: "cudaStreamSynchronize", Count: 2, Ns: 1e8}, {API: "cudaMemcpy", Count: 8, Ns: 8e6}})
+func TestComputeSeries(t *testing.T) {
+	m := exporters.NewMetrics(nil, Descs()...)
+	m.SetRuleSeries(computeSeries([]correlate.ComputeReport{{
+		Streams: []correlate.LoadStream{{GPU: "0000:3b:00.0", BusyNs: 1000, OverlapNs: 0}},
+		Waits:   []correlate.HostWait{{API: "cudaStreamSynchronize", Count: 8, Ns: 4e8}}}}))
+	m.SetRuleSeries(computeSeries([]correlate.ComputeReport{
+		{Streams: []correlate.LoadStream{{GPU: "0000:3b:00.0", BusyNs: 1000, OverlapNs: 900}, {GPU: "", BusyNs: 10, OverlapNs: 5}, {GPU: "0000:17:00.0"}},
+			Waits: []correlate.HostWait{{API: "cudaStreamSynchronize", Count: 2, Ns: 1e8}, {API: "cudaMemcpy", Count: 8, Ns: 8e6}}},
+		{Unknown: "kernel launches not probed", Streams: []correlate.LoadStream{{GPU: "0000:17:00.0", BusyNs: 10}}}}))
 	want := `
 # HELP lanewatch_copy_compute_overlap_ratio Share of the H2D load streams' copy time during the last window that kernels on the GPU's other streams could have overlapped: an upper bound (kernels are bounded from launch to the completion a host wait proved), so near 0 proves the loads ran beside no compute. Absent when unknown (kernel launches not probed, no launch or no completed load in the window).
 # TYPE lanewatch_copy_compute_overlap_ratio gauge
@@ -28,7 +34,7 @@ lanewatch_host_wait_seconds_total{api="cudaStreamSynchronize"} 0.5
 lanewatch_host_waits_total{api="cudaMemcpy"} 8
 lanewatch_host_waits_total{api="cudaStreamSynchronize"} 10
 `
-	if err := testutil.GatherAndCompare(NewRegistry(m, nil, nil), strings.NewReader(want),
+	if err := testutil.GatherAndCompare(exporters.NewRegistry(m, nil, nil), strings.NewReader(want),
 		"lanewatch_copy_compute_overlap_ratio", "lanewatch_host_wait_seconds_total", "lanewatch_host_waits_total"); err != nil {
 		t.Error(err)
 	}

@@ -1,0 +1,76 @@
+package judge
+
+import (
+	"sync"
+
+	"github.com/lanewatch/lanewatch/checks"
+	"github.com/lanewatch/lanewatch/correlate"
+)
+
+// Window collects one interval's transfers and activities for the rules:
+// the facts they share (checks.Window) and each gathering rule's own. It
+// is a correlate.Sink and a correlate.ActivitySink.
+type Window struct {
+	*checks.Window
+	mu    sync.Mutex
+	facts map[string]Facts // each Gatherer's, by its check
+}
+
+// NewWindow returns an empty window; kernels says whether kernel launches
+// are probed (without them compute overlap is unknown).
+func NewWindow(kernels bool) *Window {
+	w := &Window{Window: checks.NewWindow()}
+	w.SetKernelsProbed(kernels)
+	w.facts = newFacts()
+	return w
+}
+
+func newFacts() map[string]Facts {
+	out := map[string]Facts{}
+	for _, r := range rules {
+		if g, ok := r.(Gatherer); ok {
+			out[r.Check()] = g.NewFacts()
+		}
+	}
+	return out
+}
+
+// Transfer implements correlate.Sink.
+func (w *Window) Transfer(t *correlate.Transfer) {
+	w.Window.Transfer(t)
+	if t.Failed() {
+		return // a failed call moved nothing: no rule judges it
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, f := range w.facts {
+		f.Transfer(t)
+	}
+}
+
+// Activity implements correlate.ActivitySink.
+func (w *Window) Activity(a *correlate.Activity) {
+	w.Window.Activity(a)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, f := range w.facts {
+		f.Activity(a)
+	}
+}
+
+// Rotate hands back the window collected so far and starts a new one in w.
+func (w *Window) Rotate() *Window {
+	shared := w.Window.Rotate()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	old := &Window{Window: shared, facts: w.facts}
+	w.facts = newFacts()
+	return old
+}
+
+// factsOf is a gathering rule's facts in a closed window.
+func factsOf[F Facts](w *Window, r Rule) F {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.facts[r.Check()].(F)
+}
