@@ -51,19 +51,18 @@ func Write(dir string, files map[string][]byte) error {
 	return nil
 }
 
-// Stale says, for each page that differs from the one in dir, which and
-// the first line that differs; nothing when every page is current.
+// Stale says, for each page that differs from its copy in dir (docs/),
+// which and the first line that differs; nothing when every page is current.
 func Stale(dir string, files map[string][]byte) []string {
 	var stale []string
 	for _, name := range slices.Sorted(maps.Keys(files)) {
-		path := filepath.Join(dir, name)
-		have, err := os.ReadFile(path)
+		have, err := os.ReadFile(filepath.Join(dir, name))
 		if err != nil {
-			stale = append(stale, fmt.Sprintf("%s: %v: run `make docs` and commit it", path, err))
+			stale = append(stale, fmt.Sprintf("docs/%s: %v: run `make docs` and commit it", name, err))
 			continue
 		}
 		if line, ok := firstDiff(have, files[name]); !ok {
-			stale = append(stale, fmt.Sprintf("%s is stale (line %d differs from what the code says): run `make docs` and commit it", path, line))
+			stale = append(stale, fmt.Sprintf("docs/%s is stale (line %d differs from what the code says): run `make docs` and commit it", name, line))
 		}
 	}
 	return stale
