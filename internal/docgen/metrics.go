@@ -54,7 +54,7 @@ func scrapers() []struct {
 // collectors' health series included), fed a copy and a completed work
 // request so the histograms are sent; a series that scrape does not send
 // is a counter when named _total, else a gauge (the naming rule every
-// series sent obeys: metrics_test.go).
+// series sent obeys: TestNamingRuleHolds).
 func Metrics(w io.Writer) error {
 	types, health, err := scrapedTypes()
 	if err != nil {
@@ -182,7 +182,9 @@ func describe(f func(ch chan<- *prometheus.Desc)) ([]metric, error) {
 // String form, the only way prometheus.Desc shows them:
 // Desc{fqName: "…", help: "…", constLabels: {…}, variableLabels: {a,b}}.
 func parseDesc(s string) (metric, error) {
-	bad := func(what string) (metric, error) { return metric{}, fmt.Errorf("descriptor %s: cannot read its %s", s, what) }
+	bad := func(what string) (metric, error) {
+		return metric{}, fmt.Errorf("descriptor %s: cannot read its %s", s, what)
+	}
 	var m metric
 	rest, ok := strings.CutPrefix(s, "Desc{fqName: ")
 	if !ok {
