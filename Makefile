@@ -6,7 +6,7 @@ REFPATH := refpath/build
 # go-nvml's cgo prologue calls functions NVML marks deprecated: keep the build quiet.
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 
-.PHONY: help generate generate-check refpath nvidia-libs build image test deploy-generate deploy-check jaeger-e2e run bench selftest-load soak fuzz clean
+.PHONY: help generate generate-check refpath nvidia-libs build image test deploy-generate deploy-check docs jaeger-e2e run bench selftest-load soak fuzz clean
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -47,6 +47,9 @@ deploy-generate: ## regenerate deploy/'s plain manifests and the chart's copies 
 
 deploy-check: ## render the Helm chart in both modes, decode every object and manifest strictly into the Kubernetes types, check generated files (deploy/ is its own module)
 	cd deploy && $(GO) vet ./... && $(GO) test -count=1 ./...
+
+docs: ## write docs/rules.md, docs/metrics.md and docs/flags.md from the code (cmd/agent's TestGeneratedDocs fails when they are stale)
+	$(GO) test -count=1 -run '^TestGeneratedDocs$$' ./cmd/agent -args -update-docs
 
 jaeger-e2e: build ## the traces section's end-to-end check against a real Jaeger v2 (first run builds Jaeger into .cache/jaeger: minutes)
 	$(SUDO) bash scripts/jaeger-e2e.sh

@@ -40,6 +40,13 @@ func NewDiskMetrics(procRoot, sysRoot string, place func(name string) DiskPlace)
 	}
 }
 
+// Describe sends the descriptors Update uses.
+func (m *DiskMetrics) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{m.read, m.written, m.busy, m.devices} {
+		ch <- d
+	}
+}
+
 // Update reads diskstats once.
 func (m *DiskMetrics) Update(ch chan<- prometheus.Metric) error {
 	s, err := ReadDiskstats(m.procRoot)

@@ -196,6 +196,13 @@ func NewGPUMetrics(src GPUCounters) *GPUMetrics {
 	}
 }
 
+// Describe sends the descriptors Update uses.
+func (m *GPUMetrics) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{m.pcie, m.nvlink, m.replays, m.gen, m.w} {
+		ch <- d
+	}
+}
+
 // Update samples the source and sends what each GPU has.
 func (m *GPUMetrics) Update(ch chan<- prometheus.Metric) error {
 	snap, err := m.src.Sample()

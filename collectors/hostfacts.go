@@ -218,6 +218,13 @@ func NewHostMetrics(procRoot, sysRoot string) *HostMetrics {
 	}
 }
 
+// Describe sends the descriptors Update uses.
+func (m *HostMetrics) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{m.mem, m.huge, m.hugeSz, m.nodes} {
+		ch <- d
+	}
+}
+
 // Update reads meminfo and the online nodes; a value the kernel does not
 // give is left out, not sent as 0.
 func (m *HostMetrics) Update(ch chan<- prometheus.Metric) error {

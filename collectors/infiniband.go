@@ -89,6 +89,9 @@ func NewInfiniBandMetrics(sysRoot string) *InfiniBandMetrics {
 	}
 }
 
+// Describe sends the descriptors Update uses.
+func (m *InfiniBandMetrics) Describe(ch chan<- *prometheus.Desc) { ch <- m.counter; ch <- m.state }
+
 // Update sends every port's state and counters (hw_counters as "hw:NAME").
 func (m *InfiniBandMetrics) Update(ch chan<- prometheus.Metric) error {
 	ports, err := ReadInfiniBand(m.sysRoot)

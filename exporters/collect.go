@@ -10,9 +10,12 @@ import (
 // Collector contributes metrics at scrape time, in node_exporter's shape:
 // read the source, send const metrics, keep no state between scrapes. An
 // error marks this scrape of it failed (lanewatch_collector_success 0);
-// what it sent before the error is still exported.
+// what it sent before the error is still exported. Describe sends every
+// descriptor Update may use, for docs/metrics.md (the registry does not
+// check them: see scrape.Describe).
 type Collector interface {
 	Update(ch chan<- prometheus.Metric) error
+	Describe(ch chan<- *prometheus.Desc)
 }
 
 var (

@@ -27,6 +27,13 @@ var (
 // SpansCollector exposes the span exporter's counters at scrape time.
 type SpansCollector struct{ S *Spans }
 
+// Describe implements Collector.
+func (SpansCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descSpanTransfers, descSpanUnattributed, descSpanIncomplete, descSpanEarly, descSpanHeld} {
+		ch <- d
+	}
+}
+
 // Update implements Collector.
 func (c SpansCollector) Update(ch chan<- prometheus.Metric) error {
 	st := c.S.Stats()
@@ -79,6 +86,14 @@ type OTLPCollector struct {
 	Index func() otlpbridge.IndexStats // nil: no index metrics
 }
 
+// Describe implements Collector.
+func (OTLPCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descOTLPReceived, descOTLPRefused, descOTLPForwarded, descOTLPInFlight, descOTLPBudget,
+		descIndexStored, descIndexEvicted, descIndexClamped} {
+		ch <- d
+	}
+}
+
 // Update implements Collector.
 func (c OTLPCollector) Update(ch chan<- prometheus.Metric) error {
 	st := c.Stats()
@@ -111,6 +126,9 @@ func (c OTLPCollector) Update(ch chan<- prometheus.Metric) error {
 
 // SpanExportCollector exposes the span exporter's sent and failed spans.
 type SpanExportCollector struct{ E *CountingExporter }
+
+// Describe implements Collector.
+func (SpanExportCollector) Describe(ch chan<- *prometheus.Desc) { ch <- descSpansExported }
 
 // Update implements Collector.
 func (c SpanExportCollector) Update(ch chan<- prometheus.Metric) error {

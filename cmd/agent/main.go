@@ -56,17 +56,12 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stderr, usage)
 		return 2
 	}
+	for _, c := range commands {
+		if c.name == args[0] {
+			return c.run(args[1:], stdout, stderr)
+		}
+	}
 	switch args[0] {
-	case "run":
-		return cmdRun(args[1:], stdout, stderr)
-	case "selftest":
-		return cmdSelftest(args[1:], stdout, stderr)
-	case "diagnose":
-		return cmdDiagnose(args[1:], stdout, stderr)
-	case "topo":
-		return cmdTopo(args[1:], stdout, stderr)
-	case "probes":
-		return cmdProbes(args[1:], stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, "lanewatch", version)
 		return 0
@@ -106,10 +101,29 @@ type stringList []string
 func (s *stringList) String() string     { return strings.Join(*s, ",") }
 func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
 
+// commands are the commands with flags, in the usage's order: each makes
+// its flag set and parses it before it checks or does anything else.
+var commands = []struct {
+	name string
+	run  func(args []string, stdout, stderr io.Writer) int
+}{{"run", cmdRun}, {"diagnose", cmdDiagnose}, {"topo", cmdTopo}, {"selftest", cmdSelftest}, {"probes", cmdProbes}}
+
+// flagSet is a command's flag set with the text its usage opens with.
+type flagSet struct {
+	*flag.FlagSet
+	about string
+}
+
+// describeFlags, when set, is handed each command's flag set at parse,
+// which then parses nothing and stops the command: docs/flags.md is written
+// from the flag sets themselves so (docs_test.go), each command run up to
+// its parse and no further.
+var describeFlags func(fs *flagSet)
+
 // newFlagSet makes a command's flag set with its usage text and the
 // --log.level flag every command has.
-func newFlagSet(name, defaultLevel string, stderr io.Writer, about string) *flag.FlagSet {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+func newFlagSet(name, defaultLevel string, stderr io.Writer, about string) *flagSet {
+	fs := &flagSet{flag.NewFlagSet(name, flag.ContinueOnError), about}
 	fs.SetOutput(stderr)
 	fs.String("log.level", defaultLevel, "log level: debug, info, warn, error")
 	fs.Usage = func() {
@@ -121,7 +135,11 @@ func newFlagSet(name, defaultLevel string, stderr io.Writer, about string) *flag
 
 // parse parses the flags and builds the logger; a nil logger means exit
 // with the returned code (bad flags, or -h).
-func parse(fs *flag.FlagSet, args []string, stderr io.Writer) (*slog.Logger, int) {
+func parse(fs *flagSet, args []string, stderr io.Writer) (*slog.Logger, int) {
+	if describeFlags != nil {
+		describeFlags(fs)
+		return nil, 0
+	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil, 0 // asked for: the usage is the answer
