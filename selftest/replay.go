@@ -140,6 +140,7 @@ func Replay(ctx context.Context, cfg Config, traces []string, maxGap time.Durati
 	}
 	defer os.RemoveAll(tmp)
 	col := NewCollector(cfg.Live)
+	defer col.StartLive()()
 	ag, stopAgent, err := startAgent(ctx, cfg, col, nil)
 	if err != nil {
 		return nil, stats, err

@@ -45,7 +45,7 @@ var Runtimes = []string{"plain", "cet"}
 type Config struct {
 	RefDir    string    // refpath/build
 	Out       io.Writer // the result table
-	Live      io.Writer // every transfer as it is emitted; nil for none
+	Live      io.Writer // a line per second of what the agent reported (live.go); nil for none
 	Logger    *slog.Logger
 	Scenarios []string // default Scenarios
 	Runtimes  []string // default Runtimes
@@ -92,7 +92,15 @@ type Result struct {
 	Latency               string // RDMA: posted→completed p50/p99, agent/truth
 	Overlap               string // "flagged" or "none"
 	OverlapErr            bool   // the agent's overlap verdict differs from the truth's
-	Problems              []string
+	// Raised is what the agent's judgement of the row raised at WARN or
+	// FAIL, "rule/severity", each once, sorted.
+	Raised   []string
+	Problems []string
+}
+
+// raise adds the findings at WARN or FAIL to Raised.
+func (r *Result) raise(fs ...correlate.Finding) {
+	r.Raised = slices.Compact(slices.Sorted(slices.Values(append(r.Raised, raisedBy(fs)...))))
 }
 
 // OK reports whether the agent saw exactly what the scenario did.
@@ -113,7 +121,7 @@ func (r Result) OK() bool {
 type Collector struct {
 	mu    sync.Mutex
 	byPID map[uint32][]correlate.Transfer
-	live  io.Writer
+	live  *liveView // nil for none
 	exits map[uint32]chan struct{}
 	// runtimeLayer gets the runtime probe count of each process whose
 	// driver failed to initialise, once the agent tried its runtime layer.
@@ -129,11 +137,36 @@ type Collector struct {
 }
 
 // NewCollector returns an empty collector; live, when not nil, gets a line
-// per transfer as it arrives.
+// per second of the transfers that arrived in it (live.go) between
+// StartLive and its stop.
 func NewCollector(live io.Writer) *Collector {
-	return &Collector{byPID: map[uint32][]correlate.Transfer{}, live: live, exits: map[uint32]chan struct{}{},
+	c := &Collector{byPID: map[uint32][]correlate.Transfer{}, exits: map[uint32]chan struct{}{},
 		runtimeLayer: map[uint32]chan int{}, lost: map[uint32]uint64{},
 		providers: map[uint32]bool{}}
+	if live != nil {
+		c.live = newLiveView(live)
+	}
+	return c
+}
+
+// StartLive starts the live view's lines; stop prints the last one and
+// returns once it did. Without a live view both do nothing.
+func (c *Collector) StartLive() (stop func()) {
+	if c.live == nil {
+		return func() {}
+	}
+	quit, done := make(chan struct{}), make(chan struct{})
+	go c.live.run(quit, done)
+	return func() { close(quit); <-done }
+}
+
+// finished tells the live view of a row.
+func (c *Collector) finished(rs ...Result) {
+	if c.live != nil {
+		for _, r := range rs {
+			c.live.row(r)
+		}
+	}
 }
 
 // OnProvider is agent.Config.OnProvider.
@@ -185,8 +218,7 @@ func (c *Collector) Transfer(t *correlate.Transfer) {
 	defer c.mu.Unlock()
 	c.byPID[t.PID] = append(c.byPID[t.PID], *t)
 	if c.live != nil {
-		fmt.Fprintf(c.live, "  pid %-7d %-24s %-3s %9d B  host=%-8s stream=%#x\n",
-			t.PID, t.API, t.Direction, t.Bytes, t.HostMem, t.Stream)
+		c.live.transfer(t)
 	}
 }
 
@@ -293,6 +325,11 @@ func Run(ctx context.Context, cfg Config) (results []Result, stats agent.Stats, 
 	gpuLine := GPUCountersLine()
 	defer func() { stats.GPUCounters = gpuLine }()
 	col := NewCollector(cfg.Live)
+	defer col.StartLive()() // the last line before the table
+	add := func(rs ...Result) {
+		results = append(results, rs...)
+		col.finished(rs...)
+	}
 
 	// late-attach starts before the agent: its pool is registered unseen.
 	late, err := startHeld(ctx, kvpath, "late-attach", filepath.Join(tmp, "late-attach.jsonl"), nil)
@@ -345,7 +382,7 @@ func Run(ctx context.Context, cfg Config) (results []Result, stats agent.Stats, 
 	run := func(name, runtime string, start func() (*proc, error)) error {
 		res, err := runOne(name, runtime, start)
 		if err == nil {
-			results = append(results, res)
+			add(res)
 		}
 		return err
 	}
@@ -375,28 +412,28 @@ func Run(ctx context.Context, cfg Config) (results []Result, stats agent.Stats, 
 		}
 	}
 	if cfg.KernelCopy {
-		results = append(results, kernelCopyRun(ctx, cfg.RefDir, tmp, col, cfg, drops))
+		add(kernelCopyRun(ctx, cfg.RefDir, tmp, col, cfg, drops))
 	}
 	for _, lt := range cfg.LinkTrains {
-		results = append(results, linkTrainRun(ctx, cfg.RefDir, tmp, col, cfg, drops, lt))
+		add(linkTrainRun(ctx, cfg.RefDir, tmp, col, cfg, drops, lt))
 	}
 	if cfg.TPWorkers {
 		for _, rt := range cfg.Runtimes {
-			results = append(results, tpWorkersRun(ctx, kvpath, rt, tmp, col, cfg, drops)...)
+			add(tpWorkersRun(ctx, kvpath, rt, tmp, col, cfg, drops)...)
 		}
 	}
 	if cfg.Storage {
-		results = append(results, storageRun(ctx, kvpath, tmp, col, cfg, drops, storage, sp)...)
-		results = append(results, uplinkRun(ctx, kvpath, tmp, col, cfg, drops)...)
+		add(storageRun(ctx, kvpath, tmp, col, cfg, drops, storage, sp)...)
+		add(uplinkRun(ctx, kvpath, tmp, col, cfg, drops)...)
 	}
 	for _, sc := range cfg.RDMA {
-		results = append(results, rdmaRun(ctx, cfg.RefDir, sc, tmp, col, cfg, drops)...)
+		add(rdmaRun(ctx, cfg.RefDir, sc, tmp, col, cfg, drops)...)
 	}
 	for _, sc := range cfg.Pairs {
-		results = append(results, pairRun(ctx, kvpath, sc, tmp, col, cfg, drops)...)
+		add(pairRun(ctx, kvpath, sc, tmp, col, cfg, drops)...)
 	}
 	if slices.Contains(cfg.Scenarios, "hicache-load") { // span output: request and layer attribution (selftest_spans.go)
-		results = append(results, spansCheck(ctx, kvpath, filepath.Join(tmp, "spans-hicache-load.jsonl"), col, cfg))
+		add(spansCheck(ctx, kvpath, filepath.Join(tmp, "spans-hicache-load.jsonl"), col, cfg))
 	}
 	return results, stats, nil
 }

@@ -276,6 +276,7 @@ func checkStorage(res *Result, truthPath string, deviceNode int, fire bool, flow
 	var r checks.Report
 	r.Add(checks.StorageDirectCheck(fmt.Sprintf("pid %d", res.PID), flows, h2d, nodesOn([]int{0, 1}, []int{0, 1}).NodeSide))
 	c := r.Checks[0]
+	res.raise(c.Findings...)
 	fired := false
 	for _, f := range c.Findings {
 		fired = fired || f.Rule == "storage-far-pool"

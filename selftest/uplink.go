@@ -202,6 +202,7 @@ func checkUplink(res *Result, truthPath, gpu string, shared bool, d0, d1 collect
 	var r checks.Report
 	r.Add(h.UplinkCheck(rates, checks.GPURates{gpu: {checks.Outbound: float64(d2h) / interval}}))
 	c := r.Checks[0]
+	res.raise(c.Findings...)
 	fired := len(c.Findings) == 1 && c.Findings[0].Rule == "storage-shared-uplink"
 	note := fmt.Sprintf("finding: %s %s over %s: %s", c.Name, c.Status, time.Duration(interval*1e9).Round(time.Millisecond), c.Detail)
 	if !shared {

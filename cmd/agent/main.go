@@ -146,7 +146,7 @@ func cmdSelftest(args []string, stdout, stderr io.Writer) int {
 		"by direction and host memory beside the agent's records, and the findings; --json one\n"+
 		"object per trace. A trace's NAME.expect.json, where present, gives its expected verdicts.")
 	refDir := fs.String("refpath", defaultRefDir(), "build directory of the reference data path (make -C refpath)")
-	live := fs.Bool("live", false, "print every transfer as the agent reports it")
+	live := fs.Bool("live", false, "print a line per second: the copies the agent reported, GB/s per GPU link and direction, the rows finished and the rules they raised")
 	scenarios := fs.String("scenarios", strings.Join(selftest.Scenarios, ","), "comma-separated CUDA scenarios to run after late-attach")
 	rdma := fs.String("rdma", strings.Join(selftest.RDMAScenarios, ","), "comma-separated RDMA scenarios (two processes each); empty for none")
 	pairs := fs.String("pairs", strings.Join(selftest.PairScenarios, ","), "comma-separated scenarios of two kvpath processes on one shared reference GPU; empty for none")
