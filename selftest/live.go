@@ -65,10 +65,16 @@ func newLiveView(out io.Writer) *liveView {
 	return &liveView{out: out, win: checks.NewWindow(), names: map[string]string{}, gpuName: refGPUName}
 }
 
-// refGPUName is the reference GPU, among those the process sees, with that
-// PCI address; "" when none is (a process gone, an address not of one).
+// refGPUName is the reference GPU with that PCI address, among those the
+// process sees and the RDMA roles' (rdmapath names its GPU by its role,
+// not in its environment); "" when none is (a process gone, an address
+// not of one).
 func refGPUName(busID string, pid uint32) string {
-	for _, n := range refenv.GPUsOf("/proc", pid) {
+	names := refenv.GPUsOf("/proc", pid)
+	for _, role := range rdmaRoles {
+		names = append(names, refenv.RDMAGPU(role))
+	}
+	for _, n := range names {
 		if refenv.BusID(n) == busID {
 			return n
 		}
@@ -172,9 +178,8 @@ func (s liveSecond) line() string {
 		if len(s.Fails) > 0 {
 			fmt.Fprintf(&b, " (FAIL %s)", strings.Join(s.Fails, ", "))
 		}
-		fmt.Fprintf(&b, "  findings %d", s.Raised)
-		if len(s.Rules) > 0 {
-			fmt.Fprintf(&b, ": %s", strings.Join(s.Rules, ", "))
+		if s.Raised > 0 {
+			fmt.Fprintf(&b, "  findings %d: %s", s.Raised, strings.Join(s.Rules, ", "))
 		}
 	}
 	return b.String()

@@ -79,8 +79,8 @@ func TestLiveLine(t *testing.T) {
 func TestLiveLineBounded(t *testing.T) {
 	s := liveSecond{At: 12400 * time.Millisecond, Copies: 2048,
 		In:  []laneRate{{"gpu-3", 3.98}, {"gpu-1", 0.5}, {"gpu-0", 0.0004}, {"gpu-2", 0.0003}, {"gpu-4", 0.0001}},
-		Out: []laneRate{{"pid 7", 0.25}}}
-	want := "  12.4s   2048 copies  in gpu-3 3.98, gpu-1 0.5, gpu-0 <0.001, +2 more  out pid 7 0.25"
+		Out: []laneRate{{"pid 7", 0.25}}, Rows: 2}
+	want := "  12.4s   2048 copies  in gpu-3 3.98, gpu-1 0.5, gpu-0 <0.001, +2 more  out pid 7 0.25  rows 2" // rows that raised nothing: no findings part
 	if got := s.line(); got != want {
 		t.Errorf("live line\n got %q\nwant %q", got, want)
 	}

@@ -72,6 +72,17 @@ type Config struct {
 	// one switch and apart (uplink.go).
 	Storage bool
 	Timeout time.Duration
+	// Drivers gets the scenario drivers' own output: the rates they
+	// measured, their errors. Nil is this process's stderr.
+	Drivers io.Writer
+}
+
+// drivers is where the scenario drivers write.
+func (c Config) drivers() io.Writer {
+	if c.Drivers != nil {
+		return c.Drivers
+	}
+	return os.Stderr
 }
 
 // Result is one row of the selftest table.
@@ -332,13 +343,13 @@ func Run(ctx context.Context, cfg Config) (results []Result, stats agent.Stats, 
 	}
 
 	// late-attach starts before the agent: its pool is registered unseen.
-	late, err := startHeld(ctx, kvpath, "late-attach", filepath.Join(tmp, "late-attach.jsonl"), nil)
+	late, err := startHeld(ctx, cfg, kvpath, "late-attach", filepath.Join(tmp, "late-attach.jsonl"), nil)
 	if err != nil {
 		return nil, stats, err
 	}
 	defer late.cmd.Process.Kill()
 	// So does late-pool-pages, whose pages the agent finds from its copies.
-	pages, err := startHeld(ctx, kvpath, PagesScenario, filepath.Join(tmp, PagesScenario+".jsonl"), nil)
+	pages, err := startHeld(ctx, cfg, kvpath, PagesScenario, filepath.Join(tmp, PagesScenario+".jsonl"), nil)
 	if err != nil {
 		return nil, stats, err
 	}
@@ -400,13 +411,13 @@ func Run(ctx context.Context, cfg Config) (results []Result, stats agent.Stats, 
 		}
 		for _, sc := range cfg.Scenarios {
 			truth := filepath.Join(tmp, rt+"-"+sc+".jsonl")
-			if err := run(sc, rt, func() (*proc, error) { return start(ctx, kvpath, sc, truth, env) }); err != nil {
+			if err := run(sc, rt, func() (*proc, error) { return start(ctx, cfg, kvpath, sc, truth, env) }); err != nil {
 				return results, stats, err
 			}
 		}
 		if cfg.NoDevice {
 			truth := filepath.Join(tmp, rt+"-no-device.jsonl")
-			if err := run("no-device", rt, func() (*proc, error) { return startNoDevice(ctx, kvpath, truth, env, col, cfg.Timeout) }); err != nil {
+			if err := run("no-device", rt, func() (*proc, error) { return startNoDevice(ctx, cfg, kvpath, truth, env, col) }); err != nil {
 				return results, stats, err
 			}
 		}
@@ -507,10 +518,10 @@ type proc struct {
 	ready string // a held scenario's ready line
 }
 
-func start(ctx context.Context, kvpath, scenario, truth string, env []string) (*proc, error) {
+func start(ctx context.Context, cfg Config, kvpath, scenario, truth string, env []string) (*proc, error) {
 	cmd := exec.CommandContext(ctx, kvpath, "--scenario", scenario, "--truth", truth)
 	cmd.Env = append(os.Environ(), env...)
-	cmd.Stderr = os.Stderr
+	cmd.Stderr = cfg.drivers()
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", scenario, err)
 	}
@@ -518,10 +529,10 @@ func start(ctx context.Context, kvpath, scenario, truth string, env []string) (*
 }
 
 // startHeld starts a scenario with --hold and waits until it is ready.
-func startHeld(ctx context.Context, kvpath, scenario, truth string, env []string) (*proc, error) {
+func startHeld(ctx context.Context, cfg Config, kvpath, scenario, truth string, env []string) (*proc, error) {
 	cmd := exec.CommandContext(ctx, kvpath, "--scenario", scenario, "--truth", truth, "--hold")
 	cmd.Env = append(os.Environ(), env...)
-	cmd.Stderr = os.Stderr
+	cmd.Stderr = cfg.drivers()
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		return nil, err
@@ -546,8 +557,9 @@ func startHeld(ctx context.Context, kvpath, scenario, truth string, env []string
 // startNoDevice starts no-device against a driver that finds no GPU; the
 // scenario holds after its first runtime call (the runtime's cuInit failed)
 // and is released once the agent attached the runtime layer for it.
-func startNoDevice(ctx context.Context, kvpath, truth string, env []string, col *Collector, timeout time.Duration) (*proc, error) {
-	p, err := startHeld(ctx, kvpath, "no-device", truth, append(env, refenv.NoDeviceEnv))
+func startNoDevice(ctx context.Context, cfg Config, kvpath, truth string, env []string, col *Collector) (*proc, error) {
+	timeout := cfg.Timeout
+	p, err := startHeld(ctx, cfg, kvpath, "no-device", truth, append(env, refenv.NoDeviceEnv))
 	if err != nil {
 		return nil, err
 	}

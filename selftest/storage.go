@@ -162,7 +162,7 @@ func storageRun(ctx context.Context, kvpath, tmp string, col *Collector, cfg Con
 		sp.node.Store(int64(run.node))
 		truthPath := filepath.Join(tmp, run.name+".jsonl")
 		before := drops()
-		p, err := startHeld(ctx, kvpath, StorageScenario, truthPath, []string{refenv.StorageDir(dir)})
+		p, err := startHeld(ctx, cfg, kvpath, StorageScenario, truthPath, []string{refenv.StorageDir(dir)})
 		if err != nil {
 			res.Problems = append(res.Problems, err.Error())
 			out = append(out, res)

@@ -103,7 +103,7 @@ func uplinkOnce(ctx context.Context, kvpath, tmp string, col *Collector, cfg Con
 	defer os.Remove(refenv.LaneFile(gpu))
 	truthPath := filepath.Join(tmp, name+".jsonl")
 	before := drops()
-	p, err := startHeld(ctx, kvpath, UplinkScenario, truthPath, []string{refenv.StorageDir(dir), refenv.SharedGPU(gpu)})
+	p, err := startHeld(ctx, cfg, kvpath, UplinkScenario, truthPath, []string{refenv.StorageDir(dir), refenv.SharedGPU(gpu)})
 	if err != nil {
 		return fail("%v", err)
 	}
