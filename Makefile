@@ -54,7 +54,7 @@ docs: ## write docs/rules.md, docs/metrics.md and docs/flags.md from the code (c
 jaeger-e2e: build ## the traces section's end-to-end check against a real Jaeger v2 (first run builds Jaeger into .cache/jaeger: minutes)
 	$(SUDO) bash scripts/jaeger-e2e.sh
 
-run: build ## run the selftest on the reference data path with a live view of every transfer
+run: build ## run the selftest on the reference data path with a live view: a line per second, then the table
 	$(SUDO) ./bin/agent selftest --live
 
 bench: build nvidia-libs ## per-call probe cost (reference stack: none / bpftrace-equivalent pair / bpftrace / lanewatch; NVIDIA's drivers: none / empty program / lanewatch), pipeline throughput, span attribution cost vs spans held, agent peak RSS

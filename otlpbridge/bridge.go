@@ -106,6 +106,9 @@ func New(cfg Config) (*Bridge, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.Index.Logger == nil {
+		cfg.Index.Logger = cfg.Logger // the index logs at the bridge's level
+	}
 	lim := cfg.Limits.withDefaults()
 	if err := lim.Check(); err != nil {
 		return nil, err

@@ -51,7 +51,7 @@ func kernelCopyRun(ctx context.Context, refDir, tmp string, col *Collector, cfg 
 	truth := filepath.Join(tmp, "kernel-copy.jsonl")
 	cmd := exec.CommandContext(ctx, filepath.Join(refDir, "bin", "kvpath"), "--scenario", "kernel-copy", "--truth", truth, "--hold")
 	cmd.Env = append(os.Environ(), refenv.SharedGPU(gpu))
-	cmd.Stderr = os.Stderr
+	cmd.Stderr = cfg.drivers()
 	stdin, _ := cmd.StdinPipe()
 	stdout, _ := cmd.StdoutPipe()
 	if err := cmd.Start(); err != nil {

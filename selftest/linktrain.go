@@ -104,7 +104,7 @@ func linkTrainRun(ctx context.Context, refDir, tmp string, col *Collector, cfg C
 	}
 	cmd := exec.CommandContext(ctx, filepath.Join(refDir, "bin", "kvpath"), args...)
 	cmd.Env = append(os.Environ(), refenv.SharedGPU(gpu))
-	cmd.Stderr = os.Stderr
+	cmd.Stderr = cfg.drivers()
 	stdin, _ := cmd.StdinPipe()
 	stdout, _ := cmd.StdoutPipe()
 	if err := cmd.Start(); err != nil {

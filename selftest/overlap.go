@@ -432,7 +432,7 @@ func pairRun(ctx context.Context, kvpath, scenario, tmp string, col *Collector, 
 	var procs []*proc
 	var problems []string
 	for _, n := range names {
-		p, err := startHeld(ctx, kvpath, scenario, filepath.Join(tmp, scenario+"-"+n+".jsonl"), []string{refenv.SharedGPU(gpu)})
+		p, err := startHeld(ctx, cfg, kvpath, scenario, filepath.Join(tmp, scenario+"-"+n+".jsonl"), []string{refenv.SharedGPU(gpu)})
 		if err != nil {
 			problems = append(problems, err.Error())
 			break

@@ -17,6 +17,10 @@ import (
 	"github.com/lanewatch/lanewatch/selftest/refenv"
 )
 
+// rdmaRoles are rdmapath's two processes; each has its reference GPU,
+// refenv.RDMAGPU(role).
+var rdmaRoles = []string{"prefill", "decode"}
+
 // RDMAScenarios run two processes (prefill and decode roles) on the
 // reference RDMA provider; pd-overlap must be flagged for overlap, the rest
 // not; each must give its ordering verdict (ordering.go) and its in-flight
@@ -36,7 +40,7 @@ func rdmaRun(ctx context.Context, refDir, scenario, tmp string, col *Collector, 
 	settled := filepath.Join(dir, "settled")
 	os.Remove(settled)
 	cmd := exec.CommandContext(ctx, filepath.Join(refDir, "bin", "rdmapath"), "--scenario", scenario, "--truth-dir", dir, "--settle-file", settled)
-	cmd.Stderr = os.Stderr
+	cmd.Stderr = cfg.drivers()
 	var problems []string
 	runErr := cmd.Start()
 	if runErr == nil {
@@ -47,7 +51,7 @@ func rdmaRun(ctx context.Context, refDir, scenario, tmp string, col *Collector, 
 		runErr = cmd.Wait()
 	}
 
-	roles := []string{"prefill", "decode"}
+	roles := rdmaRoles
 	truths := map[string][]TruthCall{}
 	pids := map[string]uint32{}
 	if runErr != nil {

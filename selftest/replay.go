@@ -140,6 +140,7 @@ func Replay(ctx context.Context, cfg Config, traces []string, maxGap time.Durati
 	}
 	defer os.RemoveAll(tmp)
 	col := NewCollector(cfg.Live)
+	defer col.StartLive()()
 	ag, stopAgent, err := startAgent(ctx, cfg, col, nil)
 	if err != nil {
 		return nil, stats, err
@@ -186,7 +187,7 @@ func replayOne(ctx context.Context, kvpath, tmp string, i int, t *kineto.Trace, 
 	before := drops()
 	began := time.Now()
 	cmd := exec.CommandContext(ctx, kvpath, "--scenario", "replay", "--truth", truth, "--script", script)
-	cmd.Stderr = os.Stderr
+	cmd.Stderr = cfg.drivers()
 	// the reference GPU's memory: both device buffers and room for the runtime's own
 	cmd.Env = append(os.Environ(), fmt.Sprintf("LW_REF_DEVICE_MB=%d", 2*r.Plan.DeviceBytes>>20+64))
 	if err := cmd.Start(); err != nil {

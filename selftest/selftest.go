@@ -45,7 +45,7 @@ var Runtimes = []string{"plain", "cet"}
 type Config struct {
 	RefDir    string    // refpath/build
 	Out       io.Writer // the result table
-	Live      io.Writer // every transfer as it is emitted; nil for none
+	Live      io.Writer // a line per second of what the agent reported (live.go); nil for none
 	Logger    *slog.Logger
 	Scenarios []string // default Scenarios
 	Runtimes  []string // default Runtimes
@@ -72,6 +72,17 @@ type Config struct {
 	// one switch and apart (uplink.go).
 	Storage bool
 	Timeout time.Duration
+	// Drivers gets the scenario drivers' own output: the rates they
+	// measured, their errors. Nil is this process's stderr.
+	Drivers io.Writer
+}
+
+// drivers is where the scenario drivers write.
+func (c Config) drivers() io.Writer {
+	if c.Drivers != nil {
+		return c.Drivers
+	}
+	return os.Stderr
 }
 
 // Result is one row of the selftest table.
@@ -92,7 +103,15 @@ type Result struct {
 	Latency               string // RDMA: posted→completed p50/p99, agent/truth
 	Overlap               string // "flagged" or "none"
 	OverlapErr            bool   // the agent's overlap verdict differs from the truth's
-	Problems              []string
+	// Raised is what the agent's judgement of the row raised at WARN or
+	// FAIL, "rule/severity", each once, sorted.
+	Raised   []string
+	Problems []string
+}
+
+// raise adds the findings at WARN or FAIL to Raised.
+func (r *Result) raise(fs ...correlate.Finding) {
+	r.Raised = slices.Compact(slices.Sorted(slices.Values(append(r.Raised, raisedBy(fs)...))))
 }
 
 // OK reports whether the agent saw exactly what the scenario did.
@@ -113,7 +132,7 @@ func (r Result) OK() bool {
 type Collector struct {
 	mu    sync.Mutex
 	byPID map[uint32][]correlate.Transfer
-	live  io.Writer
+	live  *liveView // nil for none
 	exits map[uint32]chan struct{}
 	// runtimeLayer gets the runtime probe count of each process whose
 	// driver failed to initialise, once the agent tried its runtime layer.
@@ -129,11 +148,36 @@ type Collector struct {
 }
 
 // NewCollector returns an empty collector; live, when not nil, gets a line
-// per transfer as it arrives.
+// per second of the transfers that arrived in it (live.go) between
+// StartLive and its stop.
 func NewCollector(live io.Writer) *Collector {
-	return &Collector{byPID: map[uint32][]correlate.Transfer{}, live: live, exits: map[uint32]chan struct{}{},
+	c := &Collector{byPID: map[uint32][]correlate.Transfer{}, exits: map[uint32]chan struct{}{},
 		runtimeLayer: map[uint32]chan int{}, lost: map[uint32]uint64{},
 		providers: map[uint32]bool{}}
+	if live != nil {
+		c.live = newLiveView(live)
+	}
+	return c
+}
+
+// StartLive starts the live view's lines; stop prints the last one and
+// returns once it did. Without a live view both do nothing.
+func (c *Collector) StartLive() (stop func()) {
+	if c.live == nil {
+		return func() {}
+	}
+	quit, done := make(chan struct{}), make(chan struct{})
+	go c.live.run(quit, done)
+	return func() { close(quit); <-done }
+}
+
+// finished tells the live view of a row.
+func (c *Collector) finished(rs ...Result) {
+	if c.live != nil {
+		for _, r := range rs {
+			c.live.row(r)
+		}
+	}
 }
 
 // OnProvider is agent.Config.OnProvider.
@@ -185,8 +229,7 @@ func (c *Collector) Transfer(t *correlate.Transfer) {
 	defer c.mu.Unlock()
 	c.byPID[t.PID] = append(c.byPID[t.PID], *t)
 	if c.live != nil {
-		fmt.Fprintf(c.live, "  pid %-7d %-24s %-3s %9d B  host=%-8s stream=%#x\n",
-			t.PID, t.API, t.Direction, t.Bytes, t.HostMem, t.Stream)
+		c.live.transfer(t)
 	}
 }
 
@@ -293,15 +336,20 @@ func Run(ctx context.Context, cfg Config) (results []Result, stats agent.Stats, 
 	gpuLine := GPUCountersLine()
 	defer func() { stats.GPUCounters = gpuLine }()
 	col := NewCollector(cfg.Live)
+	defer col.StartLive()() // the last line before the table
+	add := func(rs ...Result) {
+		results = append(results, rs...)
+		col.finished(rs...)
+	}
 
 	// late-attach starts before the agent: its pool is registered unseen.
-	late, err := startHeld(ctx, kvpath, "late-attach", filepath.Join(tmp, "late-attach.jsonl"), nil)
+	late, err := startHeld(ctx, cfg, kvpath, "late-attach", filepath.Join(tmp, "late-attach.jsonl"), nil)
 	if err != nil {
 		return nil, stats, err
 	}
 	defer late.cmd.Process.Kill()
 	// So does late-pool-pages, whose pages the agent finds from its copies.
-	pages, err := startHeld(ctx, kvpath, PagesScenario, filepath.Join(tmp, PagesScenario+".jsonl"), nil)
+	pages, err := startHeld(ctx, cfg, kvpath, PagesScenario, filepath.Join(tmp, PagesScenario+".jsonl"), nil)
 	if err != nil {
 		return nil, stats, err
 	}
@@ -345,7 +393,7 @@ func Run(ctx context.Context, cfg Config) (results []Result, stats agent.Stats, 
 	run := func(name, runtime string, start func() (*proc, error)) error {
 		res, err := runOne(name, runtime, start)
 		if err == nil {
-			results = append(results, res)
+			add(res)
 		}
 		return err
 	}
@@ -363,40 +411,40 @@ func Run(ctx context.Context, cfg Config) (results []Result, stats agent.Stats, 
 		}
 		for _, sc := range cfg.Scenarios {
 			truth := filepath.Join(tmp, rt+"-"+sc+".jsonl")
-			if err := run(sc, rt, func() (*proc, error) { return start(ctx, kvpath, sc, truth, env) }); err != nil {
+			if err := run(sc, rt, func() (*proc, error) { return start(ctx, cfg, kvpath, sc, truth, env) }); err != nil {
 				return results, stats, err
 			}
 		}
 		if cfg.NoDevice {
 			truth := filepath.Join(tmp, rt+"-no-device.jsonl")
-			if err := run("no-device", rt, func() (*proc, error) { return startNoDevice(ctx, kvpath, truth, env, col, cfg.Timeout) }); err != nil {
+			if err := run("no-device", rt, func() (*proc, error) { return startNoDevice(ctx, cfg, kvpath, truth, env, col) }); err != nil {
 				return results, stats, err
 			}
 		}
 	}
 	if cfg.KernelCopy {
-		results = append(results, kernelCopyRun(ctx, cfg.RefDir, tmp, col, cfg, drops))
+		add(kernelCopyRun(ctx, cfg.RefDir, tmp, col, cfg, drops))
 	}
 	for _, lt := range cfg.LinkTrains {
-		results = append(results, linkTrainRun(ctx, cfg.RefDir, tmp, col, cfg, drops, lt))
+		add(linkTrainRun(ctx, cfg.RefDir, tmp, col, cfg, drops, lt))
 	}
 	if cfg.TPWorkers {
 		for _, rt := range cfg.Runtimes {
-			results = append(results, tpWorkersRun(ctx, kvpath, rt, tmp, col, cfg, drops)...)
+			add(tpWorkersRun(ctx, kvpath, rt, tmp, col, cfg, drops)...)
 		}
 	}
 	if cfg.Storage {
-		results = append(results, storageRun(ctx, kvpath, tmp, col, cfg, drops, storage, sp)...)
-		results = append(results, uplinkRun(ctx, kvpath, tmp, col, cfg, drops)...)
+		add(storageRun(ctx, kvpath, tmp, col, cfg, drops, storage, sp)...)
+		add(uplinkRun(ctx, kvpath, tmp, col, cfg, drops)...)
 	}
 	for _, sc := range cfg.RDMA {
-		results = append(results, rdmaRun(ctx, cfg.RefDir, sc, tmp, col, cfg, drops)...)
+		add(rdmaRun(ctx, cfg.RefDir, sc, tmp, col, cfg, drops)...)
 	}
 	for _, sc := range cfg.Pairs {
-		results = append(results, pairRun(ctx, kvpath, sc, tmp, col, cfg, drops)...)
+		add(pairRun(ctx, kvpath, sc, tmp, col, cfg, drops)...)
 	}
 	if slices.Contains(cfg.Scenarios, "hicache-load") { // span output: request and layer attribution (selftest_spans.go)
-		results = append(results, spansCheck(ctx, kvpath, filepath.Join(tmp, "spans-hicache-load.jsonl"), col, cfg))
+		add(spansCheck(ctx, kvpath, filepath.Join(tmp, "spans-hicache-load.jsonl"), col, cfg))
 	}
 	return results, stats, nil
 }
@@ -470,10 +518,10 @@ type proc struct {
 	ready string // a held scenario's ready line
 }
 
-func start(ctx context.Context, kvpath, scenario, truth string, env []string) (*proc, error) {
+func start(ctx context.Context, cfg Config, kvpath, scenario, truth string, env []string) (*proc, error) {
 	cmd := exec.CommandContext(ctx, kvpath, "--scenario", scenario, "--truth", truth)
 	cmd.Env = append(os.Environ(), env...)
-	cmd.Stderr = os.Stderr
+	cmd.Stderr = cfg.drivers()
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", scenario, err)
 	}
@@ -481,10 +529,10 @@ func start(ctx context.Context, kvpath, scenario, truth string, env []string) (*
 }
 
 // startHeld starts a scenario with --hold and waits until it is ready.
-func startHeld(ctx context.Context, kvpath, scenario, truth string, env []string) (*proc, error) {
+func startHeld(ctx context.Context, cfg Config, kvpath, scenario, truth string, env []string) (*proc, error) {
 	cmd := exec.CommandContext(ctx, kvpath, "--scenario", scenario, "--truth", truth, "--hold")
 	cmd.Env = append(os.Environ(), env...)
-	cmd.Stderr = os.Stderr
+	cmd.Stderr = cfg.drivers()
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		return nil, err
@@ -509,8 +557,9 @@ func startHeld(ctx context.Context, kvpath, scenario, truth string, env []string
 // startNoDevice starts no-device against a driver that finds no GPU; the
 // scenario holds after its first runtime call (the runtime's cuInit failed)
 // and is released once the agent attached the runtime layer for it.
-func startNoDevice(ctx context.Context, kvpath, truth string, env []string, col *Collector, timeout time.Duration) (*proc, error) {
-	p, err := startHeld(ctx, kvpath, "no-device", truth, append(env, refenv.NoDeviceEnv))
+func startNoDevice(ctx context.Context, cfg Config, kvpath, truth string, env []string, col *Collector) (*proc, error) {
+	timeout := cfg.Timeout
+	p, err := startHeld(ctx, cfg, kvpath, "no-device", truth, append(env, refenv.NoDeviceEnv))
 	if err != nil {
 		return nil, err
 	}

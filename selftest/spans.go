@@ -318,7 +318,7 @@ func spansCheck(ctx context.Context, kvpath, truthPath string, col *Collector, c
 		res.OtherErrs++
 		return res
 	}
-	p, err := start(ctx, kvpath, "hicache-load", truthPath, nil)
+	p, err := start(ctx, cfg, kvpath, "hicache-load", truthPath, nil)
 	if err != nil {
 		return fail(err)
 	}

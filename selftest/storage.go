@@ -162,7 +162,7 @@ func storageRun(ctx context.Context, kvpath, tmp string, col *Collector, cfg Con
 		sp.node.Store(int64(run.node))
 		truthPath := filepath.Join(tmp, run.name+".jsonl")
 		before := drops()
-		p, err := startHeld(ctx, kvpath, StorageScenario, truthPath, []string{refenv.StorageDir(dir)})
+		p, err := startHeld(ctx, cfg, kvpath, StorageScenario, truthPath, []string{refenv.StorageDir(dir)})
 		if err != nil {
 			res.Problems = append(res.Problems, err.Error())
 			out = append(out, res)
@@ -276,6 +276,7 @@ func checkStorage(res *Result, truthPath string, deviceNode int, fire bool, flow
 	var r checks.Report
 	r.Add(checks.StorageDirectCheck(fmt.Sprintf("pid %d", res.PID), flows, h2d, nodesOn([]int{0, 1}, []int{0, 1}).NodeSide))
 	c := r.Checks[0]
+	res.raise(c.Findings...)
 	fired := false
 	for _, f := range c.Findings {
 		fired = fired || f.Rule == "storage-far-pool"

@@ -66,7 +66,7 @@ func tpWorkersRun(ctx context.Context, kvpath, runtime, tmp string, col *Collect
 	if runtime == "cet" {
 		cmd.Env = append(cmd.Env, "LD_LIBRARY_PATH="+filepath.Join(cfg.RefDir, "cet")+":"+filepath.Join(cfg.RefDir, "lib"))
 	}
-	cmd.Stderr = os.Stderr
+	cmd.Stderr = cfg.drivers()
 	fail := func(format string, args ...any) []Result {
 		return []Result{{Scenario: "tp-workers", Runtime: runtime, Problems: []string{fmt.Sprintf(format, args...)}}}
 	}

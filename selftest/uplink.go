@@ -103,7 +103,7 @@ func uplinkOnce(ctx context.Context, kvpath, tmp string, col *Collector, cfg Con
 	defer os.Remove(refenv.LaneFile(gpu))
 	truthPath := filepath.Join(tmp, name+".jsonl")
 	before := drops()
-	p, err := startHeld(ctx, kvpath, UplinkScenario, truthPath, []string{refenv.StorageDir(dir), refenv.SharedGPU(gpu)})
+	p, err := startHeld(ctx, cfg, kvpath, UplinkScenario, truthPath, []string{refenv.StorageDir(dir), refenv.SharedGPU(gpu)})
 	if err != nil {
 		return fail("%v", err)
 	}
@@ -202,6 +202,7 @@ func checkUplink(res *Result, truthPath, gpu string, shared bool, d0, d1 collect
 	var r checks.Report
 	r.Add(h.UplinkCheck(rates, checks.GPURates{gpu: {checks.Outbound: float64(d2h) / interval}}))
 	c := r.Checks[0]
+	res.raise(c.Findings...)
 	fired := len(c.Findings) == 1 && c.Findings[0].Rule == "storage-shared-uplink"
 	note := fmt.Sprintf("finding: %s %s over %s: %s", c.Name, c.Status, time.Duration(interval*1e9).Round(time.Millisecond), c.Detail)
 	if !shared {

@@ -44,6 +44,18 @@ func ruleOf(v string) string { r, _, _ := strings.Cut(v, "/"); return r }
 // verdictOf is a finding as a designed entry, "rule/severity".
 func verdictOf(f correlate.Finding) string { return f.Rule + "/" + string(f.Severity) }
 
+// raisedBy is the findings raised at WARN or FAIL as designed entries,
+// each once, sorted.
+func raisedBy(fs []correlate.Finding) []string {
+	var raised []string
+	for _, f := range fs {
+		if f.Severity == correlate.SevWarn || f.Severity == correlate.SevFail {
+			raised = append(raised, verdictOf(f))
+		}
+	}
+	return slices.Compact(slices.Sorted(slices.Values(raised)))
+}
+
 // fires says whether scenario was designed to raise rule.
 func fires(scenario, rule string) bool {
 	return slices.ContainsFunc(designed[scenario], func(v string) bool { return ruleOf(v) == rule })
@@ -77,13 +89,8 @@ func checkDesigned(res *Result, scenario string, procs []scenarioProc, transfers
 // judgeDesigned compares the rules findings raised at WARN or FAIL with
 // the scenario's design, leaving out the rules the window did not judge.
 func judgeDesigned(res *Result, scenario string, fs []correlate.Finding, notJudged ...string) {
-	var raised []string
-	for _, f := range fs {
-		if f.Severity == correlate.SevWarn || f.Severity == correlate.SevFail {
-			raised = append(raised, verdictOf(f))
-		}
-	}
-	raised = slices.Compact(slices.Sorted(slices.Values(raised)))
+	res.raise(fs...)
+	raised := raisedBy(fs)
 	want := slices.DeleteFunc(slices.Sorted(slices.Values(designed[scenario])), func(v string) bool { return slices.Contains(notJudged, ruleOf(v)) })
 	if slices.Equal(raised, want) {
 		return

@@ -69,5 +69,17 @@ func TestJudgeDesigned(t *testing.T) {
 		if res.OK() != c.ok || !strings.Contains(text, c.text) {
 			t.Errorf("%s: ok %v %q, want ok %v with %q", c.name, res.OK(), text, c.ok, c.text)
 		}
+		// Raised (the live view's findings) is what the window raised at
+		// WARN or FAIL, designed or not.
+		var want []string
+		for _, f := range c.fs {
+			if f.Severity != correlate.SevInfo {
+				want = append(want, verdictOf(f))
+			}
+		}
+		slices.Sort(want)
+		if !slices.Equal(res.Raised, want) {
+			t.Errorf("%s: raised %q, want %q", c.name, res.Raised, want)
+		}
 	}
 }

@@ -164,7 +164,7 @@ func cmdSelftest(args []string, stdout, stderr io.Writer) int {
 		"by direction and host memory beside the agent's records, and the findings; --json one\n"+
 		"object per trace. A trace's NAME.expect.json, where present, gives its expected verdicts.")
 	refDir := fs.String("refpath", defaultRefDir(), "build directory of the reference data path (make -C refpath)")
-	live := fs.Bool("live", false, "print every transfer as the agent reports it")
+	live := fs.Bool("live", false, "print a line per second: the copies the agent reported, GB/s per GPU link and direction, the rows finished and the rules they raised")
 	scenarios := fs.String("scenarios", strings.Join(selftest.Scenarios, ","), "comma-separated CUDA scenarios to run after late-attach")
 	rdma := fs.String("rdma", strings.Join(selftest.RDMAScenarios, ","), "comma-separated RDMA scenarios (two processes each); empty for none")
 	pairs := fs.String("pairs", strings.Join(selftest.PairScenarios, ","), "comma-separated scenarios of two kvpath processes on one shared reference GPU; empty for none")
@@ -206,8 +206,11 @@ func cmdSelftest(args []string, stdout, stderr io.Writer) int {
 	if *linkTrain {
 		cfg.LinkTrains = []selftest.LinkTrain{selftest.LinkTrainsUp}
 	}
+	var drivers *os.File
 	if *live {
 		cfg.Live = stdout
+		drivers = openDriversLog(log)
+		cfg.Drivers = drivers
 	}
 	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer cancel()
@@ -217,6 +220,7 @@ func cmdSelftest(args []string, stdout, stderr io.Writer) int {
 	if st, err := collectors.ReadStatus("/proc", os.Getpid()); err == nil {
 		fmt.Fprintf(stdout, "agent peak RSS %.1f MiB\n", float64(st.PeakRSSBytes)/(1<<20))
 	}
+	sayDriversLog(stdout, drivers, err != nil || !ok)
 	if err != nil {
 		fmt.Fprintln(stderr, "selftest:", err)
 		return 1
@@ -232,8 +236,11 @@ func cmdSelftest(args []string, stdout, stderr io.Writer) int {
 // replayTraces is `agent selftest --replay`.
 func replayTraces(files []string, refDir string, live, asJSON bool, maxGap time.Duration, log *slog.Logger, stdout, stderr io.Writer) int {
 	cfg := selftest.Config{RefDir: refDir, Logger: log}
+	var drivers *os.File
 	if live {
 		cfg.Live = stdout
+		drivers = openDriversLog(log)
+		cfg.Drivers = drivers
 	}
 	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer cancel()
@@ -251,6 +258,7 @@ func replayTraces(files []string, refDir string, live, asJSON bool, maxGap time.
 	} else {
 		ok = selftest.PrintReplay(stdout, results, stats)
 	}
+	sayDriversLog(stderr, drivers, err != nil || !ok) // stderr: --json's stdout is its objects alone
 	if err != nil {
 		fmt.Fprintln(stderr, "selftest:", err)
 		return 1
@@ -260,6 +268,51 @@ func replayTraces(files []string, refDir string, live, asJSON bool, maxGap time.
 		return 1
 	}
 	return 0
+}
+
+// driversFailedLines is how many of the scenario drivers' last lines a
+// failed --live run shows after its table; the file has them all.
+const driversFailedLines = 40
+
+// openDriversLog makes the file that --live gives the scenario drivers'
+// own lines (the rates they measured, their errors), so that the live view
+// has the screen; nil, and the lines on stderr, when it cannot.
+func openDriversLog(log *slog.Logger) *os.File {
+	f, err := os.CreateTemp("", "lanewatch-selftest-drivers-*.log")
+	if err != nil {
+		log.Warn("the scenario drivers' lines go to stderr", "err", err)
+		return nil
+	}
+	return f
+}
+
+// sayDriversLog closes the drivers' file and names it, with its last lines
+// when the run failed: a driver's error explains its row.
+func sayDriversLog(w io.Writer, f *os.File, failed bool) {
+	if f == nil {
+		return
+	}
+	f.Close()
+	b, err := os.ReadFile(f.Name())
+	if err != nil {
+		fmt.Fprintf(w, "scenario drivers' output: %v\n", err)
+		return
+	}
+	var lines []string
+	if s := strings.TrimSuffix(string(b), "\n"); s != "" {
+		lines = strings.Split(s, "\n")
+	}
+	fmt.Fprintf(w, "scenario drivers' output (%d lines): %s\n", len(lines), f.Name())
+	if !failed {
+		return
+	}
+	from := max(0, len(lines)-driversFailedLines)
+	if from > 0 {
+		fmt.Fprintf(w, "  (its last %d lines:)\n", len(lines)-from)
+	}
+	for _, l := range lines[from:] {
+		fmt.Fprintf(w, "  %s\n", l)
+	}
 }
 
 // splitList splits a comma-separated flag; empty means none (not nil, which
