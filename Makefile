@@ -6,7 +6,7 @@ REFPATH := refpath/build
 # go-nvml's cgo prologue calls functions NVML marks deprecated: keep the build quiet.
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 
-.PHONY: help generate generate-check refpath nvidia-libs build image test deploy-generate deploy-check docs jaeger-e2e run bench selftest-load soak fuzz clean
+.PHONY: help generate generate-check refpath nvidia-libs build image test deploy-generate deploy-check docs jaeger-e2e run bench rss selftest-load soak fuzz clean
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -38,7 +38,7 @@ test: build nvidia-libs ## vet, check generated files, promtool on the alert rul
 	$(PYTHON) -m unittest discover -s scripts/gpucheck -p 'test_*.py' # the GPU check script's non-GPU parts (and, as root, the script under the agent on the reference data path)
 	$(PYTHON) -m unittest discover -s scripts/image -p 'test_*.py' # the image's seccomp profiles: derived from podman's, resolved for Kubernetes
 	$(SUDO) $(GO) test -count=1 -p 1 ./... # one package at a time: the BPF and e2e tests judge rates, and each package traces every process using the reference libraries
-	$(GO) test -run '^$$' -bench . -benchtime 1x ./correlate ./exporters ./otlpbridge # every benchmark once (the probe costs one short round), so `make bench` cannot rot
+	$(GO) test -run '^$$' -bench . -benchtime 1x ./checks ./correlate ./event ./exporters ./otlpbridge # every benchmark once (the probe costs one short round), so `make bench` cannot rot
 	$(SUDO) $(GO) test -short -run '^$$' -bench . -benchtime 1x ./probes
 	$(MAKE) deploy-check
 
@@ -57,12 +57,16 @@ jaeger-e2e: build ## the traces section's end-to-end check against a real Jaeger
 run: build ## run the selftest on the reference data path with a live view: a line per second, then the table
 	$(SUDO) ./bin/agent selftest --live
 
-bench: build nvidia-libs ## per-call probe cost (reference stack: none / bpftrace-equivalent pair / bpftrace / lanewatch; NVIDIA's drivers: none / empty program / lanewatch), pipeline throughput, span attribution cost vs spans held, agent peak RSS
+bench: build nvidia-libs ## per-call probe cost (reference stack: none / bpftrace-equivalent pair / bpftrace / lanewatch; NVIDIA's drivers: none / empty program / lanewatch), pipeline throughput, span attribution cost vs spans held, agent peak RSS (selftest; make rss)
 	$(SUDO) $(GO) test -run '^$$' -bench . -benchtime 1x -count 1 ./probes
 	$(GO) test -run '^$$' -bench Pipeline -benchmem -cpu 1 ./correlate
 	$(GO) test -run '^$$' -bench CorrelateExport -cpu 1 ./exporters   # correlate + batched spans: events/s, spans per 1 000 transfers
 	$(GO) test -run '^$$' -bench Attribute -cpu 1 ./otlpbridge | awk '{print} /spans=/{ns[++n]=$$3} END{if (n == 3) printf "attribution ns/op ratio 10k/1k %.2f, 100k/1k %.2f (flat: ~1; a scan per transfer: 10, 100)\n", ns[2]/ns[1], ns[3]/ns[1]}'
 	$(SUDO) ./bin/agent selftest | tail -n 3
+	$(MAKE) rss
+
+rss: build ## `agent run`'s peak RSS with the DaemonSet's flags under the load copy-flood+churn for RSS_SECONDS (default 30): the figure behind the Helm chart's memory request
+	$(SUDO) bash scripts/rss.sh $(or $(RSS_SECONDS),30)
 
 selftest-load: build ## agent selftest RUNS times (default 20) in a row with every CPU kept busy; stops at the first failure
 	$(SUDO) bash scripts/selftest-under-load.sh $(or $(RUNS),20)

@@ -90,17 +90,18 @@ func TestPathsFromLocatedPages(t *testing.T) {
 	}
 }
 
-// This machine's sysfs shows no GPU: a transfer has no path, rather than
-// one on a GPU the host does not have.
+// A sysfs with no GPU: a transfer has no path, rather than one on a GPU
+// the host does not have.
 func TestPathsWithoutAGPU(t *testing.T) {
-	place, err := agent.HostPlacement("/proc", "/sys", nil)
+	sys := sysfstest.Plain(t)
+	place, err := agent.HostPlacement("/proc", sys, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if pl := place(uint32(os.Getpid())); pl.GPU != "" || !strings.Contains(pl.Why, "no GPU in /sys") {
+	if pl := place(uint32(os.Getpid())); pl.GPU != "" || !strings.Contains(pl.Why, "no GPU in "+sys) {
 		t.Fatalf("placement on a host without GPU: %+v", pl)
 	}
-	p, err := agent.NewPaths("/sys", place)
+	p, err := agent.NewPaths(sys, place)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -55,17 +55,29 @@ func TestGDSCheck(t *testing.T) {
 }
 
 // TestGDSCheckRealHost: on this host, what the check says of nvidia_fs
-// must match sysfs.
+// must match sysfs, and its status whether a process maps libcufile, read
+// here from /proc/PID/maps text (the check reads map_files).
 func TestGDSCheckRealHost(t *testing.T) {
 	c := GDSCheck("/proc", "/sys", probes.MappedFiles)
 	t.Logf("%s: %s", c.Status, c.Detail)
 	_, err := os.Stat("/sys/module/nvidia_fs")
-	want := "nvidia_fs module not loaded"
-	if err == nil {
+	loaded := err == nil
+	want, status := "nvidia_fs module not loaded", Info
+	if loaded {
 		want = "nvidia_fs module loaded"
 	}
-	if c.Status != Info || !strings.HasPrefix(c.Detail, want+";") {
-		t.Fatalf("got %s %q, want INFO starting %q", c.Status, c.Detail, want)
+	maps, err := filepath.Glob("/proc/[0-9]*/maps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range maps {
+		if b, err := os.ReadFile(m); err == nil && strings.Contains(string(b), "/libcufile") {
+			status = map[bool]Status{true: Pass, false: Warn}[loaded]
+			break
+		}
+	}
+	if c.Status != status || !strings.HasPrefix(c.Detail, want+";") {
+		t.Fatalf("got %s %q, want %s starting %q", c.Status, c.Detail, status, want)
 	}
 }
 

@@ -3,6 +3,8 @@ package dashboards
 import (
 	"encoding/json"
 	"net/url"
+	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"sort"
@@ -15,6 +17,7 @@ import (
 	"github.com/lanewatch/lanewatch/event"
 	"github.com/lanewatch/lanewatch/exporters"
 	"github.com/lanewatch/lanewatch/internal/promtest"
+	"github.com/lanewatch/lanewatch/internal/sysfstest"
 	"github.com/lanewatch/lanewatch/judge"
 )
 
@@ -155,7 +158,7 @@ func exporterNames(t *testing.T) map[string]bool {
 	m.SetRuleSeries(series)
 	gpu := collectors.GPUReading{BusID: "0000:17:00.0", HasPCIeBytes: true, HasNVLink: true, HasReplay: true, LinkGen: 5, LinkWidth: 16}
 	scrapers := map[string]exporters.Collector{"gpu": collectors.NewGPUMetrics(oneGPU{collectors.GPUSnapshot{GPUs: []collectors.GPUReading{gpu}}}),
-		"disk": collectors.NewDiskMetrics("/proc", "/sys", nil)} // this machine's block devices
+		"disk": collectors.NewDiskMetrics(oneDisk(t))}
 	mfs, err := exporters.NewRegistry(m, scrapers, nil).Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -169,6 +172,19 @@ func exporterNames(t *testing.T) map[string]bool {
 		}
 	}
 	return names
+}
+
+// oneDisk is a procfs and sysfs with one block device, vda (the
+// development VM's diskstats capture): its series whatever disks this
+// machine has.
+func oneDisk(t *testing.T) (proc, sys string, place func(string) collectors.DiskPlace) {
+	proc, sys = t.TempDir(), t.TempDir()
+	b, err := os.ReadFile(filepath.Join("..", "collectors", "testdata", "diskstats", "lanewatch-dev_6.18.diskstats"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sysfstest.Write(t, filepath.Join(proc, "diskstats"), string(b)) // an empty sysfs: no partition, so vda is whole
+	return proc, sys, nil
 }
 
 // oneGPU is a GPU counter source that always reads the same snapshot.

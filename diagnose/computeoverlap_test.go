@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/lanewatch/lanewatch/checks"
+	"github.com/lanewatch/lanewatch/internal/sysfstest"
 	"github.com/lanewatch/lanewatch/internal/testenv"
 )
 
@@ -17,13 +18,13 @@ import (
 // the reason; without --sample the row SKIPs at host scope.
 func TestDiagnoseSampleComputeOverlap(t *testing.T) {
 	testenv.RequireRoot(t)
-	r, pid := diagnoseWhile(t, "/sys", "layer-compute-sync")
+	r, pid := diagnoseWhile(t, sysfstest.Plain(t), "layer-compute-sync")
 	c := findCheck(r, "pid "+itoa(pid), checks.CheckComputeOverlap)
 	if c == nil || c.Status != checks.Warn || len(c.Findings) != 1 || c.Findings[0].Rule != "serialized-load" ||
 		!strings.Contains(strings.Join(c.Findings[0].Evidence, "; "), "cudaStreamSynchronize x8") {
 		t.Fatalf("item 3: %+v\n%s", c, reportText(r))
 	}
-	r, pid = diagnoseWhile(t, "/sys", "hicache-load")
+	r, pid = diagnoseWhile(t, sysfstest.Plain(t), "hicache-load")
 	if c := findCheck(r, "pid "+itoa(pid), checks.CheckComputeOverlap); c == nil || c.Status != checks.Skip ||
 		!strings.Contains(c.Detail, "no compute kernel launched") {
 		t.Fatalf("item 3 with no compute: %+v\n%s", c, reportText(r))

@@ -9,12 +9,12 @@ import (
 	"strings"
 )
 
-// defaultMemoryLimit is --memory-limit's default. Measured (docs/design.md,
-// "Memory ceiling"): `agent run` beside `agent selftest` peaked at 53 MiB
-// resident (1.29 M probe events in 12 s, metrics and the evaluator on);
-// 512 MiB leaves its bounded parts (the OTLP span index an eighth of it,
-// pending copies of many processes) room without letting a leak take the
-// host.
+// defaultMemoryLimit is --memory-limit's default. Measured (make rss,
+// docs/measurements.md "Agent memory"): `agent run` with the DaemonSet's
+// flags under 48-61 k copies/s and process churn peaked at 104-114 MiB
+// resident; 512 MiB, 4.5 times that, leaves its bounded parts (the OTLP
+// span index an eighth of it, pending copies of many processes) room
+// without letting a leak take the host.
 const defaultMemoryLimit = 512 << 20
 
 // nonGoBytes is what the agent holds outside the Go heap, taken from the

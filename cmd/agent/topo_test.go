@@ -13,7 +13,8 @@ import (
 	"github.com/lanewatch/lanewatch/internal/sysfstest"
 )
 
-const topoSamples = "../../../shared/samples/topo_m/"
+// The shared samples, as committed beside the parser (README.md there).
+const topoSamples = "../../topology/testdata/topo_m/"
 
 // Both shared topo -m samples give the GPU → nearest RDMA device map.
 func TestTopoNvidiaSMISamples(t *testing.T) {
@@ -123,13 +124,14 @@ func TestTopoComparesSysfsWithFile(t *testing.T) {
 	}
 }
 
-// On this machine (no GPU, no RDMA) topo says so and exits 0.
-func TestTopoThisMachine(t *testing.T) {
+// On a host with no GPU and no RDMA topo says so and exits 0.
+func TestTopoNoDevices(t *testing.T) {
 	var out, errb bytes.Buffer
-	if code := realMain([]string{"topo"}, &out, &errb); code != 0 {
+	sys := sysfstest.Plain(t)
+	if code := realMain([]string{"topo", "--path.sysfs", sys}, &out, &errb); code != 0 {
 		t.Fatalf("exit %d: %s", code, errb.String())
 	}
-	if !strings.Contains(out.String(), "no GPU in /sys") || !strings.Contains(out.String(), "no RDMA device") {
+	if !strings.Contains(out.String(), "no GPU in "+sys) || !strings.Contains(out.String(), "no RDMA device") {
 		t.Errorf("absent devices not named:\n%s", out.String())
 	}
 }
@@ -145,8 +147,9 @@ func TestDiagnoseExitCodes(t *testing.T) {
 		t.Errorf("bad --ib-devices: exit %d, stderr %q", code, errb.String())
 	}
 	out.Reset()
-	if code := realMain([]string{"diagnose", "--json"}, &out, &errb); code != exitOK {
-		t.Fatalf("this machine: exit %d, stderr %q", code, errb.String())
+	// A host with nothing to check and no process: exit 0, no FAIL.
+	if code := realMain([]string{"diagnose", "--json", "--path.procfs", t.TempDir(), "--path.sysfs", sysfstest.Plain(t)}, &out, &errb); code != exitOK {
+		t.Fatalf("plain host: exit %d, stderr %q", code, errb.String())
 	}
 	var r struct {
 		Checks []struct{ Scope, Name, Status, Detail string }
@@ -156,7 +159,7 @@ func TestDiagnoseExitCodes(t *testing.T) {
 	}
 	for _, c := range r.Checks {
 		if c.Status == "FAIL" {
-			t.Errorf("this machine failed %s: %s", c.Name, c.Detail)
+			t.Errorf("plain host failed %s: %s", c.Name, c.Detail)
 		}
 	}
 }

@@ -1,6 +1,6 @@
 // Package layout holds the test that keeps the package structure of
 // docs/design.md true: the one-way data flow and the reference data path
-// kept out of production code.
+// kept out of production code; and every benchmark in `make test`.
 package layout
 
 import (
@@ -102,5 +102,66 @@ func TestNoReferencePathOutsideSelftest(t *testing.T) {
 	}
 	if files < 100 {
 		t.Fatalf("walked only %d Go files: is the root %s right?", files, top)
+	}
+}
+
+// Every benchmark runs once in `make test`'s bench step, so none that a
+// commit or the docs cite can rot: each package with a Benchmark function
+// is named on a -bench line of the Makefile's test recipe.
+func TestEveryBenchmarkRunsInMakeTest(t *testing.T) {
+	top := root(t)
+	mk, err := os.ReadFile(filepath.Join(top, "Makefile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	benched := map[string]bool{}
+	inTest := false
+	for _, line := range strings.Split(string(mk), "\n") {
+		if !strings.HasPrefix(line, "\t") {
+			inTest = strings.HasPrefix(line, "test:")
+			continue
+		}
+		if inTest && strings.Contains(line, " -bench ") {
+			for _, f := range strings.Fields(line) {
+				if strings.HasPrefix(f, "./") {
+					benched[filepath.Clean(f)] = true
+				}
+			}
+		}
+	}
+	benchFunc := regexp.MustCompile(`(?m)^func Benchmark\w*\(b \*testing\.B\)`)
+	found := 0
+	err = filepath.WalkDir(top, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			// deploy is its own module; refpath and .cache hold no Go of this one.
+			if name := d.Name(); path != top && (strings.HasPrefix(name, ".") || name == "testdata" || name == "deploy" || name == "refpath" || name == "bin") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		if benchFunc.Match(b) {
+			found++
+			rel, _ := filepath.Rel(top, filepath.Dir(path))
+			if !benched[rel] {
+				t.Errorf("%s has a benchmark, but `make test`'s bench step does not run ./%s", strings.TrimPrefix(path, top+"/"), rel)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if found == 0 || len(benched) == 0 {
+		t.Fatalf("%d benchmark files, %d benched packages: the Makefile or the tree is not where this test looks", found, len(benched))
 	}
 }

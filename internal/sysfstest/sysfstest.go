@@ -138,3 +138,19 @@ func SymlinkRel(t testing.TB, target, link string) {
 		t.Fatal(err)
 	}
 }
+
+// Plain builds a host with nothing for the GPU checks to judge, the shape
+// of the development VM: one NUMA node, a virtio disk on the root bus, no
+// GPU, no RDMA NIC, and a module directory without nvidia_fs. A test that
+// reads it expects the same on any machine; one that read the real /sys
+// would expect the machine it was written on.
+func Plain(t testing.TB) string {
+	t.Helper()
+	root := Build(t, Host{
+		Nodes: []Node{{CPUs: "0-1", Distance: "10", Package: "0"}},
+		Funcs: []Func{{BDF: "0000:00:04.0", HB: "pci0000:00", Class: "0x010000", Vendor: "0x1af4", Device: "0x1001", NUMA: "-1"}},
+	})
+	Write(t, filepath.Join(root, "devices", "system", "node", "online"), "0\n")
+	Mkdir(t, filepath.Join(root, "module", "virtio_blk"))
+	return root
+}
