@@ -84,17 +84,17 @@ func flagValue(args []string, name string) (string, bool) {
 	return "", false
 }
 
-// testedCapabilities are the capabilities README's setpriv example grants:
+// testedCapabilities are the capabilities docs/operating.md's setpriv example grants:
 // the minimum cmd/agent/caps_test.go found.
 func testedCapabilities(t *testing.T) []corev1.Capability {
 	t.Helper()
-	readme, err := os.ReadFile("../README.md")
+	readme, err := os.ReadFile("../docs/operating.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	m := regexp.MustCompile(`--ambient-caps (\S+)`).FindSubmatch(readme)
 	if m == nil {
-		t.Fatal("README.md: no setpriv --ambient-caps example")
+		t.Fatal("docs/operating.md: no setpriv --ambient-caps example")
 	}
 	var caps []corev1.Capability
 	for _, c := range strings.Split(string(m[1]), ",") {
@@ -175,7 +175,7 @@ func checkAgentSecurity(t *testing.T, mode string, c corev1.Container) {
 }
 
 // TestLocalhostSeccomp: seccompProfile from the values reaches the agent's
-// container as given (README: the Localhost profile installed on nodes).
+// container as given (docs/deploy.md: the Localhost profile installed on nodes).
 func TestLocalhostSeccomp(t *testing.T) {
 	for _, mode := range Modes {
 		objs := objects(t, mode, map[string]any{"seccompProfile": map[string]any{"type": "Localhost", "localhostProfile": "lanewatch.json"}})

@@ -42,7 +42,7 @@ func ParseSpanMode(s string) (SpanMode, error) {
 	return "", fmt.Errorf("span mode %q: want per-transfer, batched or off", s)
 }
 
-// Span attributes, all in the lanewatch.* namespace (README, "Traces").
+// Span attributes, all in the lanewatch.* namespace (docs/operating.md, "Traces").
 const (
 	AttrDirection    = attribute.Key("lanewatch.direction")
 	AttrBytes        = attribute.Key("lanewatch.bytes")

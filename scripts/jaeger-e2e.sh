@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The traces section's end-to-end check against a real Jaeger v2 (README,
+# The traces section's end-to-end check against a real Jaeger v2 (docs/operating.md,
 # "Traces"): builds Jaeger once in a throwaway module outside the project
 # (about 8 minutes; cached in .cache/jaeger), starts it (OTLP gRPC on
 # 127.0.0.1:4317, query API on 127.0.0.1:16686), then runs

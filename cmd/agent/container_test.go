@@ -27,7 +27,7 @@ import (
 	"github.com/lanewatch/lanewatch/selftest"
 )
 
-// The capabilities the image's agent runs with (README, "Least privilege").
+// The capabilities the image's agent runs with (docs/deploy.md, "Least privilege").
 var imageCaps = []string{"BPF", "PERFMON", "SYS_PTRACE", "DAC_READ_SEARCH", "CHECKPOINT_RESTORE"}
 
 // podman runs podman with what this host's cgroup layout needs (crun fails

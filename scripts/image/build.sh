@@ -8,7 +8,7 @@
 # No shell. Beside it, bin/image/seccomp.json: podman's default seccomp
 # profile with what the agent's capabilities need (seccomp.py), and
 # bin/image/lanewatch.json: the same resolved for the chart's capabilities,
-# the Localhost profile Kubernetes nodes load (README "DaemonSet").
+# the Localhost profile Kubernetes nodes load (docs/deploy.md "DaemonSet").
 # Usage: build.sh BINARY TAG [OUTDIR (bin/image)]
 set -euo pipefail
 bin=$(realpath "${1:-bin/agent}")

@@ -13,7 +13,7 @@
 # Versions come from versions.env next to this script (or $NVIDIA_VERSIONS).
 # Each package ends up in CACHE_DIR/<package>-<version>/ (a dpkg -x tree).
 # A second run with everything unpacked touches neither apt nor the network
-# and does not need root. See README.md.
+# and does not need root. See docs/operating.md, "Commands".
 set -euo pipefail
 
 prog=${0##*/}

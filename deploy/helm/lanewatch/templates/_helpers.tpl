@@ -124,7 +124,7 @@ securityContext:
   readOnlyRootFilesystem: true
   seccompProfile:
     {{- toYaml .Values.seccompProfile | nindent 4 }}
-  # The minimum found by test (cmd/agent/caps_test.go, README "Privileges"): not root,
+  # The minimum found by test (cmd/agent/caps_test.go, docs/operating.md "Privileges"): not root,
   # not SYS_ADMIN; on kernels before 5.11 add SYS_RESOURCE (the BPF memlock limit).
   capabilities:
     drop: [ALL]
