@@ -49,7 +49,7 @@ func TestNamingRuleHolds(t *testing.T) {
 	}
 }
 
-var newDesc = regexp.MustCompile(`prometheus\.NewDesc\(\s*"(lanewatch_[a-z0-9_]+)"`)
+var newDesc = regexp.MustCompile(`(?:prometheus|exporters)\.NewDesc\(\s*"(lanewatch_[a-z0-9_]+)"`)
 
 // Every lanewatch_* descriptor the module's code defines is on the page:
 // a collector added without a Describe, or missing from scrapers, fails

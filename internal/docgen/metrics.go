@@ -13,6 +13,7 @@ import (
 	"github.com/lanewatch/lanewatch/collectors"
 	"github.com/lanewatch/lanewatch/correlate"
 	"github.com/lanewatch/lanewatch/exporters"
+	"github.com/lanewatch/lanewatch/judge"
 )
 
 // metric is one series family as docs/metrics.md shows it.
@@ -60,8 +61,8 @@ func Metrics(w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	m := exporters.NewMetrics(nil)
-	sources := []source{{title: "Counted by the agent", about: "`exporters.Metrics`: from the transfers, the evaluator's windows and the agent's health.", describe: m.Describe}}
+	m := exporters.NewMetrics(nil, judge.Descs()...)
+	sources := []source{{title: "Counted by the agent", about: "`exporters.Metrics`: from the transfers, the evaluator's windows (the window rules' own series: judge.Descs) and the agent's health.", describe: m.Describe}}
 	for _, s := range scrapers() {
 		sources = append(sources, source{title: "Read at scrape time: `" + s.name + "`", about: fmt.Sprintf("`%T`, read at every scrape.", s.c), describe: s.c.Describe})
 	}
