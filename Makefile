@@ -6,7 +6,7 @@ REFPATH := refpath/build
 # go-nvml's cgo prologue calls functions NVML marks deprecated: keep the build quiet.
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 
-.PHONY: help generate generate-check refpath nvidia-libs build image test deploy-generate deploy-check docs jaeger-e2e run bench rss selftest-load soak fuzz clean
+.PHONY: help generate generate-check refpath nvidia-libs build image lint test deploy-generate deploy-check docs jaeger-e2e run bench rss selftest-load soak fuzz clean
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -30,9 +30,17 @@ build: refpath ## build bin/agent and the reference data path
 image: build ## the agent's container image (podman, FROM scratch: bin/agent and the C libraries it loads, no shell) and its seccomp profile; prints the size
 	$(SUDO) bash scripts/image/build.sh bin/agent localhost/lanewatch-agent:dev
 
-test: build nvidia-libs ## vet, check generated files, promtool on the alert rules, the GPU check script's and the seccomp script's unit tests, run every test (BPF tests need root), deploy-check
+# staticcheck is a tool in go.mod; `go tool -n` builds it for this machine, so the arm64
+# run and deploy/ (its own module, without the tool) reuse that binary.
+lint: ## staticcheck on the tree (also its arm64 build, as vet) and on deploy/
+	$(GO) tool staticcheck ./...
+	GOARCH=arm64 CGO_ENABLED=0 $$($(GO) tool -n staticcheck) ./...
+	cd deploy && $$($(GO) -C .. tool -n staticcheck) ./...
+
+test: build nvidia-libs ## vet, staticcheck, check generated files, promtool on the alert rules, the GPU check script's and the seccomp script's unit tests, run every test (BPF tests need root), deploy-check
 	$(GO) vet ./...
 	GOARCH=arm64 CGO_ENABLED=0 $(GO) vet ./... # the arm64 build (its BPF objects, the site policy) cannot rot
+	$(MAKE) lint
 	$(MAKE) generate-check
 	bash dashboards/check.sh
 	$(PYTHON) -m unittest discover -s scripts/gpucheck -p 'test_*.py' # the GPU check script's non-GPU parts (and, as root, the script under the agent on the reference data path)

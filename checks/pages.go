@@ -147,7 +147,7 @@ func (w *Window) PagesCheck(scope string, pid uint32, pl Placement, numa NUMAPla
 		}
 		switch {
 		case node < 0:
-			text += fmt.Sprintf("; the GPU's NUMA node is unknown (sysfs numa_node): not judged")
+			text += "; the GPU's NUMA node is unknown (sysfs numa_node): not judged"
 		case located == 0:
 			text += "; no page located: not judged (the memory was gone when looked up, or the lookups were over budget)"
 		default:

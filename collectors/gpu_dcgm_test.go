@@ -250,7 +250,6 @@ func TestDCGMIrregularSampling(t *testing.T) {
 	var sum uint64
 	var snaps []GPUSnapshot
 	batches := [][]int64{rx[:1], rx[1:3], nil, rx[3:6], rx[6:]}
-	var sums []uint64
 	for bi, b := range batches {
 		for _, v := range b {
 			ts++
@@ -268,7 +267,6 @@ func TestDCGMIrregularSampling(t *testing.T) {
 			t.Errorf("batch %d: total %d, want %d", bi, got, sum)
 		}
 		snaps = append(snaps, s)
-		sums = append(sums, sum)
 	}
 	// batch 1 → 2: 2 s, 3e9 + 0 bytes/s.
 	r := must2(GPURates(snaps[0], snaps[1]))

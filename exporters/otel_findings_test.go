@@ -34,7 +34,7 @@ func TestFindingSpans(t *testing.T) {
 	}
 	attrs := map[string]string{}
 	for _, a := range spans[0].Attributes {
-		attrs[string(a.Key)] = a.Value.Emit()
+		attrs[string(a.Key)] = a.Value.String()
 	}
 	if attrs["lanewatch.finding.severity"] != "fail" || attrs["lanewatch.finding.remediation"] != "register the buffer" ||
 		attrs["lanewatch.finding.subject"] != "pid 7" {

@@ -42,7 +42,7 @@ func TestSpansKernelCopies(t *testing.T) {
 		for _, a := range sp.Attributes {
 			switch a.Key {
 			case AttrMover, AttrKernel, AttrLayer, AttrCount, AttrBytes, AttrRate:
-				attrs = append(attrs, fmt.Sprintf("%s=%s", strings.TrimPrefix(string(a.Key), "lanewatch."), a.Value.Emit()))
+				attrs = append(attrs, fmt.Sprintf("%s=%s", strings.TrimPrefix(string(a.Key), "lanewatch."), a.Value.String()))
 			}
 		}
 		if len(sp.Events) > 0 {

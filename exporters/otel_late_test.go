@@ -43,7 +43,7 @@ func copyAt(pid, tid uint32, s float64, layer int) *correlate.Transfer {
 func attrs(sp tracetest.SpanStub) map[attribute.Key]string {
 	m := map[attribute.Key]string{}
 	for _, a := range sp.Attributes {
-		m[a.Key] = a.Value.Emit()
+		m[a.Key] = a.Value.String()
 	}
 	return m
 }

@@ -55,7 +55,7 @@ func TestEveryShape(t *testing.T) {
 		h, hs := s.HiCache(shapes.HiCacheOp{Stage: "hicache_l3_prefetch_transfer", Thread: shapes.SGLangThread{TID: 131, HostID: machineID},
 			ID: 9, RequestID: "c0a3", Hashes: []string{"ab"}}, nil, sec(0), sec(9))
 		cases = append(cases, shape{name: "current hicache", spans: sgb(hs), pid: 100, tid: 131, request: "c0a3", scope: otlpbridge.ScopeOfThread, parent: h})
-		req, rs = s.Request("prefill", "c0a4", 0xcafe, nil, sec(0), sec(10))
+		_, rs = s.Request("prefill", "c0a4", 0xcafe, nil, sec(0), sec(10))
 		mc, ms := s.MooncakeSender(0xcafe, sec(1), sec(9))
 		w, ws := s.Thread(mc, shapes.SGLangThread{Label: "unknown", TID: 140, HostID: machineID}, sec(1), sec(9))
 		send, ss := s.Slice(w, "mooncake_worker_send", sec(2), sec(8))

@@ -12,10 +12,6 @@ import (
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 )
 
-func kv(k, v string) *commonpb.KeyValue {
-	return &commonpb.KeyValue{Key: k, Value: &commonpb.AnyValue{Value: &commonpb.AnyValue_StringValue{StringValue: v}}}
-}
-
 func span(trace, id byte, name string, start, end int64, attrs ...*commonpb.KeyValue) *tracepb.Span {
 	return &tracepb.Span{TraceId: bytes.Repeat([]byte{trace}, 16), SpanId: bytes.Repeat([]byte{id}, 8), Name: name,
 		StartTimeUnixNano: uint64(start), EndTimeUnixNano: uint64(end), Attributes: attrs}

@@ -64,9 +64,8 @@ func TestDecodeMemoryCalls(t *testing.T) {
 		}
 	}
 	loc := func(typ uint32, id int32) uint64 { return uint64(typ) | uint64(uint32(id))<<32 }
-	var a [9]uint64
 	// cuMemCreate(&h, 2 MiB, &prop, 0), prop on host NUMA node 1: the handle comes back through arg 0
-	a = [9]uint64{0x7ffd_1000, 2 << 20, 0x7ffd_2000}
+	a := [9]uint64{0x7ffd_1000, 2 << 20, 0x7ffd_2000}
 	a[lanewatchLwPropArgLW_PROP_LOCATION] = loc(event.LocHostNUMA, 1)
 	dec("cuMemCreate", a, 0xabc0)
 	if c.Op != event.OpMemCreate || c.Handle != 0xabc0 || c.Size != 2<<20 || c.Ptr != 0 ||

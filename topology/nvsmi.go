@@ -71,16 +71,6 @@ var smiExtraCols = []struct{ name, compact string }{
 	{smiColGPUNUMAID, "GPUNUMAID"},
 }
 
-// smiAffinityWord reports whether a header token is a word of an affinity
-// column's name (such words repeat in a header: NUMA, Affinity).
-func smiAffinityWord(s string) bool {
-	switch s {
-	case "CPU", "NUMA", "GPU", "Affinity", "ID":
-		return true
-	}
-	return false
-}
-
 const (
 	// smiMaxLine bounds one line of input; a wider matrix is not a topo -m output.
 	smiMaxLine = 1 << 20

@@ -10,7 +10,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -92,7 +91,8 @@ func build(ref string) (images, error) {
 		return images{}, err
 	}
 	bin := filepath.Join(dir, "agent")
-	gocmd := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", bin, ".")
+	// go test puts its own GOROOT/bin first in PATH: this is the go that runs the test.
+	gocmd := exec.Command("go", "build", "-o", bin, ".")
 	if err := run(gocmd); err != nil {
 		return images{}, err
 	}
