@@ -18,7 +18,7 @@ import (
 
 // metric is one series family as docs/metrics.md shows it.
 type metric struct {
-	name, help, typ string
+	name, help string
 	labels          []string
 }
 
