@@ -57,8 +57,6 @@ type Window struct {
 	// (computeoverlap.go); kernels: launches are probed.
 	compute computeWindow
 	kernels bool
-	// orders are the RDMA ordering facts per process (ordering.go).
-	orders map[uint32]*orderTally
 }
 
 // maxRDMAKept bounds the work requests a window keeps for latency.
@@ -214,7 +212,6 @@ func (w *Window) Transfer(t *correlate.Transfer) {
 // into a peer's GPU memory is inbound there; read into or received by this
 // process's GPU memory is inbound here; written or sent from it, outbound.
 func (w *Window) rdma(t *correlate.Transfer) {
-	w.order(t)
 	if t.CompleteNs == 0 || t.Status == "success" { // a failed request moved an unknown part of its bytes
 		w.linkRDMA(t)
 	}
@@ -273,11 +270,10 @@ func (w *Window) Rotate() *Window {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	old := &Window{procs: w.procs, rdmas: w.rdmas, links: w.links, linkSpans: w.linkSpans, counters: w.counters, sm: w.sm, peers: w.peers,
-		compute: w.compute, kernels: w.kernels, orders: w.orders}
+		compute: w.compute, kernels: w.kernels}
 	w.procs, w.rdmas, w.links, w.linkSpans, w.counters, w.sm, w.peers = map[uint32]*procWindow{}, nil, nil, 0, nil, nil, nil
 	old.inflight, w.inflight = w.inflight, inflightWindow{}
 	w.compute = computeWindow{}
-	w.orders = nil
 	return old
 }
 

@@ -15,6 +15,7 @@ import (
 
 	"github.com/lanewatch/lanewatch/checks"
 	"github.com/lanewatch/lanewatch/internal/testenv"
+	"github.com/lanewatch/lanewatch/judge"
 	"github.com/lanewatch/lanewatch/selftest"
 	"github.com/lanewatch/lanewatch/selftest/refenv"
 )
@@ -91,7 +92,7 @@ func TestDiagnoseSampleRDMAOrdering(t *testing.T) {
 			pid := strconv.Itoa(int(truth[0].PID))
 			var got *checks.Check
 			for i, ch := range r.Checks {
-				if (ch.Scope == "pid "+pid || strings.HasPrefix(ch.Scope, "pid "+pid+" ")) && ch.Name == checks.CheckOrdering {
+				if (ch.Scope == "pid "+pid || strings.HasPrefix(ch.Scope, "pid "+pid+" ")) && ch.Name == judge.CheckOrdering {
 					got = &r.Checks[i]
 				}
 			}

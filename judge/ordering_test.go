@@ -4,7 +4,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lanewatch/lanewatch/checks"
 	"github.com/lanewatch/lanewatch/correlate"
 	"github.com/lanewatch/lanewatch/judge"
 )
@@ -22,7 +21,7 @@ func TestEvaluatorJudgesOrdering(t *testing.T) {
 	}
 	ordering := 0
 	for _, c := range v.Checks {
-		if c.Name == checks.CheckOrdering {
+		if c.Name == judge.CheckOrdering {
 			ordering++
 		}
 	}

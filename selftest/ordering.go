@@ -8,6 +8,7 @@ import (
 
 	"github.com/lanewatch/lanewatch/checks"
 	"github.com/lanewatch/lanewatch/correlate"
+	"github.com/lanewatch/lanewatch/judge"
 )
 
 // orderingBeside is how many notices a scenario posts, by construction,
@@ -61,7 +62,7 @@ func (v orderVerdict) String() string {
 }
 
 // checkOrdering compares a role's ordering verdict, from the agent's
-// records and through checks.Window as `agent run` judges them, with the
+// records and through the window rules as `agent run` judges them, with the
 // truth's: exact, on each notification and deregistration.
 func checkOrdering(res *Result, scenario string, truth []TruthCall, got []correlate.Transfer) {
 	note := func(format string, args ...any) {
@@ -73,13 +74,15 @@ func checkOrdering(res *Result, scenario string, truth []TruthCall, got []correl
 		res.OtherErrs++
 		note("ordering: %s", a)
 	}
-	w := checks.NewWindow()
+	w := judge.NewWindow(false)
 	for i := range got {
 		w.Transfer(&got[i])
 	}
 	var fired []string
-	for _, pid := range w.OrderingPIDs() {
-		c := w.OrderingCheck(fmt.Sprintf("pid %d", pid), pid)
+	for _, c := range judge.Judge(w, &judge.Env{Place: func(uint32) checks.Placement { return checks.Placement{} }}).Checks {
+		if c.Name != judge.CheckOrdering {
+			continue
+		}
 		for _, f := range c.Findings {
 			fired = append(fired, f.Rule+"/"+string(f.Severity))
 			note("finding: %s; %s", f.Summary, strings.Join(f.Evidence, "; "))

@@ -1,9 +1,10 @@
-package checks
+package judge
 
 import (
 	"strings"
 	"testing"
 
+	"github.com/lanewatch/lanewatch/checks"
 	"github.com/lanewatch/lanewatch/correlate"
 )
 
@@ -25,27 +26,28 @@ func TestOrderingCheck(t *testing.T) {
 	for _, c := range []struct {
 		name      string
 		transfers []correlate.Transfer
-		status    Status
+		status    checks.Status
 		rules     string
 		detail    string
 	}{
-		{"no notification", []correlate.Transfer{write(1, nil)}, Skip, "", "no RDMA notification"},
-		{"ordered notifications", []correlate.Transfer{write(1, nil), notify(2, nil), notify(3, nil)}, Pass, "", "2 notifications"},
-		{"a notification ahead of its data", []correlate.Transfer{notify(2, ahead), notify(3, nil)}, Fail, "cross-qp-notify", "1 of 2 notifications"},
-		{"a notification beside concurrent requests' data", []correlate.Transfer{notify(2, ambiguous), notify(3, nil)}, Warn, "cross-qp-notify",
+		{"no notification", []correlate.Transfer{write(1, nil)}, checks.Skip, "", "no RDMA notification"},
+		{"ordered notifications", []correlate.Transfer{write(1, nil), notify(2, nil), notify(3, nil)}, checks.Pass, "", "2 notifications"},
+		{"a notification ahead of its data", []correlate.Transfer{notify(2, ahead), notify(3, nil)}, checks.Fail, "cross-qp-notify", "1 of 2 notifications"},
+		{"a notification beside concurrent requests' data", []correlate.Transfer{notify(2, ambiguous), notify(3, nil)}, checks.Warn, "cross-qp-notify",
 			"(0 surely about them, 1 beside concurrent requests' data)"},
-		{"one sure, one ambiguous", []correlate.Transfer{notify(2, ambiguous), notify(3, ahead)}, Fail, "cross-qp-notify,cross-qp-notify",
+		{"one sure, one ambiguous", []correlate.Transfer{notify(2, ambiguous), notify(3, ahead)}, checks.Fail, "cross-qp-notify,cross-qp-notify",
 			"2 of 2 notifications"},
-		{"peer unknown", []correlate.Transfer{notify(2, &correlate.OrderFacts{PeerUnknown: true})}, Pass, "", "1 not judged"},
+		{"peer unknown", []correlate.Transfer{notify(2, &correlate.OrderFacts{PeerUnknown: true})}, checks.Pass, "", "1 not judged"},
 		{"one deregistration under two requests", []correlate.Transfer{write(1, &correlate.OrderFacts{Dereg: dereg}), write(2, &correlate.OrderFacts{Dereg: dereg})},
-			Fail, "mr-dereg-in-flight", "1 regions deregistered"},
+			checks.Fail, "mr-dereg-in-flight", "1 regions deregistered"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			w := NewWindow()
+			w := NewWindow(false)
 			for i := range c.transfers {
 				w.Transfer(&c.transfers[i])
 			}
-			got := w.Rotate().OrderingCheck("pid 3", 3)
+			old := w.Rotate()
+			got := orderingCheck(factsOf[orderingFacts](old, orderingRule{})[3], "pid 3", 3)
 			var rules []string
 			for _, f := range got.Findings {
 				rules = append(rules, f.Rule)
