@@ -7,13 +7,14 @@ import (
 	"github.com/lanewatch/lanewatch/agent"
 	"github.com/lanewatch/lanewatch/checks"
 	"github.com/lanewatch/lanewatch/correlate"
+	"github.com/lanewatch/lanewatch/event"
 )
 
 // agent run's evaluator judges RDMA ordering in the window the facts
 // arrive in, and not in the next.
 func TestEvaluatorJudgesOrdering(t *testing.T) {
 	e := agent.NewEvaluator(agent.EvaluatorConfig{Interval: time.Second})
-	e.Transfer(&correlate.Transfer{PID: 4, Op: "post_send", Direction: correlate.DirSend, QPNum: 9, WRID: 1, SubmitNs: 10, CompleteNs: 20,
+	e.Transfer(&correlate.Transfer{PID: 4, Op: event.OpPostSend, Direction: correlate.DirSend, QPNum: 9, WRID: 1, SubmitNs: 10, CompleteNs: 20,
 		Status: "success", Order: &correlate.OrderFacts{NotifyAhead: &correlate.NotifyAhead{Peer: "lid 3", DataQPs: []uint32{8}, Writes: 2, OldestNs: 5}}})
 	v := e.Evaluate(time.Now())
 	found := false

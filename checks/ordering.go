@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"github.com/lanewatch/lanewatch/correlate"
+	"github.com/lanewatch/lanewatch/event"
 )
 
 // CheckOrdering names the RDMA ordering check (completed is not
@@ -30,7 +31,7 @@ type orderTally struct {
 // order notes a work request's ordering facts (correlate.OrderFacts) and
 // counts the notifications judged; under w.mu.
 func (w *Window) order(t *correlate.Transfer) {
-	notify := t.Op == "post_send" && (t.Direction == correlate.DirWriteImm || t.Direction == correlate.DirSend)
+	notify := t.Op == event.OpPostSend && (t.Direction == correlate.DirWriteImm || t.Direction == correlate.DirSend)
 	if !notify && t.Order == nil {
 		return
 	}
