@@ -45,13 +45,13 @@ func uintptrOf(b []byte) uintptr { return uintptr(unsafe.Pointer(&b[0])) }
 func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
 func h2d(pid uint32, src, bytes uint64, at uint64) *correlate.Transfer {
-	return &correlate.Transfer{PID: pid, API: "cudaMemcpyAsync", Op: "copy", Direction: correlate.DirH2D, Bytes: bytes,
+	return &correlate.Transfer{PID: pid, API: "cudaMemcpyAsync", Op: event.OpCopy, Direction: correlate.DirH2D, Bytes: bytes,
 		Src: correlate.Side{Addr: src, Mem: event.MemUnknown}, Dst: correlate.Side{Addr: 0x7e0000000000, Mem: event.MemDevice},
 		HostMem: event.MemUnknown, SubmitNs: at, BatchIndex: -1, Layer: -1}
 }
 
 func d2h(pid uint32, dst, bytes uint64, at uint64) *correlate.Transfer {
-	return &correlate.Transfer{PID: pid, API: "cudaMemcpyAsync", Op: "copy", Direction: correlate.DirD2H, Bytes: bytes,
+	return &correlate.Transfer{PID: pid, API: "cudaMemcpyAsync", Op: event.OpCopy, Direction: correlate.DirD2H, Bytes: bytes,
 		Src: correlate.Side{Addr: 0x7e0000000000, Mem: event.MemDevice}, Dst: correlate.Side{Addr: dst, Mem: event.MemPageable},
 		HostMem: event.MemPageable, SubmitNs: at, BatchIndex: -1, Layer: -1}
 }

@@ -14,12 +14,12 @@ import (
 // stream at 1000.
 func loadWindow(w *Window, sync bool, done uint64) {
 	for i := uint64(0); i < 4; i++ {
-		w.Transfer(&correlate.Transfer{PID: 9, TID: 9, Stream: 0x10, API: "cudaMemcpyAsync", Op: "copy", Mover: correlate.MoverCopyEngine,
+		w.Transfer(&correlate.Transfer{PID: 9, TID: 9, Stream: 0x10, API: "cudaMemcpyAsync", Op: event.OpCopy, Mover: correlate.MoverCopyEngine,
 			Direction: correlate.DirH2D, Bytes: 1 << 20, SubmitNs: 10 + i, CompleteNs: done})
 		w.Activity(&correlate.Activity{PID: 9, TID: 9, Op: event.OpEventRecord, API: "cudaEventRecord", Stream: 0x10, CallNs: 10 + i, ReturnNs: 11 + i})
 	}
 	// a D2D copy and an RDMA request are not the rules' input
-	w.Transfer(&correlate.Transfer{PID: 9, Stream: 0x10, Op: "copy", Mover: correlate.MoverCopyEngine, Direction: correlate.DirD2D, Bytes: 1, SubmitNs: 1, CompleteNs: 2})
+	w.Transfer(&correlate.Transfer{PID: 9, Stream: 0x10, Op: event.OpCopy, Mover: correlate.MoverCopyEngine, Direction: correlate.DirD2D, Bytes: 1, SubmitNs: 1, CompleteNs: 2})
 	at := done + 1 // serialized: compute after the loads were proven done
 	if !sync {
 		at = 50 // overlapped: compute launched while the loads may run
@@ -137,7 +137,7 @@ func TestComputeGraphLaunches(t *testing.T) {
 		at := 10 + 20*i
 		w.Activity(&correlate.Activity{PID: 9, TID: 9, Op: event.OpGraphLaunch, API: "cudaGraphLaunch", Stream: 0x20, CallNs: at, ReturnNs: at + 1})
 		w.Activity(&correlate.Activity{PID: 9, TID: 9, Op: event.OpLaunch, API: "cudaLaunchKernel", Stream: 0x20, CallNs: at + 2, ReturnNs: at + 3})
-		w.Transfer(&correlate.Transfer{PID: 9, TID: 9, Stream: 0x20, API: "cudaMemcpyAsync", Op: "copy", Mover: correlate.MoverCopyEngine,
+		w.Transfer(&correlate.Transfer{PID: 9, TID: 9, Stream: 0x20, API: "cudaMemcpyAsync", Op: event.OpCopy, Mover: correlate.MoverCopyEngine,
 			Direction: correlate.DirD2H, Bytes: 128, SubmitNs: at + 4, CompleteNs: at + 10})
 		w.Activity(&correlate.Activity{PID: 9, TID: 9, Op: event.OpStreamSync, API: "cudaStreamSynchronize", Stream: 0x20, CallNs: at + 5, ReturnNs: at + 10})
 	}

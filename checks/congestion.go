@@ -10,6 +10,7 @@ import (
 
 	"github.com/lanewatch/lanewatch/collectors"
 	"github.com/lanewatch/lanewatch/correlate"
+	"github.com/lanewatch/lanewatch/event"
 )
 
 // CheckCongestion is the name of the RDMA congestion check.
@@ -164,10 +165,10 @@ func queuePairs(ts []correlate.Transfer) (map[qpKey][]correlate.Transfer, int) {
 	out := map[qpKey][]correlate.Transfer{}
 	recvs := 0
 	for _, t := range ts {
-		if t.Op != "post_send" && t.Op != "post_recv" {
+		if t.Op != event.OpPostSend && t.Op != event.OpPostRecv {
 			continue
 		}
-		if t.Direction == correlate.DirRecv || t.Op == "post_recv" {
+		if t.Direction == correlate.DirRecv || t.Op == event.OpPostRecv {
 			recvs++
 			continue
 		}

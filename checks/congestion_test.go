@@ -9,6 +9,7 @@ import (
 
 	"github.com/lanewatch/lanewatch/collectors"
 	"github.com/lanewatch/lanewatch/correlate"
+	"github.com/lanewatch/lanewatch/event"
 	"github.com/lanewatch/lanewatch/internal/sysfstest"
 )
 
@@ -85,7 +86,7 @@ func writes(pid, qp uint32, n int, size, lat, start uint64) []correlate.Transfer
 	var out []correlate.Transfer
 	for i := range uint64(n) {
 		at := start + i*(lat+50_000)
-		out = append(out, correlate.Transfer{PID: pid, QPNum: qp, Op: "post_send", API: "ibv_post_send", Direction: correlate.DirRDMAWrite,
+		out = append(out, correlate.Transfer{PID: pid, QPNum: qp, Op: event.OpPostSend, API: "ibv_post_send", Direction: correlate.DirRDMAWrite,
 			Bytes: size, SubmitNs: at, CompleteNs: at + lat, Status: "success", WRID: i + 1})
 	}
 	return out
@@ -202,7 +203,7 @@ func TestCongestionReceivesLeftOut(t *testing.T) {
 	c.Sample()
 	ts := writes(100, 7, 64, 64<<10, 12_000, 1e9) // QP 7's writes are healthy
 	for i := range uint64(32) {
-		ts = append(ts, correlate.Transfer{PID: 100, QPNum: 7, Op: "post_recv", API: "ibv_post_recv", Direction: correlate.DirRecv,
+		ts = append(ts, correlate.Transfer{PID: 100, QPNum: 7, Op: event.OpPostRecv, API: "ibv_post_recv", Direction: correlate.DirRecv,
 			Bytes: 64 << 10, SubmitNs: 1e9 + i, CompleteNs: 6e9 + i*1e6, Status: "success", WRID: 1000 + i})
 	}
 	ch := c.Judge(ts)
@@ -269,12 +270,12 @@ func TestCongestionBatchesAndOwnQueue(t *testing.T) {
 	// 5.3 µs (line rate): the last waits 340 µs behind its own queue.
 	var ts []correlate.Transfer
 	for i := range uint64(64) {
-		ts = append(ts, correlate.Transfer{PID: 100, QPNum: 7, Op: "post_send", Direction: correlate.DirRDMAWrite, Bytes: 64 << 10,
+		ts = append(ts, correlate.Transfer{PID: 100, QPNum: 7, Op: event.OpPostSend, Direction: correlate.DirRDMAWrite, Bytes: 64 << 10,
 			SubmitNs: 1e9, CompleteNs: 1e9 + 8_000 + (i+1)*5_300, Status: "success", WRID: i + 1})
 	}
 	// and 16 unsignaled writes completing with a signaled 17th.
 	for i := range uint64(17) {
-		ts = append(ts, correlate.Transfer{PID: 100, QPNum: 7, Op: "post_send", Direction: correlate.DirRDMAWrite, Bytes: 64 << 10,
+		ts = append(ts, correlate.Transfer{PID: 100, QPNum: 7, Op: event.OpPostSend, Direction: correlate.DirRDMAWrite, Bytes: 64 << 10,
 			SubmitNs: 2e9 + i*100, CompleteNs: 2e9 + 100_000, Status: "success", WRID: 100 + i})
 	}
 	if ch := c.Judge(ts); len(ch.Findings) != 0 {

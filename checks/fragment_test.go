@@ -14,7 +14,7 @@ import (
 func copies(w *Window, dir string, stream uint64, n int, size, start uint64) uint64 {
 	dur := max(1000, size/4096*1000)
 	for i := range uint64(n) {
-		w.Transfer(&correlate.Transfer{PID: 7, Stream: stream, Op: "copy", Direction: dir, Bytes: size, HostMem: event.MemPinned,
+		w.Transfer(&correlate.Transfer{PID: 7, Stream: stream, Op: event.OpCopy, Direction: dir, Bytes: size, HostMem: event.MemPinned,
 			SubmitNs: start + i*dur, CompleteNs: start + (i+1)*dur})
 	}
 	return start + uint64(n)*dur

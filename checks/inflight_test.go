@@ -18,7 +18,7 @@ func layers(w *Window, pid uint32, stream uint64, nLayers, perLayer int, start u
 	for range nLayers {
 		end := at + uint64(perLayer)*4*usec + 2*usec
 		for i := range perLayer {
-			w.Transfer(&correlate.Transfer{PID: pid, Stream: stream, GPU: gpuA, Op: "copy", Direction: correlate.DirH2D,
+			w.Transfer(&correlate.Transfer{PID: pid, Stream: stream, GPU: gpuA, Op: event.OpCopy, Direction: correlate.DirH2D,
 				Bytes: 16 << 10, HostMem: event.MemPinned, SubmitNs: at + uint64(i)*usec/2, CompleteNs: end, CompleteNear: i == perLayer-1})
 		}
 		at = end + usec
@@ -61,7 +61,7 @@ func TestInFlightChecksShapes(t *testing.T) {
 		}, placeAll(gpuA), nil, []string{"outbound: pid 1 stream 0x0 D2H: 60 ops"}},
 		{"each wait came after other calls: no latency of its own", func(w *Window) {
 			for i := range uint64(200) {
-				w.Transfer(&correlate.Transfer{PID: 1, Stream: 0x10, GPU: gpuA, Op: "copy", Direction: correlate.DirH2D, Bytes: 16 << 10,
+				w.Transfer(&correlate.Transfer{PID: 1, Stream: 0x10, GPU: gpuA, Op: event.OpCopy, Direction: correlate.DirH2D, Bytes: 16 << 10,
 					HostMem: event.MemPinned, SubmitNs: ms + i*20*usec, CompleteNs: ms + (i+1)*20*usec})
 			}
 		}, placeAll(gpuA), nil, []string{"no operation with a proven completion (200 without)"}},
@@ -118,10 +118,10 @@ func TestInFlightRDMA(t *testing.T) {
 	const prefill, decode = 10, 11
 	at := ms
 	for i := range uint64(100) {
-		w.Transfer(&correlate.Transfer{PID: prefill, PeerPID: decode, QPNum: 7, WRID: i, Op: "post_send", Direction: correlate.DirRDMAWrite,
+		w.Transfer(&correlate.Transfer{PID: prefill, PeerPID: decode, QPNum: 7, WRID: i, Op: event.OpPostSend, Direction: correlate.DirRDMAWrite,
 			Bytes: 16 << 10, Src: correlate.Side{Mem: event.MemPinned}, Dst: correlate.Side{Mem: event.MemDevice},
 			SubmitNs: at, CompleteNs: at + 15*usec, Status: "success"})
-		w.Transfer(&correlate.Transfer{PID: prefill, QPNum: 8, WRID: i, Op: "post_send", Direction: correlate.DirRDMAWrite,
+		w.Transfer(&correlate.Transfer{PID: prefill, QPNum: 8, WRID: i, Op: event.OpPostSend, Direction: correlate.DirRDMAWrite,
 			Bytes: 16 << 10, Src: correlate.Side{Mem: event.MemPinned}, Dst: correlate.Side{Mem: event.MemPinned},
 			SubmitNs: at, CompleteNs: at + 15*usec, Status: "success"})
 		at += 16 * usec

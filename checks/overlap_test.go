@@ -21,7 +21,7 @@ const (
 func load(w *Window, pid uint32, stream uint64, gpu, dir string, n int, bytes, start, each uint64, proven bool) uint64 {
 	for i := range n {
 		s := start + uint64(i)*each
-		t := &correlate.Transfer{PID: pid, Stream: stream, GPU: gpu, Op: "copy", Direction: dir, Bytes: bytes,
+		t := &correlate.Transfer{PID: pid, Stream: stream, GPU: gpu, Op: event.OpCopy, Direction: dir, Bytes: bytes,
 			HostMem: event.MemPinned, SubmitNs: s}
 		if proven { // each waited for right after it
 			t.CompleteNs, t.CompleteNear = s+each, true
@@ -114,7 +114,7 @@ func TestOverlapChecksRDMAIntoPeerGPU(t *testing.T) {
 	w := NewWindow()
 	load(w, decode, 0xa, "", correlate.DirH2D, 64, ovMiB, 0, ms/2, true)
 	for i := range uint64(64) {
-		w.Transfer(&correlate.Transfer{PID: prefill, PeerPID: decode, QPNum: 7, WRID: i, Op: "post_send",
+		w.Transfer(&correlate.Transfer{PID: prefill, PeerPID: decode, QPNum: 7, WRID: i, Op: event.OpPostSend,
 			Direction: correlate.DirWriteImm, Bytes: ovMiB, Src: correlate.Side{Mem: event.MemPinned},
 			Dst: correlate.Side{Mem: event.MemDevice}, Status: "success", SubmitNs: i * ms / 2, CompleteNs: (i + 1) * ms / 2})
 	}
@@ -129,7 +129,7 @@ func TestOverlapChecksRDMAIntoPeerGPU(t *testing.T) {
 	// The same request from a GPU to a GPU also leaves the writer's GPU:
 	// outbound there, alone.
 	w = NewWindow()
-	w.Transfer(&correlate.Transfer{PID: prefill, PeerPID: decode, QPNum: 7, Op: "post_send", Direction: correlate.DirWriteImm,
+	w.Transfer(&correlate.Transfer{PID: prefill, PeerPID: decode, QPNum: 7, Op: event.OpPostSend, Direction: correlate.DirWriteImm,
 		Bytes: ovMiB, Src: correlate.Side{Mem: event.MemDevice}, Dst: correlate.Side{Mem: event.MemDevice}, Status: "success",
 		SubmitNs: 1, CompleteNs: ms})
 	links, _ := w.LinkOverlaps(place, nil, 0)

@@ -18,7 +18,7 @@ const mib = 1 << 20
 // pagesCopy is an H2D (or D2H) copy whose host pages the agent located on
 // the given nodes (none: not located).
 func pagesCopy(dir string, mem event.MemKind, gpu string, bytes uint64, nodes ...int) *correlate.Transfer {
-	t := &correlate.Transfer{PID: 42, API: "cudaMemcpyAsync", Op: "copy", Direction: dir, Bytes: bytes, HostMem: mem, GPU: gpu,
+	t := &correlate.Transfer{PID: 42, API: "cudaMemcpyAsync", Op: event.OpCopy, Direction: dir, Bytes: bytes, HostMem: mem, GPU: gpu,
 		SubmitNs: 1000, BatchIndex: -1, Layer: -1}
 	t.SetPages(correlate.PagesOn(nodes...))
 	return t

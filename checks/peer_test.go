@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/lanewatch/lanewatch/correlate"
+	"github.com/lanewatch/lanewatch/event"
 )
 
 // Only a D2D copy between two known, different GPUs that succeeded is a
@@ -21,7 +22,7 @@ func TestPeerBytes(t *testing.T) {
 		{Direction: correlate.DirH2D, SrcGPU: a, GPU: b, Bytes: 1000},                                       // not D2D
 		{Direction: correlate.DirD2D, SrcGPU: a, GPU: c, Bytes: 1000, Error: &correlate.CallError{Code: 1}}, // failed: moved nothing
 	} {
-		tr.PID, tr.Op, tr.BatchIndex, tr.Layer = 1, "copy_peer", -1, -1
+		tr.PID, tr.Op, tr.BatchIndex, tr.Layer = 1, event.OpCopyPeer, -1, -1
 		w.Transfer(&tr)
 	}
 	path := func(src, dst string) (string, bool) {

@@ -153,7 +153,7 @@ func (w *Window) Transfer(t *correlate.Transfer) {
 		w.sm[t.GPU]++
 		return
 	}
-	if t.QPNum != 0 || t.Op == "post_send" || t.Op == "post_recv" {
+	if t.QPNum != 0 || t.Op == event.OpPostSend || t.Op == event.OpPostRecv {
 		w.rdma(t)
 		return
 	}

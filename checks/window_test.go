@@ -133,11 +133,11 @@ func TestLaneFactsBusyIsTimeInFlight(t *testing.T) {
 func TestWindowSMTransfers(t *testing.T) {
 	w := NewWindow()
 	for i := range 300 {
-		w.Transfer(&correlate.Transfer{PID: 9, Op: correlate.OpKernelCopy, Mover: correlate.MoverSM, Kernel: "transfer_kernel_impl",
+		w.Transfer(&correlate.Transfer{PID: 9, Op: event.OpKernelCopy, Mover: correlate.MoverSM, Kernel: "transfer_kernel_impl",
 			Direction: correlate.DirUnknown, BytesUnknown: true, GPU: "0000:3b:00.0", SubmitNs: uint64(i), BatchIndex: -1})
 	}
-	w.Transfer(&correlate.Transfer{PID: 9, Op: correlate.OpKernelCopy, Mover: correlate.MoverSM, Direction: correlate.DirUnknown, BytesUnknown: true})
-	w.Transfer(&correlate.Transfer{PID: 9, Op: correlate.OpKernelCopy, Mover: correlate.MoverSM, Direction: correlate.DirUnknown,
+	w.Transfer(&correlate.Transfer{PID: 9, Op: event.OpKernelCopy, Mover: correlate.MoverSM, Direction: correlate.DirUnknown, BytesUnknown: true})
+	w.Transfer(&correlate.Transfer{PID: 9, Op: event.OpKernelCopy, Mover: correlate.MoverSM, Direction: correlate.DirUnknown,
 		BytesUnknown: true, GPU: "0000:3b:00.0", Error: &correlate.CallError{Code: 100}}) // failed: moved nothing
 	if got := w.SMTransfers(); len(got) != 2 || got["0000:3b:00.0"] != 300 || got[""] != 1 {
 		t.Errorf("SMTransfers = %v", got)
@@ -155,7 +155,7 @@ func TestWindowSMTransfers(t *testing.T) {
 // Rotate hands the SM transfers to the closed window and starts from none.
 func TestWindowRotateSMTransfers(t *testing.T) {
 	w := NewWindow()
-	w.Transfer(&correlate.Transfer{Op: correlate.OpKernelCopy, Mover: correlate.MoverSM, GPU: "0000:3b:00.0", BytesUnknown: true})
+	w.Transfer(&correlate.Transfer{Op: event.OpKernelCopy, Mover: correlate.MoverSM, GPU: "0000:3b:00.0", BytesUnknown: true})
 	old := w.Rotate()
 	if got := old.SMTransfers(); got["0000:3b:00.0"] != 1 {
 		t.Errorf("closed window: %v", got)

@@ -75,7 +75,7 @@ func (w *devWorld) gpus() []string {
 	w.e.Flush()
 	var out []string
 	for _, tr := range w.s.got {
-		if tr.Op != "" && (tr.Op == "copy" || tr.Op == "copy_peer" || tr.Op == "copy2d" || tr.Op == "copy_batch") {
+		if tr.Op.IsCopy() {
 			out = append(out, tr.GPU)
 		}
 	}
@@ -245,8 +245,8 @@ func TestDeviceFailedCall(t *testing.T) {
 	var failed, gpu string
 	for _, tr := range w.s.got {
 		if tr.Failed() {
-			failed = tr.Op + " " + tr.Error.Name
-		} else if tr.Op == "copy" {
+			failed = tr.Op.String() + " " + tr.Error.Name
+		} else if tr.Op == event.OpCopy {
 			gpu = tr.GPU
 		}
 	}
@@ -297,7 +297,7 @@ func TestDeviceRDMA(t *testing.T) {
 	w.e.Flush()
 	var gpu string
 	for _, tr := range w.s.got {
-		if tr.Op == "post_recv" {
+		if tr.Op == event.OpPostRecv {
 			gpu = tr.GPU
 		}
 	}

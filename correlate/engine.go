@@ -648,7 +648,7 @@ func unknownReasons(m *procMem, t *Transfer) {
 }
 
 func newTransfer(t *Transfer, c *event.Call) {
-	*t = Transfer{PID: c.PID, TID: c.TID, Stream: c.Stream, API: c.Symbol, Op: c.Op.String(), Bytes: c.Bytes,
+	*t = Transfer{PID: c.PID, TID: c.TID, Stream: c.Stream, API: c.Symbol, Op: c.Op, Bytes: c.Bytes,
 		Src: Side{Addr: c.Src}, Dst: Side{Addr: c.Dst}, SubmitNs: c.Time, BatchIndex: -1, Layer: -1}
 	if c.Op.IsCopy() {
 		t.Mover = MoverCopyEngine

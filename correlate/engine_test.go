@@ -459,7 +459,7 @@ func TestBatchEntries(t *testing.T) {
 	}
 	for i, want := range []string{DirH2D, DirD2H, DirD2D} {
 		g := s.got[i]
-		if g.BatchIndex != i || g.Direction != want || g.Op != "copy_batch" || g.CompleteNs != 300 {
+		if g.BatchIndex != i || g.Direction != want || g.Op != event.OpCopyBatch || g.CompleteNs != 300 {
 			t.Errorf("entry %d: %+v", i, g)
 		}
 	}

@@ -28,9 +28,6 @@ const (
 	MoverNIC        = "nic"         // an RDMA work request: the NIC
 )
 
-// OpKernelCopy is the op of a transfer moved by a KV-transfer kernel.
-const OpKernelCopy = "kernel_copy"
-
 // DefaultKVKernels are sgl-kernel's KV-transfer kernels
 // (sgl-kernel/csrc/kvcacheio/transfer.cu): every per-layer, all-layer, MLA
 // and layout variant (transfer_kv_per_layer, _pf_lf, _mla, transfer_kv_all_layer,
@@ -328,7 +325,7 @@ func (e *Engine) launch(p *proc, c *event.Call, key uint64) (r ref, ok bool) {
 // kernelTransfer makes t the record of a KV-transfer kernel's launch: moved
 // by SMs, its kernel named, direction and bytes unknown.
 func kernelTransfer(t *Transfer, info kernelInfo, symbol string) {
-	t.Op, t.Mover, t.Kernel, t.KernelSymbol = OpKernelCopy, MoverSM, info.function, symbol
+	t.Op, t.Mover, t.Kernel, t.KernelSymbol = event.OpKernelCopy, MoverSM, info.function, symbol
 	t.Direction, t.Bytes, t.BytesUnknown = DirUnknown, 0, true
 	t.Src, t.Dst = Side{Mem: event.MemUnknown}, Side{Mem: event.MemUnknown}
 	t.HostMem = ""

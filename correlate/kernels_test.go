@@ -190,7 +190,7 @@ func TestKernelLaunchesPerLayer(t *testing.T) {
 	}
 	for i, tr := range got {
 		want := Transfer{PID: testPID, TID: 1, Stream: loadStream, API: "cudaLaunchKernel", DriverAPI: "cuLaunchKernel",
-			Op: OpKernelCopy, Mover: MoverSM, Kernel: "transfer_kernel_impl", KernelSymbol: sglPerLayer,
+			Op: event.OpKernelCopy, Mover: MoverSM, Kernel: "transfer_kernel_impl", KernelSymbol: sglPerLayer,
 			Direction: DirUnknown, BytesUnknown: true, Src: Side{Mem: event.MemUnknown}, Dst: Side{Mem: event.MemUnknown},
 			GPU: "0000:30:00.0", SubmitNs: tr.SubmitNs, CompleteNs: tr.CompleteNs, CallNs: tr.CallNs, BatchIndex: -1, Layer: i}
 		if tr != want {
@@ -278,7 +278,7 @@ func TestKernelRuntimeLayerStubs(t *testing.T) {
 	}
 	for _, tr := range got {
 		if !tr.Failed() || tr.Error.Code != 100 || tr.Error.Name != "cudaErrorNoDevice" || tr.Kernel != "transfer_kernel_impl" ||
-			tr.Op != OpKernelCopy || tr.Mover != MoverSM || !tr.BytesUnknown || tr.API != "cudaLaunchKernel" {
+			tr.Op != event.OpKernelCopy || tr.Mover != MoverSM || !tr.BytesUnknown || tr.API != "cudaLaunchKernel" {
 			t.Errorf("failed launch: %+v", tr)
 		}
 	}
@@ -316,7 +316,7 @@ func TestKernelCallsUntracked(t *testing.T) {
 	c.PID, c.Ret, c.Bytes = 2, 1, mib
 	e.Handle(c)
 	e.Flush()
-	if len(s.got) != 1 || s.got[0].Op != "copy" || !s.got[0].Failed() {
+	if len(s.got) != 1 || s.got[0].Op != event.OpCopy || !s.got[0].Failed() {
 		t.Errorf("untracked process: %+v", s.got)
 	}
 	if e.Stats().ProcessCapHits == 0 {

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+
+	"github.com/lanewatch/lanewatch/event"
 )
 
 func TestNodeZeroIsUnknown(t *testing.T) {
@@ -60,7 +62,7 @@ func TestPageNodes(t *testing.T) {
 }
 
 func TestPageNodesJSONRoundTrip(t *testing.T) {
-	in := Transfer{NUMANode: NodeOf(0), NUMAPages: PagesOn(0, 0, 1)}
+	in := Transfer{Op: event.OpCopy, NUMANode: NodeOf(0), NUMAPages: PagesOn(0, 0, 1)} // a record without its op does not read back
 	b, err := json.Marshal(in)
 	if err != nil {
 		t.Fatal(err)

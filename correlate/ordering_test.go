@@ -298,7 +298,7 @@ func FuzzRDMAOrdering(f *testing.F) {
 			if tr.Order == nil {
 				return
 			}
-			if tr.Order.NotifyAhead != nil && (tr.Op != "post_send" || (tr.Direction != DirSend && tr.Direction != DirWriteImm)) {
+			if tr.Order.NotifyAhead != nil && (tr.Op != event.OpPostSend || (tr.Direction != DirSend && tr.Direction != DirWriteImm)) {
 				t.Fatalf("notice facts on %+v", tr)
 			}
 			if d := tr.Order.Dereg; d != nil {

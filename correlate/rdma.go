@@ -259,10 +259,10 @@ func (r *rdmaTracker) post(e *Engine, c *event.Call, recv bool) {
 	w := postedWR{opcode: c.RDMA.Opcode, signaled: c.RDMA.SendFlags&ibvSendSignaled != 0, local: c.RDMA.Local,
 		lkey: c.RDMA.LKey, nsge: c.RDMA.NumSGE}
 	t := &w.t
-	*t = Transfer{PID: c.PID, TID: c.TID, API: "ibv_post_send", Op: "post_send", Mover: MoverNIC, Bytes: c.Bytes,
+	*t = Transfer{PID: c.PID, TID: c.TID, API: "ibv_post_send", Op: event.OpPostSend, Mover: MoverNIC, Bytes: c.Bytes,
 		SubmitNs: c.Time, BatchIndex: int(c.BatchIndex), Layer: -1, QPNum: c.RDMA.QPNum, WRID: c.RDMA.WRID}
 	if recv {
-		t.API, t.Op, t.Direction = "ibv_post_recv", "post_recv", DirRecv
+		t.API, t.Op, t.Direction = "ibv_post_recv", event.OpPostRecv, DirRecv
 		t.Dst = r.side(local, c.RDMA.Local)
 		t.Src = Side{Mem: event.MemUnknown}
 	} else {

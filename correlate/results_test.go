@@ -136,7 +136,7 @@ func TestFailedInit(t *testing.T) {
 	e.Handle(ret(t, mk(t, "cuInit", 1, 10, 20), 20, 100))
 	e.Handle(ret(t, mk(t, "cuInit", 1, 30, 40), 40, 0))
 	e.Flush()
-	if len(s.got) != 1 || s.got[0].Op != "init" || *s.got[0].Error != (CallError{100, "CUDA_ERROR_NO_DEVICE"}) {
+	if len(s.got) != 1 || s.got[0].Op != event.OpInit || *s.got[0].Error != (CallError{100, "CUDA_ERROR_NO_DEVICE"}) {
 		t.Fatalf("records %+v", s.got)
 	}
 }

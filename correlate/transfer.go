@@ -98,12 +98,12 @@ type Side struct {
 //	                  failed: the record then moved nothing (its bytes are what
 //	                  was asked), and no metric, rule, span or lane counts it
 type Transfer struct {
-	PID       uint32 `json:"pid"`
-	TID       uint32 `json:"tid"`
-	Stream    uint64 `json:"stream"`
-	API       string `json:"api"`
-	DriverAPI string `json:"driver_api,omitempty"`
-	Op        string `json:"op"`
+	PID       uint32   `json:"pid"`
+	TID       uint32   `json:"tid"`
+	Stream    uint64   `json:"stream"`
+	API       string   `json:"api"`
+	DriverAPI string   `json:"driver_api,omitempty"`
+	Op        event.Op `json:"op"`
 	// Mover is who moves the bytes: MoverCopyEngine, MoverSM, MoverNIC.
 	Mover string `json:"mover,omitempty"`
 	// Kernel and KernelSymbol name the kernel of a kernel_copy.

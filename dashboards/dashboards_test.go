@@ -144,8 +144,8 @@ func exporterNames(t *testing.T) map[string]bool {
 			AttachFailures: map[string]uint64{"libcuda.so.1": 1}, Unprobed: map[string]int{"libcuda.so.1": 1}}
 	}, judge.Descs()...)
 	for _, tr := range []correlate.Transfer{
-		{Op: "copy", Direction: correlate.DirH2D, Bytes: 1, HostMem: event.MemPageable},
-		{Op: "post_send", Direction: correlate.DirRDMAWrite, Bytes: 1, Status: "success", SubmitNs: 1, CompleteNs: 2},
+		{Op: event.OpCopy, Direction: correlate.DirH2D, Bytes: 1, HostMem: event.MemPageable},
+		{Op: event.OpPostSend, Direction: correlate.DirRDMAWrite, Bytes: 1, Status: "success", SubmitNs: 1, CompleteNs: 2},
 	} {
 		m.Transfer(&tr)
 	}

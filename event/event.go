@@ -8,6 +8,8 @@
 // exporters read them and never see a probe table or a BPF constant.
 package event
 
+import "fmt"
+
 // Kind says what produced a Call.
 type Kind uint8
 
@@ -239,6 +241,11 @@ const (
 	OpGraphLaunch  // an executable graph (Handle) launched on Stream
 	OpCaptureBegin // Stream starts capturing: its copies, launches and records go into a graph
 	OpCaptureEnd   // Stream's capture ends (also when the call fails: the capture is over)
+
+	// OpKernelCopy is no probed call's op: it is the op of a transfer the
+	// engine made from the launch of a KV-transfer kernel, whose bytes the
+	// GPU's SMs move (docs/design.md, "Kernel movers").
+	OpKernelCopy
 )
 
 var opNames = [...]string{
@@ -258,7 +265,19 @@ var opNames = [...]string{
 	OpCtxSync:     "ctx_sync",
 	OpQPModify:    "qp_modify",
 	OpGraphLaunch: "graph_launch", OpCaptureBegin: "capture_begin", OpCaptureEnd: "capture_end",
+	OpKernelCopy: "kernel_copy",
 }
+
+// opByName inverts opNames for ParseOp.
+var opByName = func() map[string]Op {
+	m := make(map[string]Op, len(opNames))
+	for o, name := range opNames {
+		if name != "" {
+			m[name] = Op(o)
+		}
+	}
+	return m
+}()
 
 // String is the op's name as records carry it ("copy", "post_send").
 func (o Op) String() string {
@@ -266,6 +285,28 @@ func (o Op) String() string {
 		return opNames[o]
 	}
 	return "unknown"
+}
+
+// ParseOp is the op String names. A name it does not know (including
+// "unknown") is an error: outside text never becomes an op by default.
+func ParseOp(name string) (Op, error) {
+	if o, ok := opByName[name]; ok {
+		return o, nil
+	}
+	return 0, fmt.Errorf("unknown op %q", name)
+}
+
+// MarshalText writes the op's name, so records carry "op":"copy".
+func (o Op) MarshalText() ([]byte, error) { return []byte(o.String()), nil }
+
+// UnmarshalText reads a name MarshalText wrote (ParseOp).
+func (o *Op) UnmarshalText(b []byte) error {
+	op, err := ParseOp(string(b))
+	if err != nil {
+		return err
+	}
+	*o = op
+	return nil
 }
 
 // Failed reports whether a call that returns its result failed: CUDA

@@ -68,7 +68,7 @@ func AppendTransfer(b []byte, t *correlate.Transfer) []byte {
 		b = appendString(b, t.DriverAPI)
 	}
 	b = append(b, `,"op":`...)
-	b = appendString(b, t.Op)
+	b = appendString(b, t.Op.String())
 	if t.Mover != "" {
 		b = append(b, `,"mover":`...)
 		b = appendString(b, t.Mover)

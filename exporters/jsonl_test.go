@@ -15,7 +15,7 @@ import (
 var samples = []correlate.Transfer{
 	{
 		PID: 4242, TID: 4250, Stream: 0x5500_0000_1000, API: "cudaMemcpyAsync_ptsz", DriverAPI: "cuMemcpyHtoDAsync_v2_ptsz",
-		Op: "copy", Mover: correlate.MoverCopyEngine, Direction: correlate.DirH2D, Bytes: 1 << 20,
+		Op: event.OpCopy, Mover: correlate.MoverCopyEngine, Direction: correlate.DirH2D, Bytes: 1 << 20,
 		Src:     correlate.Side{Addr: 0x7f00_0000_0000, Mem: event.MemPinned},
 		Dst:     correlate.Side{Addr: 0x7e00_0000_0000, Mem: event.MemDevice},
 		HostMem: event.MemPinned, GPU: "0000:3b:00.0", SubmitNs: 123456789012345, CompleteNs: 123456789112345, BatchIndex: -1, Layer: 3,
@@ -23,28 +23,28 @@ var samples = []correlate.Transfer{
 		Inferred: event.MemPinned, CallNs: 4100, QPNum: 77, WRID: 1 << 40, Status: "REM_ACCESS_ERR", PeerPID: 4242,
 	},
 	{ // every omitempty field empty, a batch entry
-		PID: 1, TID: 1, API: "cudaMemcpyBatchAsync", Op: "copy_batch", Direction: correlate.DirUnknown,
+		PID: 1, TID: 1, API: "cudaMemcpyBatchAsync", Op: event.OpCopyBatch, Direction: correlate.DirUnknown,
 		Src: correlate.Side{Mem: event.MemUnknown}, Dst: correlate.Side{Addr: ^uint64(0), Mem: event.MemUnknown},
 		BatchIndex: 63,
 	},
 	{ // pages on node 0 (not omitted: 0 is a node), one page sampled
-		PID: 2, TID: 2, API: "cuMemcpyDtoH_v2", Op: "copy", Direction: correlate.DirD2H, Bytes: 4096, BatchIndex: -1, Layer: -1,
+		PID: 2, TID: 2, API: "cuMemcpyDtoH_v2", Op: event.OpCopy, Direction: correlate.DirD2H, Bytes: 4096, BatchIndex: -1, Layer: -1,
 		NUMANode: correlate.NodeOf(0), NUMAPages: correlate.PagesOn(0),
 	},
 	{ // a KV-transfer kernel's launch: moved by SMs, bytes unknown
-		PID: 3, TID: 3, Stream: 0x5000, API: "cudaLaunchKernel", DriverAPI: "cuLaunchKernel", Op: correlate.OpKernelCopy,
+		PID: 3, TID: 3, Stream: 0x5000, API: "cudaLaunchKernel", DriverAPI: "cuLaunchKernel", Op: event.OpKernelCopy,
 		Mover: correlate.MoverSM, Kernel: "transfer_kernel_impl", KernelSymbol: "_Z20transfer_kernel_implIXadL_Z20get_global_offset_lfIKcEPT_S3_PKmllllEEXadL_ZS0_IcES3_S3_S5_llllEELb0EEvPKvPvS7_S8_PKlSA_lllllllS5_S5_S5_S5_",
 		Direction: correlate.DirUnknown, BytesUnknown: true, Src: correlate.Side{Mem: event.MemUnknown}, Dst: correlate.Side{Mem: event.MemUnknown},
 		GPU: "0000:3b:00.0", SubmitNs: 5, CompleteNs: 9, BatchIndex: -1, Layer: 2,
 	},
 	{ // memory the agent cannot place, and why
-		PID: 4, TID: 4, API: "cudaMemcpyAsync", Op: "copy", Mover: correlate.MoverCopyEngine, Direction: correlate.DirH2D, Bytes: 64,
+		PID: 4, TID: 4, API: "cudaMemcpyAsync", Op: event.OpCopy, Mover: correlate.MoverCopyEngine, Direction: correlate.DirH2D, Bytes: 64,
 		Src:     correlate.Side{Addr: 0x7f00_0000_0000, Mem: event.MemUnknown, Reason: correlate.ReasonEventsLost},
 		Dst:     correlate.Side{Addr: 0x7e00_0000_0000, Mem: event.MemDevice},
 		HostMem: event.MemUnknown, HostMemReason: correlate.ReasonEventsLost, BatchIndex: -1, Layer: -1,
 	},
 	{ // strings that need escaping
-		API: "a\"b\\c\n\t\x01é\xff<&>", Op: "copy", Direction: "D2H", BatchIndex: -1, Layer: -1,
+		API: "a\"b\\c\n\t\x01é\xff<&>", Op: event.OpCopy, Direction: "D2H", BatchIndex: -1, Layer: -1,
 	},
 }
 
@@ -88,6 +88,15 @@ func TestJSONLRoundTrip(t *testing.T) {
 		}
 		if !reflect.DeepEqual(a, b) {
 			t.Errorf("line %d differs from encoding/json:\n got %s\nwant %s", i+1, sc.Bytes(), ref)
+		}
+	}
+}
+
+// Records name their op as they always did: an Op writes its name.
+func TestJSONLOpNames(t *testing.T) {
+	for i, want := range map[int]string{0: `,"op":"copy",`, 1: `,"op":"copy_batch",`, 3: `,"op":"kernel_copy",`} {
+		if b := AppendTransfer(nil, &samples[i]); !bytes.Contains(b, []byte(want)) {
+			t.Errorf("sample %d: %s lacks %s", i, b, want)
 		}
 	}
 }

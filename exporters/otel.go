@@ -517,7 +517,7 @@ func (s *Spans) end(r *run) {
 		AttrDirection.String(t.Direction),
 		AttrCount.Int(r.count),
 		AttrAPI.String(t.API),
-		AttrOp.String(t.Op),
+		AttrOp.String(t.Op.String()),
 		AttrSrcMemory.String(string(t.Src.Mem)),
 		AttrDstMemory.String(string(t.Dst.Mem)),
 		AttrPID.Int64(int64(t.PID)),
@@ -596,7 +596,7 @@ func (s *Spans) end(r *run) {
 	opts = append(opts, trace.WithAttributes(at...))
 	name := "transfer " + t.Direction
 	if t.Mover == correlate.MoverSM {
-		name = correlate.OpKernelCopy + " " + t.Kernel
+		name = event.OpKernelCopy.String() + " " + t.Kernel
 	}
 	_, span := s.cfg.Tracer.Start(ctx, name, opts...)
 	// Findings that a run proves by itself become events on its span.

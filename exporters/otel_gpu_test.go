@@ -28,7 +28,7 @@ func TestSpansGPU(t *testing.T) {
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(mem))
 	s := NewSpans(SpansConfig{Tracer: tp.Tracer("t"), Mode: SpansBatched, Hold: time.Nanosecond, Paths: processPaths("0000:17:00.0")})
 	for i, gpu := range []string{"0000:3b:00.0", "0000:3b:00.0", "0000:86:00.0", ""} {
-		s.Transfer(&correlate.Transfer{PID: 7, TID: 7, Stream: 0x10, API: "cudaMemcpyAsync", Op: "copy", Direction: correlate.DirH2D,
+		s.Transfer(&correlate.Transfer{PID: 7, TID: 7, Stream: 0x10, API: "cudaMemcpyAsync", Op: event.OpCopy, Direction: correlate.DirH2D,
 			Bytes: 1 << 20, Src: correlate.Side{Mem: event.MemPinned}, Dst: correlate.Side{Mem: event.MemDevice}, HostMem: event.MemPinned,
 			GPU: gpu, SubmitNs: uint64(1000 + i*100), CompleteNs: uint64(1050 + i*100), BatchIndex: -1, Layer: -1})
 	}

@@ -24,13 +24,13 @@ func TestSpansKernelCopies(t *testing.T) {
 	ts := uint64(1000)
 	for layer := range 2 {
 		for range 300 { // many launches of one layer: would be "fragmented" if their zero bytes counted
-			s.Transfer(&correlate.Transfer{PID: 7, TID: 7, Stream: 0x10, API: "cudaLaunchKernel", Op: correlate.OpKernelCopy,
+			s.Transfer(&correlate.Transfer{PID: 7, TID: 7, Stream: 0x10, API: "cudaLaunchKernel", Op: event.OpKernelCopy,
 				Mover: correlate.MoverSM, Kernel: "transfer_kernel_impl", Direction: correlate.DirUnknown, BytesUnknown: true,
 				Src: correlate.Side{Mem: event.MemUnknown}, Dst: correlate.Side{Mem: event.MemUnknown}, GPU: "0000:3b:00.0",
 				SubmitNs: ts, CompleteNs: ts + 40, BatchIndex: -1, Layer: layer})
 			ts += 50
 		}
-		s.Transfer(&correlate.Transfer{PID: 7, TID: 7, Stream: 0x10, API: "cudaMemcpyAsync", Op: "copy", Mover: correlate.MoverCopyEngine,
+		s.Transfer(&correlate.Transfer{PID: 7, TID: 7, Stream: 0x10, API: "cudaMemcpyAsync", Op: event.OpCopy, Mover: correlate.MoverCopyEngine,
 			Direction: correlate.DirH2D, Bytes: 1 << 20, Src: correlate.Side{Mem: event.MemPinned}, Dst: correlate.Side{Mem: event.MemDevice},
 			HostMem: event.MemPinned, GPU: "0000:3b:00.0", SubmitNs: ts, CompleteNs: ts + 40, BatchIndex: -1, Layer: layer})
 		ts += 50

@@ -35,7 +35,7 @@ var t0 = time.Unix(1_760_000_000, 0)
 func sec(s float64) int64 { return t0.UnixNano() + int64(s*float64(time.Second)) }
 
 func copyAt(pid, tid uint32, s float64, layer int) *correlate.Transfer {
-	return &correlate.Transfer{PID: pid, TID: tid, Stream: 0x10, API: "cudaMemcpyAsync", Op: "copy", Direction: correlate.DirH2D,
+	return &correlate.Transfer{PID: pid, TID: tid, Stream: 0x10, API: "cudaMemcpyAsync", Op: event.OpCopy, Direction: correlate.DirH2D,
 		Bytes: 1 << 20, Src: correlate.Side{Mem: event.MemPinned}, Dst: correlate.Side{Mem: event.MemDevice}, HostMem: event.MemPinned,
 		SubmitNs: uint64(sec(s)), CompleteNs: uint64(sec(s) + 1000), BatchIndex: -1, Layer: layer}
 }

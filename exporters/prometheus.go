@@ -293,8 +293,8 @@ func NewMetrics(health func() Health, rules ...Desc) *Metrics {
 	// sees the first pageable copy instead of a series born non-zero.
 	for _, dir := range []string{correlate.DirH2D, correlate.DirD2H} {
 		for _, mem := range []event.MemKind{event.MemPinned, event.MemPageable, event.MemUnknown} {
-			for _, op := range []string{"copy", "copy2d", "copy_batch"} {
-				m.transfers[transferKey{dir, string(mem), op}] = &transferCount{}
+			for _, op := range []event.Op{event.OpCopy, event.OpCopy2D, event.OpCopyBatch} {
+				m.transfers[transferKey{dir, string(mem), op.String()}] = &transferCount{}
 			}
 		}
 	}
@@ -341,7 +341,7 @@ func (m *Metrics) Transfer(t *correlate.Transfer) {
 		m.sm[k]++
 		return
 	}
-	k := transferKey{t.Direction, string(t.HostMem), t.Op}
+	k := transferKey{t.Direction, string(t.HostMem), t.Op.String()}
 	c := m.transfers[k]
 	if c == nil {
 		if len(m.transfers) >= maxSeries {
@@ -362,7 +362,7 @@ func (m *Metrics) Transfer(t *correlate.Transfer) {
 	}
 	h.observe(sizeBuckets, float64(t.Bytes))
 
-	if t.Op != "post_send" && t.Op != "post_recv" {
+	if t.Op != event.OpPostSend && t.Op != event.OpPostRecv {
 		return
 	}
 	status := t.Status

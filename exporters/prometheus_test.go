@@ -20,16 +20,16 @@ import (
 // feed gives m one of each kind of record the engine emits.
 func feed(m *Metrics) {
 	for _, t := range []correlate.Transfer{
-		{Op: "copy", Direction: correlate.DirH2D, Bytes: 1 << 20, HostMem: event.MemPinned},
-		{Op: "copy", Direction: correlate.DirH2D, Bytes: 1 << 20, HostMem: event.MemPinned},
-		{Op: "copy", Direction: correlate.DirH2D, Bytes: 4096, HostMem: event.MemPageable},
-		{Op: "copy2d", Direction: correlate.DirD2H, Bytes: 8192, HostMem: event.MemUnknown},
-		{Op: "copy_peer", Direction: correlate.DirD2D, Bytes: 64 << 10},
-		{Op: "post_send", Direction: correlate.DirWriteImm, Bytes: 1 << 20, Status: "success", SubmitNs: 1000, CompleteNs: 51000, QPNum: 7},
-		{Op: "post_send", Direction: correlate.DirRDMARead, Bytes: 4096, Status: "remote_access_error", SubmitNs: 1000, CompleteNs: 3000, QPNum: 7},
-		{Op: "post_recv", Direction: correlate.DirRecv, Bytes: 4096, QPNum: 8},
-		{Op: correlate.OpKernelCopy, Mover: correlate.MoverSM, Kernel: "transfer_kernel_impl", Direction: correlate.DirUnknown, BytesUnknown: true},
-		{Op: correlate.OpKernelCopy, Mover: correlate.MoverSM, Kernel: "transfer_kernel_impl", Direction: correlate.DirUnknown, BytesUnknown: true},
+		{Op: event.OpCopy, Direction: correlate.DirH2D, Bytes: 1 << 20, HostMem: event.MemPinned},
+		{Op: event.OpCopy, Direction: correlate.DirH2D, Bytes: 1 << 20, HostMem: event.MemPinned},
+		{Op: event.OpCopy, Direction: correlate.DirH2D, Bytes: 4096, HostMem: event.MemPageable},
+		{Op: event.OpCopy2D, Direction: correlate.DirD2H, Bytes: 8192, HostMem: event.MemUnknown},
+		{Op: event.OpCopyPeer, Direction: correlate.DirD2D, Bytes: 64 << 10},
+		{Op: event.OpPostSend, Direction: correlate.DirWriteImm, Bytes: 1 << 20, Status: "success", SubmitNs: 1000, CompleteNs: 51000, QPNum: 7},
+		{Op: event.OpPostSend, Direction: correlate.DirRDMARead, Bytes: 4096, Status: "remote_access_error", SubmitNs: 1000, CompleteNs: 3000, QPNum: 7},
+		{Op: event.OpPostRecv, Direction: correlate.DirRecv, Bytes: 4096, QPNum: 8},
+		{Op: event.OpKernelCopy, Mover: correlate.MoverSM, Kernel: "transfer_kernel_impl", Direction: correlate.DirUnknown, BytesUnknown: true},
+		{Op: event.OpKernelCopy, Mover: correlate.MoverSM, Kernel: "transfer_kernel_impl", Direction: correlate.DirUnknown, BytesUnknown: true},
 	} {
 		m.Transfer(&t)
 	}
@@ -251,8 +251,8 @@ func TestMetricsWindowReplaced(t *testing.T) {
 func TestMetricsBounded(t *testing.T) {
 	m := NewMetrics(nil)
 	for i := range 3 * maxSeries {
-		m.Transfer(&correlate.Transfer{Op: fmt.Sprintf("op%d", i), Direction: "H2D", Bytes: 1})
-		m.Transfer(&correlate.Transfer{Op: "post_send", Direction: correlate.DirSend, Status: fmt.Sprintf("status_%d", i),
+		m.Transfer(&correlate.Transfer{Op: event.OpCopy, Direction: fmt.Sprintf("dir%d", i), Bytes: 1})
+		m.Transfer(&correlate.Transfer{Op: event.OpPostSend, Direction: correlate.DirSend, Status: fmt.Sprintf("status_%d", i),
 			SubmitNs: 1, CompleteNs: 2})
 	}
 	reg := NewRegistry(m, nil, nil)
@@ -296,7 +296,7 @@ func TestPromtoolCheckMetrics(t *testing.T) {
 
 func BenchmarkMetricsTransfer(b *testing.B) {
 	m := NewMetrics(nil)
-	t := correlate.Transfer{Op: "copy", Direction: correlate.DirH2D, Bytes: 1 << 20, HostMem: event.MemPinned}
+	t := correlate.Transfer{Op: event.OpCopy, Direction: correlate.DirH2D, Bytes: 1 << 20, HostMem: event.MemPinned}
 	b.ReportAllocs()
 	for b.Loop() {
 		m.Transfer(&t)

@@ -16,7 +16,7 @@ import (
 // synchronizes the load stream before each of 4 layers' compute.
 func feedSerialized(e *judge.Evaluator) {
 	for i := uint64(0); i < 4; i++ {
-		e.Transfer(&correlate.Transfer{PID: 30, TID: 30, Stream: 0x10, API: "cudaMemcpyAsync", Op: "copy", Mover: correlate.MoverCopyEngine,
+		e.Transfer(&correlate.Transfer{PID: 30, TID: 30, Stream: 0x10, API: "cudaMemcpyAsync", Op: event.OpCopy, Mover: correlate.MoverCopyEngine,
 			Direction: correlate.DirH2D, Bytes: 1 << 20, GPU: "0000:3b:00.0", SubmitNs: 10 + i, CompleteNs: 100, BatchIndex: -1, Layer: int(i)})
 		e.Activity(&correlate.Activity{PID: 30, TID: 30, Op: event.OpEventRecord, API: "cudaEventRecord", Stream: 0x10, GPU: "0000:3b:00.0", CallNs: 10 + i, ReturnNs: 11 + i})
 	}

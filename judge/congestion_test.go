@@ -10,6 +10,7 @@ import (
 	"github.com/lanewatch/lanewatch/checks"
 	"github.com/lanewatch/lanewatch/collectors"
 	"github.com/lanewatch/lanewatch/correlate"
+	"github.com/lanewatch/lanewatch/event"
 	"github.com/lanewatch/lanewatch/internal/sysfstest"
 	"github.com/lanewatch/lanewatch/judge"
 )
@@ -61,15 +62,15 @@ func TestEvaluatorRDMACongestion(t *testing.T) {
 		for i := range uint64(64) {
 			at := start + i*500_000
 			// QP 7 on mlx5_0: 64 KiB writes taking lat (baseline 15.2 µs)
-			e.Transfer(&correlate.Transfer{PID: 100, QPNum: 7, Op: "post_send", Direction: correlate.DirRDMAWrite, Bytes: 64 << 10,
+			e.Transfer(&correlate.Transfer{PID: 100, QPNum: 7, Op: event.OpPostSend, Direction: correlate.DirRDMAWrite, Bytes: 64 << 10,
 				SubmitNs: at, CompleteNs: at + lat, Status: "success", WRID: i + 1})
 			// QPs 8..15 on mlx4_0: 64 KiB writes in 20 µs (13.1 µs on a 40 Gb/s wire)
 			for qp := uint32(8); qp < 16; qp++ {
-				e.Transfer(&correlate.Transfer{PID: 200, QPNum: qp, Op: "post_send", Direction: correlate.DirRDMAWrite, Bytes: 64 << 10,
+				e.Transfer(&correlate.Transfer{PID: 200, QPNum: qp, Op: event.OpPostSend, Direction: correlate.DirRDMAWrite, Bytes: 64 << 10,
 					SubmitNs: at, CompleteNs: at + 20_000, Status: "success", WRID: i + 1})
 			}
 			// receives QP 7 posted ahead, completed seconds later when the peer sent
-			e.Transfer(&correlate.Transfer{PID: 100, QPNum: 7, Op: "post_recv", Direction: correlate.DirRecv, Bytes: 4096,
+			e.Transfer(&correlate.Transfer{PID: 100, QPNum: 7, Op: event.OpPostRecv, Direction: correlate.DirRecv, Bytes: 4096,
 				SubmitNs: start, CompleteNs: start + 3e9 + i, Status: "success", WRID: 1000 + i})
 		}
 	}

@@ -28,7 +28,7 @@ func TestEvaluatorInFlight(t *testing.T) {
 		start := time.Now()
 		at := uint64(1e6)
 		for range 100 { // 16 KiB each, 20 µs from the call to the return of the sync right after it
-			e.Transfer(&correlate.Transfer{PID: 10, Stream: 0x10, API: "cudaMemcpyAsync", Op: "copy", Direction: correlate.DirH2D,
+			e.Transfer(&correlate.Transfer{PID: 10, Stream: 0x10, API: "cudaMemcpyAsync", Op: event.OpCopy, Direction: correlate.DirH2D,
 				Bytes: 16 << 10, HostMem: event.MemPinned, SubmitNs: at, CompleteNs: at + 20_000, CompleteNear: true})
 			at += 21_000
 		}

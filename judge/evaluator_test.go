@@ -28,10 +28,10 @@ func TestEvaluatorWindows(t *testing.T) {
 	e := judge.NewEvaluator(judge.EvaluatorConfig{Interval: time.Second, Place: place})
 	start := time.Now()
 	for i := range 3 {
-		e.Transfer(&correlate.Transfer{PID: 10, API: "cudaMemcpy", Op: "copy", Direction: correlate.DirH2D, Bytes: 1 << 20,
+		e.Transfer(&correlate.Transfer{PID: 10, API: "cudaMemcpy", Op: event.OpCopy, Direction: correlate.DirH2D, Bytes: 1 << 20,
 			HostMem: event.MemPageable, SubmitNs: uint64(i) * 1e6, CompleteNs: uint64(i)*1e6 + 5e5})
 	}
-	e.Transfer(&correlate.Transfer{PID: 11, API: "cudaMemcpyAsync", Op: "copy", Direction: correlate.DirD2H, Bytes: 1 << 20,
+	e.Transfer(&correlate.Transfer{PID: 11, API: "cudaMemcpyAsync", Op: event.OpCopy, Direction: correlate.DirD2H, Bytes: 1 << 20,
 		HostMem: event.MemPinned, SubmitNs: 1, CompleteNs: 1e6})
 	v := e.Evaluate(start.Add(2 * time.Second))
 	if got := rules(v); got["pageable-copy"] != 1 || len(got) != 1 {
@@ -75,7 +75,7 @@ func TestEvaluatorFragmentationAndOverlap(t *testing.T) {
 			e := judge.NewEvaluator(judge.EvaluatorConfig{Place: place})
 			for i := range 300 {
 				for _, stream := range []uint64{1, 2} { // 2 × 4 KiB per µs = 8 GB/s on the inbound lane
-					e.Transfer(&correlate.Transfer{PID: 7, Stream: stream, Op: "copy", Direction: correlate.DirH2D, Bytes: 4096,
+					e.Transfer(&correlate.Transfer{PID: 7, Stream: stream, Op: event.OpCopy, Direction: correlate.DirH2D, Bytes: 4096,
 						HostMem: event.MemPinned, SubmitNs: uint64(i) * 1000, CompleteNs: uint64(i+1) * 1000})
 				}
 			}
@@ -101,7 +101,7 @@ func TestEvaluatorUnknownGPU(t *testing.T) {
 	e := judge.NewEvaluator(judge.EvaluatorConfig{Place: place})
 	for i := range 300 {
 		for _, stream := range []uint64{1, 2} { // would saturate any lane
-			e.Transfer(&correlate.Transfer{PID: 7, Stream: stream, Op: "copy", Direction: correlate.DirH2D, Bytes: 1 << 20,
+			e.Transfer(&correlate.Transfer{PID: 7, Stream: stream, Op: event.OpCopy, Direction: correlate.DirH2D, Bytes: 1 << 20,
 				HostMem: event.MemPinned, SubmitNs: uint64(i) * 1000, CompleteNs: uint64(i+1) * 1000})
 		}
 	}

@@ -33,7 +33,7 @@ func TestEvaluatorLanesByCopyGPU(t *testing.T) {
 	e := judge.NewEvaluator(judge.EvaluatorConfig{Interval: time.Second, Place: place, LinkCapacity: capacity})
 	start := time.Now()
 	h2d := func(pid uint32, gpu string, at uint64) {
-		e.Transfer(&correlate.Transfer{PID: pid, TID: pid, Stream: 0x10, API: "cudaMemcpyAsync", Op: "copy", Direction: correlate.DirH2D,
+		e.Transfer(&correlate.Transfer{PID: pid, TID: pid, Stream: 0x10, API: "cudaMemcpyAsync", Op: event.OpCopy, Direction: correlate.DirH2D,
 			Bytes: 1 << 20, HostMem: event.MemPinned, GPU: gpu, SubmitNs: at, CompleteNs: at + 5e5, BatchIndex: -1, Layer: -1})
 	}
 	h2d(20, "0000:3b:00.0", 1e6)
@@ -85,7 +85,7 @@ func TestEvaluatorPeerCopyLanes(t *testing.T) {
 	} {
 		e := judge.NewEvaluator(judge.EvaluatorConfig{Interval: time.Second, GPUPath: c.path})
 		start := time.Now()
-		e.Transfer(&correlate.Transfer{PID: 20, TID: 20, Stream: 0x10, API: "cudaMemcpyPeerAsync", Op: "copy_peer", Direction: correlate.DirD2D,
+		e.Transfer(&correlate.Transfer{PID: 20, TID: 20, Stream: 0x10, API: "cudaMemcpyPeerAsync", Op: event.OpCopyPeer, Direction: correlate.DirD2D,
 			Bytes: 256 << 20, Src: correlate.Side{Mem: event.MemDevice}, Dst: correlate.Side{Mem: event.MemDevice},
 			GPU: c.dst, SrcGPU: gpu(0), SubmitNs: 1e6, CompleteNs: 2e6, BatchIndex: -1, Layer: -1})
 		v := e.Evaluate(start.Add(time.Second))

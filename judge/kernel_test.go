@@ -6,6 +6,7 @@ import (
 
 	"github.com/lanewatch/lanewatch/checks"
 	"github.com/lanewatch/lanewatch/correlate"
+	"github.com/lanewatch/lanewatch/event"
 	"github.com/lanewatch/lanewatch/judge"
 )
 
@@ -19,11 +20,11 @@ func TestEvaluatorSMTransfers(t *testing.T) {
 		LinkCapacity: func(string) float64 { return 8 }})
 	start := time.Now()
 	for i := range 5 {
-		e.Transfer(&correlate.Transfer{PID: 20, TID: 20, Stream: 0x10, API: "cudaLaunchKernel", Op: correlate.OpKernelCopy,
+		e.Transfer(&correlate.Transfer{PID: 20, TID: 20, Stream: 0x10, API: "cudaLaunchKernel", Op: event.OpKernelCopy,
 			Mover: correlate.MoverSM, Kernel: "transfer_kernel_impl", Direction: correlate.DirUnknown, BytesUnknown: true,
 			GPU: "0000:3b:00.0", SubmitNs: uint64(i+1) * 1e6, CompleteNs: uint64(i+1)*1e6 + 5e5, BatchIndex: -1, Layer: i})
 	}
-	e.Transfer(&correlate.Transfer{PID: 20, Op: correlate.OpKernelCopy, Mover: correlate.MoverSM, Direction: correlate.DirUnknown, BytesUnknown: true})
+	e.Transfer(&correlate.Transfer{PID: 20, Op: event.OpKernelCopy, Mover: correlate.MoverSM, Direction: correlate.DirUnknown, BytesUnknown: true})
 	v := e.Evaluate(start.Add(time.Second))
 	if len(v.Lanes) != 2 {
 		t.Fatalf("lanes %+v", v.Lanes)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/lanewatch/lanewatch/checks"
 	"github.com/lanewatch/lanewatch/correlate"
+	"github.com/lanewatch/lanewatch/event"
 )
 
 // RDMA ordering: completed is not consumable (cross-qp-notify,
@@ -59,7 +60,7 @@ func (orderingRule) NewFacts() Facts { return orderingFacts{} }
 // Transfer notes a work request's ordering facts (correlate.OrderFacts)
 // and counts the notifications judged.
 func (facts orderingFacts) Transfer(t *correlate.Transfer) {
-	notify := t.Op == "post_send" && (t.Direction == correlate.DirWriteImm || t.Direction == correlate.DirSend)
+	notify := t.Op == event.OpPostSend && (t.Direction == correlate.DirWriteImm || t.Direction == correlate.DirSend)
 	if !notify && t.Order == nil {
 		return
 	}

@@ -6,17 +6,18 @@ import (
 
 	"github.com/lanewatch/lanewatch/checks"
 	"github.com/lanewatch/lanewatch/correlate"
+	"github.com/lanewatch/lanewatch/event"
 )
 
 // The ordering check over a window's work requests: each verdict, from the
 // facts correlate put on them, one finding per rule and process.
 func TestOrderingCheck(t *testing.T) {
 	notify := func(id uint64, order *correlate.OrderFacts) correlate.Transfer {
-		return correlate.Transfer{PID: 3, Op: "post_send", Direction: correlate.DirSend, QPNum: 9, WRID: id, SubmitNs: 5000,
+		return correlate.Transfer{PID: 3, Op: event.OpPostSend, Direction: correlate.DirSend, QPNum: 9, WRID: id, SubmitNs: 5000,
 			CompleteNs: 6000, Status: "success", Order: order}
 	}
 	write := func(id uint64, order *correlate.OrderFacts) correlate.Transfer {
-		return correlate.Transfer{PID: 3, Op: "post_send", Direction: correlate.DirRDMAWrite, QPNum: 8, WRID: id, SubmitNs: 1000,
+		return correlate.Transfer{PID: 3, Op: event.OpPostSend, Direction: correlate.DirRDMAWrite, QPNum: 8, WRID: id, SubmitNs: 1000,
 			CompleteNs: 7000, Status: "LOC_PROT_ERR", Order: order}
 	}
 	ahead := &correlate.OrderFacts{NotifyAhead: &correlate.NotifyAhead{Peer: "gid fe80::1", DataQPs: []uint32{8}, Writes: 4, Bytes: 4 << 20, OldestNs: 1000}}

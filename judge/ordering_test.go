@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/lanewatch/lanewatch/correlate"
+	"github.com/lanewatch/lanewatch/event"
 	"github.com/lanewatch/lanewatch/judge"
 )
 
@@ -12,7 +13,7 @@ import (
 // arrive in, and not in the next.
 func TestEvaluatorJudgesOrdering(t *testing.T) {
 	e := judge.NewEvaluator(judge.EvaluatorConfig{Interval: time.Second})
-	e.Transfer(&correlate.Transfer{PID: 4, Op: "post_send", Direction: correlate.DirSend, QPNum: 9, WRID: 1, SubmitNs: 10, CompleteNs: 20,
+	e.Transfer(&correlate.Transfer{PID: 4, Op: event.OpPostSend, Direction: correlate.DirSend, QPNum: 9, WRID: 1, SubmitNs: 10, CompleteNs: 20,
 		Status: "success", Order: &correlate.OrderFacts{NotifyAhead: &correlate.NotifyAhead{Peer: "lid 3", DataQPs: []uint32{8}, Writes: 2, OldestNs: 5}}})
 	v := e.Evaluate(time.Now())
 	found := false

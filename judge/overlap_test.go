@@ -39,7 +39,7 @@ func TestEvaluatorOverlapFromCounters(t *testing.T) {
 	}
 	flows := func(e *judge.Evaluator) {
 		for _, pid := range []uint32{7, 8} { // 32 MiB each, in flight 10..50 ms
-			e.Transfer(&correlate.Transfer{PID: pid, Stream: 0x10, Op: "copy", Direction: correlate.DirH2D, Bytes: 32 << 20,
+			e.Transfer(&correlate.Transfer{PID: pid, Stream: 0x10, Op: event.OpCopy, Direction: correlate.DirH2D, Bytes: 32 << 20,
 				HostMem: event.MemPinned, SubmitNs: 10 * ms, CompleteNs: 50 * ms})
 		}
 	}

@@ -39,7 +39,7 @@ func TestEvaluatorRemotePages(t *testing.T) {
 	node := gpuOnNode{gpu: gpu, node: 1, host: &topology.Host{Nodes: []topology.Node{{ID: 0, Package: 0}, {ID: 1, Package: 1}}}}
 	load := func(e *judge.Evaluator, pages ...int) {
 		for i := range 16 {
-			tr := &correlate.Transfer{PID: 30, API: "cudaMemcpyAsync", Op: "copy", Direction: correlate.DirH2D, Bytes: 4 << 20,
+			tr := &correlate.Transfer{PID: 30, API: "cudaMemcpyAsync", Op: event.OpCopy, Direction: correlate.DirH2D, Bytes: 4 << 20,
 				HostMem: event.MemUnknown, SubmitNs: uint64(i) * 1e6, CompleteNs: uint64(i)*1e6 + 5e5, BatchIndex: -1, Layer: -1}
 			tr.SetPages(correlate.PagesOn(pages...))
 			e.Transfer(tr)

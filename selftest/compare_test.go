@@ -13,15 +13,15 @@ import (
 
 func rdmaTruth() []TruthCall {
 	return []TruthCall{
-		{Seq: 1, Op: "create_qp", QPNum: 7, PeerPID: 200},
-		{Seq: 2, Op: "post_send", QPNum: 7, WRID: 1, Opcode: "RDMA_WRITE", Bytes: 4096, LocalMem: "device", RemoteMem: "device"},
-		{Seq: 3, Op: "post_send", QPNum: 7, WRID: 2, Opcode: "RDMA_WRITE", Bytes: 4096, LocalMem: "device", RemoteMem: "unknown"},
+		{Seq: 1, Op: TruthConnect, QPNum: 7, PeerPID: 200},
+		{Seq: 2, Op: TruthPostSend, QPNum: 7, WRID: 1, Opcode: "RDMA_WRITE", Bytes: 4096, LocalMem: "device", RemoteMem: "device"},
+		{Seq: 3, Op: TruthPostSend, QPNum: 7, WRID: 2, Opcode: "RDMA_WRITE", Bytes: 4096, LocalMem: "device", RemoteMem: "unknown"},
 	}
 }
 
 func rdmaGot() []correlate.Transfer {
 	wr := func(id uint64, remote event.MemKind, peer uint32) correlate.Transfer {
-		return correlate.Transfer{PID: 100, Op: "post_send", QPNum: 7, WRID: id, Bytes: 4096, Direction: correlate.DirRDMAWrite,
+		return correlate.Transfer{PID: 100, Op: event.OpPostSend, QPNum: 7, WRID: id, Bytes: 4096, Direction: correlate.DirRDMAWrite,
 			Src: correlate.Side{Mem: event.MemDevice}, Dst: correlate.Side{Mem: remote}, PeerPID: peer, Layer: -1, BatchIndex: -1}
 	}
 	return []correlate.Transfer{wr(1, event.MemDevice, 200), wr(2, event.MemUnknown, 0)}
@@ -58,9 +58,9 @@ func TestCompareRDMA(t *testing.T) {
 func TestCompareCompletionAndLayer(t *testing.T) {
 	const stream = 0x5000
 	truth := []TruthCall{
-		{Seq: 1, Op: "copy", API: "cudaMemcpyAsync", Bytes: 64, Direction: "H2D", Stream: stream, ExpectHostMem: "pinned", Layer: 0, EngineEndNs: 500},
-		{Seq: 2, Op: "event_record", Stream: stream, Layer: 0},
-		{Seq: 3, Op: "stream_sync", Stream: stream, TReturnNs: 1000},
+		{Seq: 1, Op: TruthCopy, API: "cudaMemcpyAsync", Bytes: 64, Direction: "H2D", Stream: stream, ExpectHostMem: "pinned", Layer: 0, EngineEndNs: 500},
+		{Seq: 2, Op: TruthEventRecord, Stream: stream, Layer: 0},
+		{Seq: 3, Op: TruthStreamSync, Stream: stream, TReturnNs: 1000},
 	}
 	good := correlate.Transfer{API: "cudaMemcpyAsync", Bytes: 64, Direction: "H2D", Stream: stream, HostMem: event.MemPinned, CompleteNs: 900, Layer: 0}
 	var r Result

@@ -114,34 +114,37 @@ func checkCompute(res *Result, scenario string, pid uint32, truth []TruthCall, g
 // activityCounts says how many launches, host waits by op and event
 // records the agent reported.
 func activityCounts(acts []correlate.Activity) string {
-	n := map[string]int{}
+	n := map[event.Op]int{}
 	for _, a := range acts {
-		n[a.Op.String()]++
+		n[a.Op]++
 	}
 	return countText(n)
 }
 
 // truthActivityCounts is the same of the truth's successful calls.
 func truthActivityCounts(truth []TruthCall) string {
-	n := map[string]int{}
+	n := map[event.Op]int{}
 	for _, t := range truth {
 		if t.End || t.Result != 0 {
 			continue
 		}
 		switch t.Op {
-		case "launch", "kernel_copy":
-			n[event.OpLaunch.String()]++
-		case "stream_sync", "event_sync", "event_record", "ctx_sync", "graph_launch":
-			n[t.Op]++
+		case TruthLaunch, TruthKernelCopy:
+			n[event.OpLaunch]++
+		case TruthStreamSync, TruthEventSync, TruthEventRecord, TruthCtxSync, TruthGraphLaunch:
+			n[t.Op.Agent()]++
 		}
 		// captured_launch, captured_copy: recorded into a graph, no activity
 	}
 	return countText(n)
 }
 
-func countText(n map[string]int) string {
+// activityOps are the activities the counts name, in their order.
+var activityOps = []event.Op{event.OpLaunch, event.OpGraphLaunch, event.OpStreamSync, event.OpEventSync, event.OpCtxSync, event.OpEventRecord}
+
+func countText(n map[event.Op]int) string {
 	var parts []string
-	for _, k := range []string{"launch", "graph_launch", "stream_sync", "event_sync", "ctx_sync", "event_record"} {
+	for _, k := range activityOps {
 		parts = append(parts, fmt.Sprintf("%d %s", n[k], k))
 	}
 	return strings.Join(parts, ", ")
@@ -153,11 +156,11 @@ func countText(n map[string]int) string {
 func truthComputeOverlap(truth []TruthCall) uint64 {
 	var sum uint64
 	for _, x := range truth {
-		if x.Op != "copy" || x.Direction != correlate.DirH2D || x.EngineEndNs == 0 {
+		if x.Op != TruthCopy || x.Direction != correlate.DirH2D || x.EngineEndNs == 0 {
 			continue
 		}
 		for _, k := range truth {
-			if k.Op != "launch" || k.EngineEndNs == 0 {
+			if k.Op != TruthLaunch || k.EngineEndNs == 0 {
 				continue
 			}
 			lo, hi := max(x.EngineStartNs, k.EngineStartNs), min(x.EngineEndNs, k.EngineEndNs)

@@ -14,13 +14,13 @@ import (
 // overlap on the engines is a missed shape, not an agent error.
 func TestCheckCompute(t *testing.T) {
 	truth := []TruthCall{
-		{Op: "copy", Direction: "H2D", Stream: 0x10, EngineStartNs: 100, EngineEndNs: 200},
-		{Op: "launch", Stream: 0, EngineStartNs: 150, EngineEndNs: 300},
-		{Op: "stream_sync", Stream: 0},
-		{Op: "stream_sync", Result: 709}, // failed: no activity
+		{Op: TruthCopy, Direction: "H2D", Stream: 0x10, EngineStartNs: 100, EngineEndNs: 200},
+		{Op: TruthLaunch, Stream: 0, EngineStartNs: 150, EngineEndNs: 300},
+		{Op: TruthStreamSync, Stream: 0},
+		{Op: TruthStreamSync, Result: 709}, // failed: no activity
 		{End: true},
 	}
-	got := []correlate.Transfer{{PID: 1, Stream: 0x10, Op: "copy", Mover: correlate.MoverCopyEngine, Direction: correlate.DirH2D,
+	got := []correlate.Transfer{{PID: 1, Stream: 0x10, Op: event.OpCopy, Mover: correlate.MoverCopyEngine, Direction: correlate.DirH2D,
 		Bytes: 1, SubmitNs: 90, CompleteNs: 400}}
 	launch := correlate.Activity{PID: 1, Op: event.OpLaunch, CallNs: 95, ReturnNs: 96}
 	syncAct := correlate.Activity{PID: 1, Op: event.OpStreamSync, CallNs: 97, ReturnNs: 400}

@@ -95,20 +95,20 @@ func truthTransfers(procs []scenarioProc, v view, st stamped) (out []correlate.T
 		copies, b := truthCopies(p.truth, v, st.copies[p.pid])
 		bad = append(bad, b...)
 		for _, c := range copies {
-			out = append(out, correlate.Transfer{PID: p.pid, Stream: c.stream, GPU: p.gpu, Op: "copy", Direction: c.kind,
+			out = append(out, correlate.Transfer{PID: p.pid, Stream: c.stream, GPU: p.gpu, Op: event.OpCopy, Direction: c.kind,
 				Bytes: c.bytes, HostMem: event.MemPinned, SubmitNs: c.start, CompleteNs: c.end, CompleteNear: c.near})
 		}
 		reqs, b := truthRequests(p.truth, v, st.wrs[p.pid])
 		bad = append(bad, b...)
 		for _, r := range reqs {
-			t := correlate.Transfer{PID: p.pid, QPNum: r.qp, Op: "post_send", Direction: r.kind, Bytes: r.bytes,
+			t := correlate.Transfer{PID: p.pid, QPNum: r.qp, Op: event.OpPostSend, Direction: r.kind, Bytes: r.bytes,
 				SubmitNs: r.start, CompleteNs: r.end, Status: "success"}
 			local, remote := &t.Src, &t.Dst
 			if r.kind == correlate.DirRDMARead || r.kind == correlate.DirRecv {
 				local, remote = &t.Dst, &t.Src
 			}
 			if r.kind == correlate.DirRecv {
-				t.Op = "post_recv"
+				t.Op = event.OpPostRecv
 			}
 			if r.peerLink {
 				for _, q := range procs {

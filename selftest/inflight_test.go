@@ -25,7 +25,7 @@ func pageLoad(serial bool) ([]TruthCall, []correlate.Transfer) {
 		if !serial {
 			end = at + uint64(len(batch))*4*us
 		}
-		truth = append(truth, TruthCall{Seq: seq, PID: pid, API: "cudaStreamSynchronize", Op: "stream_sync", Stream: 0xa, TCallNs: at, TReturnNs: end})
+		truth = append(truth, TruthCall{Seq: seq, PID: pid, API: "cudaStreamSynchronize", Op: TruthStreamSync, Stream: 0xa, TCallNs: at, TReturnNs: end})
 		for _, i := range batch {
 			got[i].CompleteNs = end - us
 		}
@@ -34,9 +34,9 @@ func pageLoad(serial bool) ([]TruthCall, []correlate.Transfer) {
 	}
 	for i := range 64 {
 		seq++
-		truth = append(truth, TruthCall{Seq: seq, PID: pid, API: "cudaMemcpyAsync", Op: "copy", Bytes: 16 << 10, Direction: "H2D",
+		truth = append(truth, TruthCall{Seq: seq, PID: pid, API: "cudaMemcpyAsync", Op: TruthCopy, Bytes: 16 << 10, Direction: "H2D",
 			Stream: 0xa, TCallNs: at, TReturnNs: at + us, EngineEndNs: at + 4*us})
-		got = append(got, correlate.Transfer{PID: pid, Stream: 0xa, API: "cudaMemcpyAsync", Op: "copy", Direction: correlate.DirH2D,
+		got = append(got, correlate.Transfer{PID: pid, Stream: 0xa, API: "cudaMemcpyAsync", Op: event.OpCopy, Direction: correlate.DirH2D,
 			Bytes: 16 << 10, HostMem: event.MemPinned, SubmitNs: at + us/2})
 		batch = append(batch, i)
 		at += us

@@ -11,6 +11,7 @@ import (
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 
 	"github.com/lanewatch/lanewatch/correlate"
+	"github.com/lanewatch/lanewatch/event"
 	"github.com/lanewatch/lanewatch/exporters"
 	"github.com/lanewatch/lanewatch/otlpbridge"
 	"github.com/lanewatch/lanewatch/otlpbridge/shapes"
@@ -39,7 +40,7 @@ func splitSM(got []correlate.Transfer) (sm, rest []correlate.Transfer) {
 func launches(truth []TruthCall) []TruthCall {
 	var out []TruthCall
 	for _, t := range truth {
-		if t.Op == correlate.OpKernelCopy {
+		if t.Op == TruthKernelCopy {
 			out = append(out, t)
 		}
 	}
@@ -61,7 +62,7 @@ func CheckSMRecords(truth []TruthCall, sm []correlate.Transfer) []string {
 	}
 	layered := map[uint64]bool{}
 	for _, t := range truth {
-		if t.Op == "event_record" {
+		if t.Op == TruthEventRecord {
 			layered[t.Stream] = true
 		}
 	}
@@ -72,7 +73,7 @@ func CheckSMRecords(truth []TruthCall, sm []correlate.Transfer) []string {
 			layer = w.Layer
 		}
 		switch {
-		case g.Op != correlate.OpKernelCopy || g.API != w.API || g.DriverAPI != "cuLaunchKernel" || g.KernelSymbol != w.Kernel ||
+		case g.Op != event.OpKernelCopy || g.API != w.API || g.DriverAPI != "cuLaunchKernel" || g.KernelSymbol != w.Kernel ||
 			g.Kernel != correlate.KernelName(w.Kernel):
 			problem("launch %d: %s/%s %s (%s), want %s/cuLaunchKernel kernel_copy of %s", i, g.API, g.DriverAPI, g.Op, g.Kernel, w.API, w.Kernel)
 		case g.Stream != w.Stream || g.TID != w.TID || g.PID != w.PID:

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/lanewatch/lanewatch/correlate"
+	"github.com/lanewatch/lanewatch/event"
 	"github.com/lanewatch/lanewatch/otlpbridge"
 )
 
@@ -19,12 +20,12 @@ func kernelTruth() []TruthCall {
 	t := uint64(1_000_000)
 	for layer := range 4 {
 		out = append(out,
-			TruthCall{PID: 7, TID: 7, API: "cudaLaunchKernel", Op: correlate.OpKernelCopy, Kernel: testKernel, Mover: "sm", GPU: "f223:25:00.0",
+			TruthCall{PID: 7, TID: 7, API: "cudaLaunchKernel", Op: TruthKernelCopy, Kernel: testKernel, Mover: "sm", GPU: "f223:25:00.0",
 				Stream: 0x10, Layer: layer, TCallNs: t, TReturnNs: t + 5000, EngineEndNs: t + 90_000},
-			TruthCall{PID: 7, TID: 7, API: "cudaEventRecord", Op: "event_record", Stream: 0x10, Layer: layer, TCallNs: t + 6000, TReturnNs: t + 7000})
+			TruthCall{PID: 7, TID: 7, API: "cudaEventRecord", Op: TruthEventRecord, Stream: 0x10, Layer: layer, TCallNs: t + 6000, TReturnNs: t + 7000})
 		t += 100_000
 	}
-	return append(out, TruthCall{PID: 7, TID: 7, API: "cudaLaunchKernel", Op: correlate.OpKernelCopy, Kernel: testKernel, Mover: "sm",
+	return append(out, TruthCall{PID: 7, TID: 7, API: "cudaLaunchKernel", Op: TruthKernelCopy, Kernel: testKernel, Mover: "sm",
 		GPU: "f223:25:00.0", Stream: 0x20, Layer: -1, TCallNs: t, TReturnNs: t + 5000, EngineEndNs: t + 90_000})
 }
 
@@ -38,7 +39,7 @@ func records(truth []TruthCall) []correlate.Transfer {
 			layer = w.Layer
 		}
 		out = append(out, correlate.Transfer{PID: w.PID, TID: w.TID, Stream: w.Stream, API: w.API, DriverAPI: "cuLaunchKernel",
-			Op: correlate.OpKernelCopy, Mover: correlate.MoverSM, Kernel: "transfer_kernel_impl", KernelSymbol: w.Kernel,
+			Op: event.OpKernelCopy, Mover: correlate.MoverSM, Kernel: "transfer_kernel_impl", KernelSymbol: w.Kernel,
 			Direction: correlate.DirUnknown, BytesUnknown: true, GPU: w.GPU, SubmitNs: w.TCallNs + 100, CompleteNs: w.EngineEndNs + 10,
 			BatchIndex: -1, Layer: layer})
 	}

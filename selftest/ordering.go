@@ -154,19 +154,19 @@ func truthOrder(truth []TruthCall) (orderVerdict, []string) {
 	done := map[[3]uint64]uint64{}
 	for _, t := range truth {
 		switch t.Op {
-		case "connect":
+		case TruthConnect:
 			peer[t.QPNum] = t.DGID
-		case "completion":
+		case TruthCompletion:
 			done[wrKey(t.CQ == "recv", t.QPNum, t.WRID)] = t.TPollBeg
 		}
 	}
 	queues := map[[2]uint64][]*truthWR{} // {recv, qp}
 	var order []*truthWR
 	for _, t := range truth {
-		if t.Op != "post_send" && t.Op != "post_recv" {
+		if t.Op != TruthPostSend && t.Op != TruthPostRecv {
 			continue
 		}
-		recv := t.Op == "post_recv"
+		recv := t.Op == TruthPostRecv
 		w := &truthWR{TruthCall: t, doneNs: done[wrKey(recv, t.QPNum, t.WRID)]}
 		k := [2]uint64{wrKey(recv, 0, 0)[0], uint64(t.QPNum)}
 		queues[k] = append(queues[k], w)
@@ -192,7 +192,7 @@ func truthOrder(truth []TruthCall) (orderVerdict, []string) {
 		return false, w.doneNs < from
 	}
 	isNotice := func(w *truthWR) bool {
-		return w.Op == "post_send" && (w.Opcode == "SEND" || w.Opcode == "SEND_WITH_IMM" || w.Opcode == "RDMA_WRITE_WITH_IMM")
+		return w.Op == TruthPostSend && (w.Opcode == "SEND" || w.Opcode == "SEND_WITH_IMM" || w.Opcode == "RDMA_WRITE_WITH_IMM")
 	}
 	type threadPort struct {
 		tid  uint32
@@ -208,7 +208,7 @@ func truthOrder(truth []TruthCall) (orderVerdict, []string) {
 		lastNotice[tp] = n.Seq
 		own, others, epoch, epochDone := 0, 0, 0, 0
 		for _, w := range order {
-			if w.Op != "post_send" || w.Opcode != "RDMA_WRITE" || peer[w.QPNum] == "" || peer[w.QPNum] != peer[n.QPNum] || w.Seq > n.Seq {
+			if w.Op != TruthPostSend || w.Opcode != "RDMA_WRITE" || peer[w.QPNum] == "" || peer[w.QPNum] != peer[n.QPNum] || w.Seq > n.Seq {
 				continue
 			}
 			mine := w.TID == n.TID && w.Seq > since
@@ -241,7 +241,7 @@ func truthOrder(truth []TruthCall) (orderVerdict, []string) {
 	}
 	charged := map[*truthWR]bool{} // a request is reported with its first deregistration
 	for _, d := range truth {
-		if d.Op != "dereg_mr" {
+		if d.Op != TruthDeregMR {
 			continue
 		}
 		n := 0

@@ -12,6 +12,7 @@ import (
 
 	"github.com/lanewatch/lanewatch/checks"
 	"github.com/lanewatch/lanewatch/correlate"
+	"github.com/lanewatch/lanewatch/event"
 	"github.com/lanewatch/lanewatch/selftest/refenv"
 )
 
@@ -168,11 +169,11 @@ func agentStamps(transfers []correlate.Transfer) stamped {
 	st := stamped{copies: map[uint32][]correlate.Transfer{}, wrs: map[uint32]map[[3]uint64]correlate.Transfer{}}
 	for _, g := range transfers {
 		switch {
-		case g.Op == "post_send" || g.Op == "post_recv":
+		case g.Op == event.OpPostSend || g.Op == event.OpPostRecv:
 			if st.wrs[g.PID] == nil {
 				st.wrs[g.PID] = map[[3]uint64]correlate.Transfer{}
 			}
-			st.wrs[g.PID][wrKey(g.Op == "post_recv", g.QPNum, g.WRID)] = g
+			st.wrs[g.PID][wrKey(g.Op == event.OpPostRecv, g.QPNum, g.WRID)] = g
 		case !g.Failed():
 			st.copies[g.PID] = append(st.copies[g.PID], g)
 		}
@@ -278,9 +279,9 @@ func truthNear(truth []TruthCall, i int) bool {
 		}
 	}
 	switch {
-	case len(next) > 0 && next[0].Op == "stream_sync" && next[0].Stream == c.Stream:
+	case len(next) > 0 && next[0].Op == TruthStreamSync && next[0].Stream == c.Stream:
 		return true
-	case len(next) == 2 && next[0].Op == "event_record" && next[0].Stream == c.Stream && next[1].Op == "event_sync":
+	case len(next) == 2 && next[0].Op == TruthEventRecord && next[0].Stream == c.Stream && next[1].Op == TruthEventSync:
 		return true
 	}
 	return false
@@ -310,7 +311,7 @@ func truthCopies(truth []TruthCall, v view, got []correlate.Transfer) (out []tru
 		}
 		var proof uint64
 		for _, y := range truth[i+1:] {
-			if y.Op == "stream_sync" && y.Stream == c.Stream && c.Stream > 2 && y.Result == 0 {
+			if y.Op == TruthStreamSync && y.Stream == c.Stream && c.Stream > 2 && y.Result == 0 {
 				proof = y.TReturnNs
 				break
 			}
@@ -349,21 +350,21 @@ func truthCopies(truth []TruthCall, v view, got []correlate.Transfer) (out []tru
 func truthRequests(truth []TruthCall, v view, got map[[3]uint64]correlate.Transfer) (out []truthSpan, bad []string) {
 	done := map[[3]uint64]TruthCall{}
 	for _, t := range truth {
-		if t.Op == "completion" {
+		if t.Op == TruthCompletion {
 			done[wrKey(t.CQ == "recv", t.QPNum, t.WRID)] = t
 		}
 	}
 	var sends []TruthCall
 	for _, t := range truth {
-		if t.Op == "post_send" {
+		if t.Op == TruthPostSend {
 			sends = append(sends, t)
 		}
 	}
 	for _, t := range truth {
-		if t.Op != "post_send" && t.Op != "post_recv" {
+		if t.Op != TruthPostSend && t.Op != TruthPostRecv {
 			continue
 		}
-		recv := t.Op == "post_recv"
+		recv := t.Op == TruthPostRecv
 		c, ok := done[wrKey(recv, t.QPNum, t.WRID)]
 		if !recv && !t.Signaled { // the next signaled request of its queue completes it
 			ok = false

@@ -22,15 +22,15 @@ func twoStreams(syncNs uint64) ([]TruthCall, []correlate.Transfer) {
 		for _, stream := range []uint64{0xa, 0xb} {
 			seq++
 			at := uint64(seq) * 2 * us
-			truth = append(truth, TruthCall{Seq: seq, PID: pid, API: "cudaMemcpyAsync", Op: "copy", Bytes: 8 << 20, Direction: "H2D",
+			truth = append(truth, TruthCall{Seq: seq, PID: pid, API: "cudaMemcpyAsync", Op: TruthCopy, Bytes: 8 << 20, Direction: "H2D",
 				Stream: stream, TCallNs: at, TReturnNs: at + us, EngineEndNs: (i + 1) * 4 * ms})
-			got = append(got, correlate.Transfer{PID: pid, Stream: stream, API: "cudaMemcpyAsync", Op: "copy", Direction: correlate.DirH2D,
+			got = append(got, correlate.Transfer{PID: pid, Stream: stream, API: "cudaMemcpyAsync", Op: event.OpCopy, Direction: correlate.DirH2D,
 				Bytes: 8 << 20, HostMem: event.MemPinned, SubmitNs: at + us/2, CompleteNs: syncNs - us/2})
 		}
 	}
 	for _, stream := range []uint64{0xa, 0xb} {
 		seq++
-		truth = append(truth, TruthCall{Seq: seq, PID: pid, API: "cudaStreamSynchronize", Op: "stream_sync", Stream: stream,
+		truth = append(truth, TruthCall{Seq: seq, PID: pid, API: "cudaStreamSynchronize", Op: TruthStreamSync, Stream: stream,
 			TCallNs: 100 * us, TReturnNs: syncNs})
 	}
 	return truth, got

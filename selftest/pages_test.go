@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/lanewatch/lanewatch/correlate"
+	"github.com/lanewatch/lanewatch/event"
 )
 
 // checkPages passes only when every copy's pages are where the scenario
@@ -20,7 +21,7 @@ func TestCheckPages(t *testing.T) {
 		return p
 	}
 	copyOn := func(dir string, bytes uint64, nodes ...int) correlate.Transfer {
-		tr := correlate.Transfer{PID: 7, API: "cudaMemcpyAsync", Op: "copy", Direction: dir, Bytes: bytes, SubmitNs: bytes, BatchIndex: -1, Layer: -1}
+		tr := correlate.Transfer{PID: 7, API: "cudaMemcpyAsync", Op: event.OpCopy, Direction: dir, Bytes: bytes, SubmitNs: bytes, BatchIndex: -1, Layer: -1}
 		tr.SetPages(correlate.PagesOn(nodes...))
 		return tr
 	}
@@ -28,7 +29,7 @@ func TestCheckPages(t *testing.T) {
 		return []correlate.Transfer{
 			copyOn(correlate.DirH2D, 32<<20, 0, 0, 0),
 			copyOn(correlate.DirD2H, 16<<20, 0, 0, 0),
-			{PID: 7, API: "cudaMemcpyAsync", Op: "copy", Direction: correlate.DirD2D, Bytes: 1 << 20}, // not host memory: not counted
+			{PID: 7, API: "cudaMemcpyAsync", Op: event.OpCopy, Direction: correlate.DirD2D, Bytes: 1 << 20}, // not host memory: not counted
 		}
 	}
 	end := `{"end":true,"calls":1,"host_page_node":0,"copies":2}`

@@ -118,8 +118,8 @@ func compareRDMA(res *Result, truth []TruthCall, got []correlate.Transfer) {
 	var duplicates []string
 	for _, g := range got {
 		switch g.Op {
-		case "post_send", "post_recv":
-			k := wrKey(g.Op == "post_recv", g.QPNum, g.WRID)
+		case event.OpPostSend, event.OpPostRecv:
+			k := wrKey(g.Op == event.OpPostRecv, g.QPNum, g.WRID)
 			if _, dup := wrs[k]; dup {
 				duplicates = append(duplicates, fmt.Sprintf("%s QP %d wr %d reported twice", g.Op, g.QPNum, g.WRID))
 			}
@@ -158,7 +158,7 @@ func compareRDMA(res *Result, truth []TruthCall, got []correlate.Transfer) {
 	}()
 	completions := map[[3]uint64]TruthCall{}
 	for _, t := range truth {
-		if t.Op == "completion" {
+		if t.Op == TruthCompletion {
 			completions[wrKey(t.CQ == "recv", t.QPNum, t.WRID)] = t
 		}
 	}
@@ -169,10 +169,10 @@ func compareRDMA(res *Result, truth []TruthCall, got []correlate.Transfer) {
 	}
 	var truthLat, agentLat []uint64
 	for _, t := range truth {
-		if t.Op != "post_send" && t.Op != "post_recv" {
+		if t.Op != TruthPostSend && t.Op != TruthPostRecv {
 			continue
 		}
-		recv := t.Op == "post_recv"
+		recv := t.Op == TruthPostRecv
 		k := wrKey(recv, t.QPNum, t.WRID)
 		done, completed := completions[k]
 		want := t.Bytes
@@ -189,7 +189,7 @@ func compareRDMA(res *Result, truth []TruthCall, got []correlate.Transfer) {
 		matched[k] = true
 		res.Got++
 		res.GotBytes += g.Bytes
-		if t.Op == "post_send" && t.RemoteMem != "" && t.RemoteMem != "recv_buffer" {
+		if t.Op == TruthPostSend && t.RemoteMem != "" && t.RemoteMem != "recv_buffer" {
 			remote := g.Dst
 			if g.Direction == correlate.DirRDMARead {
 				remote = g.Src
@@ -281,7 +281,7 @@ func wrKey(recv bool, qp uint32, id uint64) [3]uint64 {
 }
 
 func wrDirection(t TruthCall) string {
-	if t.Op == "post_recv" {
+	if t.Op == TruthPostRecv {
 		return correlate.DirRecv
 	}
 	switch t.Opcode {

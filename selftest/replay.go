@@ -16,6 +16,7 @@ import (
 
 	"github.com/lanewatch/lanewatch/agent"
 	"github.com/lanewatch/lanewatch/correlate"
+	"github.com/lanewatch/lanewatch/event"
 	"github.com/lanewatch/lanewatch/selftest/kineto"
 )
 
@@ -240,7 +241,7 @@ func replayOne(ctx context.Context, kvpath, tmp string, i int, t *kineto.Trace, 
 func compareByThread(res *Result, truth []TruthCall, got []correlate.Transfer) {
 	byTID := map[uint32][]TruthCall{}
 	for _, c := range truth {
-		if c.Op != "event_query" {
+		if c.Op != TruthEventQuery {
 			byTID[c.TID] = append(byTID[c.TID], c)
 		}
 	}
@@ -279,18 +280,17 @@ func compareByThread(res *Result, truth []TruthCall, got []correlate.Transfer) {
 // waits and event records with the replay's: the compute the rules see.
 // It returns a line of both: "launch 79/79, ..." (agent/replay).
 func compareActivities(res *Result, truth []TruthCall, acts []correlate.Activity) string {
-	ops := []string{"launch", "graph_launch", "stream_sync", "event_sync", "ctx_sync", "event_record"}
-	want, got := map[string]int{}, map[string]int{}
+	want, got := map[event.Op]int{}, map[event.Op]int{}
 	for _, t := range truth {
-		if t.Result == 0 && slices.Contains(ops, t.Op) {
-			want[t.Op]++
+		if t.Result == 0 && slices.Contains(activityOps, t.Op.Agent()) {
+			want[t.Op.Agent()]++
 		}
 	}
 	for _, a := range acts {
-		got[a.Op.String()]++
+		got[a.Op]++
 	}
 	var line []string
-	for _, op := range ops {
+	for _, op := range activityOps {
 		line = append(line, fmt.Sprintf("%s %d/%d", op, got[op], want[op]))
 		if want[op] != got[op] {
 			res.OtherErrs++

@@ -662,7 +662,7 @@ func Compare(res *Result, truth []TruthCall, got []correlate.Transfer) {
 	// where the scenario records one per layer.
 	layered := map[uint64]bool{}
 	for _, t := range truth {
-		if t.Op == "event_record" {
+		if t.Op == TruthEventRecord {
 			layered[t.Stream] = true
 		}
 	}
@@ -670,7 +670,7 @@ func Compare(res *Result, truth []TruthCall, got []correlate.Transfer) {
 		w, g := want[i], got[i]
 		if w.Result != 0 || g.Failed() {
 			api := w.API
-			if w.Op == "init" {
+			if w.Op == TruthInit {
 				// The runtime initialises the driver inside whichever runtime
 				// call comes first; before the runtime layer is attached the
 				// agent sees only that cuInit.
@@ -681,7 +681,7 @@ func Compare(res *Result, truth []TruthCall, got []correlate.Transfer) {
 				problem("record %d: want %s tid %d result %d, got %s tid %d error %+v", i, w.API, w.TID, w.Result, g.API, g.TID, g.Error)
 				continue
 			}
-			if w.Op == correlate.OpKernelCopy && (g.Op != w.Op || g.KernelSymbol != w.Kernel || g.Mover != correlate.MoverSM || !g.BytesUnknown) {
+			if w.Op == TruthKernelCopy && (g.Op != event.OpKernelCopy || g.KernelSymbol != w.Kernel || g.Mover != correlate.MoverSM || !g.BytesUnknown) {
 				// a refused KV-transfer kernel launch, named by its host stub
 				res.ErrorErrs++
 				problem("record %d: want the refused launch of %s, got %s %s kernel %q", i, w.Kernel, g.Op, g.Mover, g.KernelSymbol)
@@ -745,7 +745,7 @@ func checkCompletion(w TruthCall, g correlate.Transfer, truth []TruthCall) strin
 		return "" // 0, cudaStreamLegacy, cudaStreamPerThread: which stream depends on the API's per-thread form
 	}
 	for _, s := range truth {
-		if s.Seq <= w.Seq || s.Op != "stream_sync" || s.Stream != w.Stream || s.Result != 0 {
+		if s.Seq <= w.Seq || s.Op != TruthStreamSync || s.Stream != w.Stream || s.Result != 0 {
 			continue
 		}
 		switch {

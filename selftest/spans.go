@@ -283,7 +283,7 @@ func CheckAttribution(x *otlpbridge.Index, got []correlate.Transfer, truth []Tru
 	}
 	for i := range got {
 		t := &got[i]
-		if t.PID != cs[0].PID || t.Failed() || !(TruthCall{Op: t.Op}).IsCopy() {
+		if t.PID != cs[0].PID || t.Failed() || !t.Op.IsCopy() {
 			continue
 		}
 		j, ok := byLayer[t.Layer]

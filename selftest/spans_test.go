@@ -8,6 +8,7 @@ import (
 	collectorpb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 
 	"github.com/lanewatch/lanewatch/correlate"
+	"github.com/lanewatch/lanewatch/event"
 	"github.com/lanewatch/lanewatch/otlpbridge"
 )
 
@@ -25,8 +26,8 @@ func hicacheLike() ([]TruthCall, []correlate.Transfer) {
 	var got []correlate.Transfer
 	for l := range 8 {
 		call := uint64(1_000_000_000 + l*1_000_000)
-		truth = append(truth, TruthCall{PID: 4242, TID: 4242, Op: "copy", Direction: "H2D", Layer: l, TCallNs: call, TReturnNs: call + 500_000})
-		got = append(got, correlate.Transfer{PID: 4242, TID: 4242, Op: "copy", Direction: "H2D", Layer: l, SubmitNs: call + 1000})
+		truth = append(truth, TruthCall{PID: 4242, TID: 4242, Op: TruthCopy, Direction: "H2D", Layer: l, TCallNs: call, TReturnNs: call + 500_000})
+		got = append(got, correlate.Transfer{PID: 4242, TID: 4242, Op: event.OpCopy, Direction: "H2D", Layer: l, SubmitNs: call + 1000})
 	}
 	return truth, got
 }

@@ -14,7 +14,7 @@ import (
 
 // A copy's GPU is compared where the truth names it, and only there.
 func TestCompareGPU(t *testing.T) {
-	truth := []TruthCall{{Seq: 1, Op: "copy", API: "cudaMemcpyAsync", Bytes: 64, Direction: "H2D", ExpectHostMem: "pinned",
+	truth := []TruthCall{{Seq: 1, Op: TruthCopy, API: "cudaMemcpyAsync", Bytes: 64, Direction: "H2D", ExpectHostMem: "pinned",
 		Layer: -1, GPU: "f322:78:00.0"}}
 	good := correlate.Transfer{API: "cudaMemcpyAsync", Bytes: 64, Direction: "H2D", HostMem: event.MemPinned, Layer: -1, GPU: "f322:78:00.0"}
 	var r Result

@@ -10,27 +10,27 @@ import (
 // TruthCall is one line of the reference data path's ground truth: a CUDA
 // call the scenario made and what an observer must report for it.
 type TruthCall struct {
-	Seq           int    `json:"seq"`
-	Scenario      string `json:"scenario"`
-	PID           uint32 `json:"pid"`
-	TID           uint32 `json:"tid"`
-	API           string `json:"api"`
-	Op            string `json:"op"`
-	Dst           uint64 `json:"dst"`
-	Src           uint64 `json:"src"`
-	Bytes         uint64 `json:"bytes"`
-	Direction     string `json:"direction"`
-	Stream        uint64 `json:"stream"`
-	HostMem       string `json:"host_mem"`
-	ExpectHostMem string `json:"expect_host_mem"`
-	ExpectSrcMem  string `json:"expect_src_mem"` // what an observer must report of each side
-	ExpectDstMem  string `json:"expect_dst_mem"`
-	BatchIndex    *int   `json:"batch_index"`
-	Layer         int    `json:"layer"`         // the scenario's layer of a per-layer load, -1 none
-	Result        int    `json:"result"`        // what the call returned: 0, or its error code
-	TCallNs       uint64 `json:"t_call_ns"`     // CLOCK_MONOTONIC ns before the call
-	TReturnNs     uint64 `json:"t_return_ns"`   // ... and after it returned
-	EngineEndNs   uint64 `json:"engine_end_ns"` // when the copy engine finished the copy
+	Seq           int     `json:"seq"`
+	Scenario      string  `json:"scenario"`
+	PID           uint32  `json:"pid"`
+	TID           uint32  `json:"tid"`
+	API           string  `json:"api"`
+	Op            TruthOp `json:"op"`
+	Dst           uint64  `json:"dst"`
+	Src           uint64  `json:"src"`
+	Bytes         uint64  `json:"bytes"`
+	Direction     string  `json:"direction"`
+	Stream        uint64  `json:"stream"`
+	HostMem       string  `json:"host_mem"`
+	ExpectHostMem string  `json:"expect_host_mem"`
+	ExpectSrcMem  string  `json:"expect_src_mem"` // what an observer must report of each side
+	ExpectDstMem  string  `json:"expect_dst_mem"`
+	BatchIndex    *int    `json:"batch_index"`
+	Layer         int     `json:"layer"`         // the scenario's layer of a per-layer load, -1 none
+	Result        int     `json:"result"`        // what the call returned: 0, or its error code
+	TCallNs       uint64  `json:"t_call_ns"`     // CLOCK_MONOTONIC ns before the call
+	TReturnNs     uint64  `json:"t_return_ns"`   // ... and after it returned
+	EngineEndNs   uint64  `json:"engine_end_ns"` // when the copy engine finished the copy
 	// EngineStartNs is when the engine began the copy or the kernel.
 	EngineStartNs uint64 `json:"engine_start_ns"`
 	// GPU is the PCI address of the GPU whose link a copy crossed, where the
@@ -70,13 +70,7 @@ type TruthCall struct {
 }
 
 // IsCopy reports whether the line is a transfer.
-func (t TruthCall) IsCopy() bool {
-	switch t.Op {
-	case "copy", "copy2d", "copy_peer", "copy_batch":
-		return true
-	}
-	return false
-}
+func (t TruthCall) IsCopy() bool { return t.Op.Agent().IsCopy() }
 
 // ReadTruth parses a truth file. It fails, naming the line, on bad JSON and
 // when the closing {"end":true} line is missing (a scenario that died).
@@ -113,7 +107,7 @@ func ReadTruth(r io.Reader, name string) ([]TruthCall, error) {
 		if err := json.Unmarshal(sc.Bytes(), &t); err != nil {
 			return nil, fmt.Errorf("%s:%d: %w", name, line, err)
 		}
-		if t.API == "" || t.Op == "" {
+		if t.API == "" || t.Op == 0 {
 			return nil, fmt.Errorf("%s:%d: call without api or op", name, line)
 		}
 		calls = append(calls, t)

@@ -5,19 +5,22 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/lanewatch/lanewatch/event"
 )
 
 // Real ground truth written by the reference data path (refpath/kvpath).
 func TestReadTruthSamples(t *testing.T) {
 	cases := []struct {
-		file             string
-		calls, copies    int
-		unknown, pinned  int
-		firstAPI, lastOp string
+		file            string
+		calls, copies   int
+		unknown, pinned int
+		firstAPI        string
+		lastOp          TruthOp
 	}{
-		{"api-coverage.jsonl", 70, 39, 0, 24, "cudaMallocHost", "device_free"},
-		{"hicache-load-4layers.jsonl", 18, 4, 0, 4, "cudaHostRegister", "host_unregister"},
-		{"late-attach.jsonl", 38, 33, 32, 0, "cudaHostRegister", "host_unregister"},
+		{"api-coverage.jsonl", 70, 39, 0, 24, "cudaMallocHost", TruthOp(event.OpDeviceFree)},
+		{"hicache-load-4layers.jsonl", 18, 4, 0, 4, "cudaHostRegister", TruthOp(event.OpHostUnregister)},
+		{"late-attach.jsonl", 38, 33, 32, 0, "cudaHostRegister", TruthOp(event.OpHostUnregister)},
 	}
 	for _, c := range cases {
 		t.Run(c.file, func(t *testing.T) {
@@ -63,6 +66,9 @@ func TestReadTruthErrors(t *testing.T) {
 		{"no api", `{"seq":1,"op":"copy"}` + "\n", "t.jsonl:1: call without api or op"},
 		{"after end", good + "\n" + `{"end":true,"calls":1}` + "\n" + good + "\n", "t.jsonl:3: data after the end line"},
 		{"wrong type", `{"seq":"x","api":"a","op":"copy"}` + "\n", "t.jsonl:1:"},
+		{"unknown op", good + "\n" + `{"seq":2,"api":"cudaMemcpy","op":"copy3d"}` + "\n", `t.jsonl:2: unknown op "copy3d"`},
+		{"empty op", `{"seq":1,"api":"cudaMemcpy","op":""}` + "\n", `t.jsonl:1: unknown op ""`},
+		{"op as number", `{"seq":1,"api":"cudaMemcpy","op":1}` + "\n", "t.jsonl:1:"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -87,7 +93,7 @@ func FuzzReadTruth(f *testing.F) {
 		calls, err := ReadTruth(strings.NewReader(in), "fuzz")
 		if err == nil {
 			for _, c := range calls {
-				if c.API == "" || c.Op == "" {
+				if c.API == "" || c.Op == 0 || c.Op.String() == "unknown" {
 					t.Fatalf("accepted a call without api/op: %+v", c)
 				}
 			}

@@ -17,12 +17,12 @@ func TestCheckDesignedHealthy(t *testing.T) {
 		at := uint64(1e6)
 		for range 60 {
 			for _, b := range []uint64{64, 192, 384, 512} {
-				ts = append(ts, correlate.Transfer{PID: 5, TID: 5, API: "cudaMemcpyAsync", Op: "copy", Mover: correlate.MoverCopyEngine,
+				ts = append(ts, correlate.Transfer{PID: 5, TID: 5, API: "cudaMemcpyAsync", Op: event.OpCopy, Mover: correlate.MoverCopyEngine,
 					Direction: correlate.DirH2D, Bytes: b, HostMem: event.MemPageable, SubmitNs: at, CompleteNs: at + 1e6})
 				at += 1000
 			}
 			if bulk {
-				ts = append(ts, correlate.Transfer{PID: 5, TID: 5, API: "cudaMemcpyAsync", Op: "copy", Mover: correlate.MoverCopyEngine,
+				ts = append(ts, correlate.Transfer{PID: 5, TID: 5, API: "cudaMemcpyAsync", Op: event.OpCopy, Mover: correlate.MoverCopyEngine,
 					Direction: correlate.DirH2D, Bytes: 4 << 20, HostMem: event.MemPageable, SubmitNs: at, CompleteNs: at + 1e6})
 			}
 			at += 1e6

@@ -12,6 +12,7 @@ import (
 
 	"github.com/lanewatch/lanewatch/collectors"
 	"github.com/lanewatch/lanewatch/correlate"
+	"github.com/lanewatch/lanewatch/event"
 	"github.com/lanewatch/lanewatch/exporters"
 	"github.com/lanewatch/lanewatch/judge"
 )
@@ -19,7 +20,7 @@ import (
 // metric is one series family as docs/metrics.md shows it.
 type metric struct {
 	name, help string
-	labels          []string
+	labels     []string
 }
 
 // source is a group of metrics: who sends them and when.
@@ -117,8 +118,8 @@ func typeByName(name string) string {
 func scrapedTypes() (map[string]string, []*prometheus.Desc, error) {
 	m := exporters.NewMetrics(func() exporters.Health { return exporters.Health{} })
 	for _, t := range []correlate.Transfer{
-		{Op: "copy", Direction: correlate.DirH2D, Bytes: 1},
-		{Op: "post_send", Direction: correlate.DirRDMAWrite, Bytes: 1, Status: "success", SubmitNs: 1, CompleteNs: 2},
+		{Op: event.OpCopy, Direction: correlate.DirH2D, Bytes: 1},
+		{Op: event.OpPostSend, Direction: correlate.DirRDMAWrite, Bytes: 1, Status: "success", SubmitNs: 1, CompleteNs: 2},
 	} {
 		m.Transfer(&t)
 	}

@@ -29,20 +29,34 @@ import (
 )
 
 // Op is what a replayed call does.
-type Op string
+type Op uint8
 
 const (
-	OpCopy        Op = "copy"
-	OpKernel      Op = "kernel"
-	OpGraph       Op = "graph" // cudaGraphLaunch / cuGraphLaunch
-	OpMemset      Op = "memset"
-	OpEventRecord Op = "event_record"
-	OpEventQuery  Op = "event_query"
-	OpEventSync   Op = "event_sync"
-	OpStreamWait  Op = "stream_wait"
-	OpStreamSync  Op = "stream_sync"
-	OpDeviceSync  Op = "device_sync"
+	OpCopy Op = iota + 1
+	OpKernel
+	OpGraph // cudaGraphLaunch / cuGraphLaunch
+	OpMemset
+	OpEventRecord
+	OpEventQuery
+	OpEventSync
+	OpStreamWait
+	OpStreamSync
+	OpDeviceSync
 )
+
+var opNames = [...]string{
+	OpCopy: "copy", OpKernel: "kernel", OpGraph: "graph", OpMemset: "memset", OpEventRecord: "event_record",
+	OpEventQuery: "event_query", OpEventSync: "event_sync", OpStreamWait: "stream_wait", OpStreamSync: "stream_sync",
+	OpDeviceSync: "device_sync",
+}
+
+// String is the op's name, as the replay script writes it (event_query).
+func (o Op) String() string {
+	if int(o) < len(opNames) && opNames[o] != "" {
+		return opNames[o]
+	}
+	return "unknown"
+}
 
 // NoStream is a stream the trace does not say.
 const NoStream int64 = -1

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -262,5 +263,30 @@ func TestGraphOwnership(t *testing.T) {
 	g := tr.Threads[0].Calls[0]
 	if g.Op != OpGraph || g.Stream != 5 || g.GPUNs != 8000 || len(g.GraphCopies) != 1 {
 		t.Errorf("graph launch %+v: want stream 5, 8 µs from its kernel to its copy's end, one copy", g)
+	}
+}
+
+// The replay's ops are named as refpath/kvpath/replay.c reads them, in its
+// order (ops[]): a script line names each by String.
+func TestOpNamesAsReplayReadsThem(t *testing.T) {
+	src, err := os.ReadFile(filepath.Join("..", "..", "refpath", "kvpath", "replay.c"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`ops\[\] = \{([^}]*)\}`).FindSubmatch(src)
+	if m == nil {
+		t.Fatal("replay.c: no ops[] table")
+	}
+	names := regexp.MustCompile(`"([a-z_]+)"`).FindAllSubmatch(m[1], -1)
+	if len(names) != int(OpDeviceSync) {
+		t.Fatalf("replay.c names %d ops, kineto has %d", len(names), OpDeviceSync)
+	}
+	for i, n := range names {
+		if op := Op(i + 1); op.String() != string(n[1]) {
+			t.Errorf("op %d is %q, replay.c reads %q", op, op, n[1])
+		}
+	}
+	if Op(0).String() != "unknown" || (OpDeviceSync+1).String() != "unknown" {
+		t.Error("an op outside the table has a name")
 	}
 }

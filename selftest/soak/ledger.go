@@ -52,7 +52,7 @@ func wantRecords(truth []selftest.TruthCall) int {
 		switch {
 		case t.IsCopy(), t.Result != 0:
 			n++
-		case t.Op == "post_send", t.Op == "post_recv":
+		case t.Op == selftest.TruthPostSend, t.Op == selftest.TruthPostRecv:
 			n++
 		}
 	}

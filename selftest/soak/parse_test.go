@@ -12,6 +12,7 @@ import (
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 
 	"github.com/lanewatch/lanewatch/correlate"
+	"github.com/lanewatch/lanewatch/event"
 	"github.com/lanewatch/lanewatch/selftest"
 )
 
@@ -162,9 +163,9 @@ func truthOf(pid uint32, start uint64, n int) ([]selftest.TruthCall, []correlate
 	var got []correlate.Transfer
 	for i := range n {
 		at := start + uint64(i+1)*1000
-		truth = append(truth, selftest.TruthCall{Seq: i, PID: pid, TID: pid, API: "cudaMemcpyAsync", Op: "copy", Dst: 0x7000 + uint64(i),
+		truth = append(truth, selftest.TruthCall{Seq: i, PID: pid, TID: pid, API: "cudaMemcpyAsync", Op: selftest.TruthCopy, Dst: 0x7000 + uint64(i),
 			Src: 0x1000 + uint64(i), Bytes: 4096, Direction: "H2D", Stream: 9, ExpectHostMem: "pinned", Layer: -1, TCallNs: at, TReturnNs: at + 10})
-		got = append(got, correlate.Transfer{PID: pid, TID: pid, API: "cudaMemcpyAsync", Op: "copy", Direction: "H2D", Bytes: 4096,
+		got = append(got, correlate.Transfer{PID: pid, TID: pid, API: "cudaMemcpyAsync", Op: event.OpCopy, Direction: "H2D", Bytes: 4096,
 			Src: correlate.Side{Addr: 0x1000 + uint64(i)}, Dst: correlate.Side{Addr: 0x7000 + uint64(i)}, HostMem: "pinned", Stream: 9,
 			SubmitNs: at, Layer: -1})
 	}
@@ -250,7 +251,7 @@ func TestTailer(t *testing.T) {
 	defer tl.close()
 	l := newLedger()
 	f := l.begin(9, "a", 0)
-	rec, _ := json.Marshal(correlate.Transfer{PID: 9, SubmitNs: 10})
+	rec, _ := json.Marshal(correlate.Transfer{PID: 9, Op: event.OpCopy, SubmitNs: 10})
 	w.Write(append(rec, '\n'))
 	w.Write(rec[:5])
 	if err := tl.poll(l); err != nil {
