@@ -31,9 +31,9 @@ type Rule struct {
 	Where       Where
 }
 
-// Rules is every finding rule, once. Adding a rule is its function (in
-// rules.go), its entry here, its alert in dashboards/lanewatch.rules.yml and
-// that alert's test.
+// Rules is every finding rule, once: the exporters, the alerts' test and
+// the generated docs/rules.md read it. Adding a rule: CONTRIBUTING.md,
+// "Adding a window rule" (a window rule's judgement is a judge.Rule).
 var Rules = []Rule{
 	{Name: "remote-numa-pool", Severities: []Severity{SevFail, SevInfo}, Checklist: checkPoolNode, Where: InWindow | InHostCheck | InDiagnose,
 		Remediation: "allocate the pool on its GPU's NUMA node (numactl --cpunodebind=N --membind=N, or the server's own NUMA binding)"},
