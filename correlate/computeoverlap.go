@@ -410,6 +410,10 @@ func waitsOn(w *Activity, gpu string, stream uint64) bool {
 	return w.Stream == stream && w.GPU == gpu
 }
 
+// compute overlap (computeoverlap.go)
+var _ = register(Rule{Name: "serialized-load", Severities: []Severity{SevWarn}, Checklist: ChecklistComputeOverlap, Where: InWindow | InDiagnose,
+	Remediation: "wait on the GPU, not the host: record an event on the load stream after each layer and make the compute stream wait for it (cudaStreamWaitEvent); never synchronize the load stream inside the layer loop"})
+
 // serializedLoad judges one load stream: its copies (almost) never could
 // overlap compute, and the host waited on it before launching compute on
 // another stream, layer after layer. used are those waits.
@@ -575,6 +579,9 @@ func loadEpisodes(copies []CopySpan, marks []*Activity) []loadEpisode {
 	slices.SortFunc(out, func(a, b loadEpisode) int { return cmp.Compare(a.from, b.from) })
 	return out
 }
+
+var _ = register(Rule{Name: "host-sync-in-loop", Severities: []Severity{SevWarn}, Checklist: ChecklistComputeOverlap, Where: InWindow | InDiagnose,
+	Remediation: "take the synchronize or the .item() out of the per-layer loop: read scalars once per step, keep them on the GPU, or copy them asynchronously into pinned memory and wait on an event later"})
 
 // hostSyncInLoop judges each thread: a blocking wait or an element read at
 // least once per layer while one layered load was under way (loadEpisode),

@@ -115,6 +115,10 @@ type CongestionFacts struct {
 	QPs []QPLatency
 }
 
+var _ = register(Rule{Name: "rdma-congestion", Severities: []Severity{SevWarn, SevFail}, Checklist: ChecklistCongestion, Where: InWindow | InDiagnose,
+	Remediation: "check the fabric, not the host: ECN/PFC configuration (the RoCE priority must be lossless and match DCQCN's), " +
+		"switch buffer and egress congestion toward this port, and whether PD traffic and other tenants share the priority"})
+
 // RDMACongestion fires when a port's congestion counters count while queue
 // pairs on it complete late: sustained (the counters count this interval
 // and a queue pair's p99 completion is at least SustainedSlowdown times

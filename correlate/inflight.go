@@ -26,8 +26,8 @@ func (e *Engine) Pending() int {
 // submission (the copy call's entry, the post) to the proof of its
 // completion (the synchronisation's return, the poll that returned it).
 
-// checkInFlight is the seed item too-little-in-flight applies.
-const checkInFlight = "Concurrency (seed 002 §8.3): to keep bandwidth B busy, the bytes in flight must cover B × L; one copy or work request at a time leaves the path idle between turnarounds"
+// ChecklistInFlight is the seed item too-little-in-flight applies.
+const ChecklistInFlight = "Concurrency (seed 002 §8.3): to keep bandwidth B busy, the bytes in flight must cover B × L; one copy or work request at a time leaves the path idle between turnarounds"
 
 // Thresholds of too-little-in-flight, with their reasons (docs/design.md 7).
 const (
@@ -235,6 +235,9 @@ func (m InFlight) LatencyBound() bool {
 func (m InFlight) Saturated() bool {
 	return m.CapacityGBs > 0 && max(m.LaneGBs, m.RateGBs()) >= saturated*m.CapacityGBs
 }
+
+var _ = register(Rule{Name: "too-little-in-flight", Severities: []Severity{SevWarn}, Checklist: ChecklistInFlight, Where: InWindow | InDiagnose,
+	Remediation: "keep more in flight: queue more copies before synchronising (one sync or event per layer), or more work requests outstanding per queue pair; in flight must cover the path's bandwidth × turnaround"})
 
 // TooLittleInFlight judges one flow on its path (segment: "PCIe link of
 // GPU 0000:3b:00.0 inbound"): a finding when it is latency-bound, nil

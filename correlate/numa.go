@@ -308,6 +308,9 @@ func farBytes(byNode map[int]uint64, home int, sides NodeSides, sev Severity) (o
 	return o, o.verdict(sev, minRemoteBytes)
 }
 
+var _ = register(Rule{Name: "remote-numa-pool", Severities: []Severity{SevFail, SevInfo}, Checklist: ChecklistPoolNode, Where: InWindow | InHostCheck | InDiagnose,
+	Remediation: "allocate the pool on its GPU's NUMA node (numactl --cpunodebind=N --membind=N, or the server's own NUMA binding)"})
+
 // RemoteNUMAPages fires when most bytes a process's copies moved over a
 // GPU's link were read from, or written to, host pages on another socket
 // than the GPU's node (seed 000 L2→L1 #2): remote-numa-pool judged on the

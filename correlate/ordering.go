@@ -379,6 +379,10 @@ type NotifyHazard struct {
 	Ahead    NotifyAhead
 }
 
+var _ = register(Rule{Name: "cross-qp-notify", Severities: []Severity{SevFail, SevWarn}, Checklist: ChecklistNotifyOrder, Where: InWindow | InDiagnose,
+	Remediation: "announce data on the QP that carried it (RDMA_WRITE_WITH_IMM for the last WRITE, or a SEND after the WRITEs on the same QP), " +
+		"or post the notification only after polling the WRITEs' successful completions"})
+
 // CrossQPNotify reports a process's notifications posted on one QP while
 // WRITEs to the same peer were outstanding on another (seed 002 §5.3): the
 // receiver may consume stale or partial data. sev is SevFail for the
@@ -433,6 +437,10 @@ func remoteQPs(qs []uint32) string {
 	}
 	return " (→ QP " + qpList(qs) + ")"
 }
+
+var _ = register(Rule{Name: "mr-dereg-in-flight", Severities: []Severity{SevFail}, Checklist: ChecklistDeregOrder, Where: InWindow | InDiagnose,
+	Remediation: "deregister (and free or reuse) a region only after every request using it completed: poll their completions " +
+		"(a signaled request covers the unsignaled ones before it on its QP), or reference-count the buffer"})
 
 // MRDeregInFlight reports regions deregistered while requests using them
 // were outstanding (seed 002 §4.1): they complete in error (mlx5:

@@ -309,6 +309,9 @@ func counterDemand(samples []CounterSample, contended [][2]uint64, contendedNs u
 	return weighted / covered / 1e9, ""
 }
 
+var _ = register(Rule{Name: "same-direction-overlap", Severities: []Severity{SevWarn}, Checklist: ChecklistOverlap, Where: InWindow | InDiagnose,
+	Remediation: "stagger the inbound transfers (e.g. HiCache loads vs PD RDMA receives) or move one to another path; opposite directions do not contend"})
+
 // SameDirectionOverlap fires when at least two flows were in flight on one
 // direction of one segment at once, each carrying a real share of the
 // bytes, for a real share of the time the link was in use, and together

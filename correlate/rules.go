@@ -37,19 +37,19 @@ type Finding struct {
 
 // Checklist items of seed 000, quoted by the findings that apply them.
 const (
-	checkPinned     = "L2→L1: is the source memory pinned (pageable adds a CPU copy and makes non_blocking synchronous)"
-	checkPoolNode   = "L2→L1: which NUMA node holds the host pool (topo -m NUMA affinity vs /proc/PID/numa_maps); was NUMA binding silently skipped"
-	checkFragments  = "L2→L1: is the transfer cut into too many small pieces (many small cudaMemcpyAsync)"
-	checkOverlap    = "L2→L1: is an RDMA receive or another inbound transfer using the GPU's inbound lane at the same time"
-	checkNIC        = "Topology: GPUDirect RDMA should use a PIX/PXB NIC"
-	checkLink       = "Link bandwidth: compute the path's ceiling from each link's generation and width"
-	checkIOMMU      = "IOMMU: devices may see IOVAs; translation and ACS can lengthen P2P paths"
-	checkPinnedMem  = "Host pool: pinned memory is taken out of what the kernel can reclaim"
-	checkUnderused  = "Link bandwidth: the path's rate is its narrowest segment's; the link is not it here"
-	checkCongestion = "RDMA (seed 002 §5, §6.2): posted is not completed; CNP/ECN/PFC and retransmissions explain a completion that comes late"
+	ChecklistPinned     = "L2→L1: is the source memory pinned (pageable adds a CPU copy and makes non_blocking synchronous)"
+	ChecklistPoolNode   = "L2→L1: which NUMA node holds the host pool (topo -m NUMA affinity vs /proc/PID/numa_maps); was NUMA binding silently skipped"
+	ChecklistFragments  = "L2→L1: is the transfer cut into too many small pieces (many small cudaMemcpyAsync)"
+	ChecklistOverlap    = "L2→L1: is an RDMA receive or another inbound transfer using the GPU's inbound lane at the same time"
+	ChecklistNIC        = "Topology: GPUDirect RDMA should use a PIX/PXB NIC"
+	ChecklistLink       = "Link bandwidth: compute the path's ceiling from each link's generation and width"
+	ChecklistIOMMU      = "IOMMU: devices may see IOVAs; translation and ACS can lengthen P2P paths"
+	ChecklistPinnedMem  = "Host pool: pinned memory is taken out of what the kernel can reclaim"
+	ChecklistUnderused  = "Link bandwidth: the path's rate is its narrowest segment's; the link is not it here"
+	ChecklistCongestion = "RDMA (seed 002 §5, §6.2): posted is not completed; CNP/ECN/PFC and retransmissions explain a completion that comes late"
 	// Seed 002 §5 "已提交 已完成 已可用是三件事" and §4.1.
-	checkNotifyOrder = "RDMA (seed 002 §5.3): QPs are not ordered with each other; data must complete, or travel on the same QP, before the notice that publishes it"
-	checkDeregOrder  = "RDMA (seed 002 §4.1): an MR must not be deregistered, nor its buffer freed or reused, while operations still use it"
+	ChecklistNotifyOrder = "RDMA (seed 002 §5.3): QPs are not ordered with each other; data must complete, or travel on the same QP, before the notice that publishes it"
+	ChecklistDeregOrder  = "RDMA (seed 002 §4.1): an MR must not be deregistered, nor its buffer freed or reused, while operations still use it"
 )
 
 // PoolPlacement is where the pages of one pinned host range live.
@@ -115,6 +115,9 @@ type BindFacts struct {
 	Cpuset        string // /proc/PID/cpuset
 }
 
+var _ = register(Rule{Name: "numa-bind-skipped", Severities: []Severity{SevWarn}, Checklist: ChecklistPoolNode, Where: InHostCheck | InDiagnose,
+	Remediation: "install numactl and grant CAP_SYS_NICE, or bind explicitly with numactl"})
+
 // NUMABindSkipped fires when a process may allocate on every node while its
 // GPUs sit on one: a binding that should have happened did not.
 func NUMABindSkipped(f BindFacts) *Finding {
@@ -165,6 +168,9 @@ type NICChoice struct {
 	Listed    []string
 	Relations map[string]topology.Relation // every RDMA device → relation to the GPU (PIX, PXB, PHB, NODE, SYS)
 }
+
+var _ = register(Rule{Name: "far-nic", Severities: []Severity{SevWarn}, Checklist: ChecklistNIC, Where: InDiagnose,
+	Remediation: "map each GPU to its nearest NIC (SGLang --disaggregation-ib-device, NCCL_IB_HCA, Mooncake/NIXL device lists); `agent topo` prints the map"})
 
 // FarNIC fires when the nearest device a GPU's RDMA traffic may use is at
 // PHB/NODE/SYS while a PIX/PXB NIC exists: GPUDirect RDMA then crosses the
@@ -240,6 +246,10 @@ type LinkFacts struct {
 // counts as loaded: below it a low speed is power saving, not a fault (seen
 // on idle GPUs in the samples).
 const LinkBusyBps = 100e6
+
+var _ = register(Rule{Name: "link-degraded", Severities: []Severity{SevFail, SevInfo}, Checklist: ChecklistLink, Where: InHostCheck | InDiagnose,
+	Remediation: "fail: reseat the card or riser, check the slot's bifurcation and the BIOS PCIe speed setting, then retrain (reboot); " +
+		"info (slot-limited): the slot sets the ceiling, move the card to a slot as wide and fast as it is if the bandwidth matters"})
 
 // LinkDegraded judges a link's training against what it can train to, the
 // lower of the device's and the slot's maximum (seed 000 链路带宽: the path's
@@ -319,6 +329,9 @@ type PinnedFacts struct {
 	ByProcess    map[uint32]uint64
 }
 
+var _ = register(Rule{Name: "pinned-pressure", Severities: []Severity{SevWarn, SevFail}, Checklist: ChecklistPinnedMem, Where: InHostCheck | InDiagnose,
+	Remediation: "size the host KV pool (e.g. SGLang --hicache-ratio/--hicache-size) to leave headroom; pinned pages cannot be swapped or reclaimed"})
+
 // PinnedPressure fires when pinned memory takes a large share of RAM:
 // pinned pages cannot be reclaimed, so the rest of the host runs short.
 func PinnedPressure(p PinnedFacts) *Finding {
@@ -355,6 +368,11 @@ type IOMMUFacts struct {
 	Type         string // iommu_groups/N/type: DMA, DMA-FQ, identity, …
 	PeerExpected bool   // a GPU with an RDMA NIC (GPUDirect RDMA) or another GPU over PCIe
 }
+
+var _ = register(Rule{Name: "iommu-translated", Severities: []Severity{SevWarn}, Checklist: ChecklistIOMMU, Where: InHostCheck | InDiagnose,
+	Remediation: "translation costs IOTLB misses on every DMA, and with ACS on, switch-local P2P is sent up to the root complex and back. " +
+		"Do not turn the IOMMU off blindly: first confirm the mapping mode your GPU/NIC drivers require and measure a translation bottleneck; " +
+		"then consider passthrough for these devices (iommu=pt) and ACS settings per the platform's GPUDirect guide"})
 
 // IOMMUTranslated fires where DMA translation is on for a device that is
 // expected to do GPUDirect P2P.
@@ -414,6 +432,11 @@ type PageableFacts struct {
 	HostBytes                uint64 // every H2D and D2H copy's bytes
 	APIs                     []string
 }
+
+// pageable-copy: fail/warn by the share of host↔GPU bytes pageable copies
+// carried, info for metadata-sized ones and small shares (rules.go).
+var _ = register(Rule{Name: "pageable-copy", Severities: []Severity{SevFail, SevWarn, SevInfo}, Checklist: ChecklistPinned, Where: InWindow | InDiagnose,
+	Remediation: "register the host buffer (cudaHostRegister, or torch pin_memory()) once at start-up, or allocate it pinned (cudaHostAlloc)"})
 
 // PageableCopies judges a process's pageable copies by bytes: the share of
 // its host↔GPU bytes that larger pageable copies carried, with an absolute
@@ -480,6 +503,9 @@ const (
 // two that cross the GPU's PCIe link. D2D copies stay in GPU memory, H2H
 // and unknown ones are not on the link (or not known to be).
 var FragmentDirections = []string{DirH2D, DirD2H}
+
+var _ = register(Rule{Name: "fragmented-copies", Severities: []Severity{SevWarn}, Checklist: ChecklistFragments, Where: InWindow | InDiagnose,
+	Remediation: "coalesce pages into larger copies (a page-first/layer-first layout), or use a batched copy (cudaMemcpyBatchAsync) or a copy kernel"})
 
 // Fragmentation fires when the copies that carry most of one direction's
 // bytes are small, and there are many: that direction's transfer is
@@ -620,6 +646,9 @@ type LaneFacts struct {
 	PageableCopies   int     // probed copies from pageable memory in the window
 	SmallCopies, All uint64  // copies under 64 KiB, and all copies
 }
+
+var _ = register(Rule{Name: "link-underused", Severities: []Severity{SevWarn}, Checklist: ChecklistUnderused, Where: InWindow,
+	Remediation: "fix the likelier bottleneck the finding names before tuning the link; `agent diagnose --sample` checks pools, NUMA and pinning"})
 
 // LinkUnderused fires when a link carries far less than it can while
 // transfers were queued on it the whole time: the link is not the

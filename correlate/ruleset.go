@@ -31,59 +31,23 @@ type Rule struct {
 	Where       Where
 }
 
-// Rules is every finding rule, once: the exporters, the alerts' test and
-// the generated docs/rules.md read it. Adding a rule: CONTRIBUTING.md,
-// "Adding a window rule" (a window rule's judgement is a judge.Rule).
-var Rules = []Rule{
-	{Name: "remote-numa-pool", Severities: []Severity{SevFail, SevInfo}, Checklist: checkPoolNode, Where: InWindow | InHostCheck | InDiagnose,
-		Remediation: "allocate the pool on its GPU's NUMA node (numactl --cpunodebind=N --membind=N, or the server's own NUMA binding)"},
-	{Name: "numa-bind-skipped", Severities: []Severity{SevWarn}, Checklist: checkPoolNode, Where: InHostCheck | InDiagnose,
-		Remediation: "install numactl and grant CAP_SYS_NICE, or bind explicitly with numactl"},
-	{Name: "far-nic", Severities: []Severity{SevWarn}, Checklist: checkNIC, Where: InDiagnose,
-		Remediation: "map each GPU to its nearest NIC (SGLang --disaggregation-ib-device, NCCL_IB_HCA, Mooncake/NIXL device lists); `agent topo` prints the map"},
-	{Name: "link-degraded", Severities: []Severity{SevFail, SevInfo}, Checklist: checkLink, Where: InHostCheck | InDiagnose,
-		Remediation: "fail: reseat the card or riser, check the slot's bifurcation and the BIOS PCIe speed setting, then retrain (reboot); " +
-			"info (slot-limited): the slot sets the ceiling, move the card to a slot as wide and fast as it is if the bandwidth matters"},
-	{Name: "link-underused", Severities: []Severity{SevWarn}, Checklist: checkUnderused, Where: InWindow,
-		Remediation: "fix the likelier bottleneck the finding names before tuning the link; `agent diagnose --sample` checks pools, NUMA and pinning"},
-	{Name: "pinned-pressure", Severities: []Severity{SevWarn, SevFail}, Checklist: checkPinnedMem, Where: InHostCheck | InDiagnose,
-		Remediation: "size the host KV pool (e.g. SGLang --hicache-ratio/--hicache-size) to leave headroom; pinned pages cannot be swapped or reclaimed"},
-	{Name: "iommu-translated", Severities: []Severity{SevWarn}, Checklist: checkIOMMU, Where: InHostCheck | InDiagnose,
-		Remediation: "translation costs IOTLB misses on every DMA, and with ACS on, switch-local P2P is sent up to the root complex and back. " +
-			"Do not turn the IOMMU off blindly: first confirm the mapping mode your GPU/NIC drivers require and measure a translation bottleneck; " +
-			"then consider passthrough for these devices (iommu=pt) and ACS settings per the platform's GPUDirect guide"},
-	// pageable-copy: fail/warn by the share of host↔GPU bytes pageable copies
-	// carried, info for metadata-sized ones and small shares (rules.go).
-	{Name: "pageable-copy", Severities: []Severity{SevFail, SevWarn, SevInfo}, Checklist: checkPinned, Where: InWindow | InDiagnose,
-		Remediation: "register the host buffer (cudaHostRegister, or torch pin_memory()) once at start-up, or allocate it pinned (cudaHostAlloc)"},
-	{Name: "fragmented-copies", Severities: []Severity{SevWarn}, Checklist: checkFragments, Where: InWindow | InDiagnose,
-		Remediation: "coalesce pages into larger copies (a page-first/layer-first layout), or use a batched copy (cudaMemcpyBatchAsync) or a copy kernel"},
-	{Name: "same-direction-overlap", Severities: []Severity{SevWarn}, Checklist: checkOverlap, Where: InWindow | InDiagnose,
-		Remediation: "stagger the inbound transfers (e.g. HiCache loads vs PD RDMA receives) or move one to another path; opposite directions do not contend"},
-	{Name: "rdma-congestion", Severities: []Severity{SevWarn, SevFail}, Checklist: checkCongestion, Where: InWindow | InDiagnose,
-		Remediation: "check the fabric, not the host: ECN/PFC configuration (the RoCE priority must be lossless and match DCQCN's), " +
-			"switch buffer and egress congestion toward this port, and whether PD traffic and other tenants share the priority"},
-	{Name: "too-little-in-flight", Severities: []Severity{SevWarn}, Checklist: checkInFlight, Where: InWindow | InDiagnose,
-		Remediation: "keep more in flight: queue more copies before synchronising (one sync or event per layer), or more work requests outstanding per queue pair; in flight must cover the path's bandwidth × turnaround"},
-	// compute overlap (computeoverlap.go)
-	{Name: "serialized-load", Severities: []Severity{SevWarn}, Checklist: checkComputeOverlap, Where: InWindow | InDiagnose,
-		Remediation: "wait on the GPU, not the host: record an event on the load stream after each layer and make the compute stream wait for it (cudaStreamWaitEvent); never synchronize the load stream inside the layer loop"},
-	{Name: "host-sync-in-loop", Severities: []Severity{SevWarn}, Checklist: checkComputeOverlap, Where: InWindow | InDiagnose,
-		Remediation: "take the synchronize or the .item() out of the per-layer loop: read scalars once per step, keep them on the GPU, or copy them asynchronously into pinned memory and wait on an event later"},
-	{Name: "cross-qp-notify", Severities: []Severity{SevFail, SevWarn}, Checklist: checkNotifyOrder, Where: InWindow | InDiagnose,
-		Remediation: "announce data on the QP that carried it (RDMA_WRITE_WITH_IMM for the last WRITE, or a SEND after the WRITEs on the same QP), " +
-			"or post the notification only after polling the WRITEs' successful completions"},
-	{Name: "mr-dereg-in-flight", Severities: []Severity{SevFail}, Checklist: checkDeregOrder, Where: InWindow | InDiagnose,
-		Remediation: "deregister (and free or reuse) a region only after every request using it completed: poll their completions " +
-			"(a signaled request covers the unsignaled ones before it on its QP), or reference-count the buffer"},
-	{Name: "storage-far-pool", Severities: []Severity{SevWarn, SevInfo}, Checklist: checkStorageDirect, Where: InWindow | InDiagnose,
-		Remediation: "put the storage device and the pool it fills on one node: read into a pool bound to the device's node, or serve the GPU from storage on its own socket"},
-	{Name: "storage-shared-uplink", Severities: []Severity{SevWarn}, Checklist: checkStorageUplink, Where: InWindow | InDiagnose,
-		Remediation: "stagger storage I/O and the GPU's copies in that direction, or move the NVMe (or the KV cache files) behind another switch"},
+// Rules is every finding rule, once, in the order their files register
+// them: each rule's entry sits beside its function (register). The
+// exporters, the alerts' test and the generated docs/rules.md read it.
+// Adding a rule: CONTRIBUTING.md, "Adding a window rule".
+var Rules []Rule
+
+// register adds a rule's entry to Rules; each rule's file calls it once.
+func register(r Rule) bool {
+	if _, dup := RuleNamed(r.Name); dup {
+		panic(fmt.Sprintf("correlate: rule %q registered twice", r.Name))
+	}
+	Rules = append(Rules, r)
+	return true
 }
 
-// checkComputeOverlap is seed 000's L2→L1 item 3.
-const checkComputeOverlap = "L2→L1: do H2D and compute really overlap on different streams; look for an accidental synchronize or .item()"
+// ChecklistComputeOverlap is seed 000's L2→L1 item 3.
+const ChecklistComputeOverlap = "L2→L1: do H2D and compute really overlap on different streams; look for an accidental synchronize or .item()"
 
 // RuleNamed returns the registry entry of a rule.
 func RuleNamed(name string) (Rule, bool) {

@@ -11,9 +11,9 @@ import (
 // pool (T_read), a staging copy (T_stage), then H2D (T_H2D).
 
 const (
-	checkStorageDirect = "L3→L2→L1: can the storage backend read straight into the registered host pool (saving T_stage), " +
+	ChecklistStorageDirect = "L3→L2→L1: can the storage backend read straight into the registered host pool (saving T_stage), " +
 		"and does its DMA land on the storage device's NUMA node"
-	checkStorageUplink = "L3→L2→L1: do storage I/O and H2D contend for host memory bandwidth, and do the NVMe and the GPU share a switch uplink"
+	ChecklistStorageUplink = "L3→L2→L1: do storage I/O and H2D contend for host memory bandwidth, and do the NVMe and the GPU share a switch uplink"
 )
 
 // StorageLanding is what one process's storage reads put into its memory
@@ -38,6 +38,9 @@ type StorageLanding struct {
 	// Sides: where each node sits from the device's (nil: unknown).
 	Sides NodeSides
 }
+
+var _ = register(Rule{Name: "storage-far-pool", Severities: []Severity{SevWarn, SevInfo}, Checklist: ChecklistStorageDirect, Where: InWindow | InDiagnose,
+	Remediation: "put the storage device and the pool it fills on one node: read into a pool bound to the device's node, or serve the GPU from storage on its own socket"})
 
 // StorageFarPool fires when most bytes a process read straight from a
 // storage device into its memory landed on pages of another socket than
@@ -100,6 +103,9 @@ const (
 	uplinkNearFull  = 0.8
 	uplinkMinShared = 0.05
 )
+
+var _ = register(Rule{Name: "storage-shared-uplink", Severities: []Severity{SevWarn}, Checklist: ChecklistStorageUplink, Where: InWindow | InDiagnose,
+	Remediation: "stagger storage I/O and the GPU's copies in that direction, or move the NVMe (or the KV cache files) behind another switch"})
 
 // StorageSharedUplink fires when storage traffic and GPU traffic in the
 // same direction through one switch uplink together near its capacity in

@@ -19,8 +19,8 @@ func TestChecklist(t *testing.T) {
 	source := checkSources(t)
 	seen := map[string]bool{}
 	for _, it := range Checklist {
-		diagnosed := len(it.Rules) == 0
-		for _, name := range it.Rules {
+		diagnosed := len(it.Rules()) == 0
+		for _, name := range it.Rules() {
 			rule, ok := correlate.RuleNamed(name)
 			if !ok {
 				t.Errorf("checklist item %q names rule %q, which is not registered", it.Item, name)
@@ -32,13 +32,18 @@ func TestChecklist(t *testing.T) {
 			seen[name] = true
 			diagnosed = diagnosed || rule.Where&correlate.InDiagnose != 0
 		}
-		if diagnosed != (len(it.Rows) > 0) {
-			t.Errorf("checklist item %q: rows %q, but agent diagnose judges its rules: %v", it.Item, it.Rows, diagnosed)
+		if diagnosed != (len(it.Rows()) > 0) {
+			t.Errorf("checklist item %q: rows %q, but agent diagnose judges its rules: %v", it.Item, it.Rows(), diagnosed)
 		}
-		for _, row := range it.Rows {
+		for _, row := range it.Rows() {
 			if !strings.Contains(source, `"`+row+`"`) {
 				t.Errorf("checklist item %q names row %q, which no check emits", it.Item, row)
 			}
+		}
+	}
+	for _, it := range Checklist {
+		if len(it.Seeds) > 0 && len(it.Rules()) == 0 {
+			t.Errorf("checklist item %q: no registered rule quotes its seed texts", it.Item)
 		}
 	}
 	for _, rule := range correlate.Rules {
@@ -52,7 +57,7 @@ func TestChecklist(t *testing.T) {
 func checkSources(t *testing.T) string {
 	t.Helper()
 	var b strings.Builder
-	for _, dir := range []string{"../checks", "."} {
+	for _, dir := range []string{"../checks", "../judge", "."} {
 		files, err := filepath.Glob(filepath.Join(dir, "*.go"))
 		if err != nil {
 			t.Fatal(err)

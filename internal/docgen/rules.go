@@ -32,7 +32,7 @@ func Rules(w io.Writer) error {
 	for _, it := range diagnose.Checklist {
 		var rules []string
 		var where correlate.Where
-		for _, name := range it.Rules {
+		for _, name := range it.Rules() {
 			r, ok := correlate.RuleNamed(name)
 			if !ok {
 				return fmt.Errorf("checklist item %q: rule %q is not registered", it.Item, name)
@@ -41,7 +41,7 @@ func Rules(w io.Writer) error {
 			where |= r.Where
 			order = append(order, name)
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", cell(it.Item), orNone(strings.Join(it.Rows, ", ")), orNone(strings.Join(rules, ", ")),
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", cell(it.Item), orNone(strings.Join(it.Rows(), ", ")), orNone(strings.Join(rules, ", ")),
 			orNone(runColumn(where)), cell(it.Note))
 	}
 	for _, r := range correlate.Rules { // a rule in no item (TestChecklist fails on it) is still listed
