@@ -46,7 +46,7 @@ test: build nvidia-libs ## vet, staticcheck, check generated files, promtool on 
 	$(PYTHON) -m unittest discover -s scripts/gpucheck -p 'test_*.py' # the GPU check script's non-GPU parts (and, as root, the script under the agent on the reference data path)
 	$(PYTHON) -m unittest discover -s scripts/image -p 'test_*.py' # the image's seccomp profiles: derived from podman's, resolved for Kubernetes
 	$(SUDO) $(GO) test -count=1 -p 1 ./... # one package at a time: the BPF and e2e tests judge rates, and each package traces every process using the reference libraries
-	$(GO) test -run '^$$' -bench . -benchtime 1x ./checks ./correlate ./event ./exporters ./otlpbridge # every benchmark once (the probe costs one short round), so `make bench` cannot rot
+	$(GO) test -run '^$$' -bench . -benchtime 1x ./correlate ./event ./exporters ./judge ./otlpbridge # every benchmark once (the probe costs one short round), so `make bench` cannot rot
 	$(SUDO) $(GO) test -short -run '^$$' -bench . -benchtime 1x ./probes
 	$(MAKE) deploy-check
 

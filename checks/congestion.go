@@ -123,7 +123,7 @@ func (c *Congestion) counters() (interval, bool) {
 	for i := range c.samplers {
 		rates, resets := collectors.Rates(first[i], second[i])
 		if len(resets) > 0 {
-			c.errs = append(c.errs, "counters went backwards (reset): "+joinLimited(resets, 2))
+			c.errs = append(c.errs, "counters went backwards (reset): "+JoinLimited(resets, 2))
 		}
 		for key, r := range rates {
 			port := c.portOf(key)
@@ -368,10 +368,10 @@ func (c *Congestion) Judge(ts []correlate.Transfer) Check {
 		for _, p := range slices.Sorted(maps.Keys(c.quiet)) {
 			learned = append(learned, fmt.Sprintf("%s %s", p, us(max(c.quiet[p], correlate.BaselineRTTNs))))
 		}
-		ch.Detail += "; baseline round trip " + joinLimited(learned, 4)
+		ch.Detail += "; baseline round trip " + JoinLimited(learned, 4)
 	}
 	if len(c.errs) > 0 {
-		ch.Detail += "; counter read errors: " + joinLimited(c.errs, 2)
+		ch.Detail += "; counter read errors: " + JoinLimited(c.errs, 2)
 		c.errs = nil
 	}
 	return ch
@@ -381,7 +381,7 @@ func orNone(v []string) string {
 	if len(v) == 0 {
 		return "none"
 	}
-	return joinLimited(v, 4)
+	return JoinLimited(v, 4)
 }
 
 func us(ns uint64) string { return fmt.Sprintf("%.0fµs", float64(ns)/1e3) }

@@ -55,7 +55,7 @@ func (h *Host) HostChecks(ibDevices IBDevices) []Check {
 	nics, nvme := t.BDFs(topology.KindNIC), t.BDFs(topology.KindNVMe)
 	detail := fmt.Sprintf("%d PCI functions, %d GPU, %d NIC, %d NVMe, %d NUMA node(s)", len(t.Functions), len(h.GPUs), len(nics), len(nvme), len(t.Nodes))
 	// A listing: no topology is wrong in itself, the checks after it judge it.
-	topo := Check{Scope: HostScope, Name: "PCI topology", Status: Info, Detail: detail + ": GPUs " + joinLimited(h.GPUs, 8)}
+	topo := Check{Scope: HostScope, Name: "PCI topology", Status: Info, Detail: detail + ": GPUs " + JoinLimited(h.GPUs, 8)}
 	if len(h.GPUs) == 0 {
 		topo = Check{Scope: HostScope, Name: "PCI topology", Status: Skip,
 			Detail: detail + ": no GPU on this host (no PCI function of class 0x0300/0x0302); GPU checks are skipped"}
@@ -91,10 +91,10 @@ func (h *Host) pathCheck() Check {
 				i, gpu, up.CapacityGBs, up.Name, own.CapacityGBs))
 		}
 	}
-	c.Detail = joinLimited(lines, 8)
+	c.Detail = JoinLimited(lines, 8)
 	if len(capped) > 0 {
 		c.Status = Warn
-		c.Detail = joinLimited(capped, 4) + "; " + c.Detail
+		c.Detail = JoinLimited(capped, 4) + "; " + c.Detail
 		c.Fix = "a link above the GPU is narrower than the GPU's own: check that switch uplink or root port's width and speed " +
 			"(bifurcation setting, riser, BIOS PCIe speed), or move the GPU to a slot whose path is as wide as its link"
 	}
@@ -208,7 +208,7 @@ func (h *Host) iommuCheck() Check {
 			c.Findings = append(c.Findings, *fd)
 		}
 	}
-	c.Detail = joinLimited(modes, 6)
+	c.Detail = JoinLimited(modes, 6)
 	return c
 }
 

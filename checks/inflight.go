@@ -301,7 +301,7 @@ func (r InFlightReport) Checks() []Check {
 	}
 	for _, pid := range slices.Sorted(maps.Keys(skips)) {
 		for _, why := range slices.Sorted(maps.Keys(skips[pid])) {
-			out = append(out, Skipped(fmt.Sprintf("pid %d", pid), CheckInFlight, "%s: %s", joinLimited(skips[pid][why], 4), why))
+			out = append(out, Skipped(fmt.Sprintf("pid %d", pid), CheckInFlight, "%s: %s", JoinLimited(skips[pid][why], 4), why))
 		}
 	}
 	return out

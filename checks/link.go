@@ -100,7 +100,7 @@ func (h *Host) linkCheck() Check {
 	if len(lines) == 0 {
 		return Skipped(HostScope, name, "no GPU, NIC or NVMe reports a PCIe link state (virtual devices)")
 	}
-	c.Detail = joinLimited(lines, 6)
+	c.Detail = JoinLimited(lines, 6)
 	if unjudged > 0 {
 		c.Detail += fmt.Sprintf("; %d GPU link(s) not judged: a GPU trains down when idle, so its speed and width are judged only as read under load (GPU counters showing traffic around the read: agent run, or diagnose --sample, with DCGM or NVML)", unjudged)
 	}

@@ -157,7 +157,7 @@ func (h *Host) poolCheck(scope string, pid int, gpu string, gpuNode int, why str
 			c.Findings = append(c.Findings, *f)
 		}
 	}
-	c.Detail = joinLimited(lines, 4)
+	c.Detail = JoinLimited(lines, 4)
 	if infoOnly(c.Findings) {
 		c.Status = Info
 	}

@@ -167,8 +167,8 @@ func Skipped(scope, name, format string, args ...any) Check {
 	return Check{Scope: scope, Name: name, Status: Skip, Detail: fmt.Sprintf(format, args...)}
 }
 
-// joinLimited joins at most n items and says how many more there were.
-func joinLimited(items []string, n int) string {
+// JoinLimited joins at most n items and says how many more there were.
+func JoinLimited(items []string, n int) string {
 	if len(items) <= n {
 		return strings.Join(items, ", ")
 	}

@@ -53,11 +53,11 @@ func GDSCheck(procRoot, sysRoot string, mapped MappedFiles) Check {
 	switch {
 	case len(users) > 0 && loaded:
 		c.Status = Pass
-		c.Detail = module + "; libcufile mapped by pid " + joinLimited(users, 8) +
+		c.Detail = module + "; libcufile mapped by pid " + JoinLimited(users, 8) +
 			": the direct storage→GPU path is available (whether a read took it is cuFile's choice per file: gdscheck -p, cufile.log)"
 	case len(users) > 0:
 		c.Status = Warn
-		c.Detail = module + "; libcufile mapped by pid " + joinLimited(users, 8) +
+		c.Detail = module + "; libcufile mapped by pid " + JoinLimited(users, 8) +
 			": cuFile runs in compatibility mode (POSIX reads into host bounce buffers, then a copy to the GPU) unless the platform has P2PDMA mode (CUDA 12.8+)"
 		c.Fix = "load nvidia_fs (or set up GDS P2PDMA mode); gdscheck -p says which modes libcufile supports"
 	}
@@ -115,7 +115,7 @@ func (h *Host) StorageCheck(rates []collectors.DiskRate, reset []string) Check {
 			if p.Switch != "" {
 				where += ", switch " + p.Switch
 				if gpus := h.Topo.SharesSwitch(p); len(gpus) > 0 {
-					where += " shared with GPU " + joinLimited(gpus, 4)
+					where += " shared with GPU " + JoinLimited(gpus, 4)
 				}
 			} else {
 				where += ", no switch"

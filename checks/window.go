@@ -53,10 +53,6 @@ type Window struct {
 	peers map[[2]string]uint64
 	// inflight is every flow's operations, one by one (inflight.go).
 	inflight inflightWindow
-	// compute: copies and activities for the compute-overlap rules
-	// (computeoverlap.go); kernels: launches are probed.
-	compute computeWindow
-	kernels bool
 }
 
 // maxRDMAKept bounds the work requests a window keeps for latency.
@@ -157,7 +153,6 @@ func (w *Window) Transfer(t *correlate.Transfer) {
 		w.rdma(t)
 		return
 	}
-	w.compute.copy(t)
 	p := w.proc(t.PID)
 	p.transfers++
 	p.bytes += t.Bytes
@@ -269,11 +264,9 @@ func (w *Window) RDMAs() []correlate.Transfer {
 func (w *Window) Rotate() *Window {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	old := &Window{procs: w.procs, rdmas: w.rdmas, links: w.links, linkSpans: w.linkSpans, counters: w.counters, sm: w.sm, peers: w.peers,
-		compute: w.compute, kernels: w.kernels}
+	old := &Window{procs: w.procs, rdmas: w.rdmas, links: w.links, linkSpans: w.linkSpans, counters: w.counters, sm: w.sm, peers: w.peers}
 	w.procs, w.rdmas, w.links, w.linkSpans, w.counters, w.sm, w.peers = map[uint32]*procWindow{}, nil, nil, 0, nil, nil, nil
 	old.inflight, w.inflight = w.inflight, inflightWindow{}
-	w.compute = computeWindow{}
 	return old
 }
 

@@ -44,7 +44,7 @@ type Activity struct {
 	// compute).
 	KV bool
 	// Launches > 1: a run of launches of one thread on one stream with no
-	// wait or record of its process between them, merged (checks.Window):
+	// wait or record of its process between them, merged (judge, compute.go):
 	// CallNs the first's entry, ReturnNs the last's return. Its bound is
 	// the last launch's, which is never earlier than the others'.
 	Launches int

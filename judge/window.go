@@ -12,15 +12,15 @@ import (
 // is a correlate.Sink and a correlate.ActivitySink.
 type Window struct {
 	*checks.Window
-	mu    sync.Mutex
-	facts map[string]Facts // each Gatherer's, by its check
+	kernels bool // kernel launches are probed: compute overlap can be known
+	mu      sync.Mutex
+	facts   map[string]Facts // each Gatherer's, by its check
 }
 
 // NewWindow returns an empty window; kernels says whether kernel launches
 // are probed (without them compute overlap is unknown).
 func NewWindow(kernels bool) *Window {
-	w := &Window{Window: checks.NewWindow()}
-	w.SetKernelsProbed(kernels)
+	w := &Window{Window: checks.NewWindow(), kernels: kernels}
 	w.facts = newFacts()
 	return w
 }
@@ -50,7 +50,6 @@ func (w *Window) Transfer(t *correlate.Transfer) {
 
 // Activity implements correlate.ActivitySink.
 func (w *Window) Activity(a *correlate.Activity) {
-	w.Window.Activity(a)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for _, f := range w.facts {
@@ -63,7 +62,7 @@ func (w *Window) Rotate() *Window {
 	shared := w.Window.Rotate()
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	old := &Window{Window: shared, facts: w.facts}
+	old := &Window{Window: shared, kernels: w.kernels, facts: w.facts}
 	w.facts = newFacts()
 	return old
 }

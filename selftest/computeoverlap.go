@@ -6,9 +6,9 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/lanewatch/lanewatch/checks"
 	"github.com/lanewatch/lanewatch/correlate"
 	"github.com/lanewatch/lanewatch/event"
+	"github.com/lanewatch/lanewatch/judge"
 )
 
 // ComputeScenarios are the shapes of compute overlap
@@ -61,15 +61,14 @@ func (c *Collector) TakeActivities(pid uint32) []correlate.Activity {
 // what the truth's engine intervals show ran together (a bound, never
 // below).
 func checkCompute(res *Result, scenario string, pid uint32, truth []TruthCall, got []correlate.Transfer, acts []correlate.Activity) {
-	w := checks.NewWindow()
-	w.SetKernelsProbed(true)
+	w := judge.NewWindow(true)
 	for i := range got {
 		w.Transfer(&got[i])
 	}
 	for i := range acts {
 		w.Activity(&acts[i])
 	}
-	r := w.Compute(pid)
+	r := judge.Compute(w, pid)
 	var fired []string
 	for _, f := range r.Findings {
 		fired = append(fired, f.Rule)

@@ -1,9 +1,12 @@
-package checks
+package judge
 
 import (
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/lanewatch/lanewatch/checks"
 	"github.com/lanewatch/lanewatch/correlate"
 	"github.com/lanewatch/lanewatch/event"
 )
@@ -47,26 +50,25 @@ func TestComputeCheck(t *testing.T) {
 		kernels bool
 		sync    bool
 		done    uint64
-		status  Status
+		status  checks.Status
 		detail  string
 	}{
-		{"serialized", true, true, 100, Warn, "compute could overlap at most 0% of its copy time"},
-		{"overlapped", true, false, 1000, Pass, "compute could overlap at most"},
-		{"not probed", false, false, 1000, Skip, "kernel launches are not probed"},
+		{"serialized", true, true, 100, checks.Warn, "compute could overlap at most 0% of its copy time"},
+		{"overlapped", true, false, 1000, checks.Pass, "compute could overlap at most"},
+		{"not probed", false, false, 1000, checks.Skip, "kernel launches are not probed"},
 		// the per-layer waits still make host-sync-in-loop: it needs no launch
-		{"not probed, synced", false, true, 100, Warn, "kernel launches are not probed"},
+		{"not probed, synced", false, true, 100, checks.Warn, "kernel launches are not probed"},
 	} {
-		w := NewWindow()
-		w.SetKernelsProbed(c.kernels)
+		w := NewWindow(c.kernels)
 		loadWindow(w, c.sync, c.done)
 		old := w.Rotate()
-		if pids := w.ComputePIDs(); len(pids) != 0 {
+		if pids := computePIDs(w); len(pids) != 0 {
 			t.Fatalf("%s: the new window holds %v", c.name, pids)
 		}
-		if pids := old.ComputePIDs(); len(pids) != 1 || pids[0] != 9 {
+		if pids := computePIDs(old); len(pids) != 1 || pids[0] != 9 {
 			t.Fatalf("%s: pids %v", c.name, pids)
 		}
-		chk := ComputeCheck("pid 9", old.Compute(9))
+		chk := computeCheck("pid 9", Compute(old, 9))
 		if chk.Status != c.status || !strings.Contains(chk.Detail, c.detail) {
 			t.Errorf("%s: %s %q", c.name, chk.Status, chk.Detail)
 		}
@@ -74,12 +76,12 @@ func TestComputeCheck(t *testing.T) {
 		if !c.kernels {
 			want = "host-sync-in-loop"
 		}
-		if c.status == Warn && (len(chk.Findings) != 1 || chk.Findings[0].Rule != want) {
+		if c.status == checks.Warn && (len(chk.Findings) != 1 || chk.Findings[0].Rule != want) {
 			t.Errorf("%s: findings %+v", c.name, chk.Findings)
 		}
 		t.Logf("%s: %s %s", c.name, chk.Status, chk.Detail)
 	}
-	if chk := ComputeCheck("pid 1", NewWindow().Compute(1)); chk.Status != Skip || chk.Detail != "no H2D copy in the window" {
+	if chk := computeCheck("pid 1", Compute(NewWindow(false), 1)); chk.Status != checks.Skip || chk.Detail != "no H2D copy in the window" {
 		t.Errorf("empty: %s %q", chk.Status, chk.Detail)
 	}
 }
@@ -89,8 +91,7 @@ func TestComputeCheck(t *testing.T) {
 // synchronisation are two items, counted as 1500, and a KV-transfer
 // kernel's launch is no compute.
 func TestComputeLaunchRuns(t *testing.T) {
-	w := NewWindow()
-	w.SetKernelsProbed(true)
+	w := NewWindow(true)
 	launch := func(at uint64) {
 		w.Activity(&correlate.Activity{PID: 9, TID: 9, Op: event.OpLaunch, Stream: 0x20, CallNs: at, ReturnNs: at + 1})
 	}
@@ -102,22 +103,23 @@ func TestComputeLaunchRuns(t *testing.T) {
 		launch(4000 + 2*i)
 	}
 	w.Activity(&correlate.Activity{PID: 9, TID: 9, Op: event.OpLaunch, KV: true, Stream: 0x10, CallNs: 5000, ReturnNs: 5001})
-	r := w.Compute(9)
-	if r.Launches != 1500 || len(w.compute.procs[9].acts) != 3 || w.compute.kept != 3 {
-		t.Fatalf("launches %d, kept %d items: %+v", r.Launches, w.compute.kept, w.compute.procs[9].acts)
+	r := Compute(w, 9)
+	c := factsOf[*computeFacts](w, computeRule{})
+	if r.Launches != 1500 || len(c.procs[9].acts) != 3 || c.kept != 3 {
+		t.Fatalf("launches %d, kept %d items: %+v", r.Launches, c.kept, c.procs[9].acts)
 	}
-	first := w.compute.procs[9].acts[0]
+	first := c.procs[9].acts[0]
 	if first.CallNs != 10 || first.ReturnNs != 2009 || first.Launches != 1000 {
 		t.Errorf("first run %+v", first)
 	}
-	if r2 := w.Compute(9); r2.Launches != 1500 {
+	if r2 := Compute(w, 9); r2.Launches != 1500 {
 		t.Errorf("judged again: %d launches", r2.Launches)
 	}
 }
 
 // A window's cost per compute launch (a run extended: no allocation).
 func BenchmarkWindowLaunch(b *testing.B) {
-	w := NewWindow()
+	w := NewWindow(true)
 	a := correlate.Activity{PID: 9, TID: 9, Op: event.OpLaunch, Stream: 0x20, GPU: "0000:3b:00.0"}
 	b.ReportAllocs()
 	for i := range b.N {
@@ -131,8 +133,7 @@ func BenchmarkWindowLaunch(b *testing.B) {
 // in the window: with no H2D copy of its own the decode loop under graphs
 // is a SKIP that names them (the copies inside a graph are not seen).
 func TestComputeGraphLaunches(t *testing.T) {
-	w := NewWindow()
-	w.SetKernelsProbed(true)
+	w := NewWindow(true)
 	for i := uint64(0); i < 8; i++ {
 		at := 10 + 20*i
 		w.Activity(&correlate.Activity{PID: 9, TID: 9, Op: event.OpGraphLaunch, API: "cudaGraphLaunch", Stream: 0x20, CallNs: at, ReturnNs: at + 1})
@@ -141,20 +142,24 @@ func TestComputeGraphLaunches(t *testing.T) {
 			Direction: correlate.DirD2H, Bytes: 128, SubmitNs: at + 4, CompleteNs: at + 10})
 		w.Activity(&correlate.Activity{PID: 9, TID: 9, Op: event.OpStreamSync, API: "cudaStreamSynchronize", Stream: 0x20, CallNs: at + 5, ReturnNs: at + 10})
 	}
-	r := w.Compute(9)
+	r := Compute(w, 9)
 	if r.Launches != 16 || r.GraphLaunches != 8 || len(r.Findings) != 0 || r.Unknown != "" {
 		t.Errorf("report %+v", r)
 	}
-	chk := ComputeCheck("pid 9", r)
-	if chk.Status != Skip || !strings.Contains(chk.Detail, "CUDA graphs were launched, the copies inside them are not seen") {
+	chk := computeCheck("pid 9", r)
+	if chk.Status != checks.Skip || !strings.Contains(chk.Detail, "CUDA graphs were launched, the copies inside them are not seen") {
 		t.Errorf("%s %q", chk.Status, chk.Detail)
 	}
-	loaded := NewWindow()
-	loaded.SetKernelsProbed(true)
+	loaded := NewWindow(true)
 	loadWindow(loaded, false, 1000)
 	loaded.Activity(&correlate.Activity{PID: 9, TID: 9, Op: event.OpGraphLaunch, API: "cudaGraphLaunch", Stream: 0x20, CallNs: 60, ReturnNs: 61})
-	chk = ComputeCheck("pid 9", loaded.Compute(9))
-	if chk.Status != Pass || !strings.Contains(chk.Detail, "CUDA graph launches: 1, each counted as compute on its stream") {
+	chk = computeCheck("pid 9", Compute(loaded, 9))
+	if chk.Status != checks.Pass || !strings.Contains(chk.Detail, "CUDA graph launches: 1, each counted as compute on its stream") {
 		t.Errorf("with loads: %s %q", chk.Status, chk.Detail)
 	}
+}
+
+// computePIDs are the processes the compute-overlap rule gathered facts of.
+func computePIDs(w *Window) []uint32 {
+	return slices.Sorted(maps.Keys(factsOf[*computeFacts](w, computeRule{}).procs))
 }
