@@ -18,7 +18,6 @@ import (
 	"github.com/lanewatch/lanewatch/agent"
 	"github.com/lanewatch/lanewatch/checks"
 	"github.com/lanewatch/lanewatch/collectors"
-	"github.com/lanewatch/lanewatch/correlate"
 	"github.com/lanewatch/lanewatch/event"
 	"github.com/lanewatch/lanewatch/judge"
 	"github.com/lanewatch/lanewatch/probes"
@@ -146,10 +145,11 @@ func Run(ctx context.Context, cfg Config) (*checks.Report, error) {
 // them.
 func (w *window) judge(cfg Config, host *checks.Host, targets []int) []checks.Check {
 	env := &judge.Env{Span: w.length, Place: checks.PlaceOnce(host.Place), NUMA: host,
-		Capacity:   func(gpu string) float64 { gbs, _ := host.LaneCapacity(gpu); return gbs },
-		Scope:      func(pid uint32) string { s, _ := host.Scope(int(pid), true); return s },
-		Congestion: func(rdmas []correlate.Transfer) checks.Check { return w.congestionCheck(cfg, rdmas) },
-		Storage:    host.StorageHost(),
+		Capacity: func(gpu string) float64 { gbs, _ := host.LaneCapacity(gpu); return gbs },
+		Scope:    func(pid uint32) string { s, _ := host.Scope(int(pid), true); return s },
+		// counters sampled at the window's start, middle and end: two halves
+		Congestion: w.congestion, CongestionSplits: []uint64{w.start + uint64(w.length/2)},
+		Storage: host.StorageHost(),
 		DiskRates: func() ([]collectors.DiskRate, error) {
 			if w.disksErr != nil {
 				return nil, w.disksErr
@@ -159,6 +159,9 @@ func (w *window) judge(cfg Config, host *checks.Host, targets []int) []checks.Ch
 		}}
 	for _, pid := range targets {
 		env.Targets = append(env.Targets, uint32(pid))
+	}
+	if w.congestion == nil {
+		env.CongestionUnjudged = "no RDMA port in " + cfg.SysRoot + "/class/infiniband"
 	}
 	env.StorageReads, env.StorageUnjudged = w.storage, w.storageUnjudged(cfg)
 	env.Lanes, _ = judge.LaneRates(w.transfers, env, nil, nil)
@@ -213,34 +216,6 @@ func (w *window) pinnedBytes() map[uint32]uint64 {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return maps.Clone(w.pinned)
-}
-
-// congestionCheck judges the window's two halves in turn (counters sampled
-// at its start, middle and end): the second against the first, which is
-// also the quiet baseline its ports learn when their counters were still.
-// A finding of either half is the window's; the second half's wins.
-func (w *window) congestionCheck(cfg Config, rdmas []correlate.Transfer) checks.Check {
-	if w.congestion == nil {
-		return checks.Skipped(checks.HostScope, checks.CheckCongestion, "no RDMA port in %s/class/infiniband", cfg.SysRoot)
-	}
-	mid := w.start + uint64(w.length/2)
-	var halves [2][]correlate.Transfer
-	for _, t := range rdmas {
-		h := 0
-		if t.CompleteNs >= mid {
-			h = 1
-		}
-		halves[h] = append(halves[h], t)
-	}
-	first := w.congestion.Judge(halves[0])
-	c := w.congestion.Judge(halves[1])
-	for _, f := range first.Findings {
-		if !slices.ContainsFunc(c.Findings, func(g correlate.Finding) bool { return g.Subject == f.Subject }) {
-			f.Evidence = append(f.Evidence, "in the first half of the window")
-			c.Findings = append(c.Findings, f)
-		}
-	}
-	return c
 }
 
 // storageCheck lists block device throughput over the window.

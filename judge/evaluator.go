@@ -251,12 +251,7 @@ func (e *Evaluator) Evaluate(now time.Time) Verdict {
 	}}
 	v.Lanes, v.Peers = LaneRates(win, env, e.cfg.GPUPath, e.measure(snap, read))
 	env.Lanes = v.Lanes
-	if c := e.cfg.Congestion; c != nil { // rdma-congestion: the window's counters against its completions
-		env.Congestion = func(rdmas []correlate.Transfer) checks.Check {
-			c.Sample()
-			return c.Judge(rdmas)
-		}
-	}
+	env.Congestion = e.cfg.Congestion // rdma-congestion: sampled as the window is judged
 	if e.cfg.Storage != nil {
 		env.StorageReads = e.cfg.Storage.Flows()
 	}

@@ -66,9 +66,15 @@ type Env struct {
 	NUMA checks.NUMAPlace
 	// Lanes are the window's lane rates (LaneRates).
 	Lanes []LaneRate
-	// Congestion judges the window's completed RDMA requests against the
-	// port counters; nil: no check.
-	Congestion func(rdmas []correlate.Transfer) checks.Check
+	// Congestion is the RDMA port counters (nil: no check, or a SKIP
+	// saying CongestionUnjudged). Without CongestionSplits they are
+	// sampled when the window is judged, one interval since the last
+	// sample; with them, they were sampled already at the window's start,
+	// end and each split (CLOCK_MONOTONIC ns, ascending), and each interval
+	// is judged on the requests completed in it.
+	Congestion         *checks.Congestion
+	CongestionSplits   []uint64
+	CongestionUnjudged string
 	// StorageReads are the traced processes' storage reads over the
 	// window; StorageUnjudged, when set, says why they are not judged.
 	StorageReads    []checks.StorageFlow
