@@ -283,19 +283,14 @@ func sample(ctx context.Context, cfg Config, env *collectors.EnvCache) (*window,
 			defer func() { w.storage = storage.Flows(); storage.Close() }()
 		}
 	}
-	ready := make(chan struct{})
-	ag, err := agent.New(agent.Config{ProcRoot: cfg.ProcRoot, PIDs: cfg.PIDs, Libs: cfg.Libs, Sink: w.transfers, Logger: cfg.Logger,
-		Activity: w.transfers, Kernels: cfg.Kernels, Storage: storage,
-		OnCall: onCall, OnReady: func() { close(ready) }, OnProvider: cfg.OnProvider,
+	ag, err := agent.Start(ctx, agent.Config{ProcRoot: cfg.ProcRoot, PIDs: cfg.PIDs, Libs: cfg.Libs, Sink: w.transfers, Logger: cfg.Logger,
+		Activity: w.transfers, Kernels: cfg.Kernels, Storage: storage, OnCall: onCall, OnProvider: cfg.OnProvider,
 		// each copy's GPU (docs/design.md, "Which GPU"), from sysfs
-		Devices: agent.HostDeviceMap(env, cfg.SysRoot, nil, cfg.Logger)})
+		Devices: agent.HostDeviceMap(env, cfg.SysRoot, nil, cfg.Logger)}, 0)
 	if err != nil {
 		close(queue)
 		return nil, fmt.Errorf("start probes: %w", err)
 	}
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- ag.Run(runCtx) }()
 	cong, err := checks.NewCongestion(checks.CongestionConfig{ProcRoot: cfg.ProcRoot, SysRoot: cfg.SysRoot})
 	if err != nil {
 		cfg.Logger.Warn("RDMA counters unreadable", "err", err)
@@ -305,35 +300,27 @@ func sample(ctx context.Context, cfg Config, env *collectors.EnvCache) (*window,
 	// judges a GPU's link as read under load.
 	stopLinks := watchLinks(cfg.GPU)
 	defer func() { w.links = stopLinks() }()
-	select {
-	case <-ready:
-		w.start = event.Now()
+	w.start = event.Now()
+	if cong != nil {
+		cong.Sample()
+	}
+	w.disks[0], w.disksErr = collectors.ReadDiskstats(cfg.ProcRoot)
+	if cfg.OnSampleStart != nil {
+		cfg.OnSampleStart()
+	}
+	for half := 1; half <= 2; half++ {
+		select {
+		case <-time.After(cfg.Sample / 2):
+		case <-ctx.Done():
+		}
 		if cong != nil {
 			cong.Sample()
 		}
-		w.disks[0], w.disksErr = collectors.ReadDiskstats(cfg.ProcRoot)
-		if cfg.OnSampleStart != nil {
-			cfg.OnSampleStart()
-		}
-		for half := 1; half <= 2; half++ {
-			select {
-			case <-time.After(cfg.Sample / 2):
-			case <-ctx.Done():
-			}
-			if cong != nil {
-				cong.Sample()
-			}
-		}
-		if w.disksErr == nil {
-			w.disks[1], w.disksErr = collectors.ReadDiskstats(cfg.ProcRoot)
-		}
-	case err := <-done:
-		stop()
-		close(queue)
-		return nil, fmt.Errorf("probes: %w", err)
 	}
-	stop()
-	runErr := <-done
+	if w.disksErr == nil {
+		w.disks[1], w.disksErr = collectors.ReadDiskstats(cfg.ProcRoot)
+	}
+	runErr := ag.Stop()
 	close(queue)
 	workers.Wait()
 	if dropped > 0 {

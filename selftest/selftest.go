@@ -451,9 +451,8 @@ func Run(ctx context.Context, cfg Config) (results []Result, stats agent.Stats, 
 
 // startAgent runs the agent on the reference libraries, every transfer and
 // activity to col, and waits until it attached; stop stops it.
-func startAgent(ctx context.Context, cfg Config, col *Collector, storage *agent.StorageReads) (ag *agent.Agent, stop func(), err error) {
-	ready := make(chan struct{})
-	ag, err = agent.New(agent.Config{
+func startAgent(ctx context.Context, cfg Config, col *Collector, storage *agent.StorageReads) (ag agent.Tracing, stop func(), err error) {
+	ag, err = agent.Start(ctx, agent.Config{
 		Storage: storage,
 		Libs: []string{
 			filepath.Join(cfg.RefDir, "lib", "libcuda.so.1"),
@@ -470,25 +469,11 @@ func startAgent(ctx context.Context, cfg Config, col *Collector, storage *agent.
 		OnCall:         col.OnCall,
 		OnProvider:     col.OnProvider,
 		OnRuntimeLayer: col.OnRuntimeLayer,
-		OnReady:        func() { close(ready) },
-	})
+	}, cfg.Timeout)
 	if err != nil {
-		return nil, nil, err
-	}
-	runCtx, cancel := context.WithCancel(ctx)
-	runErr := make(chan error, 1)
-	go func() { runErr <- ag.Run(runCtx) }()
-	select {
-	case <-ready:
-	case err := <-runErr:
-		cancel()
 		return nil, nil, fmt.Errorf("agent: %w", err)
-	case <-time.After(cfg.Timeout):
-		cancel()
-		<-runErr
-		return nil, nil, fmt.Errorf("agent did not attach within %s", cfg.Timeout)
 	}
-	return ag, func() { cancel(); <-runErr }, nil
+	return ag, func() { ag.Stop() }, nil
 }
 
 // proc is a running scenario.
