@@ -46,7 +46,6 @@ func (a *Agent) HostJudge(procRoot, sysRoot string, env *collectors.EnvCache, ev
 		if env != nil {
 			host.Env = env
 		}
-		all := host.HostChecks(checks.IBDevices{})
 		a.engineMu.Lock()
 		pids := a.engine.PinnedPIDs()
 		ranges := map[uint32][]correlate.Range{}
@@ -56,6 +55,7 @@ func (a *Agent) HostJudge(procRoot, sysRoot string, env *collectors.EnvCache, ev
 		a.engineMu.Unlock()
 		slices.Sort(pids)
 		pinned := map[uint32]uint64{}
+		var all []checks.Check
 		for _, pid := range pids {
 			var pools []checks.Pool
 			for i, rg := range ranges[pid] {
@@ -68,7 +68,8 @@ func (a *Agent) HostJudge(procRoot, sysRoot string, env *collectors.EnvCache, ev
 			}
 			all = append(all, host.ProcessChecks(int(pid), pools, false)...)
 		}
-		all = append(all, host.PinnedPressure(pinned, "the processes the agent watches"))
+		host.Pinned = &checks.PinnedPools{ByProcess: pinned, Seen: "the processes the agent watches"}
+		all = append(all, host.HostChecks(checks.IBDevices{})...)
 		cached = cached[:0]
 		for _, c := range all {
 			cached = append(cached, c.Findings...)

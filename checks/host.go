@@ -26,6 +26,9 @@ type Host struct {
 	// Loads are link states read under load, by device (PCI address, sysfs
 	// form), for the link check; nil: none (GPU links are then not judged).
 	Loads map[string]LinkLoad
+	// Pinned is the pinned memory the caller saw registered, for
+	// pinned-pressure; nil: not seen (no live window), a SKIP.
+	Pinned *PinnedPools
 	// Env reads the variables of processes' environments that decide
 	// their GPU, once per process image (ReadHost makes one; a caller that
 	// reads hosts repeatedly shares one). nil: read at each question.
@@ -60,7 +63,18 @@ func (h *Host) HostChecks(ibDevices IBDevices) []Check {
 		topo = Check{Scope: HostScope, Name: "PCI topology", Status: Skip,
 			Detail: detail + ": no GPU on this host (no PCI function of class 0x0300/0x0302); GPU checks are skipped"}
 	}
-	return []Check{topo, h.pathCheck(), h.nicCheck(ibDevices), h.linkCheck(), h.iommuCheck(), h.numactlCheck(), h.hugepagesCheck()}
+	pinned := Skipped(HostScope, "pinned memory", "pinned pools are seen as they are registered: needs a live window (agent run, or diagnose --sample)")
+	if h.Pinned != nil {
+		pinned = h.PinnedPressure(h.Pinned.ByProcess, h.Pinned.Seen)
+	}
+	return []Check{topo, h.pathCheck(), h.nicCheck(ibDevices), h.linkCheck(), h.iommuCheck(), h.numactlCheck(), h.hugepagesCheck(), pinned}
+}
+
+// PinnedPools is the pinned memory of the processes the caller watched,
+// bytes by process, and which processes those are, for pinned-pressure.
+type PinnedPools struct {
+	ByProcess map[uint32]uint64
+	Seen      string
 }
 
 // pathCheck lists, per GPU, the H2D path from its own node's memory and the
@@ -244,6 +258,7 @@ func (h *Host) hugepagesCheck() Check {
 
 // PinnedPressure judges the pinned memory of the processes in byProcess
 // (bytes) against what the host has left; what says where they were seen.
+// HostChecks runs it over h.Pinned.
 func (h *Host) PinnedPressure(byProcess map[uint32]uint64, what string) Check {
 	m, err := collectors.ReadMeminfo(h.ProcRoot)
 	if err != nil {

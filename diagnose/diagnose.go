@@ -82,6 +82,9 @@ func Run(ctx context.Context, cfg Config) (*checks.Report, error) {
 	if win != nil {
 		host.Loads = win.links // GPU links are judged as read under load
 	}
+	if win != nil {
+		host.Pinned = &checks.PinnedPools{ByProcess: win.pinnedBytes(), Seen: "the processes seen in the window"}
+	}
 	r := &checks.Report{}
 	for _, c := range host.HostChecks(cfg.IBDevices) {
 		r.Add(c)
@@ -91,7 +94,6 @@ func Run(ctx context.Context, cfg Config) (*checks.Report, error) {
 	// here, each process's under it below.
 	var judged map[string][]checks.Check
 	if win != nil {
-		r.Add(host.PinnedPressure(win.pinnedBytes(), "the processes seen in the window"))
 		judged = map[string][]checks.Check{}
 		for _, c := range win.judge(cfg, host, targets(cfg, win)) {
 			if c.Scope == checks.HostScope || strings.HasPrefix(c.Scope, "GPU ") {
@@ -102,7 +104,6 @@ func Run(ctx context.Context, cfg Config) (*checks.Report, error) {
 		}
 		r.Add(win.storageCheck(host))
 	} else {
-		r.Add(checks.Skipped(checks.HostScope, "pinned memory", "pinned pools are seen as they are registered: rerun with --sample"))
 		for _, c := range judge.Unsampled() {
 			r.Add(c)
 		}
