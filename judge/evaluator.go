@@ -117,11 +117,11 @@ type EvaluatorConfig struct {
 	Kernels bool
 }
 
-// Evaluator judges the transfers of each interval with the checks diagnose
-// applies to its sample window (pageable copies, fragmentation,
-// same-direction overlap; checks.Window) and publishes the findings that
-// are active: a rule stops being active after a window in which it did not
-// fire. It is a correlate.Sink; tee it with the other exporters.
+// Evaluator judges the transfers of each interval with every registered
+// window rule (Judge, as diagnose judges its sample window) and publishes
+// the findings that are active: a rule stops being active after a window
+// in which it did not fire. It is a correlate.Sink and a
+// correlate.ActivitySink; tee it with the other exporters.
 type Evaluator struct {
 	cfg     EvaluatorConfig
 	cur     *Window
