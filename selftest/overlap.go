@@ -106,14 +106,6 @@ func checkOverlap(res *Result, scenario string, procs []scenarioProc, transfers 
 	}
 }
 
-// designedText says what a scenario is designed to do about one rule.
-func designedText(fire bool) string {
-	if fire {
-		return "to raise it"
-	}
-	return "to stay silent"
-}
-
 // firedLinks names the links whose overlap fired, "gpu direction", sorted
 // and joined.
 func firedLinks(links []checks.LinkOverlap) string {
@@ -467,7 +459,7 @@ func pairRun(ctx context.Context, kvpath, scenario, tmp string, col *Collector, 
 		out[i].Drops = dropped
 	}
 	checkOverlap(&out[len(out)-1], scenario, sp, all)
-	checkInflight(&out[len(out)-1], scenario, sp, all)
+	noteInflight(&out[len(out)-1], scenario, sp, all)
 	var acts []correlate.Activity
 	for _, p := range procs {
 		acts = append(acts, col.TakeActivities(p.pid)...)
