@@ -36,6 +36,10 @@ func twoStreams(syncNs uint64) ([]TruthCall, []correlate.Transfer) {
 	return truth, got
 }
 
+// checkOverlap fails a row on the agent's facts (a stamp outside the
+// truth's brackets) and marks its OVERLAP "~" where the truth's views
+// differ; the verdict fails the row in checkDesigned, once, whatever the
+// truth measured on this run.
 func TestCheckOverlap(t *testing.T) {
 	const ms = uint64(1e6)
 	cases := []struct {
@@ -43,31 +47,31 @@ func TestCheckOverlap(t *testing.T) {
 		scenario string
 		syncNs   uint64
 		edit     func(got []correlate.Transfer)
-		overlap  string // the row's verdict
-		err      bool   // OverlapErr
-		other    int    // OtherErrs
+		overlap  string // the row's OVERLAP
+		facts    int    // OtherErrs of checkOverlap
+		ok       bool   // the row's result, its verdict judged
 		text     string // in the problems
 	}{
-		{"agent and truth agree", "h2d-overlap", 33 * ms, nil, "flagged", false, 0, "overlap as the truth measured it"},
+		{"agent and truth agree", "h2d-overlap", 33 * ms, nil, "flagged", 0, true, "overlap as the truth measured it"},
 		// The agent's window must group the transfers into the truth's
 		// flows: one stream reported for both makes one flow, no overlap.
 		{"agent merges two streams", "h2d-overlap", 33 * ms, func(got []correlate.Transfer) {
 			for i := range got {
 				got[i].Stream = 0xa
 			}
-		}, "none", true, 0, "the agent flagged [], the scenario is designed to raise it: agent no link with two flows; the truth's flows at the agent's stamps [private GPU of pid 7 inbound]"},
+		}, "none~", 0, false, "h2d-overlap is designed to raise [same-direction-overlap/warn], the agent's window raised []"},
 		// the verdict is the design's: an overlap in a scenario designed
 		// without one fails the row whatever the truth shows
-		{"a shape the scenario was not designed to make", "no-overlap", 33 * ms, nil, "flagged", true, 0,
-			"the scenario is designed to stay silent"},
+		{"a shape the scenario was not designed to make", "no-overlap", 33 * ms, nil, "flagged", 0, false,
+			"no-overlap is designed to raise [], the agent's window raised [same-direction-overlap/warn]"},
 		{"a stamp outside the truth's brackets", "h2d-overlap", 33 * ms, func(got []correlate.Transfer) {
 			got[3].CompleteNs = 40 * ms // after the synchronisation that proved it done returned
-		}, "flagged", false, 1, "stamped"},
+		}, "flagged", 1, false, "stamped"},
 		// Completions proven 170 ms after the lanes finished: the agent's
 		// evidence shows no saturated lane, the lanes do. The agent is
 		// right by its evidence, but the row is not the design: it fails
 		// (a shape that needs timely completions is no shape to test with).
-		{"completions proven late", "h2d-overlap", 200 * ms, nil, "none", true, 0, "its lanes [private GPU of pid 7 inbound]"},
+		{"completions proven late", "h2d-overlap", 200 * ms, nil, "none~", 0, false, "the lanes [private GPU of pid 7 inbound]"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -76,12 +80,14 @@ func TestCheckOverlap(t *testing.T) {
 				c.edit(got)
 			}
 			res := Result{Scenario: c.scenario}
-			checkOverlap(&res, c.scenario, []scenarioProc{{pid: 7, gpu: privateGPU(7), truth: truth}}, got)
+			procs := []scenarioProc{{pid: 7, gpu: privateGPU(7), truth: truth}}
+			checkOverlap(&res, c.scenario, procs, got)
+			facts := res.OtherErrs
+			checkDesigned(&res, c.scenario, procs, got, nil)
 			text := strings.Join(res.Problems, " | ")
-			wrong := res.OverlapErr
-			if res.Overlap != c.overlap || wrong != c.err || res.OtherErrs != c.other || !strings.Contains(text, c.text) || (c.err && res.OK()) {
-				t.Errorf("overlap %q err %v other %d, want %q %v %d with %q: %s", res.Overlap, wrong, res.OtherErrs,
-					c.overlap, c.err, c.other, c.text, text)
+			if res.Overlap != c.overlap || facts != c.facts || res.OK() != c.ok || !strings.Contains(text, c.text) {
+				t.Errorf("overlap %q facts %d ok %v, want %q %d %v with %q: %s", res.Overlap, facts, res.OK(),
+					c.overlap, c.facts, c.ok, c.text, text)
 			}
 		})
 	}

@@ -383,7 +383,7 @@ func Run(ctx context.Context, cfg Config) (results []Result, stats agent.Stats, 
 		res := Result{Scenario: name, Runtime: runtime, PID: p.pid}
 		truth, got := p.finish(&res, col, cfg.Timeout, drops, before)
 		checkOverlap(&res, name, []scenarioProc{{pid: p.pid, gpu: privateGPU(p.pid), truth: truth}}, got)
-		checkInflight(&res, name, []scenarioProc{{pid: p.pid, gpu: privateGPU(p.pid), truth: truth}}, got)
+		noteInflight(&res, name, []scenarioProc{{pid: p.pid, gpu: privateGPU(p.pid), truth: truth}}, got)
 		checkPages(&res, name, p.pid, p.truth, got)
 		acts := col.TakeActivities(p.pid)
 		checkCompute(&res, name, p.pid, truth, got, acts)

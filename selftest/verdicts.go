@@ -82,8 +82,18 @@ func designedAmong(scenario string, rules ...string) []string {
 // place each process on its reference GPU (the lane rate as capacity). The
 // storage rules need the storage tracer and the disks' placement, which
 // this window has not: their rows judge them apart (storage.go, uplink.go).
+//
+// It is the one place a row's window verdict is judged: the per-rule
+// checks (overlap.go, inflight.go, ordering.go, computeoverlap.go) compare
+// only the agent's facts with the truth's.
 func checkDesigned(res *Result, scenario string, procs []scenarioProc, transfers []correlate.Transfer, acts []correlate.Activity) {
-	judgeDesigned(res, scenario, windowFindings(procs, transfers, acts), "storage-far-pool", "storage-shared-uplink")
+	fs := windowFindings(procs, transfers, acts)
+	for _, f := range fs {
+		if f.Severity == correlate.SevWarn || f.Severity == correlate.SevFail {
+			res.Problems = append(res.Problems, fmt.Sprintf("finding: %s; %s", f.Summary, strings.Join(f.Evidence, "; ")))
+		}
+	}
+	judgeDesigned(res, scenario, fs, "storage-far-pool", "storage-shared-uplink")
 }
 
 // judgeDesigned compares the rules findings raised at WARN or FAIL with
