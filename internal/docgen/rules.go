@@ -76,30 +76,36 @@ func severities(r correlate.Rule) string {
 	return strings.Join(s, ", ")
 }
 
+// wheres says, for each place a rule is judged, its word in the checklist
+// table's `agent run` column ("" for none) and its words in a rule's
+// section.
+var wheres = []struct {
+	bit            correlate.Where
+	column, judged string
+}{
+	{correlate.InWindow, "window", "every window of `agent run` (`--evaluate-interval`) and `agent diagnose --sample`"},
+	{correlate.InHostCheck, "host", "`agent run`'s host checks (`--host-check-interval`)"},
+	{correlate.InDiagnose, "", "`agent diagnose`"},
+}
+
 // runColumn is where `agent run` judges a checklist item's rules.
 func runColumn(w correlate.Where) string {
-	var s []string
-	if w&correlate.InWindow != 0 {
-		s = append(s, "window")
-	}
-	if w&correlate.InHostCheck != 0 {
-		s = append(s, "host")
-	}
-	return strings.Join(s, ", ")
+	return whereWords(w, func(x string, _ string) string { return x }, ", ")
 }
 
 func judged(w correlate.Where) string {
+	return whereWords(w, func(_ string, x string) string { return x }, "; ")
+}
+
+// whereWords joins pick's word for each place in w.
+func whereWords(w correlate.Where, pick func(column, judged string) string, sep string) string {
 	var s []string
-	if w&correlate.InWindow != 0 {
-		s = append(s, "every window of `agent run` (`--evaluate-interval`) and `agent diagnose --sample`")
+	for _, p := range wheres {
+		if word := pick(p.column, p.judged); w&p.bit != 0 && word != "" {
+			s = append(s, word)
+		}
 	}
-	if w&correlate.InHostCheck != 0 {
-		s = append(s, "`agent run`'s host checks (`--host-check-interval`)")
-	}
-	if w&correlate.InDiagnose != 0 {
-		s = append(s, "`agent diagnose`")
-	}
-	return strings.Join(s, "; ")
+	return strings.Join(s, sep)
 }
 
 func mark(w correlate.Where) string {
