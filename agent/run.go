@@ -302,7 +302,7 @@ func listenMetrics(cfg RunConfig, place func(uint32) checks.Placement, extra map
 	if sh, err := HostStorage(cfg.SysRoot); err != nil {
 		log.Warn("block devices unplaced: storage-shared-uplink is not judged, disk metrics are labelled unknown", "err", err)
 	} else {
-		disks, diskPlace = judge.NewDiskWindow(procRoot, sh, log), DiskPlacer(sh)
+		disks, diskPlace = judge.NewDiskWindow(procRoot, sh), DiskPlacer(sh)
 	}
 	m.eval = judge.NewEvaluator(judge.EvaluatorConfig{Interval: mc.EvaluateInterval, Place: place, Publish: m.publish, GPU: gpu, Congestion: cong,
 		NUMA: numa, LinkCapacity: LaneCapacity(capacityHost(procRoot, cfg.SysRoot, log), m.links), GPUPath: peerPath,

@@ -141,13 +141,27 @@ func Run(ctx context.Context, cfg Config) (*checks.Report, error) {
 	return r, nil
 }
 
+// scopeOnce names each process once (its status read from procfs), for
+// every rule that reports on it.
+func scopeOnce(host *checks.Host) func(pid uint32) string {
+	named := map[uint32]string{}
+	return func(pid uint32) string {
+		s, ok := named[pid]
+		if !ok {
+			s, _ = host.Scope(int(pid), true)
+			named[pid] = s
+		}
+		return s
+	}
+}
+
 // judge runs the window rules over the window, each process named as the
 // report names it; targets are judged even when the window saw nothing of
 // them.
 func (w *window) judge(cfg Config, host *checks.Host, targets []int) []checks.Check {
 	env := &judge.Env{Span: w.length, Place: checks.PlaceOnce(host.Place), NUMA: host,
 		Capacity: func(gpu string) float64 { gbs, _ := host.LaneCapacity(gpu); return gbs },
-		Scope:    func(pid uint32) string { s, _ := host.Scope(int(pid), true); return s },
+		Scope:    scopeOnce(host),
 		// counters sampled at the window's start, middle and end: two halves
 		Congestion: w.congestion, CongestionSplits: []uint64{w.start + uint64(w.length/2)},
 		Storage: host.StorageHost(),

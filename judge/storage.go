@@ -2,7 +2,6 @@ package judge
 
 import (
 	"fmt"
-	"log/slog"
 	"sync"
 
 	"github.com/lanewatch/lanewatch/checks"
@@ -98,15 +97,14 @@ type StorageFlows interface {
 type DiskWindow struct {
 	procRoot string
 	host     checks.StorageHost
-	log      *slog.Logger
 	mu       sync.Mutex
 	prev     collectors.DiskSample
 	have     bool
 }
 
 // NewDiskWindow takes the first reading now.
-func NewDiskWindow(procRoot string, host checks.StorageHost, log *slog.Logger) *DiskWindow {
-	d := &DiskWindow{procRoot: procRoot, host: host, log: log}
+func NewDiskWindow(procRoot string, host checks.StorageHost) *DiskWindow {
+	d := &DiskWindow{procRoot: procRoot, host: host}
 	d.Rates()
 	return d
 }

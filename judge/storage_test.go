@@ -52,7 +52,7 @@ func writeDiskstats(t *testing.T, proc string, sectorsRead uint64) {
 func TestDiskWindowUplink(t *testing.T) {
 	proc := t.TempDir()
 	writeDiskstats(t, proc, 0)
-	d := judge.NewDiskWindow(proc, uplinkHost(), nil)
+	d := judge.NewDiskWindow(proc, uplinkHost())
 	writeDiskstats(t, proc, 2e9) // 1 TB of 512-byte sectors
 	uplink := func(lanes []judge.LaneRate) checks.Check {
 		t.Helper()

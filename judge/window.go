@@ -13,8 +13,22 @@ import (
 type Window struct {
 	*checks.Window
 	kernels bool // kernel launches are probed: compute overlap can be known
-	mu      sync.Mutex
-	facts   map[string]Facts // each Gatherer's, by its check
+	// mu orders the shared facts and the gatherers' as one: a transfer is
+	// in both of a window or in neither.
+	mu    sync.Mutex
+	facts []Facts // each Gatherer's, in gatherers' order
+}
+
+// gatherers are the registered rules with facts of their own, in the
+// order of Window.facts.
+func gatherers() []Gatherer {
+	var out []Gatherer
+	for _, r := range rules {
+		if g, ok := r.(Gatherer); ok {
+			out = append(out, g)
+		}
+	}
+	return out
 }
 
 // NewWindow returns an empty window; kernels says whether kernel launches
@@ -25,24 +39,22 @@ func NewWindow(kernels bool) *Window {
 	return w
 }
 
-func newFacts() map[string]Facts {
-	out := map[string]Facts{}
-	for _, r := range rules {
-		if g, ok := r.(Gatherer); ok {
-			out[r.Check()] = g.NewFacts()
-		}
+func newFacts() []Facts {
+	var out []Facts
+	for _, g := range gatherers() {
+		out = append(out, g.NewFacts())
 	}
 	return out
 }
 
 // Transfer implements correlate.Sink.
 func (w *Window) Transfer(t *correlate.Transfer) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
 	w.Window.Transfer(t)
 	if t.Failed() {
 		return // a failed call moved nothing: no rule judges it
 	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
 	for _, f := range w.facts {
 		f.Transfer(t)
 	}
@@ -59,10 +71,9 @@ func (w *Window) Activity(a *correlate.Activity) {
 
 // Rotate hands back the window collected so far and starts a new one in w.
 func (w *Window) Rotate() *Window {
-	shared := w.Window.Rotate()
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	old := &Window{Window: shared, kernels: w.kernels, facts: w.facts}
+	old := &Window{Window: w.Window.Rotate(), kernels: w.kernels, facts: w.facts}
 	w.facts = newFacts()
 	return old
 }
@@ -71,5 +82,10 @@ func (w *Window) Rotate() *Window {
 func factsOf[F Facts](w *Window, r Rule) F {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.facts[r.Check()].(F)
+	for i, g := range gatherers() {
+		if g.Check() == r.Check() {
+			return w.facts[i].(F)
+		}
+	}
+	panic("judge: facts of a rule that gathers none: " + r.Check())
 }
