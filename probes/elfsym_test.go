@@ -334,8 +334,20 @@ func Target(a int) int { return a*7 + 1 }
 func main() {
 	pc := reflect.ValueOf(Target).Pointer()
 	fmt.Printf("%x %x\n", pc, unsafe.Slice((*byte)(unsafe.Pointer(pc)), 32))
-	maps, _ := os.ReadFile("/proc/self/maps")
-	os.Stdout.Write(maps)
+	// Read into a buffer allocated beforehand: growing one between reads
+	// maps new heap, and the later chunks of the file then show a changed
+	// map (a torn view, as under a concurrent remap: CI saw an overlap).
+	buf := make([]byte, 1<<20)
+	f, _ := os.Open("/proc/self/maps")
+	n := 0
+	for n < len(buf) {
+		k, err := f.Read(buf[n:])
+		n += k
+		if err != nil || k == 0 {
+			break
+		}
+	}
+	os.Stdout.Write(buf[:n])
 }
 `
 
