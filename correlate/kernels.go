@@ -25,7 +25,8 @@ import (
 const (
 	MoverCopyEngine = "copy_engine" // a memcpy-family call: a copy engine
 	MoverSM         = "sm"          // a kernel: the GPU's SMs load and store
-	MoverNIC        = "nic"         // an RDMA work request: the NIC
+	MoverNIC        = "nic"         // an RDMA work request, a network transport's transfer: the NIC
+	MoverCPU        = "cpu"         // a same-host transport (shared memory, cma): the CPU copies
 )
 
 // DefaultKVKernels are sgl-kernel's KV-transfer kernels

@@ -50,7 +50,8 @@ type Side struct {
 //	op                copy | copy2d | copy_peer | copy_batch | kernel_copy
 //	                  (a KV-transfer kernel's launch) | post_send | post_recv
 //	mover             who moves the bytes: copy_engine (copies), sm (kernel_copy:
-//	                  the GPU's SMs), nic (RDMA work requests)
+//	                  the GPU's SMs), nic (RDMA work requests, network transports),
+//	                  cpu (a transfer library's same-host transport)
 //	kernel            kernel_copy: the kernel's function name, demangled without
 //	                  template arguments ("transfer_kernel_impl")
 //	kernel_symbol     kernel_copy: the kernel's symbol as the driver was given it
@@ -94,6 +95,17 @@ type Side struct {
 //	                  than outstanding WRITEs to its peer, {"peer_unknown": true}
 //	                  the same not judged, {"mr_deregistered": {...}} its region
 //	                  was deregistered while it was outstanding
+//	transport         transfer libraries (op xfer_put|xfer_get|xfer_send): the
+//	                  library's transport that carried it (UCX: rc_mlx5, dc_mlx5,
+//	                  rc_verbs, ud_*, cuda_ipc, cuda_copy, tcp, posix, sysv, cma,
+//	                  self; libfabric: the provider, "tcp;ofi_rxm", "efa", "verbs");
+//	                  "unknown" with transport_reason when the agent could not see it
+//	transport_reason  why transport is unknown (transport_not_seen, ...)
+//	device            the device of that lane ("mlx5_0:1", "lo", "memory";
+//	                  libfabric: the domain's name); absent when unknown
+//	remote_addr       the remote address a put or get named
+//	endpoint          the library's endpoint handle (ucp_ep_h, struct fid_ep *)
+//	latency_ns        posted → completed, when the completion was seen
 //	error             {"code": N, "name": "cudaErrorNoDevice"} when the call
 //	                  failed: the record then moved nothing (its bytes are what
 //	                  was asked), and no metric, rule, span or lane counts it
@@ -168,6 +180,16 @@ type Transfer struct {
 	PeerPID uint32 `json:"peer_pid,omitempty"`
 	// Order: the request's ordering facts (ordering.go), nil when none.
 	Order *OrderFacts `json:"order,omitempty"`
+
+	// Transfer libraries (op xfer_*: UCX, libfabric): the transport and
+	// device of the lane the library chose, where it was seen; the remote
+	// address and endpoint as posted; posted → completed latency.
+	Transport       string `json:"transport,omitempty"`
+	TransportReason string `json:"transport_reason,omitempty"`
+	NetDevice       string `json:"device,omitempty"`
+	RemoteAddr      uint64 `json:"remote_addr,omitempty"`
+	Endpoint        uint64 `json:"endpoint,omitempty"`
+	LatencyNs       uint64 `json:"latency_ns,omitempty"`
 
 	// Error is the result of a CUDA call that failed, nil otherwise. A
 	// failed call is reported (copies, memory and ordering calls alike) but

@@ -246,6 +246,18 @@ const (
 	// engine made from the launch of a KV-transfer kernel, whose bytes the
 	// GPU's SMs move (docs/design.md, "Kernel movers").
 	OpKernelCopy
+
+	// Transfer libraries (docs/design.md, "Transfer libraries"): UCX and
+	// libfabric post a transfer, a transport carries it, a request or a
+	// completion queue says when it finished.
+	OpXferPut      // a one-sided write as posted (ucp_put_nbx, fi_write): Src the local buffer, Dst the remote address
+	OpXferGet      // a one-sided read as posted (ucp_get_nbx, fi_read): Dst the local buffer, Src the remote address
+	OpXferSend     // a message as posted (ucp_tag_send_nbx, ucp_am_send_nbx, fi_send): Src the local buffer
+	OpXferDone     // a posted transfer's request completed or released (ucp_request_free; a CQ entry)
+	OpXferLane     // a transport's endpoint operation (UCT): the lane a posted transfer went on
+	OpXferIface    // a transport interface opened (uct_iface_open): its transport and device
+	OpXferMemMap   // memory registered with the library (ucp_mem_map): Ptr, Size, its memory type
+	OpFabricObject // a libfabric object constructed (fabric, domain, endpoint, CQ): its ops name the provider's functions
 )
 
 var opNames = [...]string{
@@ -266,6 +278,8 @@ var opNames = [...]string{
 	OpQPModify:    "qp_modify",
 	OpGraphLaunch: "graph_launch", OpCaptureBegin: "capture_begin", OpCaptureEnd: "capture_end",
 	OpKernelCopy: "kernel_copy",
+	OpXferPut:    "xfer_put", OpXferGet: "xfer_get", OpXferSend: "xfer_send", OpXferDone: "xfer_done",
+	OpXferLane: "xfer_lane", OpXferIface: "xfer_iface", OpXferMemMap: "xfer_mem_map", OpFabricObject: "fabric_object",
 }
 
 // opByName inverts opNames for ParseOp.
@@ -327,6 +341,10 @@ func (o Op) IsCUDA() bool {
 // stream capture.
 func (o Op) IsGraph() bool { return o >= OpGraphLaunch && o <= OpCaptureEnd }
 
+// IsXfer reports whether the op is a transfer library's posted transfer
+// (UCX, libfabric): a record of its own, judged like an RDMA one.
+func (o Op) IsXfer() bool { return o >= OpXferPut && o <= OpXferSend }
+
 // IsKernel reports whether the op launches or names a kernel.
 func (o Op) IsKernel() bool { return o >= OpLaunch && o <= OpKernelFunction }
 
@@ -346,6 +364,9 @@ const (
 	LayerLinker                    // ld.so
 	LayerVerbs                     // libibverbs' exported entry points
 	LayerProvider                  // an RDMA provider's data path, reached through the ops table
+	LayerUCP                       // UCX's application API (libucp): transfers as posted
+	LayerUCT                       // UCX's transports (libuct, libuct_ib, ...): the lane a transfer went on
+	LayerFabric                    // libfabric: its constructors, and the provider functions its ops tables name
 )
 
 // CopyKind is the direction a call states (cudaMemcpyKind values).

@@ -15,6 +15,9 @@ var layerNames = map[event.Layer]string{
 	event.LayerDriver:  "CUDA driver",
 	event.LayerLinker:  "dynamic linker (dlopen notifications)",
 	event.LayerVerbs:   "RDMA verbs",
+	event.LayerUCP:     "UCX transfers as posted (libucp)",
+	event.LayerUCT:     "UCX transports: the lane of each transfer (libuct, libuct_ib)",
+	event.LayerFabric:  "libfabric",
 }
 
 func cmdProbes(args []string, stdout, stderr io.Writer) int {
