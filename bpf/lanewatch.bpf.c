@@ -38,6 +38,9 @@ const enum lw_prop_arg *unused_prop_arg __attribute__((unused));
 const enum lw_name *unused_name __attribute__((unused));
 const enum lw_launch_arg *unused_launch_arg __attribute__((unused));
 const enum lw_qp_arg *unused_qp_arg __attribute__((unused));
+const enum lw_ucp_arg *unused_ucp_arg __attribute__((unused));
+const enum lw_uct_iface_arg *unused_uct_iface_arg __attribute__((unused));
+const enum lw_ucp_mem_map_arg *unused_ucp_mem_map_arg __attribute__((unused));
 
 /* The reader drains on its own timer and is woken only when the ring holds
  * wakeup_bytes unread. A wakeup costs microseconds on a VM, and asking the
@@ -739,5 +742,122 @@ int lw_poll_cq_return(struct pt_regs *ctx)
 	if (n > LW_MAX_WC)
 		count_drop(LW_DROP_WR_TRUNC, n - LW_MAX_WC);
 	in->kind = 0;
+	return 0;
+}
+
+/* ucp_put_nbx, ucp_get_nbx, ucp_tag_send_nbx, ucp_am_send_nbx: one shape
+ * (enum lw_ucp_arg) whatever the row, told apart by how many arguments it
+ * reads (6, 5, 7), and the request parameters; the result at return. */
+SEC("uprobe.multi")
+int lw_ucp_enter(struct pt_regs *ctx)
+{
+	if (foreign())
+		return 0;
+	__u64 cookie = bpf_get_attach_cookie(ctx);
+	struct lw_event *e = enter(ctx, cookie, 0);
+	if (!e)
+		return 0;
+	switch (LW_COOKIE_NARGS(cookie)) {
+	case 5: /* tag send: (ep, buffer, count, tag, param) */
+		e->args[LW_UCP_PARAM] = e->args[4];
+		e->args[4] = 0;
+		break;
+	case 7: { /* am send: (ep, id, header, header_length, buffer, count, param) */
+		__u64 id = e->args[1];
+		e->args[LW_UCP_BUFFER] = e->args[4];
+		e->args[LW_UCP_COUNT] = e->args[5];
+		e->args[LW_UCP_REMOTE] = id;
+		e->args[LW_UCP_PARAM] = e->args[6];
+		e->args[4] = 0;
+		break;
+	}
+	}
+	__u64 param = e->args[LW_UCP_PARAM];
+	__u32 mask = 0, memtype = 0;
+	__u64 memh = 0;
+	if (param && (bpf_probe_read_user(&mask, sizeof(mask), (void *)param) ||
+		      bpf_probe_read_user(&memtype, sizeof(memtype), (void *)(param + LW_UCP_PARAM_MEMTYPE_OFF)) ||
+		      bpf_probe_read_user(&memh, sizeof(memh), (void *)(param + LW_UCP_PARAM_MEMH_OFF))))
+		count_drop(LW_DROP_READ_FAULT, 1);
+	e->args[LW_UCP_PARAM_MASK] = mask | (__u64)memtype << 32;
+	e->args[LW_UCP_PARAM_MEMH] = memh;
+	e->args[LW_UCP_LANE] = 0;
+	return 0;
+}
+
+/* A UCT endpoint operation (put, get, am: the transports' data path).
+ * Nested in a UCP call on this thread, the first one notes its interface
+ * (struct uct_ep's first word, uct/api/tl.h) and row in that call's slot,
+ * and every one counts; outside one (a fragment sent from the worker's
+ * progress) it does nothing. It never emits: a TCP put makes ~130 of these. */
+SEC("uprobe.multi")
+int lw_uct_lane(struct pt_regs *ctx)
+{
+	if (foreign())
+		return 0;
+	__u64 cookie = bpf_get_attach_cookie(ctx);
+	struct lw_slots *s = slots_of(0);
+	if (!s)
+		return 0;
+	struct lw_event *e = &s->slot[LW_COOKIE_SLOT(cookie)];
+	if (!e->kind)
+		return 0;
+	__u64 lane = e->args[LW_UCP_LANE];
+	if (!e->out) {
+		__u64 iface = 0;
+		if (bpf_probe_read_user(&iface, sizeof(iface), (void *)LW_ARG0(ctx)))
+			count_drop(LW_DROP_READ_FAULT, 1);
+		e->out = iface;
+		lane = LW_COOKIE_PROBE(cookie);
+	}
+	e->args[LW_UCP_LANE] = lane + (1 << 16);
+	return 0;
+}
+
+/* uct_iface_open(md, worker, params, config, iface_p): the transport and
+ * device names (enum lw_uct_iface_arg) at entry; *iface_p at return. */
+SEC("uprobe.multi")
+int lw_uct_iface_enter(struct pt_regs *ctx)
+{
+	if (foreign())
+		return 0;
+	struct lw_event *e = enter(ctx, bpf_get_attach_cookie(ctx), 0);
+	if (!e)
+		return 0;
+	__u64 params = e->args[2], mask = 0, mode = 0, names[2] = {};
+	e->args[LW_UCT_IFACE_TL] = e->args[LW_UCT_IFACE_TL + 1] = 0;
+	e->args[LW_UCT_IFACE_DEV] = e->args[LW_UCT_IFACE_DEV + 1] = 0;
+	if (!params || bpf_probe_read_user(&mask, sizeof(mask), (void *)params) ||
+	    bpf_probe_read_user(&mode, sizeof(mode), (void *)(params + LW_UCT_IFACE_MODE_OFF)) ||
+	    bpf_probe_read_user(names, sizeof(names), (void *)(params + LW_UCT_IFACE_TL_OFF))) {
+		count_drop(LW_DROP_READ_FAULT, 1);
+		return 0;
+	}
+	/* Other open modes (a socket address, a server) name no device. */
+	if (!(mask & LW_UCT_FIELD_OPEN_MODE) || !(mode & LW_UCT_OPEN_MODE_DEVICE))
+		return 0;
+	if ((names[0] && bpf_probe_read_user_str(&e->args[LW_UCT_IFACE_TL], LW_UCT_IFACE_NAME_BYTES, (void *)names[0]) < 0) ||
+	    (names[1] && bpf_probe_read_user_str(&e->args[LW_UCT_IFACE_DEV], LW_UCT_IFACE_NAME_BYTES, (void *)names[1]) < 0))
+		count_drop(LW_DROP_READ_FAULT, 1);
+	return 0;
+}
+
+/* ucp_mem_map(context, params, memh_p): the range and memory type (enum
+ * lw_ucp_mem_map_arg) at entry; *memh_p at return. */
+SEC("uprobe.multi")
+int lw_ucp_mem_map_enter(struct pt_regs *ctx)
+{
+	if (foreign())
+		return 0;
+	struct lw_event *e = enter(ctx, bpf_get_attach_cookie(ctx), 0);
+	if (!e)
+		return 0;
+	__u64 p = e->args[1], w[5] = {}; /* field_mask, address, length, flags|prot, memory_type */
+	if (p && bpf_probe_read_user(w, sizeof(w), (void *)p))
+		count_drop(LW_DROP_READ_FAULT, 1);
+	e->args[LW_UMM_ADDRESS] = w[LW_UMM_ADDRESS_OFF / 8];
+	e->args[LW_UMM_LENGTH] = w[LW_UMM_LENGTH_OFF / 8];
+	e->args[LW_UMM_MASK] = (__u32)w[0] | (__u64)(__u32)w[LW_UMM_MEMTYPE_OFF / 8] << 32;
+	e->args[LW_UMM_FLAGS] = (__u32)w[LW_UMM_FLAGS_OFF / 8];
 	return 0;
 }

@@ -61,10 +61,11 @@ struct lw_event {
 };
 
 /* Calls in flight on one thread, one slot per API layer (a runtime call
- * nests its driver call): the entry writes the slot, the return reads it
+ * nests its driver call, a UCX put its transport's calls and those the
+ * verbs or the CUDA driver): the entry writes the slot, the return reads it
  * and emits one event. Kept in task storage: no other thread can collide
  * with it, and the kernel frees it when the thread exits. */
-#define LW_NSLOTS 4
+#define LW_NSLOTS 8
 
 /* Code ranges a thread's driver calls came from, and whether each lies in
  * a CUDA runtime library: looked up once per range (bpf_find_vma), then
@@ -91,11 +92,11 @@ enum lw_cookie_shift {
 	LW_COOKIE_OUTARG_SHIFT = 24,  /* 8 bits: index+1 of the out pointer, 0 = none */
 	LW_COOKIE_SPDELTA_SHIFT = 32, /* 8 bits: bytes pushed between symbol and probe site */
 	LW_COOKIE_OUTRET_SHIFT = 40,  /* 1 bit: out is read at the return value + OUTOFF */
-	LW_COOKIE_SLOT_SHIFT = 41,    /* 2 bits: the thread's in-flight slot (the row's API layer) */
-	LW_COOKIE_CALLER_SHIFT = 43,  /* 1 bit: read the return address into caller */
-	LW_COOKIE_WAKE_SHIFT = 44,    /* 1 bit: wake the reader at once (ld.so loaded a library) */
-	LW_COOKIE_OUTSTR_SHIFT = 45,  /* 1 bit: also copy LW_OUTSTR_BYTES at the out pointer into args[LW_OUTSTR_ARG..] */
-	LW_COOKIE_OUTINT_SHIFT = 46,  /* 1 bit: the out pointer points to 4 bytes (an int: a dma-buf fd) */
+	LW_COOKIE_SLOT_SHIFT = 41,    /* 3 bits: the thread's in-flight slot (the row's API layer) */
+	LW_COOKIE_CALLER_SHIFT = 44,  /* 1 bit: read the return address into caller */
+	LW_COOKIE_WAKE_SHIFT = 45,    /* 1 bit: wake the reader at once (ld.so loaded a library) */
+	LW_COOKIE_OUTSTR_SHIFT = 46,  /* 1 bit: also copy LW_OUTSTR_BYTES at the out pointer into args[LW_OUTSTR_ARG..] */
+	LW_COOKIE_OUTINT_SHIFT = 47,  /* 1 bit: the out pointer points to 4 bytes (an int: a dma-buf fd) */
 	LW_COOKIE_OUTOFF_SHIFT = 48,  /* 16 bits */
 };
 #define LW_COOKIE_PROBE(c)    ((__u16)(((c) >> LW_COOKIE_PROBE_SHIFT) & 0xffff))
@@ -207,6 +208,56 @@ enum lw_wc_arg {
 	LW_WC_STATUS_OP = 2,   /* status | opcode << 32 */
 	LW_WC_LEN_IMM = 3,     /* byte_len | imm_data << 32 */
 	LW_WC_QPNUM_FLAGS = 4, /* qp_num | wc_flags << 32 */
+};
+
+/* UCX's transfers as posted (ucp/api/ucp.h, 1.13; a Go test checks the
+ * offsets): ucp_put_nbx(ep, buffer, count, remote_addr, rkey, param) and
+ * ucp_get_nbx alike, ucp_tag_send_nbx(ep, buffer, count, tag, param),
+ * ucp_am_send_nbx(ep, id, header, header_length, buffer, count, param).
+ * lw_ucp_enter puts each in one shape and reads its ucp_request_param_t;
+ * the first transport (UCT) call nested in it writes its interface to the
+ * slot's out word and its row here (lw_uct_lane), so the call's own event
+ * says the lane it went on. */
+enum lw_ucp_arg {
+	LW_UCP_EP = 0,
+	LW_UCP_BUFFER = 1,
+	LW_UCP_COUNT = 2,
+	LW_UCP_REMOTE = 3,          /* remote_addr (put, get), the tag (tag send), the AM id (am send) */
+	LW_UCP_PARAM = 5,           /* the ucp_request_param_t * */
+	LW_UCP_PARAM_MASK = 6,      /* param->op_attr_mask | param->memory_type << 32 (0 without param) */
+	LW_UCP_PARAM_MEMH = 7,      /* param->memh */
+	LW_UCP_LANE = 8,            /* the first nested UCT call's row | UCT calls nested << 16 */
+	LW_UCP_PARAM_MEMTYPE_OFF = 48,
+	LW_UCP_PARAM_MEMH_OFF = 64,
+};
+
+/* uct_iface_open(md, worker, params, config, iface_p): the transport and
+ * device of a new interface (uct_iface_params_t, uct/api/uct.h 1.13), read
+ * at entry into the argument slots the call does not use; the interface
+ * itself is *iface_p at return. A setup call, off the data path. */
+enum lw_uct_iface_arg {
+	LW_UCT_IFACE_TL = 5,           /* args[5..6]: mode.device.tl_name ("rc_mlx5"; UCT_TL_NAME_MAX is 10) */
+	LW_UCT_IFACE_DEV = 7,          /* args[7..8]: mode.device.dev_name ("mlx5_0:1"), cut at 15 characters */
+	LW_UCT_IFACE_NAME_BYTES = 16,
+	LW_UCT_IFACE_MODE_OFF = 136,   /* offsetof(uct_iface_params_t, open_mode) */
+	LW_UCT_IFACE_TL_OFF = 144,     /* mode.device.tl_name */
+	LW_UCT_IFACE_DEV_OFF = 152,    /* mode.device.dev_name */
+	LW_UCT_FIELD_OPEN_MODE = 2,    /* UCT_IFACE_PARAM_FIELD_OPEN_MODE */
+	LW_UCT_OPEN_MODE_DEVICE = 1,   /* UCT_IFACE_OPEN_MODE_DEVICE */
+};
+
+/* ucp_mem_map(context, params, memh_p): the range the application maps
+ * with UCX and its memory type (ucp_mem_map_params_t), read at entry; the
+ * handle is *memh_p at return. */
+enum lw_ucp_mem_map_arg {
+	LW_UMM_ADDRESS = 3,
+	LW_UMM_LENGTH = 4,
+	LW_UMM_MASK = 5,             /* field_mask | memory_type << 32 */
+	LW_UMM_FLAGS = 6,
+	LW_UMM_ADDRESS_OFF = 8,
+	LW_UMM_LENGTH_OFF = 16,
+	LW_UMM_FLAGS_OFF = 24,
+	LW_UMM_MEMTYPE_OFF = 32,
 };
 
 /* A file as the agent names it (probes.FileID): major << 32 | minor, and

@@ -36,7 +36,8 @@ var facts = func() []rowFacts {
 		out[i] = rowFacts{
 			perThread: strings.HasSuffix(p.Symbol, "_ptsz") || strings.HasSuffix(p.Symbol, "_ptds"),
 			returns: p.Program == ProgEntryReturn || p.Program == ProgBatch || p.Program == ProgCopy2D || p.Program == ProgProp ||
-				p.Program == ProgName || p.Program == ProgLaunchEx || p.Program == ProgModifyQP,
+				p.Program == ProgName || p.Program == ProgLaunchEx || p.Program == ProgModifyQP ||
+				p.Program == ProgUCP || p.Program == ProgUCTIface || p.Program == ProgUCPMemMap,
 		}
 	}
 	return out
@@ -333,6 +334,12 @@ func slotOf(l event.Layer) uint8 {
 		return 1
 	case event.LayerVerbs:
 		return 2
+	case event.LayerUCP, event.LayerUCT:
+		// A UCT row keeps no call of its own: it notes its lane in the
+		// UCP call it is nested in (lw_uct_lane).
+		return 4
+	case event.LayerFabric:
+		return 5
 	}
 	return 3 // the RDMA provider (and ld.so, entry only)
 }

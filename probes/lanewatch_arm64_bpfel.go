@@ -29,10 +29,10 @@ const (
 	lanewatchLwCookieShiftLW_COOKIE_SPDELTA_SHIFT lanewatchLwCookieShift = 32
 	lanewatchLwCookieShiftLW_COOKIE_OUTRET_SHIFT  lanewatchLwCookieShift = 40
 	lanewatchLwCookieShiftLW_COOKIE_SLOT_SHIFT    lanewatchLwCookieShift = 41
-	lanewatchLwCookieShiftLW_COOKIE_CALLER_SHIFT  lanewatchLwCookieShift = 43
-	lanewatchLwCookieShiftLW_COOKIE_WAKE_SHIFT    lanewatchLwCookieShift = 44
-	lanewatchLwCookieShiftLW_COOKIE_OUTSTR_SHIFT  lanewatchLwCookieShift = 45
-	lanewatchLwCookieShiftLW_COOKIE_OUTINT_SHIFT  lanewatchLwCookieShift = 46
+	lanewatchLwCookieShiftLW_COOKIE_CALLER_SHIFT  lanewatchLwCookieShift = 44
+	lanewatchLwCookieShiftLW_COOKIE_WAKE_SHIFT    lanewatchLwCookieShift = 45
+	lanewatchLwCookieShiftLW_COOKIE_OUTSTR_SHIFT  lanewatchLwCookieShift = 46
+	lanewatchLwCookieShiftLW_COOKIE_OUTINT_SHIFT  lanewatchLwCookieShift = 47
 	lanewatchLwCookieShiftLW_COOKIE_OUTOFF_SHIFT  lanewatchLwCookieShift = 48
 )
 
@@ -139,7 +139,7 @@ const (
 
 type lanewatchLwSlots struct {
 	_    structs.HostLayout
-	Slot [4]lanewatchLwEvent
+	Slot [8]lanewatchLwEvent
 	Code [4]struct {
 		_       structs.HostLayout
 		Start   uint64
@@ -150,6 +150,47 @@ type lanewatchLwSlots struct {
 	NextCode uint32
 	Pad      uint32
 }
+
+type lanewatchLwUcpArg uint32
+
+const (
+	lanewatchLwUcpArgLW_UCP_EP                lanewatchLwUcpArg = 0
+	lanewatchLwUcpArgLW_UCP_BUFFER            lanewatchLwUcpArg = 1
+	lanewatchLwUcpArgLW_UCP_COUNT             lanewatchLwUcpArg = 2
+	lanewatchLwUcpArgLW_UCP_REMOTE            lanewatchLwUcpArg = 3
+	lanewatchLwUcpArgLW_UCP_PARAM             lanewatchLwUcpArg = 5
+	lanewatchLwUcpArgLW_UCP_PARAM_MASK        lanewatchLwUcpArg = 6
+	lanewatchLwUcpArgLW_UCP_PARAM_MEMH        lanewatchLwUcpArg = 7
+	lanewatchLwUcpArgLW_UCP_LANE              lanewatchLwUcpArg = 8
+	lanewatchLwUcpArgLW_UCP_PARAM_MEMTYPE_OFF lanewatchLwUcpArg = 48
+	lanewatchLwUcpArgLW_UCP_PARAM_MEMH_OFF    lanewatchLwUcpArg = 64
+)
+
+type lanewatchLwUcpMemMapArg uint32
+
+const (
+	lanewatchLwUcpMemMapArgLW_UMM_ADDRESS     lanewatchLwUcpMemMapArg = 3
+	lanewatchLwUcpMemMapArgLW_UMM_LENGTH      lanewatchLwUcpMemMapArg = 4
+	lanewatchLwUcpMemMapArgLW_UMM_MASK        lanewatchLwUcpMemMapArg = 5
+	lanewatchLwUcpMemMapArgLW_UMM_FLAGS       lanewatchLwUcpMemMapArg = 6
+	lanewatchLwUcpMemMapArgLW_UMM_ADDRESS_OFF lanewatchLwUcpMemMapArg = 8
+	lanewatchLwUcpMemMapArgLW_UMM_LENGTH_OFF  lanewatchLwUcpMemMapArg = 16
+	lanewatchLwUcpMemMapArgLW_UMM_FLAGS_OFF   lanewatchLwUcpMemMapArg = 24
+	lanewatchLwUcpMemMapArgLW_UMM_MEMTYPE_OFF lanewatchLwUcpMemMapArg = 32
+)
+
+type lanewatchLwUctIfaceArg uint32
+
+const (
+	lanewatchLwUctIfaceArgLW_UCT_IFACE_TL         lanewatchLwUctIfaceArg = 5
+	lanewatchLwUctIfaceArgLW_UCT_IFACE_DEV        lanewatchLwUctIfaceArg = 7
+	lanewatchLwUctIfaceArgLW_UCT_IFACE_NAME_BYTES lanewatchLwUctIfaceArg = 16
+	lanewatchLwUctIfaceArgLW_UCT_IFACE_MODE_OFF   lanewatchLwUctIfaceArg = 136
+	lanewatchLwUctIfaceArgLW_UCT_IFACE_TL_OFF     lanewatchLwUctIfaceArg = 144
+	lanewatchLwUctIfaceArgLW_UCT_IFACE_DEV_OFF    lanewatchLwUctIfaceArg = 152
+	lanewatchLwUctIfaceArgLW_UCT_FIELD_OPEN_MODE  lanewatchLwUctIfaceArg = 2
+	lanewatchLwUctIfaceArgLW_UCT_OPEN_MODE_DEVICE lanewatchLwUctIfaceArg = 1
+)
 
 type lanewatchLwWcArg uint32
 
@@ -179,42 +220,49 @@ const (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	lanewatchMapDrops             = "drops"
-	lanewatchMapEvents            = "events"
-	lanewatchMapInflight          = "inflight"
-	lanewatchMapLost              = "lost"
-	lanewatchProgLwBatch          = "lw_batch"
-	lanewatchProgLwCall           = "lw_call"
-	lanewatchProgLwCallEnter      = "lw_call_enter"
-	lanewatchProgLwCallReturn     = "lw_call_return"
-	lanewatchProgLwCopy2dEnter    = "lw_copy2d_enter"
-	lanewatchProgLwExec           = "lw_exec"
-	lanewatchProgLwExit           = "lw_exit"
-	lanewatchProgLwLaunchExEnter  = "lw_launch_ex_enter"
-	lanewatchProgLwModifyQpEnter  = "lw_modify_qp_enter"
-	lanewatchProgLwNameReturn     = "lw_name_return"
-	lanewatchProgLwPollCqReturn   = "lw_poll_cq_return"
-	lanewatchProgLwPostRecv       = "lw_post_recv"
-	lanewatchProgLwPostSend       = "lw_post_send"
-	lanewatchProgLwPropEnter      = "lw_prop_enter"
-	lanewatchVarCpuCounts         = "cpu_counts"
-	lanewatchVarLostOverflow      = "lost_overflow"
-	lanewatchVarLostWaiting       = "lost_waiting"
-	lanewatchVarPidnsDev          = "pidns_dev"
-	lanewatchVarPidnsIno          = "pidns_ino"
-	lanewatchVarUnusedCookieShift = "unused_cookie_shift"
-	lanewatchVarUnusedCopy2dArg   = "unused_copy2d_arg"
-	lanewatchVarUnusedDropReason  = "unused_drop_reason"
-	lanewatchVarUnusedEventFlag   = "unused_event_flag"
-	lanewatchVarUnusedEventKind   = "unused_event_kind"
-	lanewatchVarUnusedLaunchArg   = "unused_launch_arg"
-	lanewatchVarUnusedName        = "unused_name"
-	lanewatchVarUnusedOutstr      = "unused_outstr"
-	lanewatchVarUnusedPropArg     = "unused_prop_arg"
-	lanewatchVarUnusedQpArg       = "unused_qp_arg"
-	lanewatchVarUnusedWcArg       = "unused_wc_arg"
-	lanewatchVarUnusedWrArg       = "unused_wr_arg"
-	lanewatchVarWakeupBytes       = "wakeup_bytes"
+	lanewatchMapDrops              = "drops"
+	lanewatchMapEvents             = "events"
+	lanewatchMapInflight           = "inflight"
+	lanewatchMapLost               = "lost"
+	lanewatchProgLwBatch           = "lw_batch"
+	lanewatchProgLwCall            = "lw_call"
+	lanewatchProgLwCallEnter       = "lw_call_enter"
+	lanewatchProgLwCallReturn      = "lw_call_return"
+	lanewatchProgLwCopy2dEnter     = "lw_copy2d_enter"
+	lanewatchProgLwExec            = "lw_exec"
+	lanewatchProgLwExit            = "lw_exit"
+	lanewatchProgLwLaunchExEnter   = "lw_launch_ex_enter"
+	lanewatchProgLwModifyQpEnter   = "lw_modify_qp_enter"
+	lanewatchProgLwNameReturn      = "lw_name_return"
+	lanewatchProgLwPollCqReturn    = "lw_poll_cq_return"
+	lanewatchProgLwPostRecv        = "lw_post_recv"
+	lanewatchProgLwPostSend        = "lw_post_send"
+	lanewatchProgLwPropEnter       = "lw_prop_enter"
+	lanewatchProgLwUcpEnter        = "lw_ucp_enter"
+	lanewatchProgLwUcpMemMapEnter  = "lw_ucp_mem_map_enter"
+	lanewatchProgLwUctIfaceEnter   = "lw_uct_iface_enter"
+	lanewatchProgLwUctLane         = "lw_uct_lane"
+	lanewatchVarCpuCounts          = "cpu_counts"
+	lanewatchVarLostOverflow       = "lost_overflow"
+	lanewatchVarLostWaiting        = "lost_waiting"
+	lanewatchVarPidnsDev           = "pidns_dev"
+	lanewatchVarPidnsIno           = "pidns_ino"
+	lanewatchVarUnusedCookieShift  = "unused_cookie_shift"
+	lanewatchVarUnusedCopy2dArg    = "unused_copy2d_arg"
+	lanewatchVarUnusedDropReason   = "unused_drop_reason"
+	lanewatchVarUnusedEventFlag    = "unused_event_flag"
+	lanewatchVarUnusedEventKind    = "unused_event_kind"
+	lanewatchVarUnusedLaunchArg    = "unused_launch_arg"
+	lanewatchVarUnusedName         = "unused_name"
+	lanewatchVarUnusedOutstr       = "unused_outstr"
+	lanewatchVarUnusedPropArg      = "unused_prop_arg"
+	lanewatchVarUnusedQpArg        = "unused_qp_arg"
+	lanewatchVarUnusedUcpArg       = "unused_ucp_arg"
+	lanewatchVarUnusedUcpMemMapArg = "unused_ucp_mem_map_arg"
+	lanewatchVarUnusedUctIfaceArg  = "unused_uct_iface_arg"
+	lanewatchVarUnusedWcArg        = "unused_wc_arg"
+	lanewatchVarUnusedWrArg        = "unused_wr_arg"
+	lanewatchVarWakeupBytes        = "wakeup_bytes"
 )
 
 // loadLanewatch returns the embedded CollectionSpec for lanewatch.
@@ -259,20 +307,24 @@ type lanewatchSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type lanewatchProgramSpecs struct {
-	LwBatch         *ebpf.ProgramSpec `ebpf:"lw_batch"`
-	LwCall          *ebpf.ProgramSpec `ebpf:"lw_call"`
-	LwCallEnter     *ebpf.ProgramSpec `ebpf:"lw_call_enter"`
-	LwCallReturn    *ebpf.ProgramSpec `ebpf:"lw_call_return"`
-	LwCopy2dEnter   *ebpf.ProgramSpec `ebpf:"lw_copy2d_enter"`
-	LwExec          *ebpf.ProgramSpec `ebpf:"lw_exec"`
-	LwExit          *ebpf.ProgramSpec `ebpf:"lw_exit"`
-	LwLaunchExEnter *ebpf.ProgramSpec `ebpf:"lw_launch_ex_enter"`
-	LwModifyQpEnter *ebpf.ProgramSpec `ebpf:"lw_modify_qp_enter"`
-	LwNameReturn    *ebpf.ProgramSpec `ebpf:"lw_name_return"`
-	LwPollCqReturn  *ebpf.ProgramSpec `ebpf:"lw_poll_cq_return"`
-	LwPostRecv      *ebpf.ProgramSpec `ebpf:"lw_post_recv"`
-	LwPostSend      *ebpf.ProgramSpec `ebpf:"lw_post_send"`
-	LwPropEnter     *ebpf.ProgramSpec `ebpf:"lw_prop_enter"`
+	LwBatch          *ebpf.ProgramSpec `ebpf:"lw_batch"`
+	LwCall           *ebpf.ProgramSpec `ebpf:"lw_call"`
+	LwCallEnter      *ebpf.ProgramSpec `ebpf:"lw_call_enter"`
+	LwCallReturn     *ebpf.ProgramSpec `ebpf:"lw_call_return"`
+	LwCopy2dEnter    *ebpf.ProgramSpec `ebpf:"lw_copy2d_enter"`
+	LwExec           *ebpf.ProgramSpec `ebpf:"lw_exec"`
+	LwExit           *ebpf.ProgramSpec `ebpf:"lw_exit"`
+	LwLaunchExEnter  *ebpf.ProgramSpec `ebpf:"lw_launch_ex_enter"`
+	LwModifyQpEnter  *ebpf.ProgramSpec `ebpf:"lw_modify_qp_enter"`
+	LwNameReturn     *ebpf.ProgramSpec `ebpf:"lw_name_return"`
+	LwPollCqReturn   *ebpf.ProgramSpec `ebpf:"lw_poll_cq_return"`
+	LwPostRecv       *ebpf.ProgramSpec `ebpf:"lw_post_recv"`
+	LwPostSend       *ebpf.ProgramSpec `ebpf:"lw_post_send"`
+	LwPropEnter      *ebpf.ProgramSpec `ebpf:"lw_prop_enter"`
+	LwUcpEnter       *ebpf.ProgramSpec `ebpf:"lw_ucp_enter"`
+	LwUcpMemMapEnter *ebpf.ProgramSpec `ebpf:"lw_ucp_mem_map_enter"`
+	LwUctIfaceEnter  *ebpf.ProgramSpec `ebpf:"lw_uct_iface_enter"`
+	LwUctLane        *ebpf.ProgramSpec `ebpf:"lw_uct_lane"`
 }
 
 // lanewatchMapSpecs contains maps before they are loaded into the kernel.
@@ -289,24 +341,27 @@ type lanewatchMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type lanewatchVariableSpecs struct {
-	CpuCounts         *ebpf.VariableSpec `ebpf:"cpu_counts"`
-	LostOverflow      *ebpf.VariableSpec `ebpf:"lost_overflow"`
-	LostWaiting       *ebpf.VariableSpec `ebpf:"lost_waiting"`
-	PidnsDev          *ebpf.VariableSpec `ebpf:"pidns_dev"`
-	PidnsIno          *ebpf.VariableSpec `ebpf:"pidns_ino"`
-	UnusedCookieShift *ebpf.VariableSpec `ebpf:"unused_cookie_shift"`
-	UnusedCopy2dArg   *ebpf.VariableSpec `ebpf:"unused_copy2d_arg"`
-	UnusedDropReason  *ebpf.VariableSpec `ebpf:"unused_drop_reason"`
-	UnusedEventFlag   *ebpf.VariableSpec `ebpf:"unused_event_flag"`
-	UnusedEventKind   *ebpf.VariableSpec `ebpf:"unused_event_kind"`
-	UnusedLaunchArg   *ebpf.VariableSpec `ebpf:"unused_launch_arg"`
-	UnusedName        *ebpf.VariableSpec `ebpf:"unused_name"`
-	UnusedOutstr      *ebpf.VariableSpec `ebpf:"unused_outstr"`
-	UnusedPropArg     *ebpf.VariableSpec `ebpf:"unused_prop_arg"`
-	UnusedQpArg       *ebpf.VariableSpec `ebpf:"unused_qp_arg"`
-	UnusedWcArg       *ebpf.VariableSpec `ebpf:"unused_wc_arg"`
-	UnusedWrArg       *ebpf.VariableSpec `ebpf:"unused_wr_arg"`
-	WakeupBytes       *ebpf.VariableSpec `ebpf:"wakeup_bytes"`
+	CpuCounts          *ebpf.VariableSpec `ebpf:"cpu_counts"`
+	LostOverflow       *ebpf.VariableSpec `ebpf:"lost_overflow"`
+	LostWaiting        *ebpf.VariableSpec `ebpf:"lost_waiting"`
+	PidnsDev           *ebpf.VariableSpec `ebpf:"pidns_dev"`
+	PidnsIno           *ebpf.VariableSpec `ebpf:"pidns_ino"`
+	UnusedCookieShift  *ebpf.VariableSpec `ebpf:"unused_cookie_shift"`
+	UnusedCopy2dArg    *ebpf.VariableSpec `ebpf:"unused_copy2d_arg"`
+	UnusedDropReason   *ebpf.VariableSpec `ebpf:"unused_drop_reason"`
+	UnusedEventFlag    *ebpf.VariableSpec `ebpf:"unused_event_flag"`
+	UnusedEventKind    *ebpf.VariableSpec `ebpf:"unused_event_kind"`
+	UnusedLaunchArg    *ebpf.VariableSpec `ebpf:"unused_launch_arg"`
+	UnusedName         *ebpf.VariableSpec `ebpf:"unused_name"`
+	UnusedOutstr       *ebpf.VariableSpec `ebpf:"unused_outstr"`
+	UnusedPropArg      *ebpf.VariableSpec `ebpf:"unused_prop_arg"`
+	UnusedQpArg        *ebpf.VariableSpec `ebpf:"unused_qp_arg"`
+	UnusedUcpArg       *ebpf.VariableSpec `ebpf:"unused_ucp_arg"`
+	UnusedUcpMemMapArg *ebpf.VariableSpec `ebpf:"unused_ucp_mem_map_arg"`
+	UnusedUctIfaceArg  *ebpf.VariableSpec `ebpf:"unused_uct_iface_arg"`
+	UnusedWcArg        *ebpf.VariableSpec `ebpf:"unused_wc_arg"`
+	UnusedWrArg        *ebpf.VariableSpec `ebpf:"unused_wr_arg"`
+	WakeupBytes        *ebpf.VariableSpec `ebpf:"wakeup_bytes"`
 }
 
 // lanewatchObjects contains all objects after they have been loaded into the kernel.
@@ -348,44 +403,51 @@ func (m *lanewatchMaps) Close() error {
 //
 // It can be passed to loadLanewatchObjects or ebpf.CollectionSpec.LoadAndAssign.
 type lanewatchVariables struct {
-	CpuCounts         *ebpf.Variable `ebpf:"cpu_counts"`
-	LostOverflow      *ebpf.Variable `ebpf:"lost_overflow"`
-	LostWaiting       *ebpf.Variable `ebpf:"lost_waiting"`
-	PidnsDev          *ebpf.Variable `ebpf:"pidns_dev"`
-	PidnsIno          *ebpf.Variable `ebpf:"pidns_ino"`
-	UnusedCookieShift *ebpf.Variable `ebpf:"unused_cookie_shift"`
-	UnusedCopy2dArg   *ebpf.Variable `ebpf:"unused_copy2d_arg"`
-	UnusedDropReason  *ebpf.Variable `ebpf:"unused_drop_reason"`
-	UnusedEventFlag   *ebpf.Variable `ebpf:"unused_event_flag"`
-	UnusedEventKind   *ebpf.Variable `ebpf:"unused_event_kind"`
-	UnusedLaunchArg   *ebpf.Variable `ebpf:"unused_launch_arg"`
-	UnusedName        *ebpf.Variable `ebpf:"unused_name"`
-	UnusedOutstr      *ebpf.Variable `ebpf:"unused_outstr"`
-	UnusedPropArg     *ebpf.Variable `ebpf:"unused_prop_arg"`
-	UnusedQpArg       *ebpf.Variable `ebpf:"unused_qp_arg"`
-	UnusedWcArg       *ebpf.Variable `ebpf:"unused_wc_arg"`
-	UnusedWrArg       *ebpf.Variable `ebpf:"unused_wr_arg"`
-	WakeupBytes       *ebpf.Variable `ebpf:"wakeup_bytes"`
+	CpuCounts          *ebpf.Variable `ebpf:"cpu_counts"`
+	LostOverflow       *ebpf.Variable `ebpf:"lost_overflow"`
+	LostWaiting        *ebpf.Variable `ebpf:"lost_waiting"`
+	PidnsDev           *ebpf.Variable `ebpf:"pidns_dev"`
+	PidnsIno           *ebpf.Variable `ebpf:"pidns_ino"`
+	UnusedCookieShift  *ebpf.Variable `ebpf:"unused_cookie_shift"`
+	UnusedCopy2dArg    *ebpf.Variable `ebpf:"unused_copy2d_arg"`
+	UnusedDropReason   *ebpf.Variable `ebpf:"unused_drop_reason"`
+	UnusedEventFlag    *ebpf.Variable `ebpf:"unused_event_flag"`
+	UnusedEventKind    *ebpf.Variable `ebpf:"unused_event_kind"`
+	UnusedLaunchArg    *ebpf.Variable `ebpf:"unused_launch_arg"`
+	UnusedName         *ebpf.Variable `ebpf:"unused_name"`
+	UnusedOutstr       *ebpf.Variable `ebpf:"unused_outstr"`
+	UnusedPropArg      *ebpf.Variable `ebpf:"unused_prop_arg"`
+	UnusedQpArg        *ebpf.Variable `ebpf:"unused_qp_arg"`
+	UnusedUcpArg       *ebpf.Variable `ebpf:"unused_ucp_arg"`
+	UnusedUcpMemMapArg *ebpf.Variable `ebpf:"unused_ucp_mem_map_arg"`
+	UnusedUctIfaceArg  *ebpf.Variable `ebpf:"unused_uct_iface_arg"`
+	UnusedWcArg        *ebpf.Variable `ebpf:"unused_wc_arg"`
+	UnusedWrArg        *ebpf.Variable `ebpf:"unused_wr_arg"`
+	WakeupBytes        *ebpf.Variable `ebpf:"wakeup_bytes"`
 }
 
 // lanewatchPrograms contains all programs after they have been loaded into the kernel.
 //
 // It can be passed to loadLanewatchObjects or ebpf.CollectionSpec.LoadAndAssign.
 type lanewatchPrograms struct {
-	LwBatch         *ebpf.Program `ebpf:"lw_batch"`
-	LwCall          *ebpf.Program `ebpf:"lw_call"`
-	LwCallEnter     *ebpf.Program `ebpf:"lw_call_enter"`
-	LwCallReturn    *ebpf.Program `ebpf:"lw_call_return"`
-	LwCopy2dEnter   *ebpf.Program `ebpf:"lw_copy2d_enter"`
-	LwExec          *ebpf.Program `ebpf:"lw_exec"`
-	LwExit          *ebpf.Program `ebpf:"lw_exit"`
-	LwLaunchExEnter *ebpf.Program `ebpf:"lw_launch_ex_enter"`
-	LwModifyQpEnter *ebpf.Program `ebpf:"lw_modify_qp_enter"`
-	LwNameReturn    *ebpf.Program `ebpf:"lw_name_return"`
-	LwPollCqReturn  *ebpf.Program `ebpf:"lw_poll_cq_return"`
-	LwPostRecv      *ebpf.Program `ebpf:"lw_post_recv"`
-	LwPostSend      *ebpf.Program `ebpf:"lw_post_send"`
-	LwPropEnter     *ebpf.Program `ebpf:"lw_prop_enter"`
+	LwBatch          *ebpf.Program `ebpf:"lw_batch"`
+	LwCall           *ebpf.Program `ebpf:"lw_call"`
+	LwCallEnter      *ebpf.Program `ebpf:"lw_call_enter"`
+	LwCallReturn     *ebpf.Program `ebpf:"lw_call_return"`
+	LwCopy2dEnter    *ebpf.Program `ebpf:"lw_copy2d_enter"`
+	LwExec           *ebpf.Program `ebpf:"lw_exec"`
+	LwExit           *ebpf.Program `ebpf:"lw_exit"`
+	LwLaunchExEnter  *ebpf.Program `ebpf:"lw_launch_ex_enter"`
+	LwModifyQpEnter  *ebpf.Program `ebpf:"lw_modify_qp_enter"`
+	LwNameReturn     *ebpf.Program `ebpf:"lw_name_return"`
+	LwPollCqReturn   *ebpf.Program `ebpf:"lw_poll_cq_return"`
+	LwPostRecv       *ebpf.Program `ebpf:"lw_post_recv"`
+	LwPostSend       *ebpf.Program `ebpf:"lw_post_send"`
+	LwPropEnter      *ebpf.Program `ebpf:"lw_prop_enter"`
+	LwUcpEnter       *ebpf.Program `ebpf:"lw_ucp_enter"`
+	LwUcpMemMapEnter *ebpf.Program `ebpf:"lw_ucp_mem_map_enter"`
+	LwUctIfaceEnter  *ebpf.Program `ebpf:"lw_uct_iface_enter"`
+	LwUctLane        *ebpf.Program `ebpf:"lw_uct_lane"`
 }
 
 func (p *lanewatchPrograms) Close() error {
@@ -404,6 +466,10 @@ func (p *lanewatchPrograms) Close() error {
 		p.LwPostRecv,
 		p.LwPostSend,
 		p.LwPropEnter,
+		p.LwUcpEnter,
+		p.LwUcpMemMapEnter,
+		p.LwUctIfaceEnter,
+		p.LwUctLane,
 	)
 }
 

@@ -457,6 +457,14 @@ func (p *Probes) programsFor(prog Program) []attachProg {
 		return []attachProg{{p.objs.LwPostRecv, false}}
 	case ProgPollCQ:
 		return []attachProg{{p.objs.LwCallEnter, false}, {p.objs.LwPollCqReturn, true}}
+	case ProgUCP:
+		return []attachProg{{p.objs.LwUcpEnter, false}, {p.objs.LwCallReturn, true}}
+	case ProgUCTLane:
+		return []attachProg{{p.objs.LwUctLane, false}}
+	case ProgUCTIface:
+		return []attachProg{{p.objs.LwUctIfaceEnter, false}, {p.objs.LwCallReturn, true}}
+	case ProgUCPMemMap:
+		return []attachProg{{p.objs.LwUcpMemMapEnter, false}, {p.objs.LwCallReturn, true}}
 	}
 	return nil
 }

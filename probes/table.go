@@ -38,6 +38,10 @@ const (
 	ProgLaunchEx                       // entry reads the launch config at argument 0 (grid, block, stream); the result at return
 	ProgModifyQP                       // entry reads the QP's number and where attr connects it (enum lw_qp_arg); the result at return
 	ProgLinker                         // the dynamic linker's notification: entry only, holding the thread while a new CUDA file is probed (hold.go)
+	ProgUCP                            // entry puts a UCP transfer in one shape and reads its request parameters (enum lw_ucp_arg); the result at return
+	ProgUCTLane                        // entry only, emits nothing: notes the lane in the UCP call it is nested in (lw_uct_lane)
+	ProgUCTIface                       // entry reads the transport and device names (enum lw_uct_iface_arg); *iface_p at return
+	ProgUCPMemMap                      // entry reads the range and memory type (enum lw_ucp_mem_map_arg); *memh_p at return
 )
 
 // Dims says where a launch row finds its grid and block dimensions.
@@ -467,5 +471,63 @@ func buildTable() []Probe {
 	// The runtime form, attached only where the driver failed to initialise.
 	// cudaGraphLaunch(cudaGraphExec_t graphExec, cudaStream_t stream)
 	add(withForms(rt("cudaGraphLaunch", event.OpGraphLaunch, ProgEntryReturn, 0, launchArgs(0, 1), 2), "_ptsz")...)
+
+	// --- UCX (docs/design.md, "Transfer libraries"): NIXL's default
+	// backend. A transfer as the application posted it is a UCP call,
+	// entry+return; ucp_put_nbi/get_nbi/put_nb/get_nb call the _nbx forms
+	// (read in 1.13's code), so these four are every put, get and send.
+	// The lane it went on is the first UCT endpoint call nested in it,
+	// whose interface uct_iface_open named. A request the call returned
+	// completes by ucp_request_free at the latest. ---
+	ucp := func(sym string, op event.Op, n int) Probe {
+		a := copyArgs(noArg, int(lanewatchLwUcpArgLW_UCP_BUFFER), int(lanewatchLwUcpArgLW_UCP_COUNT), noArg, noArg)
+		a.Ptr = int(lanewatchLwUcpArgLW_UCP_EP)
+		return Probe{Symbol: sym, Layer: event.LayerUCP, Op: op, Program: ProgUCP, Args: a, NArgs: n}
+	}
+	add(ucp("ucp_put_nbx", event.OpXferPut, 6), ucp("ucp_get_nbx", event.OpXferGet, 6))
+	add(ucp("ucp_tag_send_nbx", event.OpXferSend, 5), ucp("ucp_am_send_nbx", event.OpXferSend, 7))
+	// ucp_request_free(void *request)
+	add(Probe{Symbol: "ucp_request_free", Layer: event.LayerUCP, Op: event.OpXferDone, Program: ProgEntry,
+		Args: memArgs(0, noArg, noArg), NArgs: 1})
+	// ucp_mem_map(ucp_context_h, const ucp_mem_map_params_t *, ucp_mem_h *memh_p)
+	mm := memArgs(int(lanewatchLwUcpMemMapArgLW_UMM_ADDRESS), int(lanewatchLwUcpMemMapArgLW_UMM_LENGTH), int(lanewatchLwUcpMemMapArgLW_UMM_FLAGS))
+	mm.Handle = 2
+	add(Probe{Symbol: "ucp_mem_map", Layer: event.LayerUCP, Op: event.OpXferMemMap, Program: ProgUCPMemMap,
+		Args: mm, NArgs: 3, OutHandle: true})
+	// uct_iface_open(md, worker, const uct_iface_params_t *, config, uct_iface_h *iface_p)
+	iface := handleArgs(4)
+	add(Probe{Symbol: "uct_iface_open", Layer: event.LayerUCT, Op: event.OpXferIface, Program: ProgUCTIface,
+		Args: iface, NArgs: 5, OutHandle: true})
+	// The transports' endpoint operations (uct.h: ep->iface->ops.ep_*), as
+	// Debian's 1.13 exports them: libuct (tcp, the shared-memory
+	// transports posix and sysv, cma's base, self) and libuct_ib (the
+	// mlx5 and verbs transports). Each names its lane to the UCP call it
+	// is nested in; none emits an event.
+	lane := func(sym string) Probe {
+		return Probe{Symbol: sym, Layer: event.LayerUCT, Op: event.OpXferLane, Program: ProgUCTLane,
+			Args: memArgs(0, noArg, noArg), NArgs: 1}
+	}
+	for _, sym := range UCTLaneSymbols {
+		add(lane(sym))
+	}
 	return t
 }
+
+// UCTLaneSymbols are the UCT endpoint operations probed for the lane of a
+// UCP transfer: put, get and active messages of every transport UCX 1.13
+// exports them for (nm -D libuct.so.0 ucx/libuct_ib.so.0).
+var UCTLaneSymbols = func() []string {
+	var out []string
+	for _, tl := range []string{"rc_mlx5", "dc_mlx5", "rc_verbs"} {
+		for _, op := range []string{"put_short", "put_bcopy", "put_zcopy", "get_bcopy", "get_zcopy",
+			"am_short", "am_short_iov", "am_bcopy", "am_zcopy"} {
+			out = append(out, "uct_"+tl+"_ep_"+op)
+		}
+	}
+	return append(out,
+		"uct_tcp_ep_put_zcopy", "uct_tcp_ep_am_short", "uct_tcp_ep_am_short_iov", "uct_tcp_ep_am_bcopy", "uct_tcp_ep_am_zcopy",
+		"uct_sm_ep_put_short", "uct_sm_ep_put_bcopy", "uct_sm_ep_get_bcopy",
+		"uct_mm_ep_am_short", "uct_mm_ep_am_short_iov", "uct_mm_ep_am_bcopy",
+		"uct_scopy_ep_put_zcopy", "uct_scopy_ep_get_zcopy",
+		"uct_self_ep_am_short", "uct_self_ep_am_short_iov", "uct_self_ep_am_bcopy")
+}()

@@ -16,7 +16,7 @@ func TestTableArgsWithinNArgs(t *testing.T) {
 		v := reflect.ValueOf(p.Args)
 		for i := 0; i < v.NumField(); i++ {
 			idx := int(v.Field(i).Int())
-			filled := p.Program == ProgCopy2D || // lw_copy2d_enter fills its slots
+			filled := p.Program == ProgCopy2D || p.Program == ProgUCPMemMap || // lw_copy2d_enter, lw_ucp_mem_map_enter fill their slots
 				p.Program == ProgLaunchEx && idx == int(lanewatchLwLaunchArgLW_LAUNCH_STREAM) // lw_launch_ex_enter too
 			if idx >= p.NArgs && !filled {
 				t.Errorf("row %d %s: %s is argument %d, the program reads %d", id, p.Symbol, v.Type().Field(i).Name, idx, p.NArgs)
