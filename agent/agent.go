@@ -786,6 +786,14 @@ func (a *Agent) RDMAStats() correlate.RDMAStats {
 	return a.engine.RDMAStats()
 }
 
+// XferStats counts the transfer libraries' transfers (UCX) and what of
+// them could not be joined.
+func (a *Agent) XferStats() correlate.XferStats {
+	a.engineMu.Lock()
+	defer a.engineMu.Unlock()
+	return a.engine.XferStats()
+}
+
 // Stats reads the agent's counters; after Run returned, their last values.
 func (a *Agent) Stats() Stats {
 	a.finalMu.Lock()

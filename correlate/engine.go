@@ -151,6 +151,7 @@ type Engine struct {
 	scratch        Transfer
 
 	rdma *rdmaTracker
+	xfer *xferTracker
 
 	devCapHits uint64 // DeviceCapHits of processes that exited
 
@@ -183,6 +184,7 @@ func NewEngine(cfg Config) *Engine {
 		timeout: uint64(cfg.PendingTimeout),
 		reg:     NewRegistry(cfg.MaxRanges, cfg.MaxProcesses),
 		rdma:    newRDMATracker(),
+		xfer:    newXferTracker(),
 		procs:   map[uint32]*proc{},
 
 		kernelInfos: map[string]kernelInfo{},
@@ -304,6 +306,9 @@ func (e *Engine) Handle(c *event.Call) {
 	switch {
 	case c.Layer == event.LayerVerbs:
 		e.rdma.handle(e, c)
+		return
+	case c.Layer == event.LayerUCP || c.Layer == event.LayerUCT:
+		e.xfer.handleUCX(e, c)
 		return
 	case c.Op == event.OpLinkerUpdate:
 		return // the caller rescans the process; nothing to correlate
@@ -897,6 +902,7 @@ func (e *Engine) evictOldest(p *proc) {
 // sweep emits transfers that waited past the timeout and ends merge
 // windows of threads that went quiet.
 func (e *Engine) sweep() {
+	e.xfer.sweep(e)
 	for _, p := range e.procs {
 		for p.fifo.len() > 0 {
 			r := p.fifo.front()
@@ -961,6 +967,7 @@ func (e *Engine) drain(p *proc) {
 // engine stays usable.
 func (e *Engine) Flush() {
 	e.rdma.drain(e, 0)
+	e.xfer.drain(e, 0)
 	pids := make([]uint32, 0, len(e.procs))
 	for pid := range e.procs {
 		pids = append(pids, pid)
@@ -974,6 +981,7 @@ func (e *Engine) Flush() {
 // ProcessExit emits the process's pending transfers and forgets it.
 func (e *Engine) ProcessExit(pid uint32) {
 	e.rdma.exit(e, pid)
+	e.xfer.exit(e, pid)
 	if p := e.procs[pid]; p != nil {
 		e.drain(p)
 		e.devCapHits += p.dev.capHits
