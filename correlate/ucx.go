@@ -104,6 +104,9 @@ func newXferTracker() *xferTracker {
 
 // handleUCX consumes one UCP or UCT event.
 func (x *xferTracker) handleUCX(e *Engine, c *event.Call) {
+	if c.Kind != event.KindCall {
+		return // only a call's own event means anything here
+	}
 	switch c.Op {
 	case event.OpXferIface:
 		x.iface(c)
