@@ -1,7 +1,6 @@
 package probes
 
 import (
-	"bufio"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -111,60 +110,12 @@ func TestUntracedObjectRealLibraries(t *testing.T) {
 	}
 }
 
-// mlx5dvUser posts through mlx5 direct verbs, built against rdma-core's
-// real header and libmlx5 (libibverbs-dev).
-const mlx5dvUser = `
-#include <infiniband/mlx5dv.h>
-int kv_direct_attach(struct ibv_qp *qp) {
-	struct mlx5dv_qp dv;
-	struct mlx5dv_obj obj = { .qp = { .in = qp, .out = &dv } };
-	return mlx5dv_init_obj(&obj, MLX5DV_OBJ_QP);
-}
-`
-
-// dlopener loads the library named by argv[1] (RTLD_NOW: every import
-// bound), says so, and waits for its stdin to close.
-const dlopener = `
-#include <dlfcn.h>
-#include <stdio.h>
-#include <unistd.h>
-int main(int argc, char **argv) {
-	if (!dlopen(argv[1], RTLD_NOW)) { fprintf(stderr, "%s\n", dlerror()); return 1; }
-	printf("loaded\n");
-	fflush(stdout);
-	char c;
-	while (read(0, &c, 1) > 0) {}
-	return 0;
-}
-`
-
 // A real process that dlopens an object importing mlx5dv_init_obj (and
 // with it the real libmlx5 and libibverbs) is named by that object alone.
 func TestUntracedProcessMLX5DV(t *testing.T) {
 	testenv.RequireRoot(t)
-	needFile(t, "/usr/include/infiniband/mlx5dv.h")
-	dir := t.TempDir()
-	lib := compileC(t, dir, "libkvdirect.so", mlx5dvUser, "-shared", "-fPIC", "-Wl,--no-as-needed", "-lmlx5", "-libverbs")
-	loader := compileC(t, dir, "dlopener", dlopener, "-ldl")
-
-	cmd := exec.Command(loader, lib)
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { stdin.Close(); cmd.Wait() }()
-	if line, err := bufio.NewReader(stdout).ReadString('\n'); line != "loaded\n" {
-		t.Fatalf("loader said %q (%v)", line, err)
-	}
-	pid := cmd.Process.Pid
+	lib := testenv.DirectVerbsLib(t, t.TempDir())
+	pid, _ := testenv.LoadingProcess(t, lib)
 	maps, err := ReadMaps("/proc", pid)
 	if err != nil {
 		t.Fatal(err)
@@ -184,22 +135,13 @@ func TestUntracedProcessMLX5DV(t *testing.T) {
 	if len(again) != 1 || again[0] != got[0] || len(errs) > 0 {
 		t.Errorf("second look: %+v %v", again, errs)
 	}
-	// The loader without the library maps no such object.
-	plain := exec.Command(loader, libmlx5Path)
-	plainIn, _ := plain.StdinPipe()
-	plainOut, _ := plain.StdoutPipe()
-	if err := plain.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { plainIn.Close(); plain.Wait() }()
-	if line, err := bufio.NewReader(plainOut).ReadString('\n'); line != "loaded\n" {
-		t.Fatalf("loader said %q (%v)", line, err)
-	}
-	maps, err = ReadMaps("/proc", plain.Process.Pid)
+	// The loader with libmlx5 alone maps no such object.
+	plain, _ := testenv.LoadingProcess(t, libmlx5Path)
+	maps, err = ReadMaps("/proc", plain)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, errs := new(UntracedFiles).Process("/proc", plain.Process.Pid, maps); len(got) > 0 || len(errs) > 0 {
+	if got, errs := new(UntracedFiles).Process("/proc", plain, maps); len(got) > 0 || len(errs) > 0 {
 		t.Errorf("libmlx5 alone: %+v %v", got, errs)
 	}
 }
@@ -212,7 +154,7 @@ func FuzzUntracedObject(f *testing.F) {
 	}
 	if _, err := exec.LookPath("gcc"); err == nil {
 		if _, err := os.Stat("/usr/include/infiniband/mlx5dv.h"); err == nil {
-			b, err := os.ReadFile(compileC(f, f.TempDir(), "libkvdirect.so", mlx5dvUser, "-shared", "-fPIC", "-s", "-Wl,--no-as-needed", "-lmlx5", "-libverbs"))
+			b, err := os.ReadFile(testenv.DirectVerbsLib(f, f.TempDir()))
 			if err != nil {
 				f.Fatal(err)
 			}
