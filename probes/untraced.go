@@ -95,7 +95,7 @@ type ObjectFacts struct {
 // above but whose transfers the agent sees at their own level, or that
 // only serve the objects that use them (whom the classifier names instead).
 var tracedElsewhere = []string{
-	"libuct", // UCX's transports: traced at the UCT endpoint (and UCP) level
+	"libuct", // UCX's transports (but GDA, byName): traced at the UCT endpoint (and UCP) level
 	"libfabric.so",
 	"libmlx5.so", "libmlx5-rdmav", // the provider: probed through the verbs ops
 	"libibverbs.so",
@@ -104,6 +104,9 @@ var tracedElsewhere = []string{
 
 // byName are objects named for what they do: a library whose name says it.
 var byName = []struct{ prefix, kind string }{
+	// UCX's GPU Direct Async module (the rc_gda transport, UCX 1.20 on):
+	// GPU kernels post through UCX's device API.
+	{"libuct_ib_mlx5_gda", UntracedGPUInitiated},
 	{"nvshmem_transport_ibgda.so", UntracedGPUInitiated},
 	{"nvshmem_transport_gpunetio.so", UntracedGPUInitiated},
 	{"libdoca_gpunetio", UntracedGPUInitiated},
@@ -156,17 +159,17 @@ func knownByName(name string) bool {
 
 // ClassifyObject says whether an object makes transfers the agent cannot
 // see, and what showed it (Untraced without Path); ok is false for every
-// other object. Names decide first: objects traced at their own level,
-// then those named for what they do; then the imports of byImport.
+// other object. Names decide first: objects named for what they do, then
+// those traced at their own level; then the imports of byImport.
 func ClassifyObject(o ObjectFacts) (u Untraced, ok bool) {
-	for _, p := range tracedElsewhere {
-		if strings.HasPrefix(o.Name, p) {
-			return Untraced{}, false
-		}
-	}
 	for _, b := range byName {
 		if strings.HasPrefix(o.Name, b.prefix) {
 			return Untraced{Kind: b.kind, Sign: "named " + o.Name}, true
+		}
+	}
+	for _, p := range tracedElsewhere {
+		if strings.HasPrefix(o.Name, p) {
+			return Untraced{}, false
 		}
 	}
 	for _, imp := range byImport {

@@ -40,6 +40,7 @@ func TestClassifyObject(t *testing.T) {
 		// Traced at their own level, or serving objects named instead.
 		{"UCX's UCT", ObjectFacts{"libuct_ib.so.0", mlx5, []string{"mlx5dv_init_obj"}}, "", ""},
 		{"UCX's mlx5 module", ObjectFacts{"libuct_ib_mlx5.so.0", mlx5, []string{"mlx5dv_devx_obj_create"}}, "", ""},
+		{"UCX's GDA", ObjectFacts{"libuct_ib_mlx5_gda.so.0", mlx5, []string{"mlx5dv_devx_umem_reg"}}, UntracedGPUInitiated, "named libuct_ib_mlx5_gda.so.0"},
 		{"UCX's gdr_copy", ObjectFacts{"libuct_cuda_gdrcopy.so.0", []string{"libgdrapi.so.2"}, []string{"gdr_map"}}, "", ""},
 		{"libfabric", ObjectFacts{"libfabric.so.1", []string{"libibverbs.so.1"}, []string{"ibv_qp_to_qp_ex"}}, "", ""},
 		{"libmlx5", ObjectFacts{"libmlx5.so.1", []string{"libibverbs.so.1"}, nil}, "", ""},
