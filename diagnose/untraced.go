@@ -29,8 +29,16 @@ type untracedTarget struct {
 	unread  []string // objects or maps that could not be read: unknown
 }
 
-// rdma says whether it hides RDMA work requests.
-func (u untracedTarget) rdma() bool { return slices.ContainsFunc(u.objects, probes.Untraced.RDMA) }
+// blind says whether it maps an object that hides RDMA, and whether one
+// certainly does (probes.Untraced.Certain) rather than can.
+func (u untracedTarget) blind() (rdma, certain bool) {
+	for _, o := range u.objects {
+		if o.RDMA() {
+			rdma, certain = true, certain || o.Certain()
+		}
+	}
+	return rdma, certain
+}
 
 func (u untracedTarget) text() string {
 	parts := make([]string, len(u.objects))
@@ -63,7 +71,7 @@ func untracedOf(files *probes.UntracedFiles, procRoot string, pid int, scope str
 func (u untracedTarget) check() checks.Check {
 	switch {
 	case len(u.objects) > 0:
-		c := checks.Skipped(u.scope, CheckTraced, "its transfers through these objects are not seen, and its RDMA checks do not pass it: %s", u.text())
+		c := checks.Skipped(u.scope, CheckTraced, "what it moves through these objects is not seen, and no RDMA check vouches for it: %s", u.text())
 		if len(u.unread) > 0 {
 			c.Detail += fmt.Sprintf("; and not read, so unknown: %s", checks.JoinLimited(u.unread, 4))
 		}
@@ -76,38 +84,48 @@ func (u untracedTarget) check() checks.Check {
 		Detail: "no object it maps moves data past the probes (mlx5 direct verbs, verbs work request API, GPU-initiated RDMA, NVSHMEM, DOCA, gdrcopy)"}
 }
 
-// qualifyRDMA turns each PASS of an RDMA check that would vouch for a
-// process whose RDMA is not seen into a SKIP saying so, followed by what
-// was seen: the process's own rows, and every GPU's lane rows (which GPU
-// links its work requests cross is not known). Findings stand: what was
-// seen is still judged.
+// qualifyRDMA keeps each PASS of an RDMA check from vouching for a process
+// whose RDMA is not seen: the process's own rows, and every GPU's lane
+// rows (which GPU links its work requests cross is not known). Where an
+// object certainly posts past the probes the PASS becomes a SKIP saying
+// so, followed by what was seen; where one only can (known by its
+// imports), the PASS stands on what was seen and says what it leaves out.
+// Findings stand: what was seen is still judged.
 func qualifyRDMA(r *checks.Report, untraced []untracedTarget) {
-	var blind []untracedTarget
+	type blindTarget struct {
+		untracedTarget
+		certain bool
+	}
+	var blind []blindTarget
+	var certain, possible []string
 	for _, u := range untraced {
-		if u.rdma() {
-			blind = append(blind, u)
+		rdma, sure := u.blind()
+		if !rdma {
+			continue
 		}
-	}
-	if len(blind) == 0 {
-		return
-	}
-	var pids []string
-	for _, u := range blind {
-		pids = append(pids, fmt.Sprintf("pid %d", u.pid))
+		blind = append(blind, blindTarget{u, sure})
+		if sure {
+			certain = append(certain, fmt.Sprintf("pid %d", u.pid))
+		} else {
+			possible = append(possible, fmt.Sprintf("pid %d", u.pid))
+		}
 	}
 	for i := range r.Checks {
 		c := &r.Checks[i]
 		if c.Status != checks.Pass || !slices.Contains(rdmaChecks, c.Name) {
 			continue
 		}
-		var why string
-		if strings.HasPrefix(c.Scope, "GPU ") {
-			why = fmt.Sprintf("the RDMA of %s is not seen (%s): which GPU links it crosses is unknown", checks.JoinLimited(pids, 4), CheckTraced)
-		} else if k := slices.IndexFunc(blind, func(u untracedTarget) bool { return u.scope == c.Scope }); k >= 0 {
-			why = "its RDMA is not seen: " + blind[k].text()
-		} else {
-			continue
+		switch k := slices.IndexFunc(blind, func(u blindTarget) bool { return u.scope == c.Scope }); {
+		case strings.HasPrefix(c.Scope, "GPU ") && len(certain) > 0:
+			c.Status = checks.Skip
+			c.Detail = fmt.Sprintf("the RDMA of %s is not seen (%s): which GPU links it crosses is unknown; what was seen: %s",
+				checks.JoinLimited(certain, 4), CheckTraced, c.Detail)
+		case strings.HasPrefix(c.Scope, "GPU ") && len(possible) > 0:
+			c.Detail += fmt.Sprintf("; not judged: what %s may post past the probes (%s)", checks.JoinLimited(possible, 4), CheckTraced)
+		case k >= 0 && blind[k].certain:
+			c.Status, c.Detail = checks.Skip, "its RDMA is not seen: "+blind[k].text()+"; what was seen: "+c.Detail
+		case k >= 0:
+			c.Detail += "; not judged: what it may post past the probes: " + blind[k].text()
 		}
-		c.Status, c.Detail = checks.Skip, why+"; what was seen: "+c.Detail
 	}
 }

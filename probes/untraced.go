@@ -57,9 +57,9 @@ const (
 func (u Untraced) Reason() string {
 	switch u.Kind {
 	case UntracedMLX5DV:
-		return "mlx5 direct verbs: it builds its own RDMA work requests and rings the NIC's doorbell, past ibv_post_send and the provider functions the agent probes"
+		return "mlx5 direct verbs: it can build its own RDMA work requests and ring the NIC's doorbell, past ibv_post_send and the provider functions the agent probes"
 	case UntracedVerbsWR:
-		return "verbs work request API (ibv_wr_*): its requests go through the provider's ibv_qp_ex functions, not the post_send the agent probes"
+		return "verbs work request API (ibv_wr_*): it can post through the provider's ibv_qp_ex functions, not the post_send the agent probes"
 	case UntracedGPUInitiated:
 		return "GPU-initiated networking: GPU kernels post the RDMA work requests themselves, with no CPU call to probe"
 	case UntracedNVSHMEM:
@@ -67,7 +67,7 @@ func (u Untraced) Reason() string {
 	case UntracedDOCA:
 		return "DOCA: it drives the device through its own queues, not the verbs calls the agent probes"
 	case UntracedGDRCopy:
-		return "gdrcopy: the CPU reads and writes GPU memory through a BAR mapping, with no copy call to probe"
+		return "gdrcopy: it can read and write GPU memory with the CPU through a BAR mapping, with no copy call to probe"
 	}
 	return "unknown kind " + u.Kind
 }
@@ -75,11 +75,21 @@ func (u Untraced) Reason() string {
 // String is "path (sign): reason".
 func (u Untraced) String() string { return fmt.Sprintf("%s (%s): %s", u.Path, u.Sign, u.Reason()) }
 
-// RDMA says whether the kind hides RDMA work requests (rather than GPU
-// loads and stores or CPU copies alone).
+// RDMA says whether the kind hides RDMA work requests or traffic on the
+// GPU's links (rather than CPU copies alone).
 func (u Untraced) RDMA() bool {
 	return u.Kind == UntracedMLX5DV || u.Kind == UntracedVerbsWR || u.Kind == UntracedGPUInitiated ||
 		u.Kind == UntracedNVSHMEM || u.Kind == UntracedDOCA
+}
+
+// Certain says whether the object is there only to move data that way: a
+// library or transport module named for it, loaded when chosen. An object
+// known by its imports can move data that way and may also take the
+// traced paths: Mooncake's transfer engine built with CUDA imports
+// mlx5dv_init_obj for its IBGDA device transport and posts everything
+// else with ibv_post_send.
+func (u Untraced) Certain() bool {
+	return u.Kind == UntracedGPUInitiated || u.Kind == UntracedNVSHMEM || u.Kind == UntracedDOCA
 }
 
 // ObjectFacts are what the classifier reads of one object: its file name,
