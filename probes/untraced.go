@@ -125,18 +125,18 @@ var byName = []struct{ prefix, kind string }{
 }
 
 // byImport are the imports that hand an object a data path no probe sees,
-// each looked for only in objects that need its library.
+// each looked for only in objects that need its library. The sign named
+// is the first of names the object imports, else its first import (in
+// name order) with one of prefixes.
 var byImport = []struct {
-	needs string               // DT_NEEDED prefix that must be present
-	match func(fn string) bool // the import
-	kind  string
+	needs    string // DT_NEEDED prefix that must be present
+	names    []string
+	prefixes []string
+	kind     string
 }{
-	{"libmlx5.so", func(fn string) bool {
-		return fn == "mlx5dv_init_obj" || fn == "mlx5dv_qp_ex_from_ibv_qp_ex" ||
-			strings.HasPrefix(fn, "mlx5dv_devx_") || strings.HasPrefix(fn, "mlx5dv_wr_")
-	}, UntracedMLX5DV},
-	{"libibverbs.so", func(fn string) bool { return fn == "ibv_qp_to_qp_ex" }, UntracedVerbsWR},
-	{"libgdrapi.so", func(fn string) bool { return fn == "gdr_map" }, UntracedGDRCopy},
+	{"libmlx5.so", []string{"mlx5dv_init_obj", "mlx5dv_qp_ex_from_ibv_qp_ex"}, []string{"mlx5dv_devx_", "mlx5dv_wr_"}, UntracedMLX5DV},
+	{"libibverbs.so", []string{"ibv_qp_to_qp_ex"}, nil, UntracedVerbsWR},
+	{"libgdrapi.so", []string{"gdr_map"}, nil, UntracedGDRCopy},
 }
 
 // needsImports says whether an object's imports decide its verdict: it is
@@ -186,8 +186,14 @@ func ClassifyObject(o ObjectFacts) (u Untraced, ok bool) {
 		if !slices.ContainsFunc(o.Needed, func(n string) bool { return strings.HasPrefix(n, imp.needs) }) {
 			continue
 		}
-		for _, fn := range o.Imports {
-			if imp.match(fn) {
+		for _, fn := range imp.names {
+			if slices.Contains(o.Imports, fn) {
+				return Untraced{Kind: imp.kind, Sign: "imports " + fn}, true
+			}
+		}
+		sorted := slices.Sorted(slices.Values(o.Imports))
+		for _, fn := range sorted {
+			if slices.ContainsFunc(imp.prefixes, func(p string) bool { return strings.HasPrefix(fn, p) }) {
 				return Untraced{Kind: imp.kind, Sign: "imports " + fn}, true
 			}
 		}
