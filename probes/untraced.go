@@ -26,10 +26,10 @@ type Untraced struct {
 
 // Kinds of transfers no probe sees.
 const (
-	// UntracedMLX5DV: mlx5 direct verbs. The object takes a queue pair's
-	// work queue, doorbell record and UAR from libmlx5 (mlx5dv_init_obj,
-	// DevX objects) or builds requests with mlx5dv_wr_*, and rings the
-	// doorbell itself: no ibv_post_send, no provider op.
+	// UntracedMLX5DV: mlx5 direct verbs. The object can take a queue
+	// pair's work queue, doorbell record and UAR from libmlx5
+	// (mlx5dv_init_obj, DevX objects) or build requests with mlx5dv_wr_*,
+	// and ring the doorbell itself: no ibv_post_send, no provider op.
 	UntracedMLX5DV = "mlx5dv"
 	// UntracedVerbsWR: the verbs work request API (ibv_wr_start …
 	// ibv_wr_complete through ibv_qp_to_qp_ex), which posts through the
@@ -38,14 +38,15 @@ const (
 	UntracedVerbsWR = "verbs-wr"
 	// UntracedGPUInitiated: GPU kernels build the NIC's work requests and
 	// ring its doorbell (NVSHMEM's IBGDA and GPUNetIO transports, DOCA
-	// GPUNetIO): no CPU call exists to probe.
+	// GPUNetIO, UCX's GDA module): no CPU call exists to probe.
 	UntracedGPUInitiated = "gpu-initiated"
 	// UntracedNVSHMEM: NVSHMEM's GPU kernels move data by loads and stores
 	// to peers' memory over NVLink, and hand remote puts to a transport:
 	// no copy call.
 	UntracedNVSHMEM = "nvshmem"
-	// UntracedDOCA: DOCA drives the device through its own queues, not
-	// the verbs calls the agent probes.
+	// UntracedDOCA: DOCA drives the device through its own queues (DOCA
+	// Verbs, built on mlx5 direct verbs), not the verbs calls the agent
+	// probes.
 	UntracedDOCA = "doca"
 	// UntracedGDRCopy: gdrcopy maps GPU memory into the CPU's address
 	// space through the GPU's BAR; the CPU's loads and stores move the
