@@ -208,6 +208,10 @@ func logSummary(log *slog.Logger, ag *Agent) {
 		log.Warn("library mapped without probes until the end: its calls were not seen", "path", u.Path, "pid", u.PID,
 			"failures", u.Failures, "since", u.Since.Format(time.RFC3339), "reason", u.Reason)
 	}
+	for _, p := range ag.Untraced() {
+		log.Warn("process moved data past the probes until the end: its transfers through these objects were not seen", "pid", p.PID,
+			"objects", p.Text())
+	}
 	if p := st.Pages; p.Copies > 0 {
 		log.Info("host pages of copies", "copies", p.Copies, "located", p.Located, "from_cache", p.Cached, "no_node", p.NoNode,
 			"failed", p.Failed, "over_budget", p.OverRate, "behind", p.Behind, "move_pages_calls", p.Queries, "pages_asked", p.Pages)
