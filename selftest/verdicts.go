@@ -36,6 +36,9 @@ var designed = map[string][]string{
 	"mr-dereg-early":     {"mr-dereg-in-flight/fail"},
 	"storage-far-pool":   {"storage-far-pool/warn"},
 	"uplink-shared":      {"storage-shared-uplink/warn"},
+	// transfer-library lanes on an injected host (xferlane.go)
+	"xfer-tcp-fallback": {"kv-transfer-tcp-fallback/warn"},
+	"xfer-far-device":   {"kv-transfer-far-device/warn"},
 }
 
 // ruleOf is the rule of a designed "rule/severity".
@@ -119,6 +122,13 @@ func judgeDesigned(res *Result, scenario string, fs []correlate.Finding, notJudg
 // windowFindings is what agent run's evaluator finds in one window holding
 // exactly the given records and activities.
 func windowFindings(procs []scenarioProc, transfers []correlate.Transfer, acts []correlate.Activity) []correlate.Finding {
+	return windowVerdict(procs, transfers, acts, nil).Findings
+}
+
+// windowVerdict is agent run's evaluator's verdict on one window holding
+// exactly the given records and activities; nics places the host's RDMA
+// devices (nil: unknown, as on a host whose PCI tree is unread).
+func windowVerdict(procs []scenarioProc, transfers []correlate.Transfer, acts []correlate.Activity, nics judge.NICPlace) judge.Verdict {
 	lane := refenv.LaneGBs()
 	gpuOf := map[uint32]string{}
 	gpus := map[string]bool{}
@@ -128,6 +138,7 @@ func windowFindings(procs []scenarioProc, transfers []correlate.Transfer, acts [
 	}
 	ev := judge.NewEvaluator(judge.EvaluatorConfig{
 		Kernels: true,
+		NICs:    nics,
 		Place: func(pid uint32) checks.Placement {
 			if g, ok := gpuOf[pid]; ok {
 				return checks.Placement{GPU: g, InboundGBs: lane, OutboundGBs: lane}
@@ -155,7 +166,7 @@ func windowFindings(procs []scenarioProc, transfers []correlate.Transfer, acts [
 	}
 	// The window is the scenario's own span, as if agent run's window had
 	// been laid exactly over it.
-	return ev.Evaluate(time.Now().Add(time.Duration(last - first))).Findings
+	return ev.Evaluate(time.Now().Add(time.Duration(last - first)))
 }
 
 func listText(items []string) string {
