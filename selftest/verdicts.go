@@ -91,12 +91,17 @@ func designedAmong(scenario string, rules ...string) []string {
 // only the agent's facts with the truth's.
 func checkDesigned(res *Result, scenario string, procs []scenarioProc, transfers []correlate.Transfer, acts []correlate.Activity) {
 	fs := windowFindings(procs, transfers, acts)
+	noteFindings(res, fs)
+	judgeDesigned(res, scenario, fs, "storage-far-pool", "storage-shared-uplink")
+}
+
+// noteFindings adds each finding at WARN or FAIL to the row's notes.
+func noteFindings(res *Result, fs []correlate.Finding) {
 	for _, f := range fs {
 		if f.Severity == correlate.SevWarn || f.Severity == correlate.SevFail {
 			res.Problems = append(res.Problems, fmt.Sprintf("finding: %s; %s", f.Summary, strings.Join(f.Evidence, "; ")))
 		}
 	}
-	judgeDesigned(res, scenario, fs, "storage-far-pool", "storage-shared-uplink")
 }
 
 // judgeDesigned compares the rules findings raised at WARN or FAIL with

@@ -146,6 +146,7 @@ func xferRun(name string) Result {
 		return res
 	}
 	v := windowVerdict([]scenarioProc{{pid: xferPID, gpu: xferGPU}}, xferRecords(row), nil, xferHost(row.nics))
+	noteFindings(&res, v.Findings)
 	judgeDesigned(&res, name, v.Findings)
 	i := slices.IndexFunc(v.Checks, func(c checks.Check) bool { return c.Name == judge.CheckXferLanes })
 	switch {
