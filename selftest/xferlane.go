@@ -61,9 +61,11 @@ const (
 	// records (no process runs).
 	xferGPU = "0000:19:00.0"
 	xferPID = 4242
-	// xferPuts is how many puts of xferBytes a row's client makes.
-	xferPuts  = 200
-	xferBytes = 1 << 20
+	// xferPuts is how many puts of xferBytes a row's client makes,
+	// xferWindow of them in flight at once.
+	xferPuts   = 200
+	xferBytes  = 1 << 20
+	xferWindow = 8
 )
 
 // xferHost is the injected host: the GPU under one PCIe switch, with the
@@ -106,9 +108,11 @@ func xferHost(nics bool) *topology.Host {
 	return h
 }
 
-// xferRecords are the records of the row's client: one per put, posted
-// back to back and each completed before the next (perftest's ucp_put_bw
-// waits for its window; one in flight is enough for the shape).
+// xferRecords are the records of the row's client: puts in windows of
+// xferWindow posted together, each window completing before the next is
+// posted, at 2 GB/s on RDMA transports (half the reference lane's 4 GB/s)
+// and 1 GB/s over tcp. Eight in flight keep too-little-in-flight silent by
+// construction (it needs fewer than two on average), whatever the rates.
 func xferRecords(row xferRow) []correlate.Transfer {
 	class := correlate.ClassOf(row.transport)
 	mover := correlate.MoverCPU
@@ -119,18 +123,19 @@ func xferRecords(row xferRow) []correlate.Transfer {
 	if row.gpuBuffer {
 		src, gpu = event.MemDevice, xferGPU
 	}
-	latency := uint64(50_000) // 1 MiB at ~20 GB/s
+	window := uint64(xferWindow * xferBytes / 2) // ns at 2 GB/s
 	if class == correlate.TransportNetwork {
-		latency = 1_000_000 // at ~1 GB/s
+		window *= 2
 	}
 	var out []correlate.Transfer
 	for i := range uint64(xferPuts) {
-		submit := 1_000_000_000 + i*(latency+1_000)
+		base := 1_000_000_000 + (i/xferWindow)*(window+1_000)
+		submit, complete := base+(i%xferWindow)*100, base+window
 		out = append(out, correlate.Transfer{PID: xferPID, TID: xferPID, API: "ucp_put_nbx", Op: event.OpXferPut, Mover: mover,
 			Direction: correlate.DirRDMAWrite, Bytes: xferBytes, BatchIndex: -1, Layer: -1,
 			Src: correlate.Side{Addr: 0x7f0000000000 + i*xferBytes, Mem: src}, Dst: correlate.Side{Addr: 0x7e0000000000 + i*xferBytes, Mem: event.MemUnknown},
 			GPU: gpu, Transport: row.transport, NetDevice: row.device, RemoteAddr: 0x7e0000000000 + i*xferBytes, Endpoint: 0x55550000,
-			SubmitNs: submit, CompleteNs: submit + latency, LatencyNs: latency})
+			SubmitNs: submit, CompleteNs: complete, LatencyNs: complete - submit})
 	}
 	return out
 }
