@@ -220,3 +220,17 @@ func rankOrder(r topology.Relation) int {
 	}
 	return r.Rank()
 }
+
+// OnGPULinkOnlyHere reports whether a transfer library's transfer is the
+// only record of what its NIC moved: UCX's mlx5 transports (rc_mlx5,
+// dc_mlx5, ud_mlx5) build their work queue entries and ring the doorbell
+// themselves, so no verbs work request shows them (issue 22). Every other
+// transport's bytes either show already — rc_verbs and libfabric's verbs
+// provider post through libibverbs (work requests), cuda_ipc and cuda_copy
+// are CUDA copies, and tcp from GPU memory stages through cuda_copy — or
+// cross no GPU link (posix, cma), or are not known here (efa, an unknown
+// name): placing them on a lane would count bytes twice or guess.
+func OnGPULinkOnlyHere(t *Transfer) bool {
+	core, _, _ := strings.Cut(t.Transport, ";")
+	return t.Op.IsXfer() && (core == "rc_mlx5" || core == "dc_mlx5" || core == "ud_mlx5")
+}
