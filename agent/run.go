@@ -291,9 +291,9 @@ func listenMetrics(cfg RunConfig, place func(uint32) checks.Placement, extra map
 	case cong == nil:
 		log.Info("no RDMA port: rdma-congestion is not judged", "sysfs", cfg.SysRoot)
 	}
-	numa, err := HostNUMA(cfg.SysRoot)
+	numa, nics, err := HostPlaces(cfg.SysRoot)
 	if err != nil {
-		log.Warn("GPU NUMA nodes unknown: remote-numa-pool is not judged on the pages copies read", "err", err)
+		log.Warn("PCI tree unreadable: remote-numa-pool is not judged on the pages copies read, nor the transfer libraries' lanes", "err", err)
 	}
 	var peerPath func(src, dst string) (string, bool)
 	if mc.TopoM != "" {
@@ -309,7 +309,7 @@ func listenMetrics(cfg RunConfig, place func(uint32) checks.Placement, extra map
 		disks, diskPlace = judge.NewDiskWindow(procRoot, sh), DiskPlacer(sh)
 	}
 	m.eval = judge.NewEvaluator(judge.EvaluatorConfig{Interval: mc.EvaluateInterval, Place: place, Publish: m.publish, GPU: gpu, Congestion: cong,
-		NUMA: numa, LinkCapacity: LaneCapacity(capacityHost(procRoot, cfg.SysRoot, log), m.links), GPUPath: peerPath,
+		NUMA: numa, NICs: nics, LinkCapacity: LaneCapacity(capacityHost(procRoot, cfg.SysRoot, log), m.links), GPUPath: peerPath,
 		Kernels: cfg.Trace.Kernels, Storage: storageFlows(cfg.Trace.Storage), Disks: disks})
 	scrapers := map[string]exporters.Collector{
 		"rdma_ports": collectors.NewInfiniBandMetrics(cfg.SysRoot),

@@ -165,7 +165,7 @@ func scopeOnce(host *checks.Host) func(pid uint32) string {
 // report names it; targets are judged even when the window saw nothing of
 // them.
 func (w *window) judge(cfg Config, host *checks.Host, targets []int) []checks.Check {
-	env := &judge.Env{Span: w.length, Place: checks.PlaceOnce(host.Place), NUMA: host,
+	env := &judge.Env{Span: w.length, Place: checks.PlaceOnce(host.Place), NUMA: host, NICs: host.Topo,
 		Capacity: func(gpu string) float64 { gbs, _ := host.LaneCapacity(gpu); return gbs },
 		Scope:    scopeOnce(host),
 		// counters sampled at the window's start, middle and end: two halves
