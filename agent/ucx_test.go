@@ -13,6 +13,7 @@ import (
 	"github.com/lanewatch/lanewatch/agent"
 	"github.com/lanewatch/lanewatch/internal/testenv"
 	"github.com/lanewatch/lanewatch/probes"
+	"github.com/lanewatch/lanewatch/selftest"
 )
 
 // A real ucx_perftest pair on loopback, over shared memory and over TCP,
@@ -28,15 +29,21 @@ func TestUCXPerftestRecords(t *testing.T) {
 	for _, c := range []struct {
 		tls, devices, test, api string
 		transport, device       string
+		// rows: the transfer-library scenarios that judge these very
+		// records, on their injected hosts (selftest.JudgeXfer): tcp
+		// beside an RDMA device near the GPU fires kv-transfer-tcp-fallback,
+		// on a host without one it is the best lane; shared memory beside
+		// RDMA devices needs no NIC.
+		rows []string
 	}{
-		{"posix,cma,self", "", "ucp_put_bw", "ucp_put_nbx", "posix", "memory"},
-		{"posix,cma,self", "", "ucp_get", "ucp_get_nbx", "posix", "memory"},
-		{"tcp", "lo", "ucp_put_bw", "ucp_put_nbx", "tcp", "lo"},
-		{"tcp", "lo", "ucp_get", "ucp_get_nbx", "tcp", "lo"},
+		{"posix,cma,self", "", "ucp_put_bw", "ucp_put_nbx", "posix", "memory", []string{"xfer-same-host"}},
+		{"posix,cma,self", "", "ucp_get", "ucp_get_nbx", "posix", "memory", nil},
+		{"tcp", "lo", "ucp_put_bw", "ucp_put_nbx", "tcp", "lo", []string{"xfer-tcp-fallback", "xfer-tcp-no-rdma"}},
+		{"tcp", "lo", "ucp_get", "ucp_get_nbx", "tcp", "lo", []string{"xfer-tcp-fallback"}},
 		// Tag sends: rendezvous, the receiver pulls the data; a send UCX
 		// queues reaches no transport itself and is said to be on its
 		// endpoint's last lane (transport_inferred).
-		{"posix,cma,self", "", "tag_bw", "ucp_tag_send_nbx", "posix", "memory"},
+		{"posix,cma,self", "", "tag_bw", "ucp_tag_send_nbx", "posix", "memory", nil},
 	} {
 		t.Run(c.tls+"/"+c.test, func(t *testing.T) {
 			port++
@@ -57,6 +64,7 @@ func TestUCXPerftestRecords(t *testing.T) {
 			// files, every process using them is probed from its start.
 			waitAttached(t, r.agent, "libucp.so", "libuct.so")
 			before := r.agent.XferStats()
+			_, dropsBefore := r.agent.EventsAndDrops()
 
 			cl := exec.Command(perftest, "127.0.0.1", "-p", fmt.Sprint(port), "-t", c.test, "-s", fmt.Sprint(size),
 				"-n", fmt.Sprint(n), "-w", "0")
@@ -70,7 +78,13 @@ func TestUCXPerftestRecords(t *testing.T) {
 			}
 
 			got := 0
-			for _, x := range r.col.Take(uint32(cl.Process.Pid)) {
+			records := r.col.Take(uint32(cl.Process.Pid))
+			for _, row := range c.rows {
+				if res := selftest.JudgeXfer(row, uint32(cl.Process.Pid), records); !res.OK() {
+					t.Errorf("%s on these records: %v", row, res.Problems)
+				}
+			}
+			for _, x := range records {
 				if x.API != c.api {
 					t.Errorf("a %s record: %+v", x.API, x)
 					continue
@@ -88,8 +102,8 @@ func TestUCXPerftestRecords(t *testing.T) {
 			if after := r.agent.XferStats(); after.Evicted != before.Evicted {
 				t.Errorf("records without a completion or lane: %+v, before %+v", after, before)
 			}
-			if _, d := r.agent.EventsAndDrops(); d.Total() != 0 {
-				t.Errorf("drops: %+v", d)
+			if _, d := r.agent.EventsAndDrops(); d.Sub(dropsBefore).Total() != 0 {
+				t.Errorf("drops while the client ran: %+v", d.Sub(dropsBefore))
 			}
 		})
 	}

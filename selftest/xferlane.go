@@ -140,17 +140,31 @@ func xferRecords(row xferRow) []correlate.Transfer {
 	return out
 }
 
-// xferRun judges one row's window and compares its verdict with the
-// design: the rules raised, and the lanes check's status.
+// xferRun judges one row's window of shaped records and compares its
+// verdict with the design: the rules raised, and the lanes check's status.
 func xferRun(name string) Result {
-	res := Result{Scenario: name, Runtime: "shaped"}
+	row, ok := xferRows[name]
+	if !ok {
+		return Result{Scenario: name, OtherErrs: 1, Problems: []string{fmt.Sprintf("no transfer-library row %q (rows: %v)", name, XferScenarios)}}
+	}
+	res := JudgeXfer(name, xferPID, xferRecords(row))
+	res.Runtime = "shaped"
+	return res
+}
+
+// JudgeXfer judges the records of process pid as the row name's window,
+// on the row's injected host with pid placed on its GPU, and compares the
+// verdict with the row's design. The agent's tests hand it the records a
+// real ucx_perftest client produced.
+func JudgeXfer(name string, pid uint32, records []correlate.Transfer) Result {
+	res := Result{Scenario: name}
 	row, ok := xferRows[name]
 	if !ok {
 		res.OtherErrs++
 		res.Problems = append(res.Problems, fmt.Sprintf("no transfer-library row %q (rows: %v)", name, XferScenarios))
 		return res
 	}
-	v := windowVerdict([]scenarioProc{{pid: xferPID, gpu: xferGPU}}, xferRecords(row), nil, xferHost(row.nics))
+	v := windowVerdict([]scenarioProc{{pid: pid, gpu: xferGPU}}, records, nil, xferHost(row.nics))
 	noteFindings(&res, v.Findings)
 	judgeDesigned(&res, name, v.Findings)
 	i := slices.IndexFunc(v.Checks, func(c checks.Check) bool { return c.Name == judge.CheckXferLanes })
