@@ -38,6 +38,8 @@ type Metrics struct {
 	sizes     map[string]*histogram // by direction
 	wrs       map[wrKey]uint64
 	latency   map[string]*histogram // by RDMA opcode
+	xfers     map[xferKey]*transferCount
+	xferLat   map[string]*histogram // by transport
 	window    Window
 	hasWindow bool
 	// fired counts the evaluation windows in which each rule and
@@ -134,6 +136,8 @@ type transferCount struct{ n, bytes uint64 }
 
 type wrKey struct{ opcode, status string }
 
+type xferKey struct{ api, transport, device string }
+
 // maxSeries caps the label sets of each counter family.
 const maxSeries = 512
 
@@ -205,6 +209,15 @@ var (
 	descWRLatency = prometheus.NewDesc("lanewatch_rdma_posted_to_completed_seconds",
 		"Time from posting an RDMA work request to polling its completion, in seconds, by opcode.",
 		[]string{"opcode"}, nil)
+	descXfers = prometheus.NewDesc("lanewatch_xfer_transfers_total",
+		"Transfers posted through a transfer library (UCX: ucp_put_nbx, ucp_get_nbx, ucp_tag_send_nbx, ucp_am_send_nbx), by the API, the transport that carried them (rc_mlx5, tcp, posix, ...; unknown when not seen) and its device (mlx5_0:1, lo; empty when unknown).",
+		[]string{"api", "transport", "device"}, nil)
+	descXferBytes = prometheus.NewDesc("lanewatch_xfer_bytes_total",
+		"Bytes posted through a transfer library, by the API, transport and device, as lanewatch_xfer_transfers_total.",
+		[]string{"api", "transport", "device"}, nil)
+	descXferLatency = prometheus.NewDesc("lanewatch_xfer_posted_to_completed_seconds",
+		"Time from posting a transfer-library transfer to its completion (UCX: the call's return when it completed at once, else the release of its request), in seconds, by transport.",
+		[]string{"transport"}, nil)
 	descFindings = prometheus.NewDesc("lanewatch_findings",
 		"Active findings of the last evaluation window, by rule and severity (0: the rule did not fire).",
 		[]string{"rule", "severity"}, nil)
@@ -282,6 +295,8 @@ func NewMetrics(health func() Health, rules ...Desc) *Metrics {
 		sizes:     map[string]*histogram{},
 		wrs:       map[wrKey]uint64{},
 		latency:   map[string]*histogram{},
+		xfers:     map[xferKey]*transferCount{},
+		xferLat:   map[string]*histogram{},
 		fired:     map[findingKey]uint64{},
 	}
 	for _, r := range correlate.Rules {
@@ -362,6 +377,10 @@ func (m *Metrics) Transfer(t *correlate.Transfer) {
 	}
 	h.observe(sizeBuckets, float64(t.Bytes))
 
+	if t.Op.IsXfer() {
+		m.xfer(t)
+		return
+	}
 	if t.Op != event.OpPostSend && t.Op != event.OpPostRecv {
 		return
 	}
@@ -387,6 +406,40 @@ func (m *Metrics) Transfer(t *correlate.Transfer) {
 	}
 }
 
+// xfer counts a transfer library's transfer by the lane it went on, and
+// its posted → completed latency by transport. Caller holds m.mu.
+func (m *Metrics) xfer(t *correlate.Transfer) {
+	k := xferKey{t.API, t.Transport, t.NetDevice}
+	if k.transport == "" {
+		k.transport = "unknown"
+	}
+	c := m.xfers[k]
+	if c == nil {
+		if len(m.xfers) >= maxSeries {
+			k = xferKey{overflow, overflow, overflow}
+			c = m.xfers[k]
+		}
+		if c == nil {
+			c = &transferCount{}
+			m.xfers[k] = c
+		}
+	}
+	c.n++
+	c.bytes += t.Bytes
+	if t.LatencyNs == 0 {
+		return
+	}
+	h := m.xferLat[k.transport]
+	if h == nil {
+		if len(m.xferLat) >= maxSeries {
+			return
+		}
+		h = newHistogram(len(latencyBuckets))
+		m.xferLat[k.transport] = h
+	}
+	h.observe(latencyBuckets, float64(t.LatencyNs)/1e9)
+}
+
 // SetWindow publishes the evaluator's verdict on the last interval,
 // replacing the previous one.
 func (m *Metrics) SetWindow(w Window) {
@@ -409,7 +462,7 @@ func (m *Metrics) SetWindow(w Window) {
 
 // Describe implements prometheus.Collector.
 func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descTransfers, descTransferBytes, descTransferSize, descFailed, descSMTransfers, descLaunches, descGraphLaunches, descCaptured, descWRs, descWRLatency,
+	for _, d := range []*prometheus.Desc{descTransfers, descTransferBytes, descTransferSize, descFailed, descSMTransfers, descLaunches, descGraphLaunches, descCaptured, descWRs, descWRLatency, descXfers, descXferBytes, descXferLatency,
 		descFindings, descFindingWindows, descLaneDemand, descLaneCapacity, descLaneMeasured, descLaneUnattributed, descLaneSM, descPeerCopy, descGPUCounters,
 		descEvalDuration, descEvalTime,
 		descEvents, descDrops, descAttached, descAttachFailures, descUnprobed, descProbedLibraries, descLibraryDetaches, descLoaderHolds, descLoaderHoldSeconds, descCallerUnclassified, descPending, descPageLookups,
@@ -452,6 +505,13 @@ func (m *Metrics) collectCounts(ch chan<- prometheus.Metric) {
 	}
 	for op, h := range m.latency {
 		ch <- h.metric(descWRLatency, latencyBuckets, op)
+	}
+	for k, c := range m.xfers {
+		ch <- prometheus.MustNewConstMetric(descXfers, prometheus.CounterValue, float64(c.n), k.api, k.transport, k.device)
+		ch <- prometheus.MustNewConstMetric(descXferBytes, prometheus.CounterValue, float64(c.bytes), k.api, k.transport, k.device)
+	}
+	for tr, h := range m.xferLat {
+		ch <- h.metric(descXferLatency, latencyBuckets, tr)
 	}
 }
 

@@ -256,9 +256,11 @@ func TestMetricsBounded(t *testing.T) {
 		m.Transfer(&correlate.Transfer{Op: event.OpCopy, Direction: fmt.Sprintf("dir%d", i), Bytes: 1})
 		m.Transfer(&correlate.Transfer{Op: event.OpPostSend, Direction: correlate.DirSend, Status: fmt.Sprintf("status_%d", i),
 			SubmitNs: 1, CompleteNs: 2})
+		m.Transfer(&correlate.Transfer{Op: event.OpXferPut, API: "ucp_put_nbx", Transport: fmt.Sprintf("tl%d", i), NetDevice: "d", LatencyNs: 1})
 	}
 	reg := NewRegistry(m, nil, nil)
-	for _, name := range []string{"lanewatch_transfers_total", "lanewatch_rdma_work_requests_total"} {
+	for _, name := range []string{"lanewatch_transfers_total", "lanewatch_rdma_work_requests_total", "lanewatch_xfer_transfers_total",
+		"lanewatch_xfer_posted_to_completed_seconds"} {
 		n, err := testutil.GatherAndCount(reg, name)
 		if err != nil || n > maxSeries+1 {
 			t.Errorf("%s: %d series (%v), want at most %d", name, n, err, maxSeries+1)
@@ -303,4 +305,45 @@ func BenchmarkMetricsTransfer(b *testing.B) {
 	for b.Loop() {
 		m.Transfer(&t)
 	}
+}
+
+// A transfer library's transfers count by API, transport and device, and
+// their latency by transport; one whose transport is unknown says so, and
+// one without a completion has no latency sample.
+func TestMetricsXfer(t *testing.T) {
+	m := NewMetrics(nil)
+	for _, x := range []correlate.Transfer{
+		{Op: event.OpXferPut, API: "ucp_put_nbx", Direction: correlate.DirRDMAWrite, Bytes: 1 << 20, Transport: "tcp", NetDevice: "lo", LatencyNs: 2000},
+		{Op: event.OpXferPut, API: "ucp_put_nbx", Direction: correlate.DirRDMAWrite, Bytes: 1 << 20, Transport: "tcp", NetDevice: "lo", LatencyNs: 3000},
+		{Op: event.OpXferSend, API: "ucp_tag_send_nbx", Direction: correlate.DirSend, Bytes: 8, Transport: "unknown", TransportReason: "transport_not_seen"},
+	} {
+		m.Transfer(&x)
+	}
+	reg := NewRegistry(m, nil, nil)
+	want := `
+# HELP lanewatch_xfer_bytes_total Bytes posted through a transfer library, by the API, transport and device, as lanewatch_xfer_transfers_total.
+# TYPE lanewatch_xfer_bytes_total counter
+lanewatch_xfer_bytes_total{api="ucp_put_nbx",device="lo",transport="tcp"} 2.097152e+06
+lanewatch_xfer_bytes_total{api="ucp_tag_send_nbx",device="",transport="unknown"} 8
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "lanewatch_xfer_bytes_total"); err != nil {
+		t.Error(err)
+	}
+	if n, err := testutil.GatherAndCount(reg, "lanewatch_xfer_transfers_total"); err != nil || n != 2 {
+		t.Errorf("xfer transfer series: %d, %v", n, err)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "lanewatch_xfer_posted_to_completed_seconds" {
+			continue
+		}
+		if len(mf.Metric) != 1 || mf.Metric[0].GetHistogram().GetSampleCount() != 2 {
+			t.Errorf("latency: %v", mf.Metric)
+		}
+		return
+	}
+	t.Error("no lanewatch_xfer_posted_to_completed_seconds")
 }

@@ -112,7 +112,7 @@ func typeByName(name string) string {
 }
 
 // scrapedTypes scrapes a registry like `agent run`'s: exporters.Metrics fed
-// one copy and one completed work request, and a scrape-time collector
+// one copy, one completed work request and one UCX put, and a scrape-time collector
 // whose source fails (sending its health series). It returns each
 // lanewatch series' type and the health series' descriptors.
 func scrapedTypes() (map[string]string, []*prometheus.Desc, error) {
@@ -120,6 +120,7 @@ func scrapedTypes() (map[string]string, []*prometheus.Desc, error) {
 	for _, t := range []correlate.Transfer{
 		{Op: event.OpCopy, Direction: correlate.DirH2D, Bytes: 1},
 		{Op: event.OpPostSend, Direction: correlate.DirRDMAWrite, Bytes: 1, Status: "success", SubmitNs: 1, CompleteNs: 2},
+		{Op: event.OpXferPut, API: "ucp_put_nbx", Direction: correlate.DirRDMAWrite, Bytes: 1, Transport: "tcp", NetDevice: "lo", SubmitNs: 1, CompleteNs: 2, LatencyNs: 1},
 	} {
 		m.Transfer(&t)
 	}
