@@ -49,7 +49,12 @@ type Congestion struct {
 	quiet    map[string]uint64  // port → lowest p99 excess (ns) seen in its quiet intervals
 }
 
-type qpKey struct{ pid, qp uint32 }
+// qpKey is a queue pair, or a transfer library's endpoint (ep) whose RDMA
+// transfers stand for the queue pairs the library drives itself.
+type qpKey struct {
+	pid, qp uint32
+	ep      uint64
+}
 
 // NewCongestion finds the RDMA ports under cfg.SysRoot; nil without any.
 func NewCongestion(cfg CongestionConfig) (*Congestion, error) {
@@ -165,20 +170,42 @@ func queuePairs(ts []correlate.Transfer) (map[qpKey][]correlate.Transfer, int) {
 	out := map[qpKey][]correlate.Transfer{}
 	recvs := 0
 	for _, t := range ts {
-		if t.Op != event.OpPostSend && t.Op != event.OpPostRecv {
+		xfer := t.Op.IsXfer() && correlate.ClassOf(t.Transport) == correlate.TransportRDMA
+		if t.Op != event.OpPostSend && t.Op != event.OpPostRecv && !xfer {
 			continue
 		}
 		if t.Direction == correlate.DirRecv || t.Op == event.OpPostRecv {
 			recvs++
 			continue
 		}
+		if xfer {
+			if t.Failed() || t.CompleteNs == 0 || t.CompleteNs < t.SubmitNs {
+				continue
+			}
+			k := qpKey{pid: t.PID, ep: t.Endpoint}
+			out[k] = append(out[k], t)
+			continue
+		}
 		if t.Status != "success" || t.CompleteNs == 0 || t.CompleteNs < t.SubmitNs {
 			continue
 		}
-		k := qpKey{t.PID, t.QPNum}
+		k := qpKey{pid: t.PID, qp: t.QPNum}
 		out[k] = append(out[k], t)
 	}
 	return out, recvs
+}
+
+// portOfDevice is the port a transfer library names as "mlx5_0:1"; ""
+// when it is no port of this host's.
+func (c *Congestion) portOfDevice(dev string) string {
+	name, port, ok := strings.Cut(dev, ":")
+	if !ok {
+		return ""
+	}
+	if p := name + "/" + port; c.ports[p].Device != "" {
+		return p
+	}
+	return ""
 }
 
 // candidatePorts are the ports a process's queue pairs may be on: those of
@@ -228,16 +255,16 @@ func (c *Congestion) work(byQP map[qpKey][]correlate.Transfer) []qpWork {
 	portsOf := map[uint32][]string{}
 	var out []qpWork
 	for _, k := range slices.SortedFunc(maps.Keys(byQP), func(a, b qpKey) int {
-		if a.pid != b.pid {
-			return int(a.pid) - int(b.pid)
-		}
-		return int(a.qp) - int(b.qp)
+		return cmp.Or(cmp.Compare(a.pid, b.pid), cmp.Compare(a.qp, b.qp), cmp.Compare(a.ep, b.ep))
 	}) {
 		if portsOf[k.pid] == nil {
 			portsOf[k.pid] = c.candidatePorts(k.pid)
 		}
-		w := qpWork{key: k, ports: portsOf[k.pid]}
 		ts := byQP[k]
+		w := qpWork{key: k, ports: portsOf[k.pid]}
+		if port := c.portOfDevice(ts[0].NetDevice); k.ep != 0 && port != "" {
+			w.ports = []string{port} // the library named the device and port it went on
+		}
 		slices.SortStableFunc(ts, func(a, b correlate.Transfer) int {
 			if a.CompleteNs != b.CompleteNs {
 				return cmp.Compare(a.CompleteNs, b.CompleteNs)
@@ -311,7 +338,7 @@ func (c *Congestion) Judge(ts []correlate.Transfer) Check {
 		s, b := w.slowdown()
 		slow[w.key] = s
 		prev := c.prevSlow[w.key]
-		qps[i] = correlate.QPLatency{PID: w.key.pid, QPNum: w.key.qp, Placed: len(w.ports) == 1, Ports: w.ports,
+		qps[i] = correlate.QPLatency{PID: w.key.pid, QPNum: w.key.qp, Endpoint: w.key.ep, Placed: len(w.ports) == 1, Ports: w.ports,
 			Batches: len(w.batches), Slowdown: [2]float64{prev, s}, P99Ns: b.service, BaselineNs: b.expected}
 	}
 	ch := Check{Scope: HostScope, Name: CheckCongestion, Status: Pass}

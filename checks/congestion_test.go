@@ -295,3 +295,46 @@ func TestCongestionNoPortsOneSample(t *testing.T) {
 		t.Errorf("one sample: %+v", ch)
 	}
 }
+
+// ucxPuts are a UCX endpoint's RDMA puts on dev (rc_mlx5, as
+// TestUCXPerftestRecords's records are shaped), one at a time.
+func ucxPuts(pid uint32, ep uint64, dev string, n int, size, lat, start uint64) []correlate.Transfer {
+	var out []correlate.Transfer
+	for _, w := range writes(pid, 0, n, size, lat, start) {
+		out = append(out, correlate.Transfer{PID: pid, Op: event.OpXferPut, API: "ucp_put_nbx", Direction: correlate.DirRDMAWrite,
+			Bytes: w.Bytes, SubmitNs: w.SubmitNs, CompleteNs: w.CompleteNs, LatencyNs: lat, Transport: "rc_mlx5", NetDevice: dev, Endpoint: ep})
+	}
+	return out
+}
+
+// A UCX endpoint drives its queue pairs itself (no verbs call shows them):
+// its RDMA puts are judged as one queue, on the port the library names —
+// placed even for pid 300, which opened both devices. Late puts while
+// mlx5_0 counts CNPs fire for that endpoint; the same endpoint on time,
+// and puts over tcp however late, do not.
+func TestCongestionUCXEndpoint(t *testing.T) {
+	f := newFabric(t)
+	c := f.congestion(t)
+	c.Sample()
+	f.bump(t, map[string]uint64{"np_cnp_sent": 40_000}, nil)
+	c.Sample()
+	tcp := ucxPuts(300, 0xe2, "eth0", 64, 64<<10, 900_000, 1e9)
+	for i := range tcp {
+		tcp[i].Transport = "tcp"
+	}
+	ch := c.Judge(append(append(ucxPuts(300, 0xe1, "mlx5_0:1", 64, 64<<10, 400_000, 1e9), tcp...), healthy(1e9)...))
+	if got := strings.Join(findingSubjects(ch), ";"); got != "RDMA port mlx5_0/1 warn" {
+		t.Fatalf("findings %q, want mlx5_0/1 warn: %+v", got, ch)
+	}
+	fd := ch.Findings[0]
+	ev := strings.Join(fd.Evidence, "\n")
+	if !strings.Contains(fd.Summary, "endpoint 0xe1 (pid 300) completes late") || strings.Contains(fd.Summary, "0xe2") ||
+		!strings.Contains(ev, "endpoint 0xe1 of pid 300: p99 completion 400.0 µs against a 15.2 µs baseline (26.2×) over 64 completions, on this port") {
+		t.Errorf("summary %q, evidence:\n%s", fd.Summary, ev)
+	}
+	f.bump(t, map[string]uint64{"np_cnp_sent": 40_000}, nil)
+	c.Sample()
+	if ch := c.Judge(append(ucxPuts(300, 0xe1, "mlx5_0:1", 64, 64<<10, 14_000, 11e9), healthy(11e9)...)); len(ch.Findings) != 0 {
+		t.Errorf("the endpoint on time: %+v", ch.Findings)
+	}
+}

@@ -80,6 +80,10 @@ const (
 type QPLatency struct {
 	PID   uint32
 	QPNum uint32
+	// Endpoint is a transfer library's endpoint (UCX's ucp_ep_h) whose
+	// RDMA transfers stand for a queue pair the library drives itself
+	// (rc_mlx5, dc_mlx5: no verbs call shows it); QPNum is then 0.
+	Endpoint uint64
 	// Placed is true when the queue pair is on this port for sure (its
 	// process opened no other RDMA device); otherwise Ports names the
 	// ports it may be on, this one among them.
@@ -154,8 +158,8 @@ func RDMACongestion(f CongestionFacts) *Finding {
 		if !q.Placed {
 			where = "its process opened " + strings.Join(q.Ports, ", ") + ": the port is not known"
 		}
-		text := fmt.Sprintf("QP %d of pid %d: p99 completion %s against a %s baseline (%.1f×) over %d completions, %s",
-			q.QPNum, q.PID, usText(q.P99Ns), usText(q.BaselineNs), q.Slowdown[1], q.Batches, where)
+		text := fmt.Sprintf("%s of pid %d: p99 completion %s against a %s baseline (%.1f×) over %d completions, %s",
+			q.Name(), q.PID, usText(q.P99Ns), usText(q.BaselineNs), q.Slowdown[1], q.Batches, where)
 		if rose {
 			text += fmt.Sprintf("; up from %.1f× the interval before", q.Slowdown[0])
 			how = "rising"
@@ -181,8 +185,8 @@ func RDMACongestion(f CongestionFacts) *Finding {
 	qps := make([]string, 0, len(slow))
 	for _, q := range f.QPs {
 		for _, s := range slow {
-			if strings.HasPrefix(s, fmt.Sprintf("QP %d of pid %d:", q.QPNum, q.PID)) {
-				qps = append(qps, fmt.Sprintf("QP %d (pid %d)", q.QPNum, q.PID))
+			if strings.HasPrefix(s, fmt.Sprintf("%s of pid %d:", q.Name(), q.PID)) {
+				qps = append(qps, fmt.Sprintf("%s (pid %d)", q.Name(), q.PID))
 			}
 		}
 	}
@@ -190,6 +194,14 @@ func RDMACongestion(f CongestionFacts) *Finding {
 		fmt.Sprintf("%s congestion: %s complete%s late while the port counts %s", how, strings.Join(qps, ", "),
 			map[bool]string{true: "", false: "s"}[len(qps) > 1], strings.Join(signalNames(counting), ", ")),
 		ev, "")
+}
+
+// Name says which queue: "QP 7", or a transfer library's endpoint.
+func (q QPLatency) Name() string {
+	if q.Endpoint != 0 {
+		return fmt.Sprintf("endpoint %#x", q.Endpoint)
+	}
+	return fmt.Sprintf("QP %d", q.QPNum)
 }
 
 func signalNames(counting []string) []string {
