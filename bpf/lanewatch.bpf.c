@@ -41,6 +41,7 @@ const enum lw_qp_arg *unused_qp_arg __attribute__((unused));
 const enum lw_ucp_arg *unused_ucp_arg __attribute__((unused));
 const enum lw_uct_iface_arg *unused_uct_iface_arg __attribute__((unused));
 const enum lw_ucp_mem_map_arg *unused_ucp_mem_map_arg __attribute__((unused));
+const enum lw_slot *unused_slot __attribute__((unused));
 
 /* The reader drains on its own timer and is woken only when the ring holds
  * wakeup_bytes unread. A wakeup costs microseconds on a VM, and asking the
@@ -252,11 +253,19 @@ static __always_inline struct lw_event *enter(struct pt_regs *ctx, __u64 cookie,
 		return NULL;
 	}
 	struct lw_event *e = &s->slot[LW_COOKIE_SLOT(cookie)];
+	if (e->kind && LW_COOKIE_SLOT(cookie) == LW_SLOT_NESTS && LW_SP(ctx) < s->nest_sp) {
+		s->nested++; /* the library's own call (enum lw_slot): its return is skipped */
+		return NULL;
+	}
 	/* A call still in the slot never returned through its probe (a nested
 	 * call of its layer, a lost return): it will not be reported. */
 	if (e->kind)
 		note_lost();
 	capture(e, ctx, cookie, LW_EV_CALL);
+	if (LW_COOKIE_SLOT(cookie) == LW_SLOT_NESTS) {
+		s->nest_sp = LW_SP(ctx);
+		s->nested = 0; /* left by returns that never came */
+	}
 	if (caller_now && LW_COOKIE_CALLER(cookie)) {
 		__u64 ret = 0;
 #if defined(__TARGET_ARCH_arm64)
@@ -277,6 +286,10 @@ static __always_inline struct lw_event *enter(struct pt_regs *ctx, __u64 cookie,
 static __always_inline struct lw_event *saved_entry(__u64 cookie, struct lw_slots **sp)
 {
 	struct lw_slots *s = slots_of(0);
+	if (s && s->nested && LW_COOKIE_SLOT(cookie) == LW_SLOT_NESTS) {
+		s->nested--; /* a nested call's return (enum lw_slot), innermost first */
+		return NULL;
+	}
 	struct lw_event *in = s ? &s->slot[LW_COOKIE_SLOT(cookie)] : NULL;
 	if (!in || in->kind == 0 || in->probe != LW_COOKIE_PROBE(cookie)) {
 		count_drop(LW_DROP_NO_ENTRY, 1);

@@ -81,7 +81,21 @@ struct lw_slots {
 	struct lw_event slot[LW_NSLOTS];
 	struct lw_code_range code[LW_NRANGES];
 	__u32 next_code; /* the range replaced next */
-	__u32 pad;
+	__u32 nested;    /* calls nested in the one in flight in LW_SLOT_NESTS (enum lw_slot) */
+	__u64 nest_sp;   /* the stack pointer at that call's entry */
+};
+
+/* In-flight slots the BPF programs treat apart (probes.slotOf assigns
+ * every layer its slot). libfabric's layered providers call their core
+ * through the same functions the application reaches (rxm's CQ read runs
+ * util's cq_read on tcp's CQ, rxm's fabric open calls fi_fabric): a
+ * fabric call entered while one is in flight on the thread is the
+ * library's own, counted in lw_slots.nested and never reported, so the
+ * outermost call, the application's, keeps its slot. Nested means entered
+ * below that call's stack pointer: a call entered at or above it came
+ * after it (whose return was lost), and replaces it, counted. */
+enum lw_slot {
+	LW_SLOT_NESTS = 5,
 };
 
 /* BPF cookie layout, set per attach point by the Go attacher: the field of

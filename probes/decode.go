@@ -339,7 +339,9 @@ func slotOf(l event.Layer) uint8 {
 		// UCP call it is nested in (lw_uct_lane).
 		return 4
 	case event.LayerFabric:
-		return 5
+		// Its calls nest in themselves: the BPF programs skip those
+		// (enum lw_slot).
+		return uint8(lanewatchLwSlotLW_SLOT_NESTS)
 	}
 	return 3 // the RDMA provider (and ld.so, entry only)
 }

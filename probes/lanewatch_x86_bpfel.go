@@ -137,6 +137,12 @@ const (
 	lanewatchLwQpArgLW_QP_AH_ATTR_OFF  lanewatchLwQpArg = 56
 )
 
+type lanewatchLwSlot uint32
+
+const (
+	lanewatchLwSlotLW_SLOT_NESTS lanewatchLwSlot = 5
+)
+
 type lanewatchLwSlots struct {
 	_    structs.HostLayout
 	Slot [8]lanewatchLwEvent
@@ -148,7 +154,8 @@ type lanewatchLwSlots struct {
 		Pad     uint32
 	}
 	NextCode uint32
-	Pad      uint32
+	Nested   uint32
+	NestSp   uint64
 }
 
 type lanewatchLwUcpArg uint32
@@ -257,6 +264,7 @@ const (
 	lanewatchVarUnusedOutstr       = "unused_outstr"
 	lanewatchVarUnusedPropArg      = "unused_prop_arg"
 	lanewatchVarUnusedQpArg        = "unused_qp_arg"
+	lanewatchVarUnusedSlot         = "unused_slot"
 	lanewatchVarUnusedUcpArg       = "unused_ucp_arg"
 	lanewatchVarUnusedUcpMemMapArg = "unused_ucp_mem_map_arg"
 	lanewatchVarUnusedUctIfaceArg  = "unused_uct_iface_arg"
@@ -356,6 +364,7 @@ type lanewatchVariableSpecs struct {
 	UnusedOutstr       *ebpf.VariableSpec `ebpf:"unused_outstr"`
 	UnusedPropArg      *ebpf.VariableSpec `ebpf:"unused_prop_arg"`
 	UnusedQpArg        *ebpf.VariableSpec `ebpf:"unused_qp_arg"`
+	UnusedSlot         *ebpf.VariableSpec `ebpf:"unused_slot"`
 	UnusedUcpArg       *ebpf.VariableSpec `ebpf:"unused_ucp_arg"`
 	UnusedUcpMemMapArg *ebpf.VariableSpec `ebpf:"unused_ucp_mem_map_arg"`
 	UnusedUctIfaceArg  *ebpf.VariableSpec `ebpf:"unused_uct_iface_arg"`
@@ -418,6 +427,7 @@ type lanewatchVariables struct {
 	UnusedOutstr       *ebpf.Variable `ebpf:"unused_outstr"`
 	UnusedPropArg      *ebpf.Variable `ebpf:"unused_prop_arg"`
 	UnusedQpArg        *ebpf.Variable `ebpf:"unused_qp_arg"`
+	UnusedSlot         *ebpf.Variable `ebpf:"unused_slot"`
 	UnusedUcpArg       *ebpf.Variable `ebpf:"unused_ucp_arg"`
 	UnusedUcpMemMapArg *ebpf.Variable `ebpf:"unused_ucp_mem_map_arg"`
 	UnusedUctIfaceArg  *ebpf.Variable `ebpf:"unused_uct_iface_arg"`
