@@ -510,6 +510,73 @@ func buildTable() []Probe {
 	for _, sym := range UCTLaneSymbols {
 		add(lane(sym))
 	}
+
+	// --- libfabric (docs/design.md, "Transfer libraries"): NIXL's backend
+	// on EFA. fi_fabric is the one constructor an application calls by
+	// name; every other call goes through the ops of the object it is
+	// given, so each row below is attached at the file offset the object
+	// a previous row returned names (probes/fabric.go): fabric → domain →
+	// endpoint and CQ → sends, writes, reads and CQ reads. One entry+return
+	// pair each: a send that returned -FI_EAGAIN is a retry, not a
+	// transfer. Their calls nest in themselves (a layered provider such as
+	// rxm calls its core through the same functions): only the outermost,
+	// the application's, is reported (enum lw_slot). Objects: Ptr the new
+	// object (out), Handle its parent, Src the struct fi_info given. ---
+	fab := func(sym string, op event.Op, a Args, n int) Probe {
+		return Probe{Symbol: sym, Layer: event.LayerFabric, Op: op, Program: ProgEntryReturn, Args: a, NArgs: n}
+	}
+	object := func(sym string, n int) Probe { // (parent, info or attr, **out, context)
+		a := memArgs(2, noArg, noArg)
+		a.Handle, a.Src = 0, 1
+		p := fab(sym, event.OpFabricObject, a, n)
+		p.Out = true
+		return p
+	}
+	// fi_fabric(struct fi_fabric_attr *attr, struct fid_fabric **fabric, void *context)
+	fabric := memArgs(1, noArg, noArg)
+	fabric.Handle = 0
+	fabricRow := fab("fi_fabric", event.OpFabricObject, fabric, 3)
+	fabricRow.Out = true
+	add(fabricRow)
+	// fabric->ops->domain(fabric, info, &domain, context), domain->ops->endpoint(domain, info, &ep, context),
+	// domain->ops->cq_open(domain, attr, &cq, context)
+	add(object(FabricRowDomain, 4), object(FabricRowEndpoint, 4), object(FabricRowCQOpen, 4))
+	// ep->fid.ops->bind(&ep->fid, &cq->fid, flags): which CQ reports the endpoint's sends
+	bind := memArgs(0, noArg, 2)
+	bind.Handle = 1
+	add(fab(ProviderPrefix+"fi_ep_bind", event.OpFabricObject, bind, 3))
+	// Data: Ptr the endpoint, Src/Dst the local buffer and the peer (its
+	// fi_addr_t for messages, the remote address for RMA), Bytes the
+	// length, Handle the context the completion will carry.
+	xfer := func(sym string, op event.Op, local, bytes, peer, ctx, n int) Probe {
+		a := copyArgs(noArg, local, bytes, noArg, noArg)
+		if op == event.OpXferGet {
+			a.Dst, a.Src = local, peer
+		} else {
+			a.Dst = peer
+		}
+		a.Ptr, a.Handle = 0, ctx
+		return fab(ProviderPrefix+sym, op, a, n)
+	}
+	// msg->send(ep, buf, len, desc, dest_addr, context), senddata(ep, buf, len, desc, data, dest_addr, context),
+	// inject(ep, buf, len, dest_addr); tagged: send(ep, buf, len, desc, dest_addr, tag, context),
+	// inject(ep, buf, len, dest_addr, tag)
+	add(xfer("fi_send", event.OpXferSend, 1, 2, 4, 5, 6), xfer("fi_senddata", event.OpXferSend, 1, 2, 5, 6, 7),
+		xfer("fi_inject", event.OpXferSend, 1, 2, 3, noArg, 4),
+		xfer("fi_tsend", event.OpXferSend, 1, 2, 4, 6, 7), xfer("fi_tinject", event.OpXferSend, 1, 2, 3, noArg, 5))
+	// rma->write(ep, buf, len, desc, dest_addr, addr, key, context), writedata(ep, buf, len, desc, data,
+	// dest_addr, addr, key, context), inject(ep, buf, len, dest_addr, addr, key), read(ep, buf, len, desc,
+	// src_addr, addr, key, context)
+	add(xfer("fi_write", event.OpXferPut, 1, 2, 5, 7, 8), xfer("fi_writedata", event.OpXferPut, 1, 2, 6, 8, 9),
+		xfer("fi_inject_write", event.OpXferPut, 1, 2, 4, noArg, 6), xfer("fi_read", event.OpXferGet, 1, 2, 5, 7, 8))
+	// cq->ops->read(cq, buf, count): returns how many entries it wrote (or
+	// -FI_EAGAIN); every CQ format starts with the op_context, and the
+	// first entry's is read at return (Handle).
+	cqRead := memArgs(0, 2, noArg)
+	cqRead.Handle = 1
+	cq := fab(ProviderPrefix+"fi_cq_read", event.OpXferDone, cqRead, 3)
+	cq.OutHandle = true
+	add(cq)
 	return t
 }
 
