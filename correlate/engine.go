@@ -150,7 +150,8 @@ type Engine struct {
 	stats          Stats
 	scratch        Transfer
 
-	rdma *rdmaTracker
+	rdma   *rdmaTracker
+	fabric fabricTracker // libfabric (fabric.go)
 
 	devCapHits uint64 // DeviceCapHits of processes that exited
 
@@ -304,6 +305,9 @@ func (e *Engine) Handle(c *event.Call) {
 	switch {
 	case c.Layer == event.LayerVerbs:
 		e.rdma.handle(e, c)
+		return
+	case c.Layer == event.LayerFabric:
+		e.fabric.handle(e, c)
 		return
 	case c.Op == event.OpLinkerUpdate:
 		return // the caller rescans the process; nothing to correlate
@@ -961,6 +965,7 @@ func (e *Engine) drain(p *proc) {
 // engine stays usable.
 func (e *Engine) Flush() {
 	e.rdma.drain(e, 0)
+	e.fabric.drain(e, 0, false)
 	pids := make([]uint32, 0, len(e.procs))
 	for pid := range e.procs {
 		pids = append(pids, pid)
@@ -974,6 +979,7 @@ func (e *Engine) Flush() {
 // ProcessExit emits the process's pending transfers and forgets it.
 func (e *Engine) ProcessExit(pid uint32) {
 	e.rdma.exit(e, pid)
+	e.fabric.drain(e, pid, true)
 	if p := e.procs[pid]; p != nil {
 		e.drain(p)
 		e.devCapHits += p.dev.capHits
