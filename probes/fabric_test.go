@@ -1,0 +1,210 @@
+package probes
+
+import (
+	"bufio"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/lanewatch/lanewatch/internal/testenv"
+)
+
+// A program on the real libfabric (Debian's libfabric1): it opens an RDM
+// endpoint of the tcp provider (rxm over tcp, what fi_pingpong -p tcp -e
+// rdm gets) and prints, from the system headers, the offsets the agent
+// assumes, the objects, and the functions the inline calls (fi_domain,
+// fi_send, fi_cq_read, ...) reach through their ops.
+const fabricMain = `
+#include <stdio.h>
+#include <stddef.h>
+#include <string.h>
+#include <rdma/fabric.h>
+#include <rdma/fi_domain.h>
+#include <rdma/fi_endpoint.h>
+#include <rdma/fi_rma.h>
+#include <rdma/fi_tagged.h>
+#include <rdma/fi_eq.h>
+#define O(s, f) (unsigned long)offsetof(struct s, f)
+int main(void) {
+	struct fi_info *hints = fi_allocinfo(), *info;
+	struct fid_fabric *fabric; struct fid_domain *domain; struct fid_ep *ep; struct fid_cq *cq;
+	hints->ep_attr->type = FI_EP_RDM;
+	hints->caps = FI_MSG | FI_TAGGED | FI_RMA;
+	hints->mode = FI_CONTEXT;
+	hints->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
+	hints->fabric_attr->prov_name = strdup("tcp");
+	struct fi_cq_attr cq_attr = {.format = FI_CQ_FORMAT_CONTEXT, .wait_obj = FI_WAIT_NONE};
+	if (fi_getinfo(FI_VERSION(1, 17), "127.0.0.1", NULL, 0, hints, &info) || fi_fabric(info->fabric_attr, &fabric, NULL) ||
+	    fi_domain(fabric, info, &domain, NULL) || fi_endpoint(domain, info, &ep, NULL) || fi_cq_open(domain, &cq_attr, &cq, NULL)) {
+		printf("setup failed\n");
+		return 1;
+	}
+	printf("%lu %lu %lu %lu %lu %lu %lu %lu %lu %lu %lu %lu %lu %lu %lu %lu %lu %lu %lu %lu %lu %lu %lu %lu %lu %lu %lu %lu %lu\n",
+	       O(fid, fclass), O(fid, ops), O(fi_ops, bind), O(fid_fabric, ops), O(fi_ops_fabric, domain), O(fid_domain, ops),
+	       O(fi_ops_domain, cq_open), O(fi_ops_domain, endpoint), O(fid_ep, msg), O(fid_ep, rma), O(fid_ep, tagged),
+	       O(fi_ops_msg, send), O(fi_ops_msg, inject), O(fi_ops_msg, senddata), O(fi_ops_rma, read), O(fi_ops_rma, write),
+	       O(fi_ops_rma, inject), O(fi_ops_rma, writedata), O(fid_cq, ops), O(fi_ops_cq, read), O(fi_info, domain_attr),
+	       O(fi_info, fabric_attr), O(fi_fabric_attr, prov_name), O(fi_domain_attr, name),
+	       (unsigned long)FI_CLASS_FABRIC, (unsigned long)FI_CLASS_DOMAIN, (unsigned long)FI_CLASS_EP, (unsigned long)FI_CLASS_CQ,
+	       (unsigned long)FI_TRANSMIT);
+	printf("%p %p %p %p %p\n", (void *)fabric, (void *)domain, (void *)ep, (void *)cq, (void *)info);
+	printf("%p %p %p %p %p %p %p %p %p %p %p %p %p %p\n", (void *)fabric->ops->domain, (void *)domain->ops->endpoint,
+	       (void *)domain->ops->cq_open, (void *)ep->fid.ops->bind, (void *)ep->msg->send, (void *)ep->msg->senddata,
+	       (void *)ep->msg->inject, (void *)ep->tagged->send, (void *)ep->tagged->inject, (void *)ep->rma->write,
+	       (void *)ep->rma->writedata, (void *)ep->rma->inject, (void *)ep->rma->read, (void *)cq->ops->read);
+	printf("%s %s\n", info->fabric_attr->prov_name, info->domain_attr->name);
+	fflush(stdout);
+	getchar();
+	return 0;
+}
+`
+
+// fabricRowsOrder is the order the program prints its functions in.
+var fabricRowsOrder = []string{FabricRowDomain, FabricRowEndpoint, FabricRowCQOpen, "provider:fi_ep_bind",
+	"provider:fi_send", "provider:fi_senddata", "provider:fi_inject", "provider:fi_tsend", "provider:fi_tinject",
+	"provider:fi_write", "provider:fi_writedata", "provider:fi_inject_write", "provider:fi_read", "provider:fi_cq_read"}
+
+type fabricProgram struct {
+	pid                          int
+	fabric, domain, ep, cq, info uint64
+	fns                          map[string]uint64
+	provider, domainName         string
+}
+
+func startFabricProgram(t *testing.T) fabricProgram {
+	t.Helper()
+	if _, err := os.Stat("/usr/include/rdma/fabric.h"); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("libfabric-dev is missing (rdma/fabric.h)")
+		}
+		t.Skip("libfabric-dev is missing")
+	}
+	dir := t.TempDir()
+	src, bin := filepath.Join(dir, "main.c"), filepath.Join(dir, "fab")
+	os.WriteFile(src, []byte(fabricMain), 0o644)
+	if out, err := exec.Command("gcc", "-O2", "-o", bin, src, "-lfabric").CombinedOutput(); err != nil {
+		t.Fatalf("gcc: %v\n%s", err, out)
+	}
+	cmd := exec.Command(bin)
+	stdin, _ := cmd.StdinPipe()
+	stdout, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stdin.Close(); cmd.Wait() })
+	rd := bufio.NewReader(stdout)
+	var lines [4][]string
+	for i := range lines {
+		line, err := rd.ReadString('\n')
+		if err != nil || strings.HasPrefix(line, "setup failed") {
+			t.Fatalf("the libfabric program: %q %v", line, err)
+		}
+		lines[i] = strings.Fields(line)
+	}
+	nums := func(f []string, n int) []uint64 {
+		if len(f) != n {
+			t.Fatalf("%d fields, want %d: %q", len(f), n, f)
+		}
+		var out []uint64
+		for _, s := range f {
+			v, err := strconv.ParseUint(s, 0, 64)
+			if err != nil {
+				t.Fatalf("%q: %v", s, err)
+			}
+			out = append(out, v)
+		}
+		return out
+	}
+	// The offsets and constants the agent assumes, as the headers say.
+	assumed := []uint64{fidClass, fidOps, fiOpsBind, fabricOps, fabricOpsDomain, domainOps, domainOpsCQOpen, domainOpsEndpoint,
+		epMsg, epRMA, epTagged, msgSend, msgInject, msgSendData, rmaRead, rmaWrite, rmaInject, rmaWriteData, cqOps, cqOpsRead,
+		infoDomainAttr, infoFabricAttr, fabricAttrProv, domainAttrName, fiClassFabric, fiClassDomain, fiClassEP, fiClassCQ, FITransmit}
+	if got := nums(lines[0], len(assumed)); !slicesEqual(got, assumed) {
+		t.Fatalf("libfabric's headers say %v, the agent assumes %v", got, assumed)
+	}
+	obj := nums(lines[1], 5)
+	p := fabricProgram{pid: cmd.Process.Pid, fabric: obj[0], domain: obj[1], ep: obj[2], cq: obj[3], info: obj[4], fns: map[string]uint64{}}
+	for i, v := range nums(lines[2], len(fabricRowsOrder)) {
+		p.fns[fabricRowsOrder[i]] = v
+	}
+	if len(lines[3]) != 2 {
+		t.Fatalf("names %q", lines[3])
+	}
+	p.provider, p.domainName = lines[3][0], lines[3][1]
+	return p
+}
+
+func slicesEqual(a, b []uint64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// Read out of the process, each stage's ops name exactly the functions the
+// program's own inline calls reach, each located in the stripped
+// libfabric.so at a function start; the names are the fi_info's.
+func TestResolveFabricOps(t *testing.T) {
+	testenv.RequireRoot(t) // /proc/PID/mem of another process
+	p := startFabricProgram(t)
+	got := map[string]ProviderFunc{}
+	for _, st := range []struct {
+		row string
+		obj uint64
+	}{{"fi_fabric", p.fabric}, {FabricRowDomain, p.domain}, {FabricRowEndpoint, p.ep}, {FabricRowCQOpen, p.cq}} {
+		fns, err := ResolveFabricOps("/proc", p.pid, st.row, st.obj)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range fns {
+			got[f.Row] = f
+		}
+	}
+	if len(got) != len(FabricRows()) {
+		t.Errorf("resolved %d rows, want every one of %v", len(got), FabricRows())
+	}
+	for _, row := range FabricRows() {
+		f, ok := got[row]
+		switch {
+		case !ok:
+			t.Errorf("%s not resolved", row)
+		case f.Addr != p.fns[row]:
+			t.Errorf("%s: resolved %#x, the program's call reaches %#x", row, f.Addr, p.fns[row])
+		case !strings.Contains(filepath.Base(f.Path), "libfabric.so"):
+			t.Errorf("%s: in %s, want libfabric", row, f.Path)
+		default:
+			if _, ok := Template(row); !ok {
+				t.Errorf("%s resolved but is no table row", row)
+			}
+			t.Logf("%-28s %s+%#x", row, filepath.Base(f.Path), f.FileOffset)
+		}
+	}
+	prov, dom, err := FabricNames("/proc", p.pid, p.info)
+	if err != nil || prov != p.provider || dom != p.domainName || prov != "tcp;ofi_rxm" {
+		t.Errorf("names %q %q %v, the program says %q %q (fi_pingpong -p tcp -e rdm gets tcp;ofi_rxm)", prov, dom, err, p.provider, p.domainName)
+	}
+}
+
+// An object of another class than the row returns, or a fi_info that is
+// not one, is refused naming what it read; nothing is resolved.
+func TestResolveFabricOpsRefuses(t *testing.T) {
+	testenv.RequireRoot(t)
+	p := startFabricProgram(t)
+	if _, err := ResolveFabricOps("/proc", p.pid, FabricRowEndpoint, p.fabric); err == nil || !strings.Contains(err.Error(), "class 1, want 3") {
+		t.Errorf("a fabric taken for an endpoint: %v", err)
+	}
+	if _, err := ResolveFabricOps("/proc", p.pid, "provider:fi_send", p.ep); err == nil {
+		t.Error("a row that returns no object resolved")
+	}
+	if _, _, err := FabricNames("/proc", p.pid, p.cq); err == nil {
+		t.Error("a CQ read as a fi_info gave names")
+	}
+}
