@@ -2,13 +2,16 @@ package probes
 
 import (
 	"bufio"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/lanewatch/lanewatch/event"
 	"github.com/lanewatch/lanewatch/internal/testenv"
 )
 
@@ -206,5 +209,105 @@ func TestResolveFabricOpsRefuses(t *testing.T) {
 	}
 	if _, _, err := FabricNames("/proc", p.pid, p.cq); err == nil {
 		t.Error("a CQ read as a fi_info gave names")
+	}
+}
+
+// A layered provider's CQ read reaches its core's through the same
+// function (rxm over tcp: util's cq_read, FABRIC-RESEARCH §4). Here rd
+// calls itself through a pointer, three deep, then once alone: the
+// fabric slot reports the outermost call of each (its arguments, its
+// result, the context read at return) and nothing of the nested ones, and
+// no return goes without its entry (enum lw_slot).
+const nestLib = `
+typedef long (*rd_fn)(void *cq, long *buf, long depth);
+static long rd(void *cq, long *buf, long depth);
+static volatile rd_fn core = rd;
+static long rd(void *cq, long *buf, long depth) {
+	long n = depth > 0 ? core((char *)cq + 0x100, buf + 1, depth - 1) : 0;
+	return n + 1;
+}
+__attribute__((visibility("default"))) long app_read(void *cq, long *buf, long depth) { return core(cq, buf, depth); }
+`
+
+const nestMain = `
+#include <stdio.h>
+long app_read(void *cq, long *buf, long depth);
+int main(void) {
+	long buf[8] = {0xc0ffee, 1, 2, 3};
+	getchar();
+	printf("%ld\n", app_read((void *)0x1000, buf, 3) + app_read((void *)0x2000, buf + 1, 0));
+	fflush(stdout);
+	getchar();
+	return 0;
+}
+`
+
+func TestFabricSlotNests(t *testing.T) {
+	testenv.RequireRoot(t)
+	dir := t.TempDir()
+	lib, bin := filepath.Join(dir, "libnest.so"), filepath.Join(dir, "nest")
+	os.WriteFile(filepath.Join(dir, "lib.c"), []byte(nestLib), 0o644)
+	os.WriteFile(filepath.Join(dir, "main.c"), []byte(nestMain), 0o644)
+	for _, args := range [][]string{
+		{"gcc", "-O1", "-fPIC", "-shared", "-fno-optimize-sibling-calls", "-o", lib, filepath.Join(dir, "lib.c")},
+		{"gcc", "-O1", "-o", bin, filepath.Join(dir, "main.c"), "-L" + dir, "-lnest", "-Wl,-rpath," + dir},
+	} {
+		if out, err := exec.Command(args[0], args[1:]...).CombinedOutput(); err != nil {
+			t.Fatalf("%v: %v\n%s", args, err, out)
+		}
+	}
+	syms, err := LookupSymbols(lib, []string{"rd"})
+	if err != nil || len(syms) != 1 {
+		t.Fatalf("rd in %s: %v %v", lib, syms, err)
+	}
+	cmd := exec.Command(bin)
+	stdin, _ := cmd.StdinPipe()
+	stdout, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { stdin.Close(); cmd.Wait() }()
+	var id FileID
+	for deadline := time.Now().Add(10 * time.Second); id == (FileID{}); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the program never mapped its library")
+		}
+		maps, _ := ReadMaps("/proc", cmd.Process.Pid)
+		for _, m := range maps {
+			if m.Path == lib && m.Executable() {
+				id, _ = m.FileID()
+			}
+		}
+	}
+	p, err := Load(Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	const row = "provider:fi_cq_read"
+	if _, err := p.AttachFile(id, lib, map[string]Symbol{row: {Name: row, Offset: syms["rd"].Offset}}, cmd.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
+	stop := collect(t, p)
+	fmt.Fprintln(stdin)
+	if line, err := bufio.NewReader(stdout).ReadString('\n'); err != nil || strings.TrimSpace(line) != "5" {
+		t.Fatalf("the program returned %q, %v", line, err)
+	}
+	var got []event.Call
+	for _, c := range stop() {
+		if c.PID == uint32(cmd.Process.Pid) {
+			got = append(got, c)
+		}
+	}
+	if len(got) != 2 {
+		t.Fatalf("%d events, want the two outermost reads: %+v", len(got), got)
+	}
+	for i, w := range []struct{ cq, ret, ctx uint64 }{{0x1000, 4, 0xc0ffee}, {0x2000, 1, 1}} {
+		if c := got[i]; c.Symbol != row || c.Ptr != w.cq || c.Ret != w.ret || c.Handle != w.ctx || c.LostBefore {
+			t.Errorf("read %d: cq %#x ret %d context %#x lost %v, want cq %#x ret %d context %#x", i, c.Ptr, c.Ret, c.Handle, c.LostBefore, w.cq, w.ret, w.ctx)
+		}
+	}
+	if d, err := p.Drops(); err != nil || d.NoEntry != 0 {
+		t.Errorf("drops %+v %v: no return may go without its entry", d, err)
 	}
 }
