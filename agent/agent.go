@@ -125,8 +125,9 @@ type Agent struct {
 	// sameFile: the verdicts of files attached on overlayfs, by what every
 	// container's mount of one image layer shows alike (probes.Fingerprint).
 	sameFile map[probes.Fingerprint]fileVerdict
-	scanGen  uint64      // full scans of every process, for the unprobed libraries they still see
-	limited  *limitedLog // one line per cause per LogInterval
+	scanGen  uint64                 // full scans of every process, for the unprobed libraries they still see
+	untraced map[int]*untracedState // processes moving data past the probes (untraced.go)
+	limited  *limitedLog            // one line per cause per LogInterval
 
 	engineMu sync.Mutex // the engine is fed by the reader and told about processes by discovery
 	engine   *correlate.Engine
@@ -249,6 +250,7 @@ func New(cfg Config) (*Agent, error) {
 		stubs:        stubs,
 		attachFails:  map[string]uint64{},
 		sameFile:     map[probes.Fingerprint]fileVerdict{},
+		untraced:     map[int]*untracedState{},
 		limited:      newLimitedLog(cfg.Logger, cfg.LogInterval),
 
 		storageWatched: map[uint32]bool{},
@@ -791,6 +793,14 @@ func (a *Agent) RDMAStats() correlate.RDMAStats {
 	a.engineMu.Lock()
 	defer a.engineMu.Unlock()
 	return a.engine.RDMAStats()
+}
+
+// XferStats counts the transfer libraries' transfers (UCX) and what of
+// them could not be joined.
+func (a *Agent) XferStats() correlate.XferStats {
+	a.engineMu.Lock()
+	defer a.engineMu.Unlock()
+	return a.engine.XferStats()
 }
 
 // Stats reads the agent's counters; after Run returned, their last values.

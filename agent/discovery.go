@@ -35,6 +35,10 @@ type fileVerdict struct {
 	// of the same image layer share its probes (sameFile).
 	fp      probes.Fingerprint
 	overlay bool
+	// untraced: the file moves data past every probe (probes.Untraced),
+	// and the processes mapping it are named so (untraced.go).
+	untraced   probes.Untraced
+	isUntraced bool
 }
 
 // symbolNames are the table's symbols, looked up in every mapped ELF file.
@@ -166,6 +170,11 @@ func (a *Agent) tryFile(id probes.FileID, name string, pid int, open func() (*pr
 			return same, true, nil
 		}
 	}
+	if u, ok, err := probes.UntracedObject(mf.OpenPath(), name); err != nil {
+		a.limited.Log(slog.LevelWarn, "untraced\x00"+name, "cannot tell whether a mapped object moves data past the probes", "path", name, "pid", pid, "err", err)
+	} else {
+		v.untraced, v.isUntraced = u, ok
+	}
 	syms, err := probes.LookupSymbols(mf.OpenPath(), a.symbols)
 	switch {
 	case err != nil && looksLikeCUDA(name):
@@ -270,6 +279,8 @@ func (a *Agent) scanProcess(pid int) (probed bool, lastAttach uint64, snapshot [
 		a.afterMaps(pid, maps)
 	}
 	inspected := map[probes.FileID]bool{} // CUDA files, and whether each has probes (or needs none)
+	var untraced []probes.Untraced
+	seen := map[probes.FileID]bool{}
 	for _, m := range maps {
 		if !m.Executable() || !m.FileBacked() {
 			continue
@@ -279,12 +290,19 @@ func (a *Agent) scanProcess(pid int) (probed bool, lastAttach uint64, snapshot [
 			a.limited.Log(slog.LevelWarn, "maps line", "bad maps line", "pid", pid, "err", err)
 			continue
 		}
-		if v := a.inspectFile(id, m.Path, pid, a.openMapping(pid, m)); v.probed {
+		v := a.inspectFile(id, m.Path, pid, a.openMapping(pid, m))
+		if v.probed {
 			probed = true
 			if !v.linkerOnly {
 				lastAttach = max(lastAttach, v.attachedAt)
 			}
 		}
+		if v.isUntraced && !seen[id] {
+			u := v.untraced
+			u.Path = m.Path
+			untraced = append(untraced, u)
+		}
+		seen[id] = true
 		if looksLikeCUDA(m.Path) {
 			a.filesMu.Lock()
 			st := a.files[id]
@@ -292,6 +310,7 @@ func (a *Agent) scanProcess(pid int) (probed bool, lastAttach uint64, snapshot [
 			a.filesMu.Unlock()
 		}
 	}
+	a.noteUntraced(pid, untraced)
 	// Only now, every file of the process inspected: a thread held at its
 	// loader notification goes on (probes.MarkKnown), whatever came of it;
 	// a file without probes is marked so, and a process going on with it

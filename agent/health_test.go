@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/lanewatch/lanewatch/event"
+	"github.com/lanewatch/lanewatch/probes"
 )
 
 // fakeHealth is a made-up agent state for readiness.
@@ -17,6 +18,7 @@ type fakeHealth struct {
 	events   uint64
 	drops    event.Drops
 	bound    uint64
+	untraced []UntracedProcess
 }
 
 func (f *fakeHealth) Attached() bool                        { return f.attached }
@@ -24,6 +26,7 @@ func (f *fakeHealth) ReaderLastRound() time.Time            { return f.round }
 func (f *fakeHealth) Unprobed() []UnprobedLibrary           { return f.unprobed }
 func (f *fakeHealth) EventsAndDrops() (uint64, event.Drops) { return f.events, f.drops }
 func (f *fakeHealth) HoldBoundHits() uint64                 { return f.bound }
+func (f *fakeHealth) Untraced() []UntracedProcess           { return f.untraced }
 
 func TestReadiness(t *testing.T) {
 	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
@@ -121,5 +124,23 @@ func TestReadyHandlers(t *testing.T) {
 	r.serveReady(w, &fakeHealth{attached: false})
 	if want := "not ready:\n- starting: the first scan of every process is still attaching probes\n"; w.Code != 503 || w.Body.String() != want {
 		t.Errorf("/readyz starting: %d %q, want 503 %q", w.Code, w.Body.String(), want)
+	}
+	// A process the agent cannot see into is said in every answer, ready
+	// or not, and does not make the agent unready.
+	ibgda := UntracedProcess{PID: 7, Objects: []probes.Untraced{
+		{Kind: probes.UntracedNVSHMEM, Path: "/opt/nvshmem/lib/libnvshmem_host.so.3", Sign: "named libnvshmem_host.so.3"},
+		{Kind: probes.UntracedGPUInitiated, Path: "/opt/nvshmem/lib/nvshmem_transport_ibgda.so.3", Sign: "named nvshmem_transport_ibgda.so.3"}}}
+	const notTraced = "not traced (their transfers through these objects are not seen, and no check passes them; docs/design.md, \"Transfer libraries\"):\n" +
+		"- pid 7: /opt/nvshmem/lib/libnvshmem_host.so.3 (named libnvshmem_host.so.3): NVSHMEM: GPU kernels move data by loads and stores to peer GPUs' memory and hand remote puts to a transport, with no copy call to probe; " +
+		"/opt/nvshmem/lib/nvshmem_transport_ibgda.so.3 (named nvshmem_transport_ibgda.so.3): GPU-initiated networking: GPU kernels post the RDMA work requests themselves, with no CPU call to probe\n"
+	w = httptest.NewRecorder()
+	r.serveReady(w, &fakeHealth{attached: true, round: now, untraced: []UntracedProcess{ibgda}})
+	if want := "ready\n" + notTraced; w.Code != 200 || w.Body.String() != want {
+		t.Errorf("/readyz ready, one process not traced: %d %q, want 200 %q", w.Code, w.Body.String(), want)
+	}
+	w = httptest.NewRecorder()
+	r.serveReady(w, &fakeHealth{attached: false, untraced: []UntracedProcess{ibgda}})
+	if want := "not ready:\n- starting: the first scan of every process is still attaching probes\n" + notTraced; w.Code != 503 || w.Body.String() != want {
+		t.Errorf("/readyz starting, one process not traced: %d %q, want 503 %q", w.Code, w.Body.String(), want)
 	}
 }

@@ -114,7 +114,8 @@ func (a *Agent) beginFullScan() uint64 {
 }
 
 // endFullScan forgets the unprobed libraries the full scan gen did not see
-// mapped: no process can call into them. Seen again, they are new.
+// mapped, and the untraced processes it did not see: no process can call
+// into them. Seen again, they are new.
 func (a *Agent) endFullScan(gen uint64) {
 	a.filesMu.Lock()
 	var gone []*fileState
@@ -124,6 +125,7 @@ func (a *Agent) endFullScan(gen uint64) {
 			delete(a.files, id)
 		}
 	}
+	a.forgetUntraced(gen)
 	a.filesMu.Unlock()
 	for _, st := range gone {
 		a.log.Info("library no longer mapped by any process: no longer a blind spot", "path", st.name, "failures", st.failures, "reason", st.reason)

@@ -12,6 +12,7 @@ import (
 	"github.com/lanewatch/lanewatch/checks"
 	"github.com/lanewatch/lanewatch/collectors"
 	"github.com/lanewatch/lanewatch/correlate"
+	"github.com/lanewatch/lanewatch/judge"
 )
 
 // Where the host pages of each copy live (docs/design.md, "Pages, not
@@ -470,15 +471,17 @@ func mix(x uint64) uint64 {
 	return x ^ x>>31
 }
 
-// HostNUMA gives each GPU's NUMA node from the sysfs tree under sysRoot
-// (-1 unknown) and where nodes sit from each other, for remote-numa-pool
-// on the pages copies read and storage-far-pool.
-func HostNUMA(sysRoot string) (checks.NUMAPlace, error) {
+// HostPlaces reads the sysfs tree under sysRoot once for the window
+// rules that place devices: each GPU's NUMA node (-1 unknown) and where
+// nodes sit from each other, for remote-numa-pool on the pages copies read
+// and storage-far-pool; where the RDMA devices sit from each GPU, for the
+// transfer-library lanes (kv-transfer-tcp-fallback, kv-transfer-far-device).
+func HostPlaces(sysRoot string) (checks.NUMAPlace, judge.NICPlace, error) {
 	h, err := checks.ReadHost("", sysRoot, "")
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return h, nil
+	return h, h.Topo, nil
 }
 
 // ByResult gives the counts as lanewatch_page_lookups_total's results

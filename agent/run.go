@@ -208,6 +208,10 @@ func logSummary(log *slog.Logger, ag *Agent) {
 		log.Warn("library mapped without probes until the end: its calls were not seen", "path", u.Path, "pid", u.PID,
 			"failures", u.Failures, "since", u.Since.Format(time.RFC3339), "reason", u.Reason)
 	}
+	for _, p := range ag.Untraced() {
+		log.Warn("process moved data past the probes until the end: its transfers through these objects were not seen", "pid", p.PID,
+			"objects", p.Text())
+	}
 	if p := st.Pages; p.Copies > 0 {
 		log.Info("host pages of copies", "copies", p.Copies, "located", p.Located, "from_cache", p.Cached, "no_node", p.NoNode,
 			"failed", p.Failed, "over_budget", p.OverRate, "behind", p.Behind, "move_pages_calls", p.Queries, "pages_asked", p.Pages)
@@ -287,9 +291,9 @@ func listenMetrics(cfg RunConfig, place func(uint32) checks.Placement, extra map
 	case cong == nil:
 		log.Info("no RDMA port: rdma-congestion is not judged", "sysfs", cfg.SysRoot)
 	}
-	numa, err := HostNUMA(cfg.SysRoot)
+	numa, nics, err := HostPlaces(cfg.SysRoot)
 	if err != nil {
-		log.Warn("GPU NUMA nodes unknown: remote-numa-pool is not judged on the pages copies read", "err", err)
+		log.Warn("PCI tree unreadable: remote-numa-pool is not judged on the pages copies read, nor the transfer libraries' lanes", "err", err)
 	}
 	var peerPath func(src, dst string) (string, bool)
 	if mc.TopoM != "" {
@@ -305,7 +309,7 @@ func listenMetrics(cfg RunConfig, place func(uint32) checks.Placement, extra map
 		disks, diskPlace = judge.NewDiskWindow(procRoot, sh), DiskPlacer(sh)
 	}
 	m.eval = judge.NewEvaluator(judge.EvaluatorConfig{Interval: mc.EvaluateInterval, Place: place, Publish: m.publish, GPU: gpu, Congestion: cong,
-		NUMA: numa, LinkCapacity: LaneCapacity(capacityHost(procRoot, cfg.SysRoot, log), m.links), GPUPath: peerPath,
+		NUMA: numa, NICs: nics, LinkCapacity: LaneCapacity(capacityHost(procRoot, cfg.SysRoot, log), m.links), GPUPath: peerPath,
 		Kernels: cfg.Trace.Kernels, Storage: storageFlows(cfg.Trace.Storage), Disks: disks})
 	scrapers := map[string]exporters.Collector{
 		"rdma_ports": collectors.NewInfiniBandMetrics(cfg.SysRoot),

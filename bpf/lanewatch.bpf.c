@@ -773,7 +773,6 @@ int lw_ucp_enter(struct pt_regs *ctx)
 	switch (LW_COOKIE_NARGS(cookie)) {
 	case 5: /* tag send: (ep, buffer, count, tag, param) */
 		e->args[LW_UCP_PARAM] = e->args[4];
-		e->args[4] = 0;
 		break;
 	case 7: { /* am send: (ep, id, header, header_length, buffer, count, param) */
 		__u64 id = e->args[1];
@@ -781,17 +780,18 @@ int lw_ucp_enter(struct pt_regs *ctx)
 		e->args[LW_UCP_COUNT] = e->args[5];
 		e->args[LW_UCP_REMOTE] = id;
 		e->args[LW_UCP_PARAM] = e->args[6];
-		e->args[4] = 0;
 		break;
 	}
 	}
 	__u64 param = e->args[LW_UCP_PARAM];
 	__u32 mask = 0, memtype = 0;
-	__u64 memh = 0;
+	__u64 memh = 0, datatype = 0;
 	if (param && (bpf_probe_read_user(&mask, sizeof(mask), (void *)param) ||
+		      bpf_probe_read_user(&datatype, sizeof(datatype), (void *)(param + LW_UCP_PARAM_DATATYPE_OFF)) ||
 		      bpf_probe_read_user(&memtype, sizeof(memtype), (void *)(param + LW_UCP_PARAM_MEMTYPE_OFF)) ||
 		      bpf_probe_read_user(&memh, sizeof(memh), (void *)(param + LW_UCP_PARAM_MEMH_OFF))))
 		count_drop(LW_DROP_READ_FAULT, 1);
+	e->args[LW_UCP_DATATYPE] = mask & LW_UCP_FIELD_DATATYPE ? datatype : LW_UCP_CONTIG_BYTES;
 	e->args[LW_UCP_PARAM_MASK] = mask | (__u64)memtype << 32;
 	e->args[LW_UCP_PARAM_MEMH] = memh;
 	e->args[LW_UCP_LANE] = 0;

@@ -237,10 +237,14 @@ enum lw_ucp_arg {
 	LW_UCP_BUFFER = 1,
 	LW_UCP_COUNT = 2,
 	LW_UCP_REMOTE = 3,          /* remote_addr (put, get), the tag (tag send), the AM id (am send) */
+	LW_UCP_DATATYPE = 4,        /* param->datatype; ucp_dt_make_contig(1) when the param sets none */
 	LW_UCP_PARAM = 5,           /* the ucp_request_param_t * */
 	LW_UCP_PARAM_MASK = 6,      /* param->op_attr_mask | param->memory_type << 32 (0 without param) */
 	LW_UCP_PARAM_MEMH = 7,      /* param->memh */
 	LW_UCP_LANE = 8,            /* the first nested UCT call's row | UCT calls nested << 16 */
+	LW_UCP_PARAM_DATATYPE_OFF = 24,
+	LW_UCP_FIELD_DATATYPE = 8,  /* UCP_OP_ATTR_FIELD_DATATYPE */
+	LW_UCP_CONTIG_BYTES = 8,    /* ucp_dt_make_contig(1) */
 	LW_UCP_PARAM_MEMTYPE_OFF = 48,
 	LW_UCP_PARAM_MEMH_OFF = 64,
 };

@@ -182,12 +182,7 @@ func (h *Host) nicCheck(ibDevices IBDevices) Check {
 			c.Detail = fmt.Sprintf("--ib-devices names GPU %d, this host has GPUs 0..%d; ", i, len(h.GPUs)-1) + c.Detail
 			continue
 		}
-		rel := map[string]topology.Relation{}
-		for dev, bdf := range t.RDMA {
-			if bdf != "" {
-				rel[dev] = t.Relation(h.GPUs[i], bdf)
-			}
-		}
+		rel := t.RDMARelations(h.GPUs[i])
 		if f := correlate.FarNIC(correlate.NICChoice{GPU: h.GPUs[i], Listed: ibDevices.For(i), Relations: rel}); f != nil {
 			c.Findings = append(c.Findings, *f)
 		}

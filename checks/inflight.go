@@ -54,7 +54,7 @@ type FlowInFlight struct {
 	GPU, Direction string
 	PID            uint32
 	RDMA           bool
-	ID             uint64 // the stream handle, or the QP number
+	ID             uint64 // the stream handle, the QP number, or the endpoint (InFlight.Xfer)
 	Kind           string // H2D, D2H, RDMA_WRITE, …
 	InFlight       correlate.InFlight
 	Finding        *correlate.Finding
@@ -93,6 +93,7 @@ func (w *Window) InFlights(place func(uint32) Placement, capacity func(gpu strin
 	}) {
 		f := FlowInFlight{GPU: k.gpu, Direction: k.dir, PID: k.pid, RDMA: k.rdma, ID: k.id, Kind: k.kind,
 			InFlight: correlate.MeasureInFlight(k.name(), k.rdma, w.inflight.flows[k])}
+		f.InFlight.Xfer = k.xfer
 		if k.dir == "" {
 			f.Skip = "on no GPU link (neither side is GPU memory): the NIC port's rate is not known here, so the path's capacity is unknown"
 			rep.Flows = append(rep.Flows, f)

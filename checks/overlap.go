@@ -25,18 +25,22 @@ import (
 const maxLinkSpans = 1 << 18
 
 // linkFlowKey is one flow on one direction of one GPU link: a process's
-// CUDA stream, or an RDMA queue pair.
+// CUDA stream, an RDMA queue pair, or a transfer library's endpoint.
 type linkFlowKey struct {
 	gpu   string // the GPU the transfer names (Transfer.GPU); "" → the owner's placement
 	owner uint32 // the process whose GPU memory it crossed into or out of
 	dir   string // Inbound or Outbound
 	pid   uint32 // the submitter
-	id    uint64 // stream handle, or QP number
+	id    uint64 // stream handle, QP number, or a transfer library's endpoint
 	rdma  bool
+	xfer  bool   // a transfer library's transfers (UCX, libfabric) on one endpoint
 	kind  string // H2D, D2H, WRITE_IMM, RECV, …
 }
 
 func (k linkFlowKey) name() string {
+	if k.xfer {
+		return fmt.Sprintf("pid %d endpoint %#x %s", k.pid, k.id, k.kind)
+	}
 	if k.rdma {
 		return fmt.Sprintf("pid %d QP %d %s", k.pid, k.id, k.kind)
 	}

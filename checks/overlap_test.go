@@ -142,6 +142,56 @@ func TestOverlapChecksRDMAIntoPeerGPU(t *testing.T) {
 	}
 }
 
+// seed 000 L2→L1 #5 with the decode side pulling through UCX (NIXL's
+// default: ucp_get_nbx on rc_mlx5, no verbs work request): the gets into
+// its GPU memory share the inbound lane with its host-pool loads. Only the
+// transfers no other record shows are placed (correlate.OnGPULinkOnlyHere):
+// rc_verbs posts work requests, cuda_ipc and tcp's staging are CUDA
+// copies, posix crosses no GPU link.
+func TestOverlapChecksTransferLibrary(t *testing.T) {
+	const decode = 20
+	get := func(w *Window, transport string, dst event.MemKind, gpu string) {
+		for i := range uint64(64) {
+			w.Transfer(&correlate.Transfer{PID: decode, API: "ucp_get_nbx", Op: event.OpXferGet, Direction: correlate.DirRDMARead, Bytes: ovMiB,
+				Src: correlate.Side{Mem: event.MemUnknown}, Dst: correlate.Side{Mem: dst}, GPU: gpu, Transport: transport, NetDevice: "mlx5_0:1",
+				Endpoint: 0x5555, SubmitNs: i * ms / 2, CompleteNs: (i + 1) * ms / 2, LatencyNs: ms / 2})
+		}
+	}
+	w := NewWindow()
+	load(w, decode, 0xa, "", correlate.DirH2D, 64, ovMiB, 0, ms/2, true)
+	get(w, "rc_mlx5", event.MemDevice, gpuA)
+	got, text := overlapFindings(w.OverlapChecks(placeAll(gpuA), nil, 0))
+	if strings.Join(got, ",") != "PCIe link of GPU "+gpuA || !strings.Contains(text, "pid 20 endpoint 0x5555 RDMA_READ: 64 MiB") {
+		t.Errorf("findings %v: %s", got, text)
+	}
+	if b := w.LinkBytes(placeAll(gpuA)); b[[2]string{gpuA, Inbound}] != 128*ovMiB || w.LaneBytes(decode, Inbound) != 128*ovMiB {
+		t.Errorf("inbound bytes %v, lane bytes %d", b, w.LaneBytes(decode, Inbound))
+	}
+	for _, other := range []struct {
+		transport string
+		dst       event.MemKind
+	}{{"rc_verbs", event.MemDevice}, {"tcp", event.MemDevice}, {"cuda_ipc", event.MemDevice}, {"posix", event.MemPinned}, {"", event.MemDevice},
+		{"rc_mlx5", event.MemPinned}} {
+		w := NewWindow()
+		load(w, decode, 0xa, "", correlate.DirH2D, 64, ovMiB, 0, ms/2, true)
+		get(w, other.transport, other.dst, gpuA)
+		if got, text := overlapFindings(w.OverlapChecks(placeAll(gpuA), nil, 0)); len(got) != 0 || w.LinkBytes(placeAll(gpuA))[[2]string{gpuA, Inbound}] != 64*ovMiB {
+			t.Errorf("%s into %s memory placed on the lane: %v %s", other.transport, other.dst, got, text)
+		}
+		if pids := w.PIDs(); len(pids) != 1 { // the loads' process, not counted as its copies
+			t.Errorf("%s: pids %v", other.transport, pids)
+		}
+	}
+	// From host memory an mlx5 transfer is on no GPU link: its in-flight
+	// is still measured, with the words of a library's transfers.
+	w = NewWindow()
+	get(w, "rc_mlx5", event.MemPinned, "")
+	r := w.InFlights(placeAll(gpuA), nil, 0)
+	if len(r.Flows) != 1 || r.Flows[0].Direction != "" || !r.Flows[0].InFlight.Xfer || r.Flows[0].InFlight.Ops != 64 || r.Flows[0].Skip == "" {
+		t.Errorf("flows %+v", r.Flows)
+	}
+}
+
 // A process whose GPU is unknown gets a SKIP with the reason; the links
 // that are known are still judged.
 func TestOverlapChecksUnknownGPU(t *testing.T) {

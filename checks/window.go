@@ -111,8 +111,9 @@ func (d *dirStats) rate() float64 {
 // pair's requests.
 type flowKey struct {
 	pid    uint32
-	stream uint64 // CUDA stream handle, or the QP number for RDMA
+	stream uint64 // CUDA stream handle, the QP number for RDMA, the endpoint for a transfer library
 	rdma   bool
+	xfer   bool
 	kind   string // H2D, D2H, RDMA_WRITE, …
 	dir    string // the GPU link's lane: Inbound or Outbound
 }
@@ -147,6 +148,10 @@ func (w *Window) Transfer(t *correlate.Transfer) {
 			w.sm = map[string]int{}
 		}
 		w.sm[t.GPU]++
+		return
+	}
+	if t.Op.IsXfer() {
+		w.xfer(t) // a transfer library's: neither a CUDA copy nor a verbs work request
 		return
 	}
 	if t.QPNum != 0 || t.Op == event.OpPostSend || t.Op == event.OpPostRecv {
@@ -230,6 +235,29 @@ func (w *Window) rdma(t *correlate.Transfer) {
 		return
 	}
 	w.proc(owner).addFlow(k, t.SubmitNs, t.CompleteNs, t.Bytes)
+}
+
+// xfer places a transfer library's transfer as rdma places a work
+// request, where its record is the only one of the bytes
+// (correlate.OnGPULinkOnlyHere): on the GPU link of its local buffer when
+// that is GPU memory, one flow per endpoint and kind; from host memory on
+// no GPU link, its in-flight still measured. A record without a
+// completion is kept untimed.
+func (w *Window) xfer(t *correlate.Transfer) {
+	if !correlate.OnGPULinkOnlyHere(t) {
+		return
+	}
+	k := linkFlowKey{owner: t.PID, pid: t.PID, id: t.Endpoint, xfer: true, kind: t.Direction}
+	lanes := rdmaLanes(t) // the local buffer's lane only: a library's record names no peer process
+	if len(lanes) == 0 {
+		w.addInflight(k, t.SubmitNs, t.CompleteNs, t.Bytes, false)
+		return
+	}
+	k.gpu, k.dir = t.GPU, lanes[0].dir
+	w.addLink(k, t.SubmitNs, t.CompleteNs, t.Bytes, false) // its completion is its own request's
+	if t.CompleteNs != 0 {
+		w.proc(t.PID).addFlow(flowKey{pid: t.PID, stream: t.Endpoint, xfer: true, kind: t.Direction, dir: k.dir}, t.SubmitNs, t.CompleteNs, t.Bytes)
+	}
 }
 
 func (p *procWindow) addFlow(k flowKey, start, end, bytes uint64) {

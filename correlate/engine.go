@@ -151,6 +151,7 @@ type Engine struct {
 	scratch        Transfer
 
 	rdma   *rdmaTracker
+	xfer   *xferTracker
 	fabric fabricTracker // libfabric (fabric.go)
 
 	devCapHits uint64 // DeviceCapHits of processes that exited
@@ -184,6 +185,7 @@ func NewEngine(cfg Config) *Engine {
 		timeout: uint64(cfg.PendingTimeout),
 		reg:     NewRegistry(cfg.MaxRanges, cfg.MaxProcesses),
 		rdma:    newRDMATracker(),
+		xfer:    newXferTracker(),
 		procs:   map[uint32]*proc{},
 
 		kernelInfos: map[string]kernelInfo{},
@@ -305,6 +307,9 @@ func (e *Engine) Handle(c *event.Call) {
 	switch {
 	case c.Layer == event.LayerVerbs:
 		e.rdma.handle(e, c)
+		return
+	case c.Layer == event.LayerUCP || c.Layer == event.LayerUCT:
+		e.xfer.handleUCX(e, c)
 		return
 	case c.Layer == event.LayerFabric:
 		e.fabric.handle(e, c)
@@ -901,6 +906,7 @@ func (e *Engine) evictOldest(p *proc) {
 // sweep emits transfers that waited past the timeout and ends merge
 // windows of threads that went quiet.
 func (e *Engine) sweep() {
+	e.xfer.sweep(e)
 	for _, p := range e.procs {
 		for p.fifo.len() > 0 {
 			r := p.fifo.front()
@@ -965,6 +971,7 @@ func (e *Engine) drain(p *proc) {
 // engine stays usable.
 func (e *Engine) Flush() {
 	e.rdma.drain(e, 0)
+	e.xfer.drain(e, 0)
 	e.fabric.drain(e, 0, false)
 	pids := make([]uint32, 0, len(e.procs))
 	for pid := range e.procs {
@@ -979,6 +986,7 @@ func (e *Engine) Flush() {
 // ProcessExit emits the process's pending transfers and forgets it.
 func (e *Engine) ProcessExit(pid uint32) {
 	e.rdma.exit(e, pid)
+	e.xfer.exit(e, pid)
 	e.fabric.drain(e, pid, true)
 	if p := e.procs[pid]; p != nil {
 		e.drain(p)

@@ -15,10 +15,16 @@ func FuzzEngine(f *testing.F) {
 	f.Add([]byte{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15})
 	f.Add([]byte("\x10\x20\x30\x40\x50\x60\x70\x80\x90\xa0\xb0\xc0\xd0\xe0\xf0\xff"))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		var copies int
-		seen := map[uint64]int{}
+		var copies, posted int
+		seen, xfers := map[uint64]int{}, map[uint64]int{}
 		e := NewEngine(Config{PendingTimeout: time.Microsecond * 50, MaxPending: 8, MaxRanges: 4, MaxProcesses: 2,
-			Sink: SinkFunc(func(tr *Transfer) { seen[tr.SubmitNs<<8|uint64(tr.BatchIndex+1)]++ })})
+			Sink: SinkFunc(func(tr *Transfer) {
+				if tr.Op.IsXfer() { // a transfer library's: one record per call posted
+					xfers[tr.SubmitNs]++
+					return
+				}
+				seen[tr.SubmitNs<<8|uint64(tr.BatchIndex+1)]++
+			})})
 		e.ObservedFromStart(1)
 		e.ObservedSince(2, []Range{{0x1000, 0x3000}})
 		ts := uint64(1000)
@@ -49,6 +55,9 @@ func FuzzEngine(f *testing.F) {
 			if c.Op.IsCopy() && c.Kind != event.KindExit {
 				copies++
 			}
+			if c.Op.IsXfer() && c.Kind == event.KindCall {
+				posted++
+			}
 			// Unique submit times identify transfers in seen.
 			e.Handle(&c)
 		}
@@ -59,6 +68,14 @@ func FuzzEngine(f *testing.F) {
 				t.Fatalf("transfer %#x emitted %d times", k, n)
 			}
 			total += n
+		}
+		for k, n := range xfers {
+			if n != 1 {
+				t.Fatalf("transfer-library record %#x emitted %d times", k, n)
+			}
+		}
+		if len(xfers) != posted {
+			t.Fatalf("%d transfer-library records from %d calls", len(xfers), posted)
 		}
 		st := e.Stats()
 		if uint64(total) != st.Transfers {

@@ -80,6 +80,7 @@ const (
 type InFlight struct {
 	Name string // "pid 42 stream 0x55 H2D", "pid 43 QP 7 RDMA_WRITE"
 	RDMA bool   // work requests, not copies (for the evidence's words)
+	Xfer bool   // a transfer library's transfers on one endpoint (the same)
 	// Ops and Bytes are the operations with a proven completion.
 	Ops   int
 	Bytes uint64
@@ -248,8 +249,11 @@ func TooLittleInFlight(m InFlight, segment string) *Finding {
 		return nil
 	}
 	unit, remedy := "copies", "queue more copies before synchronising (one synchronisation or event per layer, not per copy), or make each copy larger"
-	if m.RDMA {
+	switch {
+	case m.RDMA:
 		unit, remedy = "work requests", "keep more work requests outstanding on the queue pair (post ahead and poll in batches, signal every Nth), or spread the flow over more queue pairs"
+	case m.Xfer:
+		unit, remedy = "transfers", "keep more transfers outstanding on the endpoint (post several before waiting on their requests; NIXL: more descriptors per transfer request), or spread them over more endpoints"
 	}
 	bdp := m.BDPBytes()
 	more := bdp - m.AvgBytes()

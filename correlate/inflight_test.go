@@ -180,6 +180,18 @@ func TestInFlightRDMAWords(t *testing.T) {
 	}
 }
 
+// TestInFlightXferWords: a transfer library's endpoint speaks of transfers.
+func TestInFlightXferWords(t *testing.T) {
+	m := MeasureInFlight("pid 2 endpoint 0x5555 RDMA_READ", false, serialOps(64, 16<<10, 15_000, 0))
+	m.Xfer = true
+	m.CapacityGBs, m.LaneGBs = 4, m.RateGBs()
+	f := TooLittleInFlight(m, "PCIe link of GPU gpu-decode inbound")
+	if f == nil || !strings.Contains(strings.Join(f.Evidence, " "), "more transfers") ||
+		!strings.Contains(f.Remediation, "outstanding on the endpoint") {
+		t.Fatalf("%+v", f)
+	}
+}
+
 // TestInFlightUntimed: operations without a proven completion are counted,
 // not judged.
 func TestInFlightUntimed(t *testing.T) {

@@ -100,7 +100,14 @@ type Side struct {
 //	                  rc_verbs, ud_*, cuda_ipc, cuda_copy, tcp, posix, sysv, cma,
 //	                  self; libfabric: the provider, "tcp;ofi_rxm", "efa", "verbs");
 //	                  "unknown" with transport_reason when the agent could not see it
-//	transport_reason  why transport is unknown (transport_not_seen, ...)
+//	transport_reason  why transport is unknown (transport_not_seen: no call of its
+//	                  endpoint reached a transport yet; iface_not_seen: the
+//	                  interface was opened before the agent looked, so the device
+//	                  is unknown and the transport is the one its function names)
+//	transport_inferred true when the call itself reached no transport (queued for
+//	                  the library's progress, or a rendezvous the receiver pulls):
+//	                  transport and device are those of its endpoint's last
+//	                  transfer of the same kind
 //	device            the device of that lane ("mlx5_0:1", "lo", "memory";
 //	                  libfabric: the domain's name); absent when unknown
 //	remote_addr       the remote address a put or get named
@@ -186,10 +193,14 @@ type Transfer struct {
 	// address and endpoint as posted; posted → completed latency.
 	Transport       string `json:"transport,omitempty"`
 	TransportReason string `json:"transport_reason,omitempty"`
-	NetDevice       string `json:"device,omitempty"`
-	RemoteAddr      uint64 `json:"remote_addr,omitempty"`
-	Endpoint        uint64 `json:"endpoint,omitempty"`
-	LatencyNs       uint64 `json:"latency_ns,omitempty"`
+	// TransportInferred: the call itself reached no transport (UCX queued
+	// it for its worker's progress, or a rendezvous's receiver pulls the
+	// data); its endpoint's last transfer of the same kind went on it.
+	TransportInferred bool   `json:"transport_inferred,omitempty"`
+	NetDevice         string `json:"device,omitempty"`
+	RemoteAddr        uint64 `json:"remote_addr,omitempty"`
+	Endpoint          uint64 `json:"endpoint,omitempty"`
+	LatencyNs         uint64 `json:"latency_ns,omitempty"`
 
 	// Error is the result of a CUDA call that failed, nil otherwise. A
 	// failed call is reported (copies, memory and ordering calls alike) but

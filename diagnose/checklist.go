@@ -74,5 +74,7 @@ var Checklist = []ChecklistItem{
 	{Item: "8. GPUDirect Storage", HostRows: []string{"GPUDirect Storage"}, Note: "no rule: PASS, WARN compatibility mode, INFO, SKIP"},
 	{Item: "seed 002 §8.3: in flight must cover B × L", Seeds: []string{correlate.ChecklistInFlight}},
 	{Item: "seed 002 §5: completed is not consumable", Seeds: []string{correlate.ChecklistNotifyOrder, correlate.ChecklistDeregOrder}},
+	{Item: "seed 002 §6: the KV data plane on RDMA, TCP for control only", Seeds: []string{correlate.ChecklistTransport},
+		Note: "judged on the transfer libraries' records (UCX, libfabric): their transport and device"},
 	{Item: "seed 002 §6.2: congestion (CNP, ECN, PFC)", Seeds: []string{correlate.ChecklistCongestion}},
 }

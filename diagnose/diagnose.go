@@ -110,6 +110,8 @@ func Run(ctx context.Context, cfg Config) (*checks.Report, error) {
 		r.Add(checks.Skipped(checks.HostScope, checks.CheckStorage, "throughput is measured over a live window (--sample)"))
 	}
 	r.Add(checks.GDSCheck(cfg.ProcRoot, cfg.SysRoot, probes.MappedFiles))
+	var files probes.UntracedFiles // each mapped file read once for every process
+	var untraced []untracedTarget
 	for _, pid := range targets(cfg, win) {
 		var pools []checks.Pool
 		if win != nil {
@@ -123,6 +125,9 @@ func Run(ctx context.Context, cfg Config) (*checks.Report, error) {
 			continue
 		}
 		scope := cs[0].Scope
+		u := untracedOf(&files, cfg.ProcRoot, pid, scope)
+		untraced = append(untraced, u)
+		r.Add(u.check())
 		for _, c := range judged[scope] {
 			r.Add(c)
 		}
@@ -138,6 +143,7 @@ func Run(ctx context.Context, cfg Config) (*checks.Report, error) {
 			r.Add(c)
 		}
 	}
+	qualifyRDMA(r, untraced)
 	return r, nil
 }
 
@@ -159,7 +165,7 @@ func scopeOnce(host *checks.Host) func(pid uint32) string {
 // report names it; targets are judged even when the window saw nothing of
 // them.
 func (w *window) judge(cfg Config, host *checks.Host, targets []int) []checks.Check {
-	env := &judge.Env{Span: w.length, Place: checks.PlaceOnce(host.Place), NUMA: host,
+	env := &judge.Env{Span: w.length, Place: checks.PlaceOnce(host.Place), NUMA: host, NICs: host.Topo,
 		Capacity: func(gpu string) float64 { gbs, _ := host.LaneCapacity(gpu); return gbs },
 		Scope:    scopeOnce(host),
 		// counters sampled at the window's start, middle and end: two halves

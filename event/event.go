@@ -111,6 +111,31 @@ type Call struct {
 	NamePiece [NamePieceBytes]byte
 
 	RDMA RDMA // verbs and provider events
+	Xfer Xfer // transfer library events (UCX)
+}
+
+// Xfer is what a transfer library's call says besides its buffer (Src)
+// and count (Bytes): a UCP transfer as posted, the lane it went on, or a
+// transport interface opened.
+type Xfer struct {
+	Endpoint uint64 // ucp_ep_h
+	Remote   uint64 // the remote address (put, get), the tag (tag send), the AM id (am send)
+	// The request parameters (ucp_request_param_t): which fields are set
+	// (ParamMask, UCP_OP_ATTR_FIELD_*), the datatype (contiguous 1-byte
+	// elements when not set), the memory type and handle.
+	ParamMask uint32
+	MemType   uint32 // ucs_memory_type_t
+	Datatype  uint64
+	Memh      uint64
+	// Iface is the interface of the first UCT call nested in the UCP call
+	// (0: none was), LaneSymbol that call's function, LaneCalls how many
+	// UCT calls were nested.
+	Iface      uint64
+	LaneSymbol string
+	LaneCalls  uint32
+	// An interface's transport and device names (uct_iface_open),
+	// NUL-padded; Iface is the new interface.
+	Transport, Device [16]byte
 }
 
 // Location is where an allocation's memory lives (CUmemLocation, cuda.h),
@@ -390,7 +415,10 @@ const (
 	MemPageable MemKind = "pageable" // host memory provably never registered
 	MemDevice   MemKind = "device"   // device memory
 	MemManaged  MemKind = "managed"  // managed (unified) memory: pages migrate between host and devices
-	MemUnknown  MemKind = "unknown"  // host or device memory the agent cannot classify
+	// MemRegistered: host memory mapped with a transfer library
+	// (ucp_mem_map), which registers it with the NICs that need it.
+	MemRegistered MemKind = "registered"
+	MemUnknown    MemKind = "unknown" // host or device memory the agent cannot classify
 )
 
 // Drops counts events lost or damaged before they reached the reader, by

@@ -83,6 +83,8 @@ lanewatch_findings{rule="far-nic",severity="warn"} 0
 lanewatch_findings{rule="fragmented-copies",severity="warn"} 0
 lanewatch_findings{rule="host-sync-in-loop",severity="warn"} 0
 lanewatch_findings{rule="iommu-translated",severity="warn"} 0
+lanewatch_findings{rule="kv-transfer-far-device",severity="warn"} 0
+lanewatch_findings{rule="kv-transfer-tcp-fallback",severity="warn"} 0
 lanewatch_findings{rule="link-degraded",severity="fail"} 0
 lanewatch_findings{rule="link-degraded",severity="info"} 0
 lanewatch_findings{rule="link-underused",severity="warn"} 0

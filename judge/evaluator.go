@@ -87,6 +87,10 @@ type EvaluatorConfig struct {
 	// read (checks.Window.PagesCheck), storage-far-pool says the socket is
 	// unknown.
 	NUMA checks.NUMAPlace
+	// NICs places the host's RDMA devices from each GPU (*topology.Host);
+	// nil: unknown, and kv-transfer-tcp-fallback and kv-transfer-far-device
+	// are not judged.
+	NICs NICPlace
 	// Publish receives every verdict, on the evaluator's goroutine.
 	Publish func(Verdict)
 	// GPU counters; nil: none on this host. They are read every
@@ -243,7 +247,7 @@ func (e *Evaluator) Evaluate(now time.Time) Verdict {
 
 	v := Verdict{At: now, Window: span}
 	place := checks.PlaceOnce(e.cfg.Place) // placing reads a process's environment: once per window
-	env := &Env{Span: span, Place: place, NUMA: e.cfg.NUMA, Capacity: func(gpu string) float64 {
+	env := &Env{Span: span, Place: place, NUMA: e.cfg.NUMA, NICs: e.cfg.NICs, Capacity: func(gpu string) float64 {
 		if e.cfg.LinkCapacity == nil {
 			return 0
 		}

@@ -64,6 +64,9 @@ type Env struct {
 	Capacity func(gpu string) float64
 	// NUMA places GPUs and nodes (nil: every node unknown).
 	NUMA checks.NUMAPlace
+	// NICs places the host's RDMA devices from each GPU (nil: unknown,
+	// and the transfer-library lanes are listed, not judged).
+	NICs NICPlace
 	// Lanes are the window's lane rates (LaneRates).
 	Lanes []LaneRate
 	// Congestion is the RDMA port counters (nil: no check, or a SKIP

@@ -176,6 +176,9 @@ func Decode(raw []byte, c *event.Call) error {
 	if p.Layer == event.LayerVerbs {
 		decodeVerbs(p, ev, c)
 	}
+	if p.Layer == event.LayerUCP || p.Layer == event.LayerUCT {
+		decodeUCX(p, ev, c)
+	}
 	if kind == event.KindBatchEntry {
 		// lw_batch replaced args 0..2 with this entry's dst, src and size.
 		c.Dst, c.Src, c.Bytes = a[0], a[1], a[2]
@@ -272,6 +275,33 @@ func decodeVerbs(p *Probe, ev *lanewatchLwEvent, c *event.Call) {
 		c.RDMA.MR = c.Ptr
 	case event.OpQPModify:
 		decodeModifyQP(ev, c)
+	}
+}
+
+// decodeUCX reads the slots lw_ucp_enter, lw_uct_lane and
+// lw_uct_iface_enter fill (enum lw_ucp_arg, enum lw_uct_iface_arg).
+func decodeUCX(p *Probe, ev *lanewatchLwEvent, c *event.Call) {
+	a := &ev.Args
+	switch p.Program {
+	case ProgUCP:
+		mask, lane := a[lanewatchLwUcpArgLW_UCP_PARAM_MASK], a[lanewatchLwUcpArgLW_UCP_LANE]
+		c.Xfer = event.Xfer{Endpoint: a[lanewatchLwUcpArgLW_UCP_EP], Remote: a[lanewatchLwUcpArgLW_UCP_REMOTE],
+			ParamMask: uint32(mask), MemType: uint32(mask >> 32), Datatype: a[lanewatchLwUcpArgLW_UCP_DATATYPE],
+			Memh: a[lanewatchLwUcpArgLW_UCP_PARAM_MEMH], Iface: ev.Out, LaneCalls: uint32(lane >> 16)}
+		if row := int(uint16(lane)); ev.Out != 0 && row < len(Table) {
+			c.Xfer.LaneSymbol = Table[row].Symbol
+		}
+		c.Ptr = 0
+	case ProgUCTIface:
+		c.Xfer.Iface = ev.Out
+		const tl, dev = int(lanewatchLwUctIfaceArgLW_UCT_IFACE_TL), int(lanewatchLwUctIfaceArgLW_UCT_IFACE_DEV)
+		for i := range c.Xfer.Transport { // bytes in memory order, as the host's (little-endian) words hold them
+			c.Xfer.Transport[i] = byte(a[tl+i/8] >> (8 * (i % 8)))
+			c.Xfer.Device[i] = byte(a[dev+i/8] >> (8 * (i % 8)))
+		}
+	case ProgUCPMemMap:
+		mask := a[lanewatchLwUcpMemMapArgLW_UMM_MASK]
+		c.Xfer.ParamMask, c.Xfer.MemType = uint32(mask), uint32(mask>>32)
 	}
 }
 

@@ -161,16 +161,20 @@ type lanewatchLwSlots struct {
 type lanewatchLwUcpArg uint32
 
 const (
-	lanewatchLwUcpArgLW_UCP_EP                lanewatchLwUcpArg = 0
-	lanewatchLwUcpArgLW_UCP_BUFFER            lanewatchLwUcpArg = 1
-	lanewatchLwUcpArgLW_UCP_COUNT             lanewatchLwUcpArg = 2
-	lanewatchLwUcpArgLW_UCP_REMOTE            lanewatchLwUcpArg = 3
-	lanewatchLwUcpArgLW_UCP_PARAM             lanewatchLwUcpArg = 5
-	lanewatchLwUcpArgLW_UCP_PARAM_MASK        lanewatchLwUcpArg = 6
-	lanewatchLwUcpArgLW_UCP_PARAM_MEMH        lanewatchLwUcpArg = 7
-	lanewatchLwUcpArgLW_UCP_LANE              lanewatchLwUcpArg = 8
-	lanewatchLwUcpArgLW_UCP_PARAM_MEMTYPE_OFF lanewatchLwUcpArg = 48
-	lanewatchLwUcpArgLW_UCP_PARAM_MEMH_OFF    lanewatchLwUcpArg = 64
+	lanewatchLwUcpArgLW_UCP_EP                 lanewatchLwUcpArg = 0
+	lanewatchLwUcpArgLW_UCP_BUFFER             lanewatchLwUcpArg = 1
+	lanewatchLwUcpArgLW_UCP_COUNT              lanewatchLwUcpArg = 2
+	lanewatchLwUcpArgLW_UCP_REMOTE             lanewatchLwUcpArg = 3
+	lanewatchLwUcpArgLW_UCP_DATATYPE           lanewatchLwUcpArg = 4
+	lanewatchLwUcpArgLW_UCP_PARAM              lanewatchLwUcpArg = 5
+	lanewatchLwUcpArgLW_UCP_PARAM_MASK         lanewatchLwUcpArg = 6
+	lanewatchLwUcpArgLW_UCP_PARAM_MEMH         lanewatchLwUcpArg = 7
+	lanewatchLwUcpArgLW_UCP_LANE               lanewatchLwUcpArg = 8
+	lanewatchLwUcpArgLW_UCP_PARAM_DATATYPE_OFF lanewatchLwUcpArg = 24
+	lanewatchLwUcpArgLW_UCP_FIELD_DATATYPE     lanewatchLwUcpArg = 8
+	lanewatchLwUcpArgLW_UCP_CONTIG_BYTES       lanewatchLwUcpArg = 8
+	lanewatchLwUcpArgLW_UCP_PARAM_MEMTYPE_OFF  lanewatchLwUcpArg = 48
+	lanewatchLwUcpArgLW_UCP_PARAM_MEMH_OFF     lanewatchLwUcpArg = 64
 )
 
 type lanewatchLwUcpMemMapArg uint32

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"runtime"
 	"slices"
@@ -397,11 +398,8 @@ func (p *Probes) attachPlan(path string, plan map[Program]*sites, pid int) ([]li
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
 	var made []link.Link
-	for _, prog := range []Program{ProgEntry, ProgLinker, ProgBatch, ProgCopy2D, ProgEntryReturn, ProgProp, ProgName, ProgLaunchEx, ProgModifyQP, ProgPostSend, ProgPostRecv, ProgPollCQ} {
+	for _, prog := range slices.Sorted(maps.Keys(plan)) {
 		s := plan[prog]
-		if s == nil {
-			continue
-		}
 		progs := p.programsFor(prog)
 		slices.Reverse(progs) // return first
 		for _, a := range progs {

@@ -478,7 +478,9 @@ func buildTable() []Probe {
 	// (read in 1.13's code), so these four are every put, get and send.
 	// The lane it went on is the first UCT endpoint call nested in it,
 	// whose interface uct_iface_open named. A request the call returned
-	// completes by ucp_request_free at the latest. ---
+	// is complete by the time it is freed (ucp_request_free or _release):
+	// an application frees it in its completion callback or once
+	// ucp_request_check_status said done. ---
 	ucp := func(sym string, op event.Op, n int) Probe {
 		a := copyArgs(noArg, int(lanewatchLwUcpArgLW_UCP_BUFFER), int(lanewatchLwUcpArgLW_UCP_COUNT), noArg, noArg)
 		a.Ptr = int(lanewatchLwUcpArgLW_UCP_EP)
@@ -486,9 +488,13 @@ func buildTable() []Probe {
 	}
 	add(ucp("ucp_put_nbx", event.OpXferPut, 6), ucp("ucp_get_nbx", event.OpXferGet, 6))
 	add(ucp("ucp_tag_send_nbx", event.OpXferSend, 5), ucp("ucp_am_send_nbx", event.OpXferSend, 7))
-	// ucp_request_free(void *request)
-	add(Probe{Symbol: "ucp_request_free", Layer: event.LayerUCP, Op: event.OpXferDone, Program: ProgEntry,
-		Args: memArgs(0, noArg, noArg), NArgs: 1})
+	// ucp_request_free(void *request), and ucp_request_release, its
+	// deprecated form (its own code in 1.13, still called: ucx_perftest
+	// releases its last request so).
+	for _, sym := range []string{"ucp_request_free", "ucp_request_release"} {
+		add(Probe{Symbol: sym, Layer: event.LayerUCP, Op: event.OpXferDone, Program: ProgEntry,
+			Args: memArgs(0, noArg, noArg), NArgs: 1})
+	}
 	// ucp_mem_map(ucp_context_h, const ucp_mem_map_params_t *, ucp_mem_h *memh_p)
 	mm := memArgs(int(lanewatchLwUcpMemMapArgLW_UMM_ADDRESS), int(lanewatchLwUcpMemMapArgLW_UMM_LENGTH), int(lanewatchLwUcpMemMapArgLW_UMM_FLAGS))
 	mm.Handle = 2

@@ -51,6 +51,9 @@ type Config struct {
 	Runtimes  []string // default Runtimes
 	RDMA      []string // default RDMAScenarios
 	Pairs     []string // default PairScenarios
+	// Xfer are the transfer-library lane rows (default XferScenarios):
+	// shaped UCX records judged on an injected host (xferlane.go).
+	Xfer []string
 	// NoDevice runs the no-device scenario on each runtime build: a driver
 	// whose cuInit fails, so every runtime call fails in the runtime and only
 	// the runtime layer the agent then attaches can report it.
@@ -316,6 +319,9 @@ func Run(ctx context.Context, cfg Config) (results []Result, stats agent.Stats, 
 	if cfg.Pairs == nil {
 		cfg.Pairs = PairScenarios
 	}
+	if cfg.Xfer == nil {
+		cfg.Xfer = XferScenarios
+	}
 	if cfg.Timeout == 0 {
 		cfg.Timeout = 30 * time.Second
 	}
@@ -442,6 +448,9 @@ func Run(ctx context.Context, cfg Config) (results []Result, stats agent.Stats, 
 	}
 	for _, sc := range cfg.Pairs {
 		add(pairRun(ctx, kvpath, sc, tmp, col, cfg, drops)...)
+	}
+	for _, sc := range cfg.Xfer {
+		add(xferRun(sc))
 	}
 	if slices.Contains(cfg.Scenarios, "hicache-load") { // span output: request and layer attribution (selftest_spans.go)
 		add(spansCheck(ctx, kvpath, filepath.Join(tmp, "spans-hicache-load.jsonl"), col, cfg))

@@ -36,6 +36,9 @@ var designed = map[string][]string{
 	"mr-dereg-early":     {"mr-dereg-in-flight/fail"},
 	"storage-far-pool":   {"storage-far-pool/warn"},
 	"uplink-shared":      {"storage-shared-uplink/warn"},
+	// transfer-library lanes on an injected host (xferlane.go)
+	"xfer-tcp-fallback": {"kv-transfer-tcp-fallback/warn"},
+	"xfer-far-device":   {"kv-transfer-far-device/warn"},
 }
 
 // ruleOf is the rule of a designed "rule/severity".
@@ -88,12 +91,17 @@ func designedAmong(scenario string, rules ...string) []string {
 // only the agent's facts with the truth's.
 func checkDesigned(res *Result, scenario string, procs []scenarioProc, transfers []correlate.Transfer, acts []correlate.Activity) {
 	fs := windowFindings(procs, transfers, acts)
+	noteFindings(res, fs)
+	judgeDesigned(res, scenario, fs, "storage-far-pool", "storage-shared-uplink")
+}
+
+// noteFindings adds each finding at WARN or FAIL to the row's notes.
+func noteFindings(res *Result, fs []correlate.Finding) {
 	for _, f := range fs {
 		if f.Severity == correlate.SevWarn || f.Severity == correlate.SevFail {
 			res.Problems = append(res.Problems, fmt.Sprintf("finding: %s; %s", f.Summary, strings.Join(f.Evidence, "; ")))
 		}
 	}
-	judgeDesigned(res, scenario, fs, "storage-far-pool", "storage-shared-uplink")
 }
 
 // judgeDesigned compares the rules findings raised at WARN or FAIL with
@@ -119,6 +127,13 @@ func judgeDesigned(res *Result, scenario string, fs []correlate.Finding, notJudg
 // windowFindings is what agent run's evaluator finds in one window holding
 // exactly the given records and activities.
 func windowFindings(procs []scenarioProc, transfers []correlate.Transfer, acts []correlate.Activity) []correlate.Finding {
+	return windowVerdict(procs, transfers, acts, nil).Findings
+}
+
+// windowVerdict is agent run's evaluator's verdict on one window holding
+// exactly the given records and activities; nics places the host's RDMA
+// devices (nil: unknown, as on a host whose PCI tree is unread).
+func windowVerdict(procs []scenarioProc, transfers []correlate.Transfer, acts []correlate.Activity, nics judge.NICPlace) judge.Verdict {
 	lane := refenv.LaneGBs()
 	gpuOf := map[uint32]string{}
 	gpus := map[string]bool{}
@@ -128,6 +143,7 @@ func windowFindings(procs []scenarioProc, transfers []correlate.Transfer, acts [
 	}
 	ev := judge.NewEvaluator(judge.EvaluatorConfig{
 		Kernels: true,
+		NICs:    nics,
 		Place: func(pid uint32) checks.Placement {
 			if g, ok := gpuOf[pid]; ok {
 				return checks.Placement{GPU: g, InboundGBs: lane, OutboundGBs: lane}
@@ -155,7 +171,7 @@ func windowFindings(procs []scenarioProc, transfers []correlate.Transfer, acts [
 	}
 	// The window is the scenario's own span, as if agent run's window had
 	// been laid exactly over it.
-	return ev.Evaluate(time.Now().Add(time.Duration(last - first))).Findings
+	return ev.Evaluate(time.Now().Add(time.Duration(last - first)))
 }
 
 func listText(items []string) string {

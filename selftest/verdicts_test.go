@@ -27,7 +27,7 @@ func TestDesignedCoversWindowRules(t *testing.T) {
 			t.Errorf("window rule %s: no scenario is designed to raise it", r.Name)
 		}
 	}
-	runs := slices.Concat(Scenarios, RDMAScenarios, PairScenarios, []string{"storage-near-pool", "storage-far-pool"})
+	runs := slices.Concat(Scenarios, RDMAScenarios, PairScenarios, XferScenarios, []string{"storage-near-pool", "storage-far-pool"})
 	for _, u := range uplinkRuns {
 		runs = append(runs, u.name)
 	}

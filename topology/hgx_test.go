@@ -156,6 +156,32 @@ func TestHGXNearestRDMA(t *testing.T) {
 	}
 }
 
+// Every GPU's row of RDMA relations is the sample's; a device not in the
+// tree has every relation unknown, and a host without RDMA none.
+func TestHGXRDMARelations(t *testing.T) {
+	h := readFixture(t, hgxHost())
+	want := sampleMatrix(t, "sglang-issue-30401_8xH100_8xmlx5_2numa_spaces.txt")
+	for i, gpu := range h.BDFs(KindGPU) {
+		got := h.RDMARelations(gpu)
+		if len(got) != 8 {
+			t.Fatalf("GPU%d: %d RDMA devices, want 8: %v", i, len(got), got)
+		}
+		for n := range 8 {
+			if w := want[fmt.Sprintf("GPU%d", i)][fmt.Sprintf("NIC%d", n)]; string(got[fmt.Sprintf("mlx5_%d", n)]) != w {
+				t.Errorf("GPU%d-mlx5_%d = %s, want %s", i, n, got[fmt.Sprintf("mlx5_%d", n)], w)
+			}
+		}
+	}
+	for name, rel := range h.RDMARelations("0000:ee:00.0") {
+		if rel != "" {
+			t.Errorf("a device not in the tree is %s to %s", rel, name)
+		}
+	}
+	if got := (&Host{Functions: h.Functions, RDMA: map[string]string{"rxe0": ""}}).RDMARelations(h.BDFs(KindGPU)[0]); len(got) != 0 {
+		t.Errorf("a soft device (no PCI function) listed: %v", got)
+	}
+}
+
 func TestHGXRead(t *testing.T) {
 	h := readFixture(t, hgxHost())
 	if n := len(h.Functions); n != 48 {

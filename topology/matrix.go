@@ -105,6 +105,20 @@ func (h *Host) rdmaNames() []string {
 	return out
 }
 
+// RDMARelations maps every RDMA device on a PCI function to its relation
+// with the device at bdf (a GPU): "" for each when bdf is not in the tree.
+// Empty when the host has no RDMA device on PCI (soft devices, rxe and
+// siw, sit on none: they are no better a lane than the NIC they run over).
+func (h *Host) RDMARelations(bdf string) map[string]Relation {
+	out := map[string]Relation{}
+	for name, dev := range h.RDMA {
+		if dev != "" {
+			out[name] = h.Relation(bdf, dev)
+		}
+	}
+	return out
+}
+
 // NearestRDMA maps each GPU index ("0", "1", … in BDF order, as CUDA
 // numbers them with CUDA_DEVICE_ORDER=PCI_BUS_ID) to its nearest RDMA
 // device: lowest Rank, ties broken by natural name order. This is the JSON

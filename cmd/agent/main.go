@@ -168,6 +168,7 @@ func cmdSelftest(args []string, stdout, stderr io.Writer) int {
 	scenarios := fs.String("scenarios", strings.Join(selftest.Scenarios, ","), "comma-separated CUDA scenarios to run after late-attach")
 	rdma := fs.String("rdma", strings.Join(selftest.RDMAScenarios, ","), "comma-separated RDMA scenarios (two processes each); empty for none")
 	pairs := fs.String("pairs", strings.Join(selftest.PairScenarios, ","), "comma-separated scenarios of two kvpath processes on one shared reference GPU; empty for none")
+	xfer := fs.String("xfer", strings.Join(selftest.XferScenarios, ","), "comma-separated transfer-library lane rows: a UCX client's puts as the UCX probes will report them (shaped records), judged on an injected host with or without RDMA NICs by the GPU (kv-transfer-tcp-fallback, kv-transfer-far-device must fire where designed, nothing else); empty for none")
 	kernelCopy := fs.Bool("kernel-copy", true, "run the copy-kernel stand-in and read its GPU counters through the reference NVML library")
 	noDevice := fs.Bool("no-device", true, "run no-device on each runtime build: cuInit fails, every runtime call fails before the driver, and the agent must attach the runtime layer to report them")
 	linkTrain := fs.Bool("link-train", true, "run link-trains-up: a reference GPU whose NVML link idles at Gen1 and trains to its maximum under load; the lane capacity must be the trained maximum and no link or overlap finding appear")
@@ -201,7 +202,7 @@ func cmdSelftest(args []string, stdout, stderr io.Writer) int {
 	if *replay {
 		return replayTraces(files, *refDir, *live, *asJSON, *maxGap, log, stdout, stderr)
 	}
-	cfg := selftest.Config{RefDir: *refDir, Out: stdout, Logger: log, Scenarios: splitList(*scenarios), RDMA: splitList(*rdma), Pairs: splitList(*pairs), KernelCopy: *kernelCopy,
+	cfg := selftest.Config{RefDir: *refDir, Out: stdout, Logger: log, Scenarios: splitList(*scenarios), RDMA: splitList(*rdma), Pairs: splitList(*pairs), Xfer: splitList(*xfer), KernelCopy: *kernelCopy,
 		NoDevice: *noDevice, TPWorkers: *tpWorkers, Storage: *storage}
 	if *linkTrain {
 		cfg.LinkTrains = []selftest.LinkTrain{selftest.LinkTrainsUp}

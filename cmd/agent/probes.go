@@ -24,8 +24,9 @@ func cmdProbes(args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("probes", "warn", stderr, `Lists, for each library named, every probe-table symbol of the layers it exports:
 absent, or where the agent probes it — the instruction, its cost (emulated, nop,
 single-step) and, for NVIDIA's driver dispatch thunks, the implementation the thunk's
-slot names. Nothing is attached: no root needed. Exits 1 if a library cannot be read
-or exports no table symbol.
+slot names; and "not traced" with why for a library that moves data past every probe
+(mlx5 direct verbs, GPU-initiated RDMA, …). Nothing is attached: no root needed.
+Exits 1 if a library cannot be read or exports no table symbol.
 
   agent probes /usr/lib/x86_64-linux-gnu/libcuda.so.1 /path/to/libcudart.so.12
 
@@ -50,12 +51,21 @@ or exports no table symbol.
 		if err == nil && len(cov) == 0 {
 			err = fmt.Errorf("%s exports no symbol of the probe table", lib)
 		}
+		if err == nil {
+			writeCoverage(stdout, lib, cov)
+		}
+		// Whatever it exports, a library that moves data past every probe
+		// says so (docs/design.md, "Transfer libraries").
+		if u, ok, uerr := probes.UntracedObject(lib, lib); uerr == nil && ok {
+			if err != nil {
+				fmt.Fprintln(stdout, lib)
+			}
+			fmt.Fprintf(stdout, "  not traced (%s): %s\n", u.Sign, u.Reason())
+		}
 		if err != nil {
 			fmt.Fprintf(stderr, "agent probes: %v\n", err)
 			code = 1
-			continue
 		}
-		writeCoverage(stdout, lib, cov)
 	}
 	return code
 }

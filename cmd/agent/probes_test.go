@@ -66,3 +66,15 @@ func TestProbesErrors(t *testing.T) {
 		t.Errorf("a binary with no table symbol: %d %q", code, errb.String())
 	}
 }
+
+// A library that posts through mlx5 direct verbs exports no table symbol
+// and says why the agent cannot see what it moves.
+func TestProbesUntraced(t *testing.T) {
+	lib := testenv.DirectVerbsLib(t, t.TempDir())
+	var out, errb bytes.Buffer
+	code := realMain([]string{"probes", lib}, &out, &errb)
+	want := lib + "\n  not traced (imports mlx5dv_init_obj): mlx5 direct verbs: it can build its own RDMA work requests and ring the NIC's doorbell, past ibv_post_send and the provider functions the agent probes\n"
+	if code != 1 || out.String() != want || !strings.Contains(errb.String(), "exports no symbol of the probe table") {
+		t.Errorf("agent probes %s: %d\n%s\nwant\n%s\nstderr %s", lib, code, out.String(), want, errb.String())
+	}
+}

@@ -1,0 +1,244 @@
+package agent_test
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lanewatch/lanewatch/agent"
+	"github.com/lanewatch/lanewatch/internal/testenv"
+	"github.com/lanewatch/lanewatch/probes"
+)
+
+// A real ucx_perftest pair on loopback, over shared memory and over TCP,
+// puts and gets of 1 MiB: one record per call the client made (counted
+// by ucxTruth in the client), each with its bytes as posted, the
+// transport and device UCX was told to use, and its latency.
+func TestUCXPerftestRecords(t *testing.T) {
+	testenv.RequireRoot(t)
+	perftest := lookTool(t, "ucx_perftest", "ucx-utils")
+	ucp := ldconfigPath(t, "libucp.so.0")
+	r := startAgent(t, agent.Config{})
+	port := 13420
+	for _, c := range []struct {
+		tls, devices, test, api string
+		transport, device       string
+	}{
+		{"posix,cma,self", "", "ucp_put_bw", "ucp_put_nbx", "posix", "memory"},
+		{"posix,cma,self", "", "ucp_get", "ucp_get_nbx", "posix", "memory"},
+		{"tcp", "lo", "ucp_put_bw", "ucp_put_nbx", "tcp", "lo"},
+		{"tcp", "lo", "ucp_get", "ucp_get_nbx", "tcp", "lo"},
+		// Tag sends: rendezvous, the receiver pulls the data; a send UCX
+		// queues reaches no transport itself and is said to be on its
+		// endpoint's last lane (transport_inferred).
+		{"posix,cma,self", "", "tag_bw", "ucp_tag_send_nbx", "posix", "memory"},
+	} {
+		t.Run(c.tls+"/"+c.test, func(t *testing.T) {
+			port++
+			const size, n = 1 << 20, 2000
+			env := append(os.Environ(), "UCX_TLS="+c.tls)
+			if c.devices != "" {
+				env = append(env, "UCX_NET_DEVICES="+c.devices)
+			}
+			srv := exec.Command(perftest, "-p", fmt.Sprint(port))
+			srv.Env = env
+			if err := srv.Start(); err != nil {
+				t.Fatal(err)
+			}
+			defer srv.Wait()
+			defer srv.Process.Kill()
+			waitListen(t, port)
+			// The server maps libucp and libuct: once the agent probes those
+			// files, every process using them is probed from its start.
+			waitAttached(t, r.agent, "libucp.so", "libuct.so")
+			before := r.agent.XferStats()
+
+			cl := exec.Command(perftest, "127.0.0.1", "-p", fmt.Sprint(port), "-t", c.test, "-s", fmt.Sprint(size),
+				"-n", fmt.Sprint(n), "-w", "0")
+			cl.Env = env
+			// The truth: the kernel's own count of the client's entries to
+			// the function, nothing of the agent's.
+			want, _ := runCounting(t, ucp, c.api, cl)
+			waitExit(t, r.col, cl.Process.Pid)
+			if want < n {
+				t.Fatalf("the client entered %s %d times, want at least %d", c.api, want, n)
+			}
+
+			got := 0
+			for _, x := range r.col.Take(uint32(cl.Process.Pid)) {
+				if x.API != c.api {
+					t.Errorf("a %s record: %+v", x.API, x)
+					continue
+				}
+				got++
+				if x.Bytes != size || x.Transport != c.transport || x.NetDevice != c.device || x.TransportReason != "" ||
+					x.CompleteNs < x.SubmitNs || x.LatencyNs != x.CompleteNs-x.SubmitNs || x.LatencyNs == 0 || x.Failed() {
+					t.Errorf("record %d: bytes %d transport %q (%s) device %q latency %d (submit %d, complete %d), error %v; want %d bytes on %s/%s with its latency",
+						got, x.Bytes, x.Transport, x.TransportReason, x.NetDevice, x.LatencyNs, x.SubmitNs, x.CompleteNs, x.Error, size, c.transport, c.device)
+				}
+			}
+			if got != want {
+				t.Errorf("%d %s records, the client made %d calls", got, c.api, want)
+			}
+			if after := r.agent.XferStats(); after.Evicted != before.Evicted {
+				t.Errorf("records without a completion or lane: %+v, before %+v", after, before)
+			}
+			if _, d := r.agent.EventsAndDrops(); d.Total() != 0 {
+				t.Errorf("drops: %+v", d)
+			}
+		})
+	}
+}
+
+// lookTool finds a program a test runs; CI installs it (.ci/run), so
+// there its absence is a failure.
+func lookTool(t *testing.T, name, pkg string) string {
+	t.Helper()
+	path, err := exec.LookPath(name)
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("%s not installed (Debian package %s; .ci/run installs it)", name, pkg)
+		}
+		t.Skipf("%s not installed (apt-get install %s)", name, pkg)
+	}
+	return path
+}
+
+// ldconfigPath is the file the dynamic linker loads for a library name.
+func ldconfigPath(t *testing.T, name string) string {
+	t.Helper()
+	out, err := exec.Command("ldconfig", "-p").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		if f := strings.Fields(line); len(f) > 0 && f[0] == name && strings.Contains(line, "x86-64") {
+			return f[len(f)-1]
+		}
+	}
+	t.Fatalf("%s not in ldconfig -p", name)
+	return ""
+}
+
+// runCounting runs cmd and counts its process's entries to a function
+// with a tracefs uprobe: the kernel's own account, in a trace instance of
+// the test's own, independent of the agent's BPF programs. The command
+// starts behind a shell that waits for a line, so the probe's filter
+// names its pid before it runs (exec keeps the pid); calls from threads
+// other than its first are not counted.
+func runCounting(t *testing.T, path, symbol string, cmd *exec.Cmd) (calls int, out []byte) {
+	t.Helper()
+	const tracefs = "/sys/kernel/tracing"
+	if _, err := os.Stat(filepath.Join(tracefs, "uprobe_events")); err != nil {
+		if out, err := exec.Command("mount", "-t", "tracefs", "nodev", tracefs).CombinedOutput(); err != nil {
+			t.Fatalf("tracefs: %v %s", err, out)
+		}
+	}
+	syms, err := probes.LookupSymbols(path, []string{symbol})
+	if err != nil || syms[symbol].Offset == 0 {
+		t.Fatalf("%s in %s: %v", symbol, path, err)
+	}
+	write := func(file, line string) {
+		f, err := os.OpenFile(file, os.O_WRONLY|os.O_APPEND, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		if _, err := f.WriteString(line + "\n"); err != nil {
+			t.Fatalf("%s: %q: %v", file, line, err)
+		}
+	}
+	tag := fmt.Sprintf("lw%d_%s", os.Getpid(), symbol)
+	instance := filepath.Join(tracefs, "instances", tag)
+	if err := os.Mkdir(instance, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	event := filepath.Join(instance, "events", "lwtruth", tag)
+	write(filepath.Join(tracefs, "uprobe_events"), fmt.Sprintf("p:lwtruth/%s %s:%#x", tag, path, syms[symbol].Offset))
+	defer func() {
+		write(filepath.Join(event, "enable"), "0")
+		if err := os.Remove(instance); err != nil {
+			t.Error(err)
+		}
+		write(filepath.Join(tracefs, "uprobe_events"), "-:lwtruth/"+tag)
+	}()
+	write(filepath.Join(instance, "buffer_size_kb"), "8192")
+
+	gated := exec.Command("sh", append([]string{"-c", `read _ && exec "$0" "$@"`, cmd.Path}, cmd.Args[1:]...)...)
+	gated.Env = cmd.Env
+	var buf bytes.Buffer
+	gated.Stdout, gated.Stderr = &buf, &buf
+	gate, err := gated.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := gated.Start(); err != nil {
+		t.Fatal(err)
+	}
+	cmd.Process = gated.Process
+	write(filepath.Join(event, "filter"), fmt.Sprintf("common_pid == %d", gated.Process.Pid))
+	write(filepath.Join(event, "enable"), "1")
+	gate.Write([]byte("go\n"))
+	gate.Close()
+	if err := gated.Wait(); err != nil {
+		t.Fatalf("%s: %v\n%s", cmd, err, buf.Bytes())
+	}
+	write(filepath.Join(event, "enable"), "0")
+	trace, err := os.ReadFile(filepath.Join(instance, "trace"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(trace), "\n") {
+		if !strings.HasPrefix(line, "#") && strings.Contains(line, " "+tag+": ") {
+			calls++
+		}
+	}
+	if strings.Contains(string(trace), "LOST") {
+		t.Fatalf("the trace instance lost events: %d counted", calls)
+	}
+	return calls, buf.Bytes()
+}
+
+// waitListen waits until a socket listens on the TCP port (procfs).
+func waitListen(t *testing.T, port int) {
+	t.Helper()
+	want := fmt.Sprintf(":%04X", port)
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		for _, f := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+			b, _ := os.ReadFile(f)
+			for _, line := range strings.Split(string(b), "\n") {
+				fields := strings.Fields(line)
+				if len(fields) > 3 && strings.HasSuffix(fields[1], want) && fields[3] == "0A" {
+					return
+				}
+			}
+		}
+	}
+	t.Fatalf("nothing listens on port %d", port)
+}
+
+// waitAttached waits until the agent probes a file of each name.
+func waitAttached(t *testing.T, a *agent.Agent, names ...string) {
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		probed := a.AttachedProbes()
+		have := 0
+		for _, n := range names {
+			for path := range probed {
+				if strings.Contains(filepath.Base(path), n) {
+					have++
+					break
+				}
+			}
+		}
+		if have == len(names) {
+			return
+		}
+	}
+	t.Fatalf("%v not probed: %v", names, a.AttachedProbes())
+}
