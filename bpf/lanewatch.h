@@ -278,6 +278,23 @@ enum lw_ucp_mem_map_arg {
 	LW_UMM_MEMTYPE_OFF = 32,
 };
 
+/* libfabric's msg forms, (ep, const struct fi_msg *msg, flags) and the
+ * tagged and RMA structs (rdma/fi_endpoint.h, fi_tagged.h, fi_rma.h): the
+ * entry reads the message into argument slots the call does not use; the
+ * result at return. The context's offset differs by struct, so the row's
+ * cookie carries it in LW_COOKIE_OUTOFF (these rows read no out pointer).
+ * More iovecs than LW_FMSG_IOVS leave the bytes unknown: LW_FMSG_MANY. */
+enum lw_fabric_msg_arg {
+	LW_FMSG_BYTES = 3,  /* the iovecs' lengths summed */
+	LW_FMSG_LOCAL = 4,  /* msg_iov[0].iov_base */
+	LW_FMSG_CONTEXT = 5,
+	LW_FMSG_REMOTE = 6, /* struct fi_msg_rma: rma_iov[0].addr; 0 for the others */
+	LW_FMSG_IOVS = 4,
+	LW_FMSG_IOV_COUNT_OFF = 16,
+	LW_FMSG_RMA_IOV_OFF = 32,
+};
+#define LW_FMSG_MANY (~0ULL)
+
 /* A file as the agent names it (probes.FileID): major << 32 | minor, and
  * its inode. Keys of hold.bpf.c's `known`. */
 struct lw_file {

@@ -20,9 +20,10 @@ import (
 // was opened with.
 
 const (
-	fiEAgain   = -11     // -FI_EAGAIN: not posted, call again
-	fiTransmit = 1 << 11 // FI_TRANSMIT: a CQ bound to an endpoint's sends
-	fiRecv     = 1 << 10 // FI_RECV: to its receives
+	fiEAgain   = -11        // -FI_EAGAIN: not posted, call again
+	fiTransmit = 1 << 11    // FI_TRANSMIT: a CQ bound to an endpoint's sends
+	fiRecv     = 1 << 10    // FI_RECV: to its receives
+	fiManyIovs = ^uint64(0) // a msg form's bytes the probe could not sum (LW_FMSG_MANY)
 	// Caps: endpoints and CQs known, over every process.
 	maxFabricObjects = 1 << 14
 )
@@ -144,6 +145,9 @@ func (f *fabricTracker) post(e *Engine, c *event.Call) {
 		t.TransportReason = x.reason
 	}
 	t.Mover = moverOf(ClassOf(t.Transport))
+	if t.Bytes == fiManyIovs { // a message of more iovecs than the probe sums
+		t.Bytes, t.BytesUnknown = 0, true
+	}
 	local := c.Src
 	switch c.Op {
 	case event.OpXferSend:

@@ -152,13 +152,18 @@ func TestFabricRMADirections(t *testing.T) {
 	for _, s := range []fstep{
 		{sym: "provider:fi_write", c: event.Call{Time: 1, ReturnTime: 2, Ptr: fEP, Src: fBuf, Dst: 0x9000, Bytes: 4096}},
 		{sym: "provider:fi_read", c: event.Call{Time: 3, ReturnTime: 4, Ptr: fEP, Dst: fBuf, Src: 0x9000, Bytes: 8192}},
+		// more iovecs than the probe sums (LW_FMSG_MANY)
+		{sym: "provider:fi_writemsg", c: event.Call{Time: 5, ReturnTime: 6, Ptr: fEP, Src: fBuf, Dst: 0x9000, Bytes: ^uint64(0)}},
 	} {
 		c := s.c
 		c.Kind, c.PID, c.TID = event.KindCall, testPID, testPID
 		e.Handle(call(t, s.sym, c))
 	}
-	if len(got) != 2 {
+	if len(got) != 3 {
 		t.Fatalf("records %+v", got)
+	}
+	if m := got[2]; m.API != "fi_writemsg" || !m.BytesUnknown || m.Bytes != 0 || m.Direction != DirRDMAWrite {
+		t.Errorf("writemsg of many iovecs: %+v", m)
 	}
 	w, r := got[0], got[1]
 	if w.Op != event.OpXferPut || w.Direction != DirRDMAWrite || w.RemoteAddr != 0x9000 || w.Src.Addr != fBuf || w.Dst.Addr != 0x9000 || w.Mover != MoverNIC {

@@ -37,7 +37,8 @@ var facts = func() []rowFacts {
 			perThread: strings.HasSuffix(p.Symbol, "_ptsz") || strings.HasSuffix(p.Symbol, "_ptds"),
 			returns: p.Program == ProgEntryReturn || p.Program == ProgBatch || p.Program == ProgCopy2D || p.Program == ProgProp ||
 				p.Program == ProgName || p.Program == ProgLaunchEx || p.Program == ProgModifyQP ||
-				p.Program == ProgUCP || p.Program == ProgUCTIface || p.Program == ProgUCPMemMap,
+				p.Program == ProgUCP || p.Program == ProgUCTIface || p.Program == ProgUCPMemMap ||
+				p.Program == ProgFabricMsg || p.Program == ProgFabricRMAMsg,
 		}
 	}
 	return out
@@ -338,6 +339,9 @@ func Cookie(id int, spDelta int) uint64 {
 	}
 	if p.OutRet {
 		c |= 1<<lanewatchLwCookieShiftLW_COOKIE_OUTRET_SHIFT | uint64(p.OutOff)<<lanewatchLwCookieShiftLW_COOKIE_OUTOFF_SHIFT
+	}
+	if p.Program == ProgFabricMsg || p.Program == ProgFabricRMAMsg {
+		c |= uint64(p.OutOff) << lanewatchLwCookieShiftLW_COOKIE_OUTOFF_SHIFT // the message's context (enum lw_fabric_msg_arg)
 	}
 	// The in-flight slot is the row's layer: a runtime call and the driver
 	// call it makes are in flight together on one thread.

@@ -37,10 +37,13 @@ const (
 	epRMA             = 48
 	epTagged          = 56
 	msgSend           = 32 // struct fi_ops_msg (fi_ops_tagged alike)
+	msgSendMsg        = 48
 	msgInject         = 56
 	msgSendData       = 64
 	rmaRead           = 8 // struct fi_ops_rma
+	rmaReadMsg        = 24
 	rmaWrite          = 32
+	rmaWriteMsg       = 48
 	rmaInject         = 56
 	rmaWriteData      = 64
 	cqOps             = 24 // struct fid_cq: struct fi_ops_cq *ops
@@ -92,6 +95,8 @@ var fabricStages = map[string]struct {
 		{ProviderPrefix + "fi_tsend", epTagged, msgSend}, {ProviderPrefix + "fi_tinject", epTagged, msgInject},
 		{ProviderPrefix + "fi_write", epRMA, rmaWrite}, {ProviderPrefix + "fi_writedata", epRMA, rmaWriteData},
 		{ProviderPrefix + "fi_inject_write", epRMA, rmaInject}, {ProviderPrefix + "fi_read", epRMA, rmaRead},
+		{ProviderPrefix + "fi_sendmsg", epMsg, msgSendMsg}, {ProviderPrefix + "fi_tsendmsg", epTagged, msgSendMsg},
+		{ProviderPrefix + "fi_writemsg", epRMA, rmaWriteMsg}, {ProviderPrefix + "fi_readmsg", epRMA, rmaReadMsg},
 	}},
 	FabricRowCQOpen: {fiClassCQ, []fabricOp{{ProviderPrefix + "fi_cq_read", cqOps, cqOpsRead}}},
 }

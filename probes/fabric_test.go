@@ -45,19 +45,21 @@ int main(void) {
 		printf("setup failed\n");
 		return 1;
 	}
-	printf("%lu %lu %lu %lu %lu %lu %lu %lu %lu %lu %lu %lu %lu %lu %lu %lu %lu %lu %lu %lu %lu %lu %lu %lu %lu %lu %lu %lu %lu\n",
+	printf("%lu %lu %lu %lu %lu %lu %lu %lu %lu %lu %lu %lu %lu %lu %lu %lu %lu %lu %lu %lu %lu %lu %lu %lu %lu %lu %lu %lu %lu %lu %lu %lu %lu\n",
 	       O(fid, fclass), O(fid, ops), O(fi_ops, bind), O(fid_fabric, ops), O(fi_ops_fabric, domain), O(fid_domain, ops),
 	       O(fi_ops_domain, cq_open), O(fi_ops_domain, endpoint), O(fid_ep, msg), O(fid_ep, rma), O(fid_ep, tagged),
 	       O(fi_ops_msg, send), O(fi_ops_msg, inject), O(fi_ops_msg, senddata), O(fi_ops_rma, read), O(fi_ops_rma, write),
 	       O(fi_ops_rma, inject), O(fi_ops_rma, writedata), O(fid_cq, ops), O(fi_ops_cq, read), O(fi_info, domain_attr),
 	       O(fi_info, fabric_attr), O(fi_fabric_attr, prov_name), O(fi_domain_attr, name),
+	       O(fi_ops_msg, sendmsg), O(fi_ops_tagged, sendmsg), O(fi_ops_rma, writemsg), O(fi_ops_rma, readmsg),
 	       (unsigned long)FI_CLASS_FABRIC, (unsigned long)FI_CLASS_DOMAIN, (unsigned long)FI_CLASS_EP, (unsigned long)FI_CLASS_CQ,
 	       (unsigned long)FI_TRANSMIT);
 	printf("%p %p %p %p %p\n", (void *)fabric, (void *)domain, (void *)ep, (void *)cq, (void *)info);
-	printf("%p %p %p %p %p %p %p %p %p %p %p %p %p %p\n", (void *)fabric->ops->domain, (void *)domain->ops->endpoint,
+	printf("%p %p %p %p %p %p %p %p %p %p %p %p %p %p %p %p %p %p\n", (void *)fabric->ops->domain, (void *)domain->ops->endpoint,
 	       (void *)domain->ops->cq_open, (void *)ep->fid.ops->bind, (void *)ep->msg->send, (void *)ep->msg->senddata,
 	       (void *)ep->msg->inject, (void *)ep->tagged->send, (void *)ep->tagged->inject, (void *)ep->rma->write,
-	       (void *)ep->rma->writedata, (void *)ep->rma->inject, (void *)ep->rma->read, (void *)cq->ops->read);
+	       (void *)ep->rma->writedata, (void *)ep->rma->inject, (void *)ep->rma->read, (void *)cq->ops->read,
+	       (void *)ep->msg->sendmsg, (void *)ep->tagged->sendmsg, (void *)ep->rma->writemsg, (void *)ep->rma->readmsg);
 	printf("%s %s\n", info->fabric_attr->prov_name, info->domain_attr->name);
 	fflush(stdout);
 	getchar();
@@ -68,7 +70,8 @@ int main(void) {
 // fabricRowsOrder is the order the program prints its functions in.
 var fabricRowsOrder = []string{FabricRowDomain, FabricRowEndpoint, FabricRowCQOpen, "provider:fi_ep_bind",
 	"provider:fi_send", "provider:fi_senddata", "provider:fi_inject", "provider:fi_tsend", "provider:fi_tinject",
-	"provider:fi_write", "provider:fi_writedata", "provider:fi_inject_write", "provider:fi_read", "provider:fi_cq_read"}
+	"provider:fi_write", "provider:fi_writedata", "provider:fi_inject_write", "provider:fi_read", "provider:fi_cq_read",
+	"provider:fi_sendmsg", "provider:fi_tsendmsg", "provider:fi_writemsg", "provider:fi_readmsg"}
 
 type fabricProgram struct {
 	pid                          int
@@ -124,7 +127,8 @@ func startFabricProgram(t *testing.T) fabricProgram {
 	// The offsets and constants the agent assumes, as the headers say.
 	assumed := []uint64{fidClass, fidOps, fiOpsBind, fabricOps, fabricOpsDomain, domainOps, domainOpsCQOpen, domainOpsEndpoint,
 		epMsg, epRMA, epTagged, msgSend, msgInject, msgSendData, rmaRead, rmaWrite, rmaInject, rmaWriteData, cqOps, cqOpsRead,
-		infoDomainAttr, infoFabricAttr, fabricAttrProv, domainAttrName, fiClassFabric, fiClassDomain, fiClassEP, fiClassCQ, FITransmit}
+		infoDomainAttr, infoFabricAttr, fabricAttrProv, domainAttrName, msgSendMsg, msgSendMsg, rmaWriteMsg, rmaReadMsg,
+		fiClassFabric, fiClassDomain, fiClassEP, fiClassCQ, FITransmit}
 	if got := nums(lines[0], len(assumed)); !slicesEqual(got, assumed) {
 		t.Fatalf("libfabric's headers say %v, the agent assumes %v", got, assumed)
 	}
@@ -309,5 +313,146 @@ func TestFabricSlotNests(t *testing.T) {
 	}
 	if d, err := p.Drops(); err != nil || d.NoEntry != 0 {
 		t.Errorf("drops %+v %v: no return may go without its entry", d, err)
+	}
+}
+
+// The msg forms' entry reads the message as libfabric's headers lay it
+// out: a library of static functions with the providers' signatures,
+// attached as the four rows, called with real structs (two iovecs; five,
+// more than the probe sums).
+const msgLib = `
+#include <rdma/fabric.h>
+#include <rdma/fi_endpoint.h>
+#include <rdma/fi_rma.h>
+#include <rdma/fi_tagged.h>
+static ssize_t sm(struct fid_ep *ep, const struct fi_msg *msg, uint64_t flags) { return msg->iov_count; }
+static ssize_t tsm(struct fid_ep *ep, const struct fi_msg_tagged *msg, uint64_t flags) { return msg->iov_count; }
+static ssize_t wm(struct fid_ep *ep, const struct fi_msg_rma *msg, uint64_t flags) { return msg->iov_count; }
+static ssize_t rm(struct fid_ep *ep, const struct fi_msg_rma *msg, uint64_t flags) { return msg->iov_count; }
+static struct fi_ops_msg msg_ops = {.size = sizeof(struct fi_ops_msg), .sendmsg = sm};
+static struct fi_ops_tagged tagged_ops = {.size = sizeof(struct fi_ops_tagged), .sendmsg = tsm};
+static struct fi_ops_rma rma_ops = {.size = sizeof(struct fi_ops_rma), .writemsg = wm, .readmsg = rm};
+__attribute__((visibility("default"))) void open_ep(struct fid_ep *ep) { ep->msg = &msg_ops; ep->tagged = &tagged_ops; ep->rma = &rma_ops; }
+`
+
+const msgMain = `
+#include <stdio.h>
+#include <rdma/fabric.h>
+#include <rdma/fi_endpoint.h>
+#include <rdma/fi_rma.h>
+#include <rdma/fi_tagged.h>
+void open_ep(struct fid_ep *ep);
+int main(void) {
+	static char buf[8192];
+	struct fid_ep ep = {0};
+	open_ep(&ep);
+	struct iovec iov[5] = {{buf, 4096}, {buf + 4096, 100}, {buf, 1}, {buf, 1}, {buf, 1}};
+	struct fi_rma_iov rma = {.addr = 0x7f0000001000, .len = 4196, .key = 7};
+	struct fi_msg m = {.msg_iov = iov, .iov_count = 2, .addr = 3, .context = (void *)0xc1};
+	struct fi_msg_tagged tm = {.msg_iov = iov, .iov_count = 2, .addr = 3, .tag = 0x99, .context = (void *)0xc2};
+	struct fi_msg_rma wm = {.msg_iov = iov, .iov_count = 2, .addr = 3, .rma_iov = &rma, .rma_iov_count = 1, .context = (void *)0xc3};
+	struct fi_msg_rma many = wm;
+	many.iov_count = 5;
+	printf("%p\n", (void *)buf);
+	fflush(stdout);
+	getchar();
+	printf("%ld\n", (long)(fi_sendmsg(&ep, &m, 0) + fi_tsendmsg(&ep, &tm, 0) + fi_writemsg(&ep, &wm, 0) +
+			       fi_readmsg(&ep, &wm, 0) + fi_writemsg(&ep, &many, 0)));
+	fflush(stdout);
+	getchar();
+	return 0;
+}
+`
+
+func TestFabricMsgDecode(t *testing.T) {
+	testenv.RequireRoot(t)
+	if _, err := os.Stat("/usr/include/rdma/fabric.h"); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("libfabric-dev is missing (rdma/fabric.h)")
+		}
+		t.Skip("libfabric-dev is missing")
+	}
+	dir := t.TempDir()
+	lib, bin := filepath.Join(dir, "libmsg.so"), filepath.Join(dir, "msg")
+	os.WriteFile(filepath.Join(dir, "lib.c"), []byte(msgLib), 0o644)
+	os.WriteFile(filepath.Join(dir, "main.c"), []byte(msgMain), 0o644)
+	for _, args := range [][]string{
+		{"gcc", "-O1", "-fPIC", "-shared", "-o", lib, filepath.Join(dir, "lib.c")},
+		{"gcc", "-O1", "-o", bin, filepath.Join(dir, "main.c"), "-L" + dir, "-lmsg", "-Wl,-rpath," + dir},
+	} {
+		if out, err := exec.Command(args[0], args[1:]...).CombinedOutput(); err != nil {
+			t.Fatalf("%v: %v\n%s", args, err, out)
+		}
+	}
+	names := map[string]string{"sm": "provider:fi_sendmsg", "tsm": "provider:fi_tsendmsg", "wm": "provider:fi_writemsg", "rm": "provider:fi_readmsg"}
+	local, err := LookupSymbols(lib, []string{"sm", "tsm", "wm", "rm"})
+	if err != nil || len(local) != 4 {
+		t.Fatalf("functions in %s: %v %v", lib, local, err)
+	}
+	syms := map[string]Symbol{}
+	for fn, row := range names {
+		syms[row] = Symbol{Name: row, Offset: local[fn].Offset}
+	}
+	cmd := exec.Command(bin)
+	stdin, _ := cmd.StdinPipe()
+	stdout, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { stdin.Close(); cmd.Wait() }()
+	out := bufio.NewReader(stdout)
+	line, err := out.ReadString('\n')
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf, err := strconv.ParseUint(strings.TrimSpace(line), 0, 64)
+	if err != nil {
+		t.Fatalf("%q: %v", line, err)
+	}
+	var id FileID
+	maps, _ := ReadMaps("/proc", cmd.Process.Pid)
+	for _, m := range maps {
+		if m.Path == lib && m.Executable() {
+			id, _ = m.FileID()
+		}
+	}
+	p, err := Load(Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if _, err := p.AttachFile(id, lib, syms, cmd.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
+	stop := collect(t, p)
+	fmt.Fprintln(stdin)
+	if line, err := out.ReadString('\n'); err != nil || strings.TrimSpace(line) != "13" {
+		t.Fatalf("the program returned %q, %v", line, err)
+	}
+	var got []event.Call
+	for _, c := range stop() {
+		if c.PID == uint32(cmd.Process.Pid) {
+			got = append(got, c)
+		}
+	}
+	const remote, many = 0x7f0000001000, ^uint64(0)
+	want := []struct {
+		row                       string
+		bytes, src, dst, ctx, ret uint64
+	}{
+		{"provider:fi_sendmsg", 4196, buf, 0, 0xc1, 2},
+		{"provider:fi_tsendmsg", 4196, buf, 0, 0xc2, 2},
+		{"provider:fi_writemsg", 4196, buf, remote, 0xc3, 2},
+		{"provider:fi_readmsg", 4196, remote, buf, 0xc3, 2},
+		{"provider:fi_writemsg", many, buf, remote, 0xc3, 5},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("%d events, want %d: %+v", len(got), len(want), got)
+	}
+	for i, w := range want {
+		c := got[i]
+		if c.Symbol != w.row || c.Bytes != w.bytes || c.Src != w.src || c.Dst != w.dst || c.Handle != w.ctx || c.Ret != w.ret || c.Ptr == 0 {
+			t.Errorf("event %d: %s bytes %d src %#x dst %#x context %#x ret %d ep %#x; want %+v", i, c.Symbol, c.Bytes, c.Src, c.Dst, c.Handle, c.Ret, c.Ptr, w)
+		}
 	}
 }

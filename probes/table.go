@@ -26,22 +26,24 @@ const (
 type Program uint8
 
 const (
-	ProgEntry       Program = iota + 1 // arguments at entry only, no result
-	ProgEntryReturn                    // arguments kept at entry, emitted at return with the result
-	ProgBatch                          // entry walks the dst/src/size arrays; the result at return
-	ProgCopy2D                         // entry reads struct CUDA_MEMCPY2D; the result at return
-	ProgPostSend                       // entry; walks the ibv_send_wr chain
-	ProgPostRecv                       // entry; walks the ibv_recv_wr chain
-	ProgPollCQ                         // entry kept, one event per completion at return
-	ProgProp                           // entry reads a CUmemLocation from the struct at the last argument; the result at return
-	ProgName                           // entry kept; at return the name argument (LW_NAME_ARG) goes out in pieces, then the result
-	ProgLaunchEx                       // entry reads the launch config at argument 0 (grid, block, stream); the result at return
-	ProgModifyQP                       // entry reads the QP's number and where attr connects it (enum lw_qp_arg); the result at return
-	ProgLinker                         // the dynamic linker's notification: entry only, holding the thread while a new CUDA file is probed (hold.go)
-	ProgUCP                            // entry puts a UCP transfer in one shape and reads its request parameters (enum lw_ucp_arg); the result at return
-	ProgUCTLane                        // entry only, emits nothing: notes the lane in the UCP call it is nested in (lw_uct_lane)
-	ProgUCTIface                       // entry reads the transport and device names (enum lw_uct_iface_arg); *iface_p at return
-	ProgUCPMemMap                      // entry reads the range and memory type (enum lw_ucp_mem_map_arg); *memh_p at return
+	ProgEntry        Program = iota + 1 // arguments at entry only, no result
+	ProgEntryReturn                     // arguments kept at entry, emitted at return with the result
+	ProgBatch                           // entry walks the dst/src/size arrays; the result at return
+	ProgCopy2D                          // entry reads struct CUDA_MEMCPY2D; the result at return
+	ProgPostSend                        // entry; walks the ibv_send_wr chain
+	ProgPostRecv                        // entry; walks the ibv_recv_wr chain
+	ProgPollCQ                          // entry kept, one event per completion at return
+	ProgProp                            // entry reads a CUmemLocation from the struct at the last argument; the result at return
+	ProgName                            // entry kept; at return the name argument (LW_NAME_ARG) goes out in pieces, then the result
+	ProgLaunchEx                        // entry reads the launch config at argument 0 (grid, block, stream); the result at return
+	ProgModifyQP                        // entry reads the QP's number and where attr connects it (enum lw_qp_arg); the result at return
+	ProgLinker                          // the dynamic linker's notification: entry only, holding the thread while a new CUDA file is probed (hold.go)
+	ProgUCP                             // entry puts a UCP transfer in one shape and reads its request parameters (enum lw_ucp_arg); the result at return
+	ProgUCTLane                         // entry only, emits nothing: notes the lane in the UCP call it is nested in (lw_uct_lane)
+	ProgUCTIface                        // entry reads the transport and device names (enum lw_uct_iface_arg); *iface_p at return
+	ProgUCPMemMap                       // entry reads the range and memory type (enum lw_ucp_mem_map_arg); *memh_p at return
+	ProgFabricMsg                       // entry reads a libfabric struct fi_msg or fi_msg_tagged (enum lw_fabric_msg_arg); the result at return
+	ProgFabricRMAMsg                    // the same for a struct fi_msg_rma, its first remote address too
 )
 
 // Dims says where a launch row finds its grid and block dimensions.
@@ -583,6 +585,27 @@ func buildTable() []Probe {
 	cq := fab(ProviderPrefix+"fi_cq_read", event.OpXferDone, cqRead, 3)
 	cq.OutHandle = true
 	add(cq)
+	// The msg forms (NIXL's backend writes and reads with them):
+	// sendmsg(ep, const struct fi_msg *msg, flags), tagged sendmsg(ep,
+	// const struct fi_msg_tagged *, flags), writemsg and readmsg(ep, const
+	// struct fi_msg_rma *, flags). The entry reads the message (enum
+	// lw_fabric_msg_arg); OutOff is where its context is (no out pointer).
+	msg := func(sym string, op event.Op, prog Program, contextOff uint16) Probe {
+		const local, remote = int(lanewatchLwFabricMsgArgLW_FMSG_LOCAL), int(lanewatchLwFabricMsgArgLW_FMSG_REMOTE)
+		a := copyArgs(noArg, local, int(lanewatchLwFabricMsgArgLW_FMSG_BYTES), noArg, noArg)
+		switch op {
+		case event.OpXferGet:
+			a.Dst, a.Src = local, remote
+		case event.OpXferPut:
+			a.Dst = remote
+		}
+		a.Ptr, a.Handle = 0, int(lanewatchLwFabricMsgArgLW_FMSG_CONTEXT)
+		p := fab(ProviderPrefix+sym, op, a, 3)
+		p.Program, p.OutOff = prog, contextOff
+		return p
+	}
+	add(msg("fi_sendmsg", event.OpXferSend, ProgFabricMsg, 32), msg("fi_tsendmsg", event.OpXferSend, ProgFabricMsg, 48),
+		msg("fi_writemsg", event.OpXferPut, ProgFabricRMAMsg, 48), msg("fi_readmsg", event.OpXferGet, ProgFabricRMAMsg, 48))
 	return t
 }
 
