@@ -141,6 +141,7 @@ type Agent struct {
 	held      chan heldReq         // the same, while a thread of the process waits for it (probes' hold): first
 	providers chan providerReq     // verbs contexts whose provider functions may need probes
 	contexts  map[providerReq]bool // resolved already; touched by the discovery goroutine only
+	fabric    *fabricState         // libfabric objects whose ops name functions to probe (fabric.go)
 	// The runtime layer of processes whose driver failed to initialise
 	// (attachRuntime); pidProbes is touched by the discovery goroutine only.
 	runtimeLayer chan runtimeLayerReq
@@ -240,6 +241,7 @@ func New(cfg Config) (*Agent, error) {
 		held:      make(chan heldReq, 1024),
 		providers: make(chan providerReq, 256),
 		contexts:  map[providerReq]bool{},
+		fabric:    newFabricState(),
 
 		runtimeLayer: make(chan runtimeLayerReq, 256),
 		exited:       make(chan int, 1024),
@@ -481,6 +483,8 @@ func (a *Agent) discover(stop <-chan struct{}) {
 			a.rescanProcess(pid, false)
 		case req := <-a.providers:
 			a.attachProvider(req)
+		case req := <-a.fabric.reqs:
+			a.attachFabric(req)
 		case req := <-a.runtimeLayer:
 			a.attachRuntime(req)
 		case pid := <-a.exited:
@@ -732,6 +736,9 @@ func (a *Agent) handle(c *event.Call) {
 		default:
 			a.limited.Log(slog.LevelWarn, "provider queue full", "provider resolution queue full: RDMA data path of this context not probed", "pid", c.PID)
 		}
+	}
+	if c.Op == event.OpFabricObject {
+		a.fabricObject(c)
 	}
 	if c.Op == event.OpLinkerUpdate && c.Held {
 		select {

@@ -153,6 +153,7 @@ func (a *Agent) release(id probes.FileID) {
 		}
 		n, err := a.probes.DetachFile(gid)
 		links, errs = links+n, append(errs, err)
+		a.forgetFabric(gid)
 	}
 	err := errors.Join(errs...)
 	if links == 0 && err == nil {

@@ -41,6 +41,8 @@ const enum lw_qp_arg *unused_qp_arg __attribute__((unused));
 const enum lw_ucp_arg *unused_ucp_arg __attribute__((unused));
 const enum lw_uct_iface_arg *unused_uct_iface_arg __attribute__((unused));
 const enum lw_ucp_mem_map_arg *unused_ucp_mem_map_arg __attribute__((unused));
+const enum lw_slot *unused_slot __attribute__((unused));
+const enum lw_fabric_msg_arg *unused_fabric_msg_arg __attribute__((unused));
 
 /* The reader drains on its own timer and is woken only when the ring holds
  * wakeup_bytes unread. A wakeup costs microseconds on a VM, and asking the
@@ -252,11 +254,19 @@ static __always_inline struct lw_event *enter(struct pt_regs *ctx, __u64 cookie,
 		return NULL;
 	}
 	struct lw_event *e = &s->slot[LW_COOKIE_SLOT(cookie)];
+	if (e->kind && LW_COOKIE_SLOT(cookie) == LW_SLOT_NESTS && LW_SP(ctx) < s->nest_sp) {
+		s->nested++; /* the library's own call (enum lw_slot): its return is skipped */
+		return NULL;
+	}
 	/* A call still in the slot never returned through its probe (a nested
 	 * call of its layer, a lost return): it will not be reported. */
 	if (e->kind)
 		note_lost();
 	capture(e, ctx, cookie, LW_EV_CALL);
+	if (LW_COOKIE_SLOT(cookie) == LW_SLOT_NESTS) {
+		s->nest_sp = LW_SP(ctx);
+		s->nested = 0; /* left by returns that never came */
+	}
 	if (caller_now && LW_COOKIE_CALLER(cookie)) {
 		__u64 ret = 0;
 #if defined(__TARGET_ARCH_arm64)
@@ -277,6 +287,10 @@ static __always_inline struct lw_event *enter(struct pt_regs *ctx, __u64 cookie,
 static __always_inline struct lw_event *saved_entry(__u64 cookie, struct lw_slots **sp)
 {
 	struct lw_slots *s = slots_of(0);
+	if (s && s->nested && LW_COOKIE_SLOT(cookie) == LW_SLOT_NESTS) {
+		s->nested--; /* a nested call's return (enum lw_slot), innermost first */
+		return NULL;
+	}
 	struct lw_event *in = s ? &s->slot[LW_COOKIE_SLOT(cookie)] : NULL;
 	if (!in || in->kind == 0 || in->probe != LW_COOKIE_PROBE(cookie)) {
 		count_drop(LW_DROP_NO_ENTRY, 1);
@@ -860,4 +874,64 @@ int lw_ucp_mem_map_enter(struct pt_regs *ctx)
 	e->args[LW_UMM_MASK] = (__u32)w[0] | (__u64)(__u32)w[LW_UMM_MEMTYPE_OFF / 8] << 32;
 	e->args[LW_UMM_FLAGS] = (__u32)w[LW_UMM_FLAGS_OFF / 8];
 	return 0;
+}
+
+/* libfabric's sendmsg, tsendmsg (rma 0) and writemsg, readmsg (rma 1):
+ * the message's bytes, first local buffer, context and, for RMA, first
+ * remote address (enum lw_fabric_msg_arg) at entry; the result at return. */
+static __always_inline int fabric_msg_enter(struct pt_regs *ctx, int rma)
+{
+	__u64 cookie = bpf_get_attach_cookie(ctx);
+	struct lw_event *e = enter(ctx, cookie, 0);
+	if (!e)
+		return 0;
+	__u64 msg = e->args[1], m[3] = {}; /* msg_iov, desc, iov_count */
+	e->args[LW_FMSG_BYTES] = 0;
+	e->args[LW_FMSG_LOCAL] = 0;
+	e->args[LW_FMSG_CONTEXT] = 0;
+	e->args[LW_FMSG_REMOTE] = 0;
+	if (!msg || bpf_probe_read_user(m, sizeof(m), (void *)msg)) {
+		count_drop(LW_DROP_READ_FAULT, 1);
+		e->args[LW_FMSG_BYTES] = LW_FMSG_MANY;
+		return 0;
+	}
+	if (m[LW_FMSG_IOV_COUNT_OFF / 8] > LW_FMSG_IOVS)
+		e->args[LW_FMSG_BYTES] = LW_FMSG_MANY;
+	for (__u32 i = 0; i < LW_FMSG_IOVS; i++) {
+		__u64 iov[2]; /* struct iovec: base, len */
+		if (i >= m[LW_FMSG_IOV_COUNT_OFF / 8] || (i > 0 && e->args[LW_FMSG_BYTES] == LW_FMSG_MANY))
+			break;
+		if (bpf_probe_read_user(iov, sizeof(iov), (void *)(m[0] + i * sizeof(iov)))) {
+			count_drop(LW_DROP_READ_FAULT, 1);
+			e->args[LW_FMSG_BYTES] = LW_FMSG_MANY;
+			break;
+		}
+		if (i == 0)
+			e->args[LW_FMSG_LOCAL] = iov[0];
+		if (e->args[LW_FMSG_BYTES] != LW_FMSG_MANY)
+			e->args[LW_FMSG_BYTES] += iov[1];
+	}
+	if (bpf_probe_read_user(&e->args[LW_FMSG_CONTEXT], sizeof(__u64), (void *)(msg + LW_COOKIE_OUTOFF(cookie))))
+		count_drop(LW_DROP_READ_FAULT, 1);
+	__u64 rma_iov = 0;
+	if (rma && (bpf_probe_read_user(&rma_iov, sizeof(rma_iov), (void *)(msg + LW_FMSG_RMA_IOV_OFF)) ||
+		    (rma_iov && bpf_probe_read_user(&e->args[LW_FMSG_REMOTE], sizeof(__u64), (void *)rma_iov))))
+		count_drop(LW_DROP_READ_FAULT, 1);
+	return 0;
+}
+
+SEC("uprobe.multi")
+int lw_fabric_msg_enter(struct pt_regs *ctx)
+{
+	if (foreign())
+		return 0;
+	return fabric_msg_enter(ctx, 0);
+}
+
+SEC("uprobe.multi")
+int lw_fabric_rma_msg_enter(struct pt_regs *ctx)
+{
+	if (foreign())
+		return 0;
+	return fabric_msg_enter(ctx, 1);
 }

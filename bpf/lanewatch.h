@@ -81,7 +81,21 @@ struct lw_slots {
 	struct lw_event slot[LW_NSLOTS];
 	struct lw_code_range code[LW_NRANGES];
 	__u32 next_code; /* the range replaced next */
-	__u32 pad;
+	__u32 nested;    /* calls nested in the one in flight in LW_SLOT_NESTS (enum lw_slot) */
+	__u64 nest_sp;   /* the stack pointer at that call's entry */
+};
+
+/* In-flight slots the BPF programs treat apart (probes.slotOf assigns
+ * every layer its slot). libfabric's layered providers call their core
+ * through the same functions the application reaches (rxm's CQ read runs
+ * util's cq_read on tcp's CQ, rxm's fabric open calls fi_fabric): a
+ * fabric call entered while one is in flight on the thread is the
+ * library's own, counted in lw_slots.nested and never reported, so the
+ * outermost call, the application's, keeps its slot. Nested means entered
+ * below that call's stack pointer: a call entered at or above it came
+ * after it (whose return was lost), and replaces it, counted. */
+enum lw_slot {
+	LW_SLOT_NESTS = 5,
 };
 
 /* BPF cookie layout, set per attach point by the Go attacher: the field of
@@ -263,6 +277,23 @@ enum lw_ucp_mem_map_arg {
 	LW_UMM_FLAGS_OFF = 24,
 	LW_UMM_MEMTYPE_OFF = 32,
 };
+
+/* libfabric's msg forms, (ep, const struct fi_msg *msg, flags) and the
+ * tagged and RMA structs (rdma/fi_endpoint.h, fi_tagged.h, fi_rma.h): the
+ * entry reads the message into argument slots the call does not use; the
+ * result at return. The context's offset differs by struct, so the row's
+ * cookie carries it in LW_COOKIE_OUTOFF (these rows read no out pointer).
+ * More iovecs than LW_FMSG_IOVS leave the bytes unknown: LW_FMSG_MANY. */
+enum lw_fabric_msg_arg {
+	LW_FMSG_BYTES = 3,  /* the iovecs' lengths summed */
+	LW_FMSG_LOCAL = 4,  /* msg_iov[0].iov_base */
+	LW_FMSG_CONTEXT = 5,
+	LW_FMSG_REMOTE = 6, /* struct fi_msg_rma: rma_iov[0].addr; 0 for the others */
+	LW_FMSG_IOVS = 4,
+	LW_FMSG_IOV_COUNT_OFF = 16,
+	LW_FMSG_RMA_IOV_OFF = 32,
+};
+#define LW_FMSG_MANY (~0ULL)
 
 /* A file as the agent names it (probes.FileID): major << 32 | minor, and
  * its inode. Keys of hold.bpf.c's `known`. */

@@ -150,8 +150,9 @@ type Engine struct {
 	stats          Stats
 	scratch        Transfer
 
-	rdma *rdmaTracker
-	xfer *xferTracker
+	rdma   *rdmaTracker
+	xfer   *xferTracker
+	fabric fabricTracker // libfabric (fabric.go)
 
 	devCapHits uint64 // DeviceCapHits of processes that exited
 
@@ -309,6 +310,9 @@ func (e *Engine) Handle(c *event.Call) {
 		return
 	case c.Layer == event.LayerUCP || c.Layer == event.LayerUCT:
 		e.xfer.handleUCX(e, c)
+		return
+	case c.Layer == event.LayerFabric:
+		e.fabric.handle(e, c)
 		return
 	case c.Op == event.OpLinkerUpdate:
 		return // the caller rescans the process; nothing to correlate
@@ -968,6 +972,7 @@ func (e *Engine) drain(p *proc) {
 func (e *Engine) Flush() {
 	e.rdma.drain(e, 0)
 	e.xfer.drain(e, 0)
+	e.fabric.drain(e, 0, false)
 	pids := make([]uint32, 0, len(e.procs))
 	for pid := range e.procs {
 		pids = append(pids, pid)
@@ -982,6 +987,7 @@ func (e *Engine) Flush() {
 func (e *Engine) ProcessExit(pid uint32) {
 	e.rdma.exit(e, pid)
 	e.xfer.exit(e, pid)
+	e.fabric.drain(e, pid, true)
 	if p := e.procs[pid]; p != nil {
 		e.drain(p)
 		e.devCapHits += p.dev.capHits

@@ -146,6 +146,30 @@ func AppendTransfer(b []byte, t *correlate.Transfer) []byte {
 		b = append(b, `,"peer_pid":`...)
 		b = strconv.AppendUint(b, uint64(t.PeerPID), 10)
 	}
+	if t.Transport != "" {
+		b = append(b, `,"transport":`...)
+		b = appendString(b, t.Transport)
+	}
+	if t.TransportReason != "" {
+		b = append(b, `,"transport_reason":`...)
+		b = appendString(b, t.TransportReason)
+	}
+	if t.NetDevice != "" {
+		b = append(b, `,"device":`...)
+		b = appendString(b, t.NetDevice)
+	}
+	if t.RemoteAddr != 0 {
+		b = append(b, `,"remote_addr":`...)
+		b = strconv.AppendUint(b, t.RemoteAddr, 10)
+	}
+	if t.Endpoint != 0 {
+		b = append(b, `,"endpoint":`...)
+		b = strconv.AppendUint(b, t.Endpoint, 10)
+	}
+	if t.LatencyNs != 0 {
+		b = append(b, `,"latency_ns":`...)
+		b = strconv.AppendUint(b, t.LatencyNs, 10)
+	}
 	if t.Error != nil {
 		b = append(b, `,"error":{"code":`...)
 		b = strconv.AppendUint(b, uint64(t.Error.Code), 10)

@@ -43,6 +43,17 @@ var samples = []correlate.Transfer{
 		Dst:     correlate.Side{Addr: 0x7e00_0000_0000, Mem: event.MemDevice},
 		HostMem: event.MemUnknown, HostMemReason: correlate.ReasonEventsLost, BatchIndex: -1, Layer: -1,
 	},
+	{ // a libfabric send with its provider, domain and completion
+		PID: 5, TID: 5, API: "fi_send", Op: event.OpXferSend, Mover: correlate.MoverNIC, Direction: correlate.DirSend, Bytes: 65536,
+		Src: correlate.Side{Addr: 0x7f00_0000_0000, Mem: event.MemPageable}, Dst: correlate.Side{Mem: event.MemUnknown},
+		SubmitNs: 100, CompleteNs: 190, BatchIndex: -1, Layer: -1, Status: "success",
+		Transport: "tcp;ofi_rxm", NetDevice: "lo", RemoteAddr: 0x1000, Endpoint: 0x5555_0000_2000, LatencyNs: 90,
+	},
+	{ // a transport the agent could not see, and why
+		PID: 6, TID: 6, API: "fi_write", Op: event.OpXferPut, Direction: correlate.DirRDMAWrite, Bytes: 1,
+		Src: correlate.Side{Mem: event.MemUnknown}, Dst: correlate.Side{Mem: event.MemUnknown}, BatchIndex: -1, Layer: -1,
+		Transport: "unknown", TransportReason: correlate.ReasonEndpointNotSeen,
+	},
 	{ // strings that need escaping
 		API: "a\"b\\c\n\t\x01é\xff<&>", Op: event.OpCopy, Direction: "D2H", BatchIndex: -1, Layer: -1,
 	},

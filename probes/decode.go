@@ -37,7 +37,8 @@ var facts = func() []rowFacts {
 			perThread: strings.HasSuffix(p.Symbol, "_ptsz") || strings.HasSuffix(p.Symbol, "_ptds"),
 			returns: p.Program == ProgEntryReturn || p.Program == ProgBatch || p.Program == ProgCopy2D || p.Program == ProgProp ||
 				p.Program == ProgName || p.Program == ProgLaunchEx || p.Program == ProgModifyQP ||
-				p.Program == ProgUCP || p.Program == ProgUCTIface || p.Program == ProgUCPMemMap,
+				p.Program == ProgUCP || p.Program == ProgUCTIface || p.Program == ProgUCPMemMap ||
+				p.Program == ProgFabricMsg || p.Program == ProgFabricRMAMsg,
 		}
 	}
 	return out
@@ -339,6 +340,9 @@ func Cookie(id int, spDelta int) uint64 {
 	if p.OutRet {
 		c |= 1<<lanewatchLwCookieShiftLW_COOKIE_OUTRET_SHIFT | uint64(p.OutOff)<<lanewatchLwCookieShiftLW_COOKIE_OUTOFF_SHIFT
 	}
+	if p.Program == ProgFabricMsg || p.Program == ProgFabricRMAMsg {
+		c |= uint64(p.OutOff) << lanewatchLwCookieShiftLW_COOKIE_OUTOFF_SHIFT // the message's context (enum lw_fabric_msg_arg)
+	}
 	// The in-flight slot is the row's layer: a runtime call and the driver
 	// call it makes are in flight together on one thread.
 	c |= uint64(slotOf(p.Layer)) << lanewatchLwCookieShiftLW_COOKIE_SLOT_SHIFT
@@ -369,7 +373,9 @@ func slotOf(l event.Layer) uint8 {
 		// UCP call it is nested in (lw_uct_lane).
 		return 4
 	case event.LayerFabric:
-		return 5
+		// Its calls nest in themselves: the BPF programs skip those
+		// (enum lw_slot).
+		return uint8(lanewatchLwSlotLW_SLOT_NESTS)
 	}
 	return 3 // the RDMA provider (and ld.so, entry only)
 }

@@ -95,6 +95,18 @@ const (
 	lanewatchLwEventKindLW_EV_NAME        lanewatchLwEventKind = 7
 )
 
+type lanewatchLwFabricMsgArg uint32
+
+const (
+	lanewatchLwFabricMsgArgLW_FMSG_BYTES         lanewatchLwFabricMsgArg = 3
+	lanewatchLwFabricMsgArgLW_FMSG_LOCAL         lanewatchLwFabricMsgArg = 4
+	lanewatchLwFabricMsgArgLW_FMSG_CONTEXT       lanewatchLwFabricMsgArg = 5
+	lanewatchLwFabricMsgArgLW_FMSG_REMOTE        lanewatchLwFabricMsgArg = 6
+	lanewatchLwFabricMsgArgLW_FMSG_IOVS          lanewatchLwFabricMsgArg = 4
+	lanewatchLwFabricMsgArgLW_FMSG_IOV_COUNT_OFF lanewatchLwFabricMsgArg = 16
+	lanewatchLwFabricMsgArgLW_FMSG_RMA_IOV_OFF   lanewatchLwFabricMsgArg = 32
+)
+
 type lanewatchLwLaunchArg uint32
 
 const (
@@ -137,6 +149,12 @@ const (
 	lanewatchLwQpArgLW_QP_AH_ATTR_OFF  lanewatchLwQpArg = 56
 )
 
+type lanewatchLwSlot uint32
+
+const (
+	lanewatchLwSlotLW_SLOT_NESTS lanewatchLwSlot = 5
+)
+
 type lanewatchLwSlots struct {
 	_    structs.HostLayout
 	Slot [8]lanewatchLwEvent
@@ -148,7 +166,8 @@ type lanewatchLwSlots struct {
 		Pad     uint32
 	}
 	NextCode uint32
-	Pad      uint32
+	Nested   uint32
+	NestSp   uint64
 }
 
 type lanewatchLwUcpArg uint32
@@ -224,49 +243,53 @@ const (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	lanewatchMapDrops              = "drops"
-	lanewatchMapEvents             = "events"
-	lanewatchMapInflight           = "inflight"
-	lanewatchMapLost               = "lost"
-	lanewatchProgLwBatch           = "lw_batch"
-	lanewatchProgLwCall            = "lw_call"
-	lanewatchProgLwCallEnter       = "lw_call_enter"
-	lanewatchProgLwCallReturn      = "lw_call_return"
-	lanewatchProgLwCopy2dEnter     = "lw_copy2d_enter"
-	lanewatchProgLwExec            = "lw_exec"
-	lanewatchProgLwExit            = "lw_exit"
-	lanewatchProgLwLaunchExEnter   = "lw_launch_ex_enter"
-	lanewatchProgLwModifyQpEnter   = "lw_modify_qp_enter"
-	lanewatchProgLwNameReturn      = "lw_name_return"
-	lanewatchProgLwPollCqReturn    = "lw_poll_cq_return"
-	lanewatchProgLwPostRecv        = "lw_post_recv"
-	lanewatchProgLwPostSend        = "lw_post_send"
-	lanewatchProgLwPropEnter       = "lw_prop_enter"
-	lanewatchProgLwUcpEnter        = "lw_ucp_enter"
-	lanewatchProgLwUcpMemMapEnter  = "lw_ucp_mem_map_enter"
-	lanewatchProgLwUctIfaceEnter   = "lw_uct_iface_enter"
-	lanewatchProgLwUctLane         = "lw_uct_lane"
-	lanewatchVarCpuCounts          = "cpu_counts"
-	lanewatchVarLostOverflow       = "lost_overflow"
-	lanewatchVarLostWaiting        = "lost_waiting"
-	lanewatchVarPidnsDev           = "pidns_dev"
-	lanewatchVarPidnsIno           = "pidns_ino"
-	lanewatchVarUnusedCookieShift  = "unused_cookie_shift"
-	lanewatchVarUnusedCopy2dArg    = "unused_copy2d_arg"
-	lanewatchVarUnusedDropReason   = "unused_drop_reason"
-	lanewatchVarUnusedEventFlag    = "unused_event_flag"
-	lanewatchVarUnusedEventKind    = "unused_event_kind"
-	lanewatchVarUnusedLaunchArg    = "unused_launch_arg"
-	lanewatchVarUnusedName         = "unused_name"
-	lanewatchVarUnusedOutstr       = "unused_outstr"
-	lanewatchVarUnusedPropArg      = "unused_prop_arg"
-	lanewatchVarUnusedQpArg        = "unused_qp_arg"
-	lanewatchVarUnusedUcpArg       = "unused_ucp_arg"
-	lanewatchVarUnusedUcpMemMapArg = "unused_ucp_mem_map_arg"
-	lanewatchVarUnusedUctIfaceArg  = "unused_uct_iface_arg"
-	lanewatchVarUnusedWcArg        = "unused_wc_arg"
-	lanewatchVarUnusedWrArg        = "unused_wr_arg"
-	lanewatchVarWakeupBytes        = "wakeup_bytes"
+	lanewatchMapDrops                = "drops"
+	lanewatchMapEvents               = "events"
+	lanewatchMapInflight             = "inflight"
+	lanewatchMapLost                 = "lost"
+	lanewatchProgLwBatch             = "lw_batch"
+	lanewatchProgLwCall              = "lw_call"
+	lanewatchProgLwCallEnter         = "lw_call_enter"
+	lanewatchProgLwCallReturn        = "lw_call_return"
+	lanewatchProgLwCopy2dEnter       = "lw_copy2d_enter"
+	lanewatchProgLwExec              = "lw_exec"
+	lanewatchProgLwExit              = "lw_exit"
+	lanewatchProgLwFabricMsgEnter    = "lw_fabric_msg_enter"
+	lanewatchProgLwFabricRmaMsgEnter = "lw_fabric_rma_msg_enter"
+	lanewatchProgLwLaunchExEnter     = "lw_launch_ex_enter"
+	lanewatchProgLwModifyQpEnter     = "lw_modify_qp_enter"
+	lanewatchProgLwNameReturn        = "lw_name_return"
+	lanewatchProgLwPollCqReturn      = "lw_poll_cq_return"
+	lanewatchProgLwPostRecv          = "lw_post_recv"
+	lanewatchProgLwPostSend          = "lw_post_send"
+	lanewatchProgLwPropEnter         = "lw_prop_enter"
+	lanewatchProgLwUcpEnter          = "lw_ucp_enter"
+	lanewatchProgLwUcpMemMapEnter    = "lw_ucp_mem_map_enter"
+	lanewatchProgLwUctIfaceEnter     = "lw_uct_iface_enter"
+	lanewatchProgLwUctLane           = "lw_uct_lane"
+	lanewatchVarCpuCounts            = "cpu_counts"
+	lanewatchVarLostOverflow         = "lost_overflow"
+	lanewatchVarLostWaiting          = "lost_waiting"
+	lanewatchVarPidnsDev             = "pidns_dev"
+	lanewatchVarPidnsIno             = "pidns_ino"
+	lanewatchVarUnusedCookieShift    = "unused_cookie_shift"
+	lanewatchVarUnusedCopy2dArg      = "unused_copy2d_arg"
+	lanewatchVarUnusedDropReason     = "unused_drop_reason"
+	lanewatchVarUnusedEventFlag      = "unused_event_flag"
+	lanewatchVarUnusedEventKind      = "unused_event_kind"
+	lanewatchVarUnusedFabricMsgArg   = "unused_fabric_msg_arg"
+	lanewatchVarUnusedLaunchArg      = "unused_launch_arg"
+	lanewatchVarUnusedName           = "unused_name"
+	lanewatchVarUnusedOutstr         = "unused_outstr"
+	lanewatchVarUnusedPropArg        = "unused_prop_arg"
+	lanewatchVarUnusedQpArg          = "unused_qp_arg"
+	lanewatchVarUnusedSlot           = "unused_slot"
+	lanewatchVarUnusedUcpArg         = "unused_ucp_arg"
+	lanewatchVarUnusedUcpMemMapArg   = "unused_ucp_mem_map_arg"
+	lanewatchVarUnusedUctIfaceArg    = "unused_uct_iface_arg"
+	lanewatchVarUnusedWcArg          = "unused_wc_arg"
+	lanewatchVarUnusedWrArg          = "unused_wr_arg"
+	lanewatchVarWakeupBytes          = "wakeup_bytes"
 )
 
 // loadLanewatch returns the embedded CollectionSpec for lanewatch.
@@ -311,24 +334,26 @@ type lanewatchSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type lanewatchProgramSpecs struct {
-	LwBatch          *ebpf.ProgramSpec `ebpf:"lw_batch"`
-	LwCall           *ebpf.ProgramSpec `ebpf:"lw_call"`
-	LwCallEnter      *ebpf.ProgramSpec `ebpf:"lw_call_enter"`
-	LwCallReturn     *ebpf.ProgramSpec `ebpf:"lw_call_return"`
-	LwCopy2dEnter    *ebpf.ProgramSpec `ebpf:"lw_copy2d_enter"`
-	LwExec           *ebpf.ProgramSpec `ebpf:"lw_exec"`
-	LwExit           *ebpf.ProgramSpec `ebpf:"lw_exit"`
-	LwLaunchExEnter  *ebpf.ProgramSpec `ebpf:"lw_launch_ex_enter"`
-	LwModifyQpEnter  *ebpf.ProgramSpec `ebpf:"lw_modify_qp_enter"`
-	LwNameReturn     *ebpf.ProgramSpec `ebpf:"lw_name_return"`
-	LwPollCqReturn   *ebpf.ProgramSpec `ebpf:"lw_poll_cq_return"`
-	LwPostRecv       *ebpf.ProgramSpec `ebpf:"lw_post_recv"`
-	LwPostSend       *ebpf.ProgramSpec `ebpf:"lw_post_send"`
-	LwPropEnter      *ebpf.ProgramSpec `ebpf:"lw_prop_enter"`
-	LwUcpEnter       *ebpf.ProgramSpec `ebpf:"lw_ucp_enter"`
-	LwUcpMemMapEnter *ebpf.ProgramSpec `ebpf:"lw_ucp_mem_map_enter"`
-	LwUctIfaceEnter  *ebpf.ProgramSpec `ebpf:"lw_uct_iface_enter"`
-	LwUctLane        *ebpf.ProgramSpec `ebpf:"lw_uct_lane"`
+	LwBatch             *ebpf.ProgramSpec `ebpf:"lw_batch"`
+	LwCall              *ebpf.ProgramSpec `ebpf:"lw_call"`
+	LwCallEnter         *ebpf.ProgramSpec `ebpf:"lw_call_enter"`
+	LwCallReturn        *ebpf.ProgramSpec `ebpf:"lw_call_return"`
+	LwCopy2dEnter       *ebpf.ProgramSpec `ebpf:"lw_copy2d_enter"`
+	LwExec              *ebpf.ProgramSpec `ebpf:"lw_exec"`
+	LwExit              *ebpf.ProgramSpec `ebpf:"lw_exit"`
+	LwFabricMsgEnter    *ebpf.ProgramSpec `ebpf:"lw_fabric_msg_enter"`
+	LwFabricRmaMsgEnter *ebpf.ProgramSpec `ebpf:"lw_fabric_rma_msg_enter"`
+	LwLaunchExEnter     *ebpf.ProgramSpec `ebpf:"lw_launch_ex_enter"`
+	LwModifyQpEnter     *ebpf.ProgramSpec `ebpf:"lw_modify_qp_enter"`
+	LwNameReturn        *ebpf.ProgramSpec `ebpf:"lw_name_return"`
+	LwPollCqReturn      *ebpf.ProgramSpec `ebpf:"lw_poll_cq_return"`
+	LwPostRecv          *ebpf.ProgramSpec `ebpf:"lw_post_recv"`
+	LwPostSend          *ebpf.ProgramSpec `ebpf:"lw_post_send"`
+	LwPropEnter         *ebpf.ProgramSpec `ebpf:"lw_prop_enter"`
+	LwUcpEnter          *ebpf.ProgramSpec `ebpf:"lw_ucp_enter"`
+	LwUcpMemMapEnter    *ebpf.ProgramSpec `ebpf:"lw_ucp_mem_map_enter"`
+	LwUctIfaceEnter     *ebpf.ProgramSpec `ebpf:"lw_uct_iface_enter"`
+	LwUctLane           *ebpf.ProgramSpec `ebpf:"lw_uct_lane"`
 }
 
 // lanewatchMapSpecs contains maps before they are loaded into the kernel.
@@ -355,11 +380,13 @@ type lanewatchVariableSpecs struct {
 	UnusedDropReason   *ebpf.VariableSpec `ebpf:"unused_drop_reason"`
 	UnusedEventFlag    *ebpf.VariableSpec `ebpf:"unused_event_flag"`
 	UnusedEventKind    *ebpf.VariableSpec `ebpf:"unused_event_kind"`
+	UnusedFabricMsgArg *ebpf.VariableSpec `ebpf:"unused_fabric_msg_arg"`
 	UnusedLaunchArg    *ebpf.VariableSpec `ebpf:"unused_launch_arg"`
 	UnusedName         *ebpf.VariableSpec `ebpf:"unused_name"`
 	UnusedOutstr       *ebpf.VariableSpec `ebpf:"unused_outstr"`
 	UnusedPropArg      *ebpf.VariableSpec `ebpf:"unused_prop_arg"`
 	UnusedQpArg        *ebpf.VariableSpec `ebpf:"unused_qp_arg"`
+	UnusedSlot         *ebpf.VariableSpec `ebpf:"unused_slot"`
 	UnusedUcpArg       *ebpf.VariableSpec `ebpf:"unused_ucp_arg"`
 	UnusedUcpMemMapArg *ebpf.VariableSpec `ebpf:"unused_ucp_mem_map_arg"`
 	UnusedUctIfaceArg  *ebpf.VariableSpec `ebpf:"unused_uct_iface_arg"`
@@ -417,11 +444,13 @@ type lanewatchVariables struct {
 	UnusedDropReason   *ebpf.Variable `ebpf:"unused_drop_reason"`
 	UnusedEventFlag    *ebpf.Variable `ebpf:"unused_event_flag"`
 	UnusedEventKind    *ebpf.Variable `ebpf:"unused_event_kind"`
+	UnusedFabricMsgArg *ebpf.Variable `ebpf:"unused_fabric_msg_arg"`
 	UnusedLaunchArg    *ebpf.Variable `ebpf:"unused_launch_arg"`
 	UnusedName         *ebpf.Variable `ebpf:"unused_name"`
 	UnusedOutstr       *ebpf.Variable `ebpf:"unused_outstr"`
 	UnusedPropArg      *ebpf.Variable `ebpf:"unused_prop_arg"`
 	UnusedQpArg        *ebpf.Variable `ebpf:"unused_qp_arg"`
+	UnusedSlot         *ebpf.Variable `ebpf:"unused_slot"`
 	UnusedUcpArg       *ebpf.Variable `ebpf:"unused_ucp_arg"`
 	UnusedUcpMemMapArg *ebpf.Variable `ebpf:"unused_ucp_mem_map_arg"`
 	UnusedUctIfaceArg  *ebpf.Variable `ebpf:"unused_uct_iface_arg"`
@@ -434,24 +463,26 @@ type lanewatchVariables struct {
 //
 // It can be passed to loadLanewatchObjects or ebpf.CollectionSpec.LoadAndAssign.
 type lanewatchPrograms struct {
-	LwBatch          *ebpf.Program `ebpf:"lw_batch"`
-	LwCall           *ebpf.Program `ebpf:"lw_call"`
-	LwCallEnter      *ebpf.Program `ebpf:"lw_call_enter"`
-	LwCallReturn     *ebpf.Program `ebpf:"lw_call_return"`
-	LwCopy2dEnter    *ebpf.Program `ebpf:"lw_copy2d_enter"`
-	LwExec           *ebpf.Program `ebpf:"lw_exec"`
-	LwExit           *ebpf.Program `ebpf:"lw_exit"`
-	LwLaunchExEnter  *ebpf.Program `ebpf:"lw_launch_ex_enter"`
-	LwModifyQpEnter  *ebpf.Program `ebpf:"lw_modify_qp_enter"`
-	LwNameReturn     *ebpf.Program `ebpf:"lw_name_return"`
-	LwPollCqReturn   *ebpf.Program `ebpf:"lw_poll_cq_return"`
-	LwPostRecv       *ebpf.Program `ebpf:"lw_post_recv"`
-	LwPostSend       *ebpf.Program `ebpf:"lw_post_send"`
-	LwPropEnter      *ebpf.Program `ebpf:"lw_prop_enter"`
-	LwUcpEnter       *ebpf.Program `ebpf:"lw_ucp_enter"`
-	LwUcpMemMapEnter *ebpf.Program `ebpf:"lw_ucp_mem_map_enter"`
-	LwUctIfaceEnter  *ebpf.Program `ebpf:"lw_uct_iface_enter"`
-	LwUctLane        *ebpf.Program `ebpf:"lw_uct_lane"`
+	LwBatch             *ebpf.Program `ebpf:"lw_batch"`
+	LwCall              *ebpf.Program `ebpf:"lw_call"`
+	LwCallEnter         *ebpf.Program `ebpf:"lw_call_enter"`
+	LwCallReturn        *ebpf.Program `ebpf:"lw_call_return"`
+	LwCopy2dEnter       *ebpf.Program `ebpf:"lw_copy2d_enter"`
+	LwExec              *ebpf.Program `ebpf:"lw_exec"`
+	LwExit              *ebpf.Program `ebpf:"lw_exit"`
+	LwFabricMsgEnter    *ebpf.Program `ebpf:"lw_fabric_msg_enter"`
+	LwFabricRmaMsgEnter *ebpf.Program `ebpf:"lw_fabric_rma_msg_enter"`
+	LwLaunchExEnter     *ebpf.Program `ebpf:"lw_launch_ex_enter"`
+	LwModifyQpEnter     *ebpf.Program `ebpf:"lw_modify_qp_enter"`
+	LwNameReturn        *ebpf.Program `ebpf:"lw_name_return"`
+	LwPollCqReturn      *ebpf.Program `ebpf:"lw_poll_cq_return"`
+	LwPostRecv          *ebpf.Program `ebpf:"lw_post_recv"`
+	LwPostSend          *ebpf.Program `ebpf:"lw_post_send"`
+	LwPropEnter         *ebpf.Program `ebpf:"lw_prop_enter"`
+	LwUcpEnter          *ebpf.Program `ebpf:"lw_ucp_enter"`
+	LwUcpMemMapEnter    *ebpf.Program `ebpf:"lw_ucp_mem_map_enter"`
+	LwUctIfaceEnter     *ebpf.Program `ebpf:"lw_uct_iface_enter"`
+	LwUctLane           *ebpf.Program `ebpf:"lw_uct_lane"`
 }
 
 func (p *lanewatchPrograms) Close() error {
@@ -463,6 +494,8 @@ func (p *lanewatchPrograms) Close() error {
 		p.LwCopy2dEnter,
 		p.LwExec,
 		p.LwExit,
+		p.LwFabricMsgEnter,
+		p.LwFabricRmaMsgEnter,
 		p.LwLaunchExEnter,
 		p.LwModifyQpEnter,
 		p.LwNameReturn,

@@ -463,6 +463,10 @@ func (p *Probes) programsFor(prog Program) []attachProg {
 		return []attachProg{{p.objs.LwUctIfaceEnter, false}, {p.objs.LwCallReturn, true}}
 	case ProgUCPMemMap:
 		return []attachProg{{p.objs.LwUcpMemMapEnter, false}, {p.objs.LwCallReturn, true}}
+	case ProgFabricMsg:
+		return []attachProg{{p.objs.LwFabricMsgEnter, false}, {p.objs.LwCallReturn, true}}
+	case ProgFabricRMAMsg:
+		return []attachProg{{p.objs.LwFabricRmaMsgEnter, false}, {p.objs.LwCallReturn, true}}
 	}
 	return nil
 }

@@ -26,22 +26,24 @@ const (
 type Program uint8
 
 const (
-	ProgEntry       Program = iota + 1 // arguments at entry only, no result
-	ProgEntryReturn                    // arguments kept at entry, emitted at return with the result
-	ProgBatch                          // entry walks the dst/src/size arrays; the result at return
-	ProgCopy2D                         // entry reads struct CUDA_MEMCPY2D; the result at return
-	ProgPostSend                       // entry; walks the ibv_send_wr chain
-	ProgPostRecv                       // entry; walks the ibv_recv_wr chain
-	ProgPollCQ                         // entry kept, one event per completion at return
-	ProgProp                           // entry reads a CUmemLocation from the struct at the last argument; the result at return
-	ProgName                           // entry kept; at return the name argument (LW_NAME_ARG) goes out in pieces, then the result
-	ProgLaunchEx                       // entry reads the launch config at argument 0 (grid, block, stream); the result at return
-	ProgModifyQP                       // entry reads the QP's number and where attr connects it (enum lw_qp_arg); the result at return
-	ProgLinker                         // the dynamic linker's notification: entry only, holding the thread while a new CUDA file is probed (hold.go)
-	ProgUCP                            // entry puts a UCP transfer in one shape and reads its request parameters (enum lw_ucp_arg); the result at return
-	ProgUCTLane                        // entry only, emits nothing: notes the lane in the UCP call it is nested in (lw_uct_lane)
-	ProgUCTIface                       // entry reads the transport and device names (enum lw_uct_iface_arg); *iface_p at return
-	ProgUCPMemMap                      // entry reads the range and memory type (enum lw_ucp_mem_map_arg); *memh_p at return
+	ProgEntry        Program = iota + 1 // arguments at entry only, no result
+	ProgEntryReturn                     // arguments kept at entry, emitted at return with the result
+	ProgBatch                           // entry walks the dst/src/size arrays; the result at return
+	ProgCopy2D                          // entry reads struct CUDA_MEMCPY2D; the result at return
+	ProgPostSend                        // entry; walks the ibv_send_wr chain
+	ProgPostRecv                        // entry; walks the ibv_recv_wr chain
+	ProgPollCQ                          // entry kept, one event per completion at return
+	ProgProp                            // entry reads a CUmemLocation from the struct at the last argument; the result at return
+	ProgName                            // entry kept; at return the name argument (LW_NAME_ARG) goes out in pieces, then the result
+	ProgLaunchEx                        // entry reads the launch config at argument 0 (grid, block, stream); the result at return
+	ProgModifyQP                        // entry reads the QP's number and where attr connects it (enum lw_qp_arg); the result at return
+	ProgLinker                          // the dynamic linker's notification: entry only, holding the thread while a new CUDA file is probed (hold.go)
+	ProgUCP                             // entry puts a UCP transfer in one shape and reads its request parameters (enum lw_ucp_arg); the result at return
+	ProgUCTLane                         // entry only, emits nothing: notes the lane in the UCP call it is nested in (lw_uct_lane)
+	ProgUCTIface                        // entry reads the transport and device names (enum lw_uct_iface_arg); *iface_p at return
+	ProgUCPMemMap                       // entry reads the range and memory type (enum lw_ucp_mem_map_arg); *memh_p at return
+	ProgFabricMsg                       // entry reads a libfabric struct fi_msg or fi_msg_tagged (enum lw_fabric_msg_arg); the result at return
+	ProgFabricRMAMsg                    // the same for a struct fi_msg_rma, its first remote address too
 )
 
 // Dims says where a launch row finds its grid and block dimensions.
@@ -516,6 +518,94 @@ func buildTable() []Probe {
 	for _, sym := range UCTLaneSymbols {
 		add(lane(sym))
 	}
+
+	// --- libfabric (docs/design.md, "Transfer libraries"): NIXL's backend
+	// on EFA. fi_fabric is the one constructor an application calls by
+	// name; every other call goes through the ops of the object it is
+	// given, so each row below is attached at the file offset the object
+	// a previous row returned names (probes/fabric.go): fabric → domain →
+	// endpoint and CQ → sends, writes, reads and CQ reads. One entry+return
+	// pair each: a send that returned -FI_EAGAIN is a retry, not a
+	// transfer. Their calls nest in themselves (a layered provider such as
+	// rxm calls its core through the same functions): only the outermost,
+	// the application's, is reported (enum lw_slot). Objects: Ptr the new
+	// object (out), Handle its parent, Src the struct fi_info given. ---
+	fab := func(sym string, op event.Op, a Args, n int) Probe {
+		return Probe{Symbol: sym, Layer: event.LayerFabric, Op: op, Program: ProgEntryReturn, Args: a, NArgs: n}
+	}
+	object := func(sym string, n int) Probe { // (parent, info or attr, **out, context)
+		a := memArgs(2, noArg, noArg)
+		a.Handle, a.Src = 0, 1
+		p := fab(sym, event.OpFabricObject, a, n)
+		p.Out = true
+		return p
+	}
+	// fi_fabric(struct fi_fabric_attr *attr, struct fid_fabric **fabric, void *context)
+	fabric := memArgs(1, noArg, noArg)
+	fabric.Handle = 0
+	fabricRow := fab("fi_fabric", event.OpFabricObject, fabric, 3)
+	fabricRow.Out = true
+	add(fabricRow)
+	// fabric->ops->domain(fabric, info, &domain, context), domain->ops->endpoint(domain, info, &ep, context),
+	// domain->ops->cq_open(domain, attr, &cq, context)
+	add(object(FabricRowDomain, 4), object(FabricRowEndpoint, 4), object(FabricRowCQOpen, 4))
+	// ep->fid.ops->bind(&ep->fid, &cq->fid, flags): which CQ reports the endpoint's sends
+	bind := memArgs(0, noArg, 2)
+	bind.Handle = 1
+	add(fab(ProviderPrefix+"fi_ep_bind", event.OpFabricObject, bind, 3))
+	// Data: Ptr the endpoint, Src/Dst the local buffer and the peer (its
+	// fi_addr_t for messages, the remote address for RMA), Bytes the
+	// length, Handle the context the completion will carry.
+	xfer := func(sym string, op event.Op, local, bytes, peer, ctx, n int) Probe {
+		a := copyArgs(noArg, local, bytes, noArg, noArg)
+		if op == event.OpXferGet {
+			a.Dst, a.Src = local, peer
+		} else {
+			a.Dst = peer
+		}
+		a.Ptr, a.Handle = 0, ctx
+		return fab(ProviderPrefix+sym, op, a, n)
+	}
+	// msg->send(ep, buf, len, desc, dest_addr, context), senddata(ep, buf, len, desc, data, dest_addr, context),
+	// inject(ep, buf, len, dest_addr); tagged: send(ep, buf, len, desc, dest_addr, tag, context),
+	// inject(ep, buf, len, dest_addr, tag)
+	add(xfer("fi_send", event.OpXferSend, 1, 2, 4, 5, 6), xfer("fi_senddata", event.OpXferSend, 1, 2, 5, 6, 7),
+		xfer("fi_inject", event.OpXferSend, 1, 2, 3, noArg, 4),
+		xfer("fi_tsend", event.OpXferSend, 1, 2, 4, 6, 7), xfer("fi_tinject", event.OpXferSend, 1, 2, 3, noArg, 5))
+	// rma->write(ep, buf, len, desc, dest_addr, addr, key, context), writedata(ep, buf, len, desc, data,
+	// dest_addr, addr, key, context), inject(ep, buf, len, dest_addr, addr, key), read(ep, buf, len, desc,
+	// src_addr, addr, key, context)
+	add(xfer("fi_write", event.OpXferPut, 1, 2, 5, 7, 8), xfer("fi_writedata", event.OpXferPut, 1, 2, 6, 8, 9),
+		xfer("fi_inject_write", event.OpXferPut, 1, 2, 4, noArg, 6), xfer("fi_read", event.OpXferGet, 1, 2, 5, 7, 8))
+	// cq->ops->read(cq, buf, count): returns how many entries it wrote (or
+	// -FI_EAGAIN); every CQ format starts with the op_context, and the
+	// first entry's is read at return (Handle).
+	cqRead := memArgs(0, 2, noArg)
+	cqRead.Handle = 1
+	cq := fab(ProviderPrefix+"fi_cq_read", event.OpXferDone, cqRead, 3)
+	cq.OutHandle = true
+	add(cq)
+	// The msg forms (NIXL's backend writes and reads with them):
+	// sendmsg(ep, const struct fi_msg *msg, flags), tagged sendmsg(ep,
+	// const struct fi_msg_tagged *, flags), writemsg and readmsg(ep, const
+	// struct fi_msg_rma *, flags). The entry reads the message (enum
+	// lw_fabric_msg_arg); OutOff is where its context is (no out pointer).
+	msg := func(sym string, op event.Op, prog Program, contextOff uint16) Probe {
+		const local, remote = int(lanewatchLwFabricMsgArgLW_FMSG_LOCAL), int(lanewatchLwFabricMsgArgLW_FMSG_REMOTE)
+		a := copyArgs(noArg, local, int(lanewatchLwFabricMsgArgLW_FMSG_BYTES), noArg, noArg)
+		switch op {
+		case event.OpXferGet:
+			a.Dst, a.Src = local, remote
+		case event.OpXferPut:
+			a.Dst = remote
+		}
+		a.Ptr, a.Handle = 0, int(lanewatchLwFabricMsgArgLW_FMSG_CONTEXT)
+		p := fab(ProviderPrefix+sym, op, a, 3)
+		p.Program, p.OutOff = prog, contextOff
+		return p
+	}
+	add(msg("fi_sendmsg", event.OpXferSend, ProgFabricMsg, 32), msg("fi_tsendmsg", event.OpXferSend, ProgFabricMsg, 48),
+		msg("fi_writemsg", event.OpXferPut, ProgFabricRMAMsg, 48), msg("fi_readmsg", event.OpXferGet, ProgFabricRMAMsg, 48))
 	return t
 }
 

@@ -17,6 +17,7 @@ func TestTableArgsWithinNArgs(t *testing.T) {
 		for i := 0; i < v.NumField(); i++ {
 			idx := int(v.Field(i).Int())
 			filled := p.Program == ProgCopy2D || p.Program == ProgUCPMemMap || // lw_copy2d_enter, lw_ucp_mem_map_enter fill their slots
+				p.Program == ProgFabricMsg || p.Program == ProgFabricRMAMsg || // and lw_fabric_{,rma_}msg_enter
 				p.Program == ProgLaunchEx && idx == int(lanewatchLwLaunchArgLW_LAUNCH_STREAM) // lw_launch_ex_enter too
 			if idx >= p.NArgs && !filled {
 				t.Errorf("row %d %s: %s is argument %d, the program reads %d", id, p.Symbol, v.Type().Field(i).Name, idx, p.NArgs)
