@@ -795,6 +795,14 @@ func (a *Agent) RDMAStats() correlate.RDMAStats {
 	return a.engine.RDMAStats()
 }
 
+// FabricStats counts libfabric's transfers and what of them could not be
+// joined.
+func (a *Agent) FabricStats() correlate.FabricStats {
+	a.engineMu.Lock()
+	defer a.engineMu.Unlock()
+	return a.engine.FabricStats()
+}
+
 // XferStats counts the transfer libraries' transfers (UCX) and what of
 // them could not be joined.
 func (a *Agent) XferStats() correlate.XferStats {

@@ -198,7 +198,8 @@ func every(ctx context.Context, d time.Duration, f func(time.Time)) {
 
 func logSummary(log *slog.Logger, ag *Agent) {
 	st := ag.Stats()
-	args := []any{"events", st.Events, "transfers", st.Engine.Transfers, "drops", st.Drops.Total()}
+	xs, fs := ag.XferStats(), ag.FabricStats()
+	args := []any{"events", st.Events, "transfers", st.Engine.Transfers, "library_transfers", xs.Posted + fs.Posted, "drops", st.Drops.Total()}
 	for _, r := range st.Drops.Reasons() {
 		args = append(args, r.Name, r.Count)
 	}
@@ -220,6 +221,15 @@ func logSummary(log *slog.Logger, ag *Agent) {
 		s := sr.Stats()
 		log.Info("storage reads", "reads", s.Reads, "not_block_device", s.NotBlock, "unresolved", s.Unresolved,
 			"dropped", s.Dropped, "flows_over_cap", s.OverCap)
+	}
+	if xs.Posted > 0 {
+		log.Info("ucx", "posted", xs.Posted, "failed", xs.Failed, "requests", xs.Requests, "requests_completed", xs.Completed,
+			"emitted_without_completion", xs.Evicted, "lane_not_in_call", xs.NoLane, "iface_before_attach", xs.UnknownIfaces,
+			"cap_hits", xs.IfaceCapHits+xs.MappedCapHits+xs.WaitCapHits+xs.EndpointCapHits)
+	}
+	if fs.Posted+fs.Retries+fs.Failed > 0 {
+		log.Info("libfabric", "posted", fs.Posted, "retries", fs.Retries, "failed", fs.Failed, "completions", fs.Completions,
+			"joined", fs.Joined, "unmatched_completions", fs.Unmatched, "emitted_without_completion", fs.NoCompletion, "cap_hits", fs.CapHits)
 	}
 	if rs := ag.RDMAStats(); rs.WorkRequests > 0 {
 		log.Info("rdma", "work_requests", rs.WorkRequests, "completions", rs.Completions, "by_status", fmt.Sprint(rs.ByStatus),
