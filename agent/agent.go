@@ -136,6 +136,9 @@ type Agent struct {
 	procMu    sync.Mutex
 	procs     map[int]*procState // processes believed observed from their start
 	scannedAt map[int]uint64     // initial scan: when each process's maps were read
+	// preexisting: processes the initial scan found running, until they
+	// exec or exit (their libfabric objects may predate the agent).
+	preexisting map[int]bool
 
 	rescan    chan int             // pids whose mappings changed (ld.so said so)
 	held      chan heldReq         // the same, while a thread of the process waits for it (probes' hold): first
@@ -228,20 +231,21 @@ func New(cfg Config) (*Agent, error) {
 	}
 	pages := newPageStage(cfg.Sink, defaultPageConfig(cfg.Logger))
 	a = &Agent{
-		cfg:       cfg,
-		log:       cfg.Logger,
-		probes:    p,
-		symbols:   kernelRows(symbolNames(), cfg.Kernels),
-		files:     map[probes.FileID]*fileState{},
-		engine:    correlate.NewEngine(engineConfig(cfg, pages, kv, stubs)),
-		pages:     pages,
-		procs:     map[int]*procState{},
-		scannedAt: map[int]uint64{},
-		rescan:    make(chan int, 1024),
-		held:      make(chan heldReq, 1024),
-		providers: make(chan providerReq, 256),
-		contexts:  map[providerReq]bool{},
-		fabric:    newFabricState(),
+		cfg:         cfg,
+		log:         cfg.Logger,
+		probes:      p,
+		symbols:     kernelRows(symbolNames(), cfg.Kernels),
+		files:       map[probes.FileID]*fileState{},
+		engine:      correlate.NewEngine(engineConfig(cfg, pages, kv, stubs)),
+		pages:       pages,
+		procs:       map[int]*procState{},
+		scannedAt:   map[int]uint64{},
+		preexisting: map[int]bool{},
+		rescan:      make(chan int, 1024),
+		held:        make(chan heldReq, 1024),
+		providers:   make(chan providerReq, 256),
+		contexts:    map[providerReq]bool{},
+		fabric:      newFabricState(),
 
 		runtimeLayer: make(chan runtimeLayerReq, 256),
 		exited:       make(chan int, 1024),
@@ -438,6 +442,7 @@ func (a *Agent) initialScan() {
 	for _, pid := range pids {
 		a.procMu.Lock()
 		a.scannedAt[pid] = event.Now()
+		a.preexisting[pid] = true
 		a.procMu.Unlock()
 		probed, _, snapshot, err := a.scanProcess(pid)
 		if err != nil {
@@ -702,6 +707,7 @@ func (a *Agent) handle(c *event.Call) {
 			return
 		}
 		a.procs[int(c.PID)] = &procState{since: c.Time}
+		delete(a.preexisting, int(c.PID))
 		a.procMu.Unlock()
 		a.engineMu.Lock()
 		a.engine.ProcessExit(c.PID) // the old image's memory is gone
@@ -712,7 +718,9 @@ func (a *Agent) handle(c *event.Call) {
 	case event.KindExit:
 		a.procMu.Lock()
 		delete(a.procs, int(c.PID))
+		delete(a.preexisting, int(c.PID))
 		a.procMu.Unlock()
+		a.fabricForget(int(c.PID))
 		a.storageExit(c.PID)
 		a.callers.forget(c.PID)
 		select {

@@ -280,6 +280,7 @@ func (a *Agent) scanProcess(pid int) (probed bool, lastAttach uint64, snapshot [
 	}
 	inspected := map[probes.FileID]bool{} // CUDA files, and whether each has probes (or needs none)
 	var untraced []probes.Untraced
+	fabric := "" // the libfabric it maps
 	seen := map[probes.FileID]bool{}
 	for _, m := range maps {
 		if !m.Executable() || !m.FileBacked() {
@@ -303,12 +304,19 @@ func (a *Agent) scanProcess(pid int) (probed bool, lastAttach uint64, snapshot [
 			untraced = append(untraced, u)
 		}
 		seen[id] = true
+		if strings.HasPrefix(filepath.Base(m.Path), "libfabric.so") {
+			fabric = m.Path
+		}
 		if looksLikeCUDA(m.Path) {
 			a.filesMu.Lock()
 			st := a.files[id]
 			inspected[id] = st != nil && !st.unprobed
 			a.filesMu.Unlock()
 		}
+	}
+	if fabric != "" && a.fabricBlind(pid) {
+		untraced = append(untraced, probes.Untraced{Kind: probes.UntracedFabricBeforeAttach, Path: fabric,
+			Sign: "running before the agent attached"})
 	}
 	a.noteUntraced(pid, untraced)
 	// Only now, every file of the process inspected: a thread held at its

@@ -33,11 +33,12 @@ type fabricState struct {
 	rows    map[string]int                      // attached rows, by name: the files each is probed in
 	seen    map[fabricReq]bool                  // resolved already: touched by the discovery goroutine only
 	at      map[probes.FileID]map[string]uint64 // each file's attached rows and their offsets: the same
+	built   map[int]bool                        // processes seen building an endpoint
 }
 
 func newFabricState() *fabricState {
 	return &fabricState{reqs: make(chan fabricReq, 256), rows: map[string]int{}, seen: map[fabricReq]bool{},
-		at: map[probes.FileID]map[string]uint64{}}
+		at: map[probes.FileID]map[string]uint64{}, built: map[int]bool{}}
 }
 
 // FabricFunctions says, for each libfabric row attached by offset, in how
@@ -74,6 +75,9 @@ func (a *Agent) fabricObject(c *event.Call) {
 		a.engineMu.Lock()
 		a.engine.FabricEndpoint(c.PID, c.Ptr, prov, dev, err)
 		a.engineMu.Unlock()
+		a.fabric.mu.Lock()
+		a.fabric.built[int(c.PID)] = true
+		a.fabric.mu.Unlock()
 	}
 	if !probes.FabricStage(c.Symbol) {
 		return
@@ -173,4 +177,26 @@ func (a *Agent) forgetFabric(id probes.FileID) {
 	}
 	delete(a.fabric.at, id)
 	clear(a.fabric.seen)
+}
+
+// fabricBlind says whether the agent cannot see a process's libfabric
+// transfers: it was running before the agent attached and has built no
+// endpoint since (probes.UntracedFabricBeforeAttach).
+func (a *Agent) fabricBlind(pid int) bool {
+	a.procMu.Lock()
+	pre := a.preexisting[pid]
+	a.procMu.Unlock()
+	if !pre {
+		return false
+	}
+	a.fabric.mu.Lock()
+	defer a.fabric.mu.Unlock()
+	return !a.fabric.built[pid]
+}
+
+// fabricForget forgets an exited process's endpoints.
+func (a *Agent) fabricForget(pid int) {
+	a.fabric.mu.Lock()
+	delete(a.fabric.built, pid)
+	a.fabric.mu.Unlock()
 }

@@ -4,6 +4,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -53,5 +54,60 @@ func TestScanNamesUntracedProcess(t *testing.T) {
 	a.endFullScan(gen)
 	if got := a.Untraced(); len(got) != 0 {
 		t.Errorf("after it exited: %+v", got)
+	}
+}
+
+// A process that maps libfabric and was running when the agent started
+// has built its endpoints before the agent could see them: it is named
+// (libfabric-before-attach) until the agent sees it build one; a process
+// started after the agent, mapping the same library, is not.
+func TestScanNamesFabricBeforeAttach(t *testing.T) {
+	testenv.RequireRoot(t)
+	libs, _ := filepath.Glob("/usr/lib/*/libfabric.so.1")
+	if len(libs) != 1 {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("libfabric.so.1: %v (libfabric1; .ci/run installs libfabric-bin)", libs)
+		}
+		t.Skip("no libfabric.so.1")
+	}
+	lib, err := filepath.EvalSymlinks(libs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	early, stopEarly := testenv.LoadingProcess(t, lib)
+	defer stopEarly()
+	late, stopLate := testenv.LoadingProcess(t, lib)
+	defer stopLate()
+
+	a, err := New(Config{Sink: correlate.SinkFunc(func(*correlate.Transfer) {}), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.close()
+	a.preexisting[early] = true // as the initial scan found it; late came after
+	scan := func() []UntracedProcess {
+		gen := a.beginFullScan()
+		for _, pid := range []int{early, late} {
+			if _, _, _, err := a.scanProcess(pid); err != nil {
+				t.Fatal(err)
+			}
+		}
+		a.endFullScan(gen)
+		return a.Untraced()
+	}
+	got := scan()
+	if len(got) != 1 || got[0].PID != early || len(got[0].Objects) != 1 {
+		t.Fatalf("untraced %+v, want pid %d with %s", got, early, lib)
+	}
+	if u := got[0].Objects[0]; u.Kind != probes.UntracedFabricBeforeAttach || u.Path != lib || !u.Certain() ||
+		!strings.Contains(u.String(), "libfabric endpoints built before the agent attached") {
+		t.Errorf("object %+v: %s", u, u)
+	}
+	// It builds an endpoint the agent sees: traced from there.
+	a.fabric.mu.Lock()
+	a.fabric.built[early] = true
+	a.fabric.mu.Unlock()
+	if got := scan(); len(got) != 0 {
+		t.Errorf("after an endpoint was seen: %+v", got)
 	}
 }

@@ -52,6 +52,13 @@ const (
 	// space through the GPU's BAR; the CPU's loads and stores move the
 	// bytes, no cuMemcpy.
 	UntracedGDRCopy = "gdrcopy"
+	// UntracedFabricBeforeAttach: a process running before the agent
+	// attached, whose libfabric endpoints the agent has not seen built.
+	// libfabric's data path is found from the objects fi_fabric builds
+	// (probes/fabric.go), so the transfers of endpoints built before are
+	// not seen. Not a property of the object: the agent adds it (agent
+	// discovery) and drops it once it sees the process build an endpoint.
+	UntracedFabricBeforeAttach = "libfabric-before-attach"
 )
 
 // Reason is what the agent does not see, in one sentence.
@@ -69,6 +76,8 @@ func (u Untraced) Reason() string {
 		return "DOCA: it drives the device through its own queues, not the verbs calls the agent probes"
 	case UntracedGDRCopy:
 		return "gdrcopy: it can read and write GPU memory with the CPU through a BAR mapping, with no copy call to probe"
+	case UntracedFabricBeforeAttach:
+		return "libfabric endpoints built before the agent attached: their provider functions are found from the objects fi_fabric builds, so their transfers are not seen until the process builds new ones (a restart of the process traces it)"
 	}
 	return "unknown kind " + u.Kind
 }
@@ -80,7 +89,7 @@ func (u Untraced) String() string { return fmt.Sprintf("%s (%s): %s", u.Path, u.
 // GPU's links (rather than CPU copies alone).
 func (u Untraced) RDMA() bool {
 	return u.Kind == UntracedMLX5DV || u.Kind == UntracedVerbsWR || u.Kind == UntracedGPUInitiated ||
-		u.Kind == UntracedNVSHMEM || u.Kind == UntracedDOCA
+		u.Kind == UntracedNVSHMEM || u.Kind == UntracedDOCA || u.Kind == UntracedFabricBeforeAttach
 }
 
 // Certain says whether the object is there only to move data that way: a
@@ -90,7 +99,8 @@ func (u Untraced) RDMA() bool {
 // mlx5dv_init_obj for its IBGDA device transport and posts everything
 // else with ibv_post_send.
 func (u Untraced) Certain() bool {
-	return u.Kind == UntracedGPUInitiated || u.Kind == UntracedNVSHMEM || u.Kind == UntracedDOCA
+	return u.Kind == UntracedGPUInitiated || u.Kind == UntracedNVSHMEM || u.Kind == UntracedDOCA ||
+		u.Kind == UntracedFabricBeforeAttach
 }
 
 // ObjectFacts are what the classifier reads of one object: its file name,
