@@ -147,6 +147,7 @@ type lanewatchRun struct {
 	sites   map[string]Site
 	events  map[string]uint64 // events read, by symbol
 	dropped uint64
+	drops   event.Drops // dropped, by reason
 	// laneRuns is how often lw_uct_lane ran (a UCT call nested in a UCP
 	// one): counted only while BPF statistics are on (ebpf.EnableStats).
 	laneRuns uint64
@@ -205,7 +206,7 @@ func withFiles(tb testing.TB, files map[string][]string, f func() float64) lanew
 	if err != nil {
 		tb.Fatal(err)
 	}
-	r.dropped = drops.Total()
+	r.dropped, r.drops = drops.Total(), drops
 	return r
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
 
+	"github.com/lanewatch/lanewatch/event"
 	"github.com/lanewatch/lanewatch/internal/testenv"
 )
 
@@ -22,7 +23,8 @@ import (
 // perftest's own (its overall message rate), with no probe, with the
 // bpftrace-equivalent entry+return pair on ucp_put_nbx (and a real
 // bpftrace when installed), and with every row of every UCX file as
-// `agent run` attaches them. A last run, with BPF statistics on (they cost
+// `agent run` attaches them, and with those but the UCT lane rows (the
+// lane's own share). A last run, with BPF statistics on (they cost
 // time, so no timed run has them), counts the UCT lane probes a put meets.
 func BenchmarkUCXPut(b *testing.B) {
 	testenv.RequireRoot(b)
@@ -48,7 +50,8 @@ func BenchmarkUCXPut(b *testing.B) {
 			}
 			return f.NsPerMessage()
 		}
-		none, pair, trace, lw := math.Inf(1), math.Inf(1), math.Inf(1), math.Inf(1)
+		noLanes := withoutLanes(files)
+		none, pair, trace, ucp, lw := math.Inf(1), math.Inf(1), math.Inf(1), math.Inf(1), math.Inf(1)
 		var last lanewatchRun
 		var traceErr error
 		for range benchRounds {
@@ -59,6 +62,7 @@ func BenchmarkUCXPut(b *testing.B) {
 				ns, traceErr = withBpftrace(b, libucp, "ucp_put_nbx", run)
 				trace = min(trace, ns)
 			}
+			ucp = min(ucp, withFiles(b, noLanes, run).ns)
 			last = withFiles(b, files, run)
 			lw = min(lw, last.ns)
 		}
@@ -72,12 +76,13 @@ func BenchmarkUCXPut(b *testing.B) {
 		ucpEvents := float64(counted.events["ucp_put_nbx"]) / float64(puts)
 		b.ReportMetric(none, tl.name+"-none-ns/put")
 		b.ReportMetric(pair, tl.name+"-pair@ucp_put_nbx-ns/put")
+		b.ReportMetric(ucp, tl.name+"-lanewatch-nolanes-ns/put")
 		b.ReportMetric(lw, tl.name+"-lanewatch-ns/put")
 		b.ReportMetric((lw-none)/(pair-none), tl.name+"-lanewatch/pair-added")
 		b.ReportMetric(lanes, tl.name+"-uct-lane-probes/put")
 		b.ReportMetric(ucpEvents, tl.name+"-ucp-events/put")
-		b.Logf("%s: none %.0f ns per 8-byte put; bpftrace-equivalent pair on ucp_put_nbx +%.0f ns; lanewatch (%d rows in %d UCX files, ucp_put_nbx at %s) +%.0f ns: lanewatch/pair %.2f of the added cost; a put is %.2f ucp_put_nbx events (an entry+return pair each) and %.2f UCT lane probes (entry only); %d dropped (best of %d, %d puts a run)",
-			tl.name, none, pair-none, len(last.sites), len(files), last.sites["ucp_put_nbx"], lw-none, (lw-none)/(pair-none), ucpEvents, lanes, last.dropped, benchRounds, puts)
+		b.Logf("%s: none %.0f ns per 8-byte put; bpftrace-equivalent pair on ucp_put_nbx +%.0f ns; lanewatch (%d rows in %d UCX files, ucp_put_nbx at %s) +%.0f ns, of which the UCT lane rows +%.0f: lanewatch/pair %.2f of the added cost; a put is %.2f ucp_put_nbx events (an entry+return pair each) and %.2f UCT lane probes (entry only); %d dropped %+v (best of %d, %d puts a run)",
+			tl.name, none, pair-none, len(last.sites), len(files), last.sites["ucp_put_nbx"], lw-none, lw-ucp, (lw-none)/(pair-none), ucpEvents, lanes, last.dropped, last.drops, benchRounds, puts)
 		if traceErr != nil {
 			b.Logf("%s: real bpftrace not measured: %v", tl.name, traceErr)
 		} else {
@@ -150,4 +155,23 @@ func ucxFiles(tb testing.TB, pid int) (files map[string][]string, libucp string)
 		tb.Fatalf("no UCX file exports ucp_put_nbx: %v", paths)
 	}
 	return files, libucp
+}
+
+// withoutLanes is files without the UCT lane rows.
+func withoutLanes(files map[string][]string) map[string][]string {
+	lane := map[string]bool{}
+	for _, p := range Table {
+		if p.Op == event.OpXferLane {
+			lane[p.Symbol] = true
+		}
+	}
+	out := map[string][]string{}
+	for path, names := range files {
+		for _, n := range names {
+			if !lane[n] {
+				out[path] = append(out[path], n)
+			}
+		}
+	}
+	return out
 }
