@@ -2,6 +2,7 @@ package agent_test
 
 import (
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -14,7 +15,8 @@ import (
 // rate (docs/measurements.md, "UCX"): a real ucx_perftest client putting
 // 8 bytes at a time over shared memory as fast as it can, each put a
 // record. It reports the records the agent produced for the client per
-// second of the client's wall time (UCX's setup included), the client's
+// second of the client's wall time (UCX's setup included), the agent's CPU
+// time per record (this test process's: the pair are children), the client's
 // own message rate without the agent (before it starts) and under it,
 // and the drops, which must be 0: the ring holds what the reader is late
 // on, and a record lost is an error, not a slower figure.
@@ -38,6 +40,7 @@ func BenchmarkUCXRecords(b *testing.B) {
 	var best struct {
 		recordsPerSec, msgRate float64
 		lag                    time.Duration
+		cpuPerRecord           time.Duration
 	}
 	var drops, lost uint64
 	for range rounds {
@@ -48,10 +51,12 @@ func BenchmarkUCXRecords(b *testing.B) {
 		_, d0 := r.agent.EventsAndDrops()
 		x0 := r.agent.XferStats()
 		cl := srv.Client("ucp_put_bw", 8, puts)
+		cpu0 := selfCPU(b)
 		f, wall := srv.Run(b, cl)
 		ended := time.Now()
 		waitExit(b, r.col, cl.Process.Pid)
 		lag := time.Since(ended)
+		cpu := selfCPU(b) - cpu0
 		records := sink.take(uint32(cl.Process.Pid))
 		_, d1 := r.agent.EventsAndDrops()
 		x1 := r.agent.XferStats()
@@ -63,6 +68,9 @@ func BenchmarkUCXRecords(b *testing.B) {
 		if rps := float64(records) / wall.Seconds(); rps > best.recordsPerSec {
 			best.recordsPerSec, best.lag = rps, lag
 		}
+		if records > 0 && (best.cpuPerRecord == 0 || cpu/time.Duration(records) < best.cpuPerRecord) {
+			best.cpuPerRecord = cpu / time.Duration(records)
+		}
 		best.msgRate = max(best.msgRate, f.OverallMsgRate)
 	}
 	if drops != 0 || lost != 0 {
@@ -73,8 +81,19 @@ func BenchmarkUCXRecords(b *testing.B) {
 	b.ReportMetric(none, "none-puts/s")
 	b.ReportMetric(best.msgRate, "agent-puts/s")
 	b.ReportMetric(float64(best.lag.Milliseconds()), "exit-to-records-ms")
-	b.Logf("ucx_perftest ucp_put_bw, 8 bytes, %d puts over posix: %.0f puts/s without the agent, %.0f under it (%.0f ns a put); %.0f records/s of the client's wall time, the last %v after it exited; %d drops, %d records without completion or lane (best of %d)",
-		puts, none, best.msgRate, 1e9/best.msgRate, best.recordsPerSec, best.lag.Round(time.Millisecond), drops, lost, rounds)
+	b.ReportMetric(float64(best.cpuPerRecord.Nanoseconds()), "agent-cpu-ns/record")
+	b.Logf("ucx_perftest ucp_put_bw, 8 bytes, %d puts over posix: %.0f puts/s without the agent, %.0f under it (%.0f ns a put); %.0f records/s of the client's wall time, the last %v after it exited, %v of the agent's CPU a record (its process's, BPF programs are the client's); %d drops, %d records without completion or lane (best of %d)",
+		puts, none, best.msgRate, 1e9/best.msgRate, best.recordsPerSec, best.lag.Round(time.Millisecond), best.cpuPerRecord, drops, lost, rounds)
+}
+
+// selfCPU is the CPU time this process (the agent: the perftest pair are
+// children) used so far, user and system.
+func selfCPU(tb testing.TB) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		tb.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // countSink counts the ucp_put_nbx records of each process, holding none
