@@ -25,7 +25,8 @@ import (
 // bpftrace when installed), and with every row of every UCX file as
 // `agent run` attaches them, and with those but the UCT lane rows (the
 // lane's own share). A last run, with BPF statistics on (they cost
-// time, so no timed run has them), counts the UCT lane probes a put meets.
+// time, so no timed run has them), counts the UCT lane probes a put meets,
+// and those a 1 MiB put meets.
 func BenchmarkUCXPut(b *testing.B) {
 	testenv.RequireRoot(b)
 	bin := testenv.Tool(b, "ucx_perftest", "ucx-utils")
@@ -42,14 +43,17 @@ func BenchmarkUCXPut(b *testing.B) {
 		if err != nil || len(syms) != 1 {
 			b.Fatalf("%s: ucp_put_nbx: %v", libucp, err)
 		}
-		run := func() float64 {
-			srv := testenv.StartPerftest(b, bin, tl.env...)
-			f, _ := srv.Run(b, srv.Client("ucp_put_bw", 8, puts))
-			if f.Iterations != puts {
-				b.Fatalf("perftest reported %d iterations, asked %d", f.Iterations, puts)
+		putsOf := func(size, n int) func() float64 {
+			return func() float64 {
+				srv := testenv.StartPerftest(b, bin, tl.env...)
+				f, _ := srv.Run(b, srv.Client("ucp_put_bw", size, n))
+				if f.Iterations != n {
+					b.Fatalf("perftest reported %d iterations, asked %d", f.Iterations, n)
+				}
+				return f.NsPerMessage()
 			}
-			return f.NsPerMessage()
 		}
+		run := putsOf(8, puts)
 		noLanes := withoutLanes(files)
 		none, pair, trace, ucp, lw := math.Inf(1), math.Inf(1), math.Inf(1), math.Inf(1), math.Inf(1)
 		var last lanewatchRun
@@ -71,7 +75,12 @@ func BenchmarkUCXPut(b *testing.B) {
 			b.Fatalf("BPF statistics: %v", err)
 		}
 		counted := withFiles(b, files, run)
+		// 1 MiB puts too: a transport that fragments makes many UCT calls
+		// a put, each a lane probe.
+		bigPuts := puts / 1000
+		countedBig := withFiles(b, files, putsOf(1<<20, bigPuts))
 		stats.Close()
+		bigLanes := float64(countedBig.laneRuns) / float64(bigPuts)
 		lanes := float64(counted.laneRuns) / float64(puts)
 		ucpEvents := float64(counted.events["ucp_put_nbx"]) / float64(puts)
 		b.ReportMetric(none, tl.name+"-none-ns/put")
@@ -80,9 +89,10 @@ func BenchmarkUCXPut(b *testing.B) {
 		b.ReportMetric(lw, tl.name+"-lanewatch-ns/put")
 		b.ReportMetric((lw-none)/(pair-none), tl.name+"-lanewatch/pair-added")
 		b.ReportMetric(lanes, tl.name+"-uct-lane-probes/put")
+		b.ReportMetric(bigLanes, tl.name+"-uct-lane-probes/MiB-put")
 		b.ReportMetric(ucpEvents, tl.name+"-ucp-events/put")
-		b.Logf("%s: none %.0f ns per 8-byte put; bpftrace-equivalent pair on ucp_put_nbx +%.0f ns; lanewatch (%d rows in %d UCX files, ucp_put_nbx at %s) +%.0f ns, of which the UCT lane rows +%.0f: lanewatch/pair %.2f of the added cost; a put is %.2f ucp_put_nbx events (an entry+return pair each) and %.2f UCT lane probes (entry only); %d dropped %+v (best of %d, %d puts a run)",
-			tl.name, none, pair-none, len(last.sites), len(files), last.sites["ucp_put_nbx"], lw-none, lw-ucp, (lw-none)/(pair-none), ucpEvents, lanes, last.dropped, last.drops, benchRounds, puts)
+		b.Logf("%s: none %.0f ns per 8-byte put; bpftrace-equivalent pair on ucp_put_nbx +%.0f ns; lanewatch (%d rows in %d UCX files, ucp_put_nbx at %s) +%.0f ns, of which the UCT lane rows +%.0f: lanewatch/pair %.2f of the added cost; a put is %.2f ucp_put_nbx events (an entry+return pair each) and %.2f UCT lane probes (entry only; %.1f a 1 MiB put); %d dropped %+v (best of %d, %d puts a run)",
+			tl.name, none, pair-none, len(last.sites), len(files), last.sites["ucp_put_nbx"], lw-none, lw-ucp, (lw-none)/(pair-none), ucpEvents, lanes, bigLanes, last.dropped, last.drops, benchRounds, puts)
 		if traceErr != nil {
 			b.Logf("%s: real bpftrace not measured: %v", tl.name, traceErr)
 		} else {
