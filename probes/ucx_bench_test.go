@@ -25,7 +25,8 @@ import (
 // bpftrace when installed), and with every row of every UCX file as
 // `agent run` attaches them, and with those but the UCT lane rows (the
 // lane's own share). A last run, with BPF statistics on (they cost
-// time, so no timed run has them), counts the UCT lane probes a put meets,
+// time, so no timed run has them), counts the UCT lane probes a put meets
+// (in the client and the server: a program's runs are not per process),
 // and those a 1 MiB put meets.
 func BenchmarkUCXPut(b *testing.B) {
 	testenv.RequireRoot(b)
@@ -91,7 +92,7 @@ func BenchmarkUCXPut(b *testing.B) {
 		b.ReportMetric(lanes, tl.name+"-uct-lane-probes/put")
 		b.ReportMetric(bigLanes, tl.name+"-uct-lane-probes/MiB-put")
 		b.ReportMetric(ucpEvents, tl.name+"-ucp-events/put")
-		b.Logf("%s: none %.0f ns per 8-byte put; bpftrace-equivalent pair on ucp_put_nbx +%.0f ns; lanewatch (%d rows in %d UCX files, ucp_put_nbx at %s) +%.0f ns, of which the UCT lane rows +%.0f: lanewatch/pair %.2f of the added cost; a put is %.2f ucp_put_nbx events (an entry+return pair each) and %.2f UCT lane probes (entry only; %.1f a 1 MiB put); %d dropped %+v (best of %d, %d puts a run)",
+		b.Logf("%s: none %.0f ns per 8-byte put; bpftrace-equivalent pair on ucp_put_nbx +%.0f ns; lanewatch (%d rows in %d UCX files, ucp_put_nbx at %s) +%.0f ns, of which the UCT lane rows +%.0f: lanewatch/pair %.2f of the added cost; a put is %.2f ucp_put_nbx events (an entry+return pair each) and %.2f UCT lane probes (entry only, client and server; %.1f a 1 MiB put); %d dropped %+v (best of %d, %d puts a run)",
 			tl.name, none, pair-none, len(last.sites), len(files), last.sites["ucp_put_nbx"], lw-none, lw-ucp, (lw-none)/(pair-none), ucpEvents, lanes, bigLanes, last.dropped, last.drops, benchRounds, puts)
 		if traceErr != nil {
 			b.Logf("%s: real bpftrace not measured: %v", tl.name, traceErr)
