@@ -47,7 +47,7 @@ test: build nvidia-libs ## vet, staticcheck, check generated files, promtool on 
 	$(PYTHON) -m unittest discover -s scripts/image -p 'test_*.py' # the image's seccomp profiles: derived from podman's, resolved for Kubernetes
 	$(SUDO) $(GO) test -count=1 -p 1 ./... # one package at a time: the BPF and e2e tests judge rates, and each package traces every process using the reference libraries
 	$(GO) test -run '^$$' -bench . -benchtime 1x ./correlate ./event ./exporters ./judge ./otlpbridge # every benchmark once (the probe costs one short round), so `make bench` cannot rot
-	$(SUDO) $(GO) test -short -run '^$$' -bench . -benchtime 1x ./probes
+	$(SUDO) $(GO) test -short -p 1 -run '^$$' -bench . -benchtime 1x ./probes ./agent # one package at a time: the agent's would trace the probes' runs
 	$(MAKE) deploy-check
 
 deploy-generate: ## regenerate deploy/'s plain manifests and the chart's copies of dashboards/ from the Helm chart
@@ -65,8 +65,8 @@ jaeger-e2e: build ## the traces section's end-to-end check against a real Jaeger
 run: build ## run the selftest on the reference data path with a live view: a line per second, then the table
 	$(SUDO) ./bin/agent selftest --live
 
-bench: build nvidia-libs ## per-call probe cost (reference stack: none / bpftrace-equivalent pair / bpftrace / lanewatch; NVIDIA's drivers: none / empty program / lanewatch), pipeline throughput, span attribution cost vs spans held, agent peak RSS (selftest; make rss)
-	$(SUDO) $(GO) test -run '^$$' -bench . -benchtime 1x -count 1 ./probes
+bench: build nvidia-libs ## per-call probe cost (reference stack: none / bpftrace-equivalent pair / bpftrace / lanewatch; NVIDIA's drivers: none / empty program / lanewatch; a UCX put: the same), the agent's UCX records/s at a perftest's full rate, pipeline throughput, span attribution cost vs spans held, agent peak RSS (selftest; make rss)
+	$(SUDO) $(GO) test -p 1 -run '^$$' -bench . -benchtime 1x -count 1 ./probes ./agent
 	$(GO) test -run '^$$' -bench Pipeline -benchmem -cpu 1 ./correlate
 	$(GO) test -run '^$$' -bench CorrelateExport -cpu 1 ./exporters   # correlate + batched spans: events/s, spans per 1 000 transfers
 	$(GO) test -run '^$$' -bench Attribute -cpu 1 ./otlpbridge | awk '{print} /spans=/{ns[++n]=$$3} END{if (n == 3) printf "attribution ns/op ratio 10k/1k %.2f, 100k/1k %.2f (flat: ~1; a scan per transfer: 10, 100)\n", ns[2]/ns[1], ns[3]/ns[1]}'

@@ -48,10 +48,12 @@ type running struct {
 }
 
 // startAgent runs an agent until the test ends; setup sees it before Run.
-func startAgent(t *testing.T, cfg agent.Config, setup ...func(*agent.Agent)) *running {
+func startAgent(t testing.TB, cfg agent.Config, setup ...func(*agent.Agent)) *running {
 	t.Helper()
 	r := &running{col: selftest.NewCollector(nil), logs: &syncBuffer{}}
-	cfg.Sink = r.col
+	if cfg.Sink == nil {
+		cfg.Sink = r.col // a benchmark's sink counts what it would hold
+	}
 	if cfg.Kernels && cfg.Activity == nil {
 		cfg.Activity = r.col // launches, waits, records: the compute-overlap rules' input
 	}
@@ -88,7 +90,7 @@ func startAgent(t *testing.T, cfg agent.Config, setup ...func(*agent.Agent)) *ru
 }
 
 // testWriter sends agent logs to the test log only when -v, keeping failures readable.
-type testWriter struct{ t *testing.T }
+type testWriter struct{ t testing.TB }
 
 func (w testWriter) Write(p []byte) (int, error) {
 	if testing.Verbose() {
@@ -134,7 +136,7 @@ func startReady(t *testing.T, cmd *exec.Cmd) io.WriteCloser {
 	return in
 }
 
-func waitExit(t *testing.T, col *selftest.Collector, pid int) {
+func waitExit(t testing.TB, col *selftest.Collector, pid int) {
 	t.Helper()
 	select {
 	case <-col.ExitChan(uint32(pid)):

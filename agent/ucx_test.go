@@ -22,7 +22,7 @@ import (
 // transport and device UCX was told to use, and its latency.
 func TestUCXPerftestRecords(t *testing.T) {
 	testenv.RequireRoot(t)
-	perftest := lookTool(t, "ucx_perftest", "ucx-utils")
+	perftest := testenv.Tool(t, "ucx_perftest", "ucx-utils")
 	ucp := ldconfigPath(t, "libucp.so.0")
 	r := startAgent(t, agent.Config{})
 	port := 13420
@@ -59,7 +59,7 @@ func TestUCXPerftestRecords(t *testing.T) {
 			}
 			defer srv.Wait()
 			defer srv.Process.Kill()
-			waitListen(t, port)
+			testenv.WaitListen(t, port)
 			// The server maps libucp and libuct: once the agent probes those
 			// files, every process using them is probed from its start.
 			waitAttached(t, r.agent, "libucp.so", "libuct.so")
@@ -107,20 +107,6 @@ func TestUCXPerftestRecords(t *testing.T) {
 			}
 		})
 	}
-}
-
-// lookTool finds a program a test runs; CI installs it (.ci/run), so
-// there its absence is a failure.
-func lookTool(t *testing.T, name, pkg string) string {
-	t.Helper()
-	path, err := exec.LookPath(name)
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("%s not installed (Debian package %s; .ci/run installs it)", name, pkg)
-		}
-		t.Skipf("%s not installed (apt-get install %s)", name, pkg)
-	}
-	return path
 }
 
 // ldconfigPath is the file the dynamic linker loads for a library name.
@@ -218,26 +204,8 @@ func runCounting(t *testing.T, path, symbol string, cmd *exec.Cmd) (calls int, o
 	return calls, buf.Bytes()
 }
 
-// waitListen waits until a socket listens on the TCP port (procfs).
-func waitListen(t *testing.T, port int) {
-	t.Helper()
-	want := fmt.Sprintf(":%04X", port)
-	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		for _, f := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
-			b, _ := os.ReadFile(f)
-			for _, line := range strings.Split(string(b), "\n") {
-				fields := strings.Fields(line)
-				if len(fields) > 3 && strings.HasSuffix(fields[1], want) && fields[3] == "0A" {
-					return
-				}
-			}
-		}
-	}
-	t.Fatalf("nothing listens on port %d", port)
-}
-
 // waitAttached waits until the agent probes a file of each name.
-func waitAttached(t *testing.T, a *agent.Agent, names ...string) {
+func waitAttached(t testing.TB, a *agent.Agent, names ...string) {
 	t.Helper()
 	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
 		probed := a.AttachedProbes()

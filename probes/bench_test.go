@@ -147,6 +147,10 @@ type lanewatchRun struct {
 	sites   map[string]Site
 	events  map[string]uint64 // events read, by symbol
 	dropped uint64
+	drops   event.Drops // dropped, by reason
+	// laneRuns is how often lw_uct_lane ran (a UCT call nested in a UCP
+	// one): counted only while BPF statistics are on (ebpf.EnableStats).
+	laneRuns uint64
 }
 
 // withLanewatch runs f with every driver row of the table attached to lib
@@ -159,19 +163,32 @@ func withLanewatch(tb testing.TB, lib string, f func() float64) lanewatchRun {
 
 // withRows is withLanewatch with only the rows names lists.
 func withRows(tb testing.TB, lib string, names []string, f func() float64) lanewatchRun {
+	return withFiles(tb, map[string][]string{lib: names}, f)
+}
+
+// withFiles is withRows in several files: the rows each file's names list.
+func withFiles(tb testing.TB, files map[string][]string, f func() float64) lanewatchRun {
 	tb.Helper()
-	syms, err := LookupSymbols(lib, names)
-	if err != nil {
-		tb.Fatal(err)
-	}
 	p, err := Load(Options{})
 	if err != nil {
 		tb.Fatal(err)
 	}
 	defer p.Close()
-	af, err := p.AttachFile(FileID{Inode: 1}, lib, syms, 0)
-	if err != nil {
-		tb.Fatal(err)
+	r := lanewatchRun{sites: map[string]Site{}}
+	inode := uint64(0)
+	for lib, names := range files {
+		syms, err := LookupSymbols(lib, names)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		inode++
+		af, err := p.AttachFile(FileID{Inode: inode}, lib, syms, 0)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		for sym, site := range af.Sites {
+			r.sites[sym] = site
+		}
 	}
 	stop := make(chan struct{})
 	done := make(chan map[string]uint64)
@@ -180,15 +197,26 @@ func withRows(tb testing.TB, lib string, names []string, f func() float64) lanew
 		p.Read(stop, func(c *event.Call) { n[c.Symbol]++ })
 		done <- n
 	}()
-	r := lanewatchRun{ns: f(), sites: af.Sites}
+	lane0 := progRuns(p.objs.LwUctLane)
+	r.ns = f()
+	r.laneRuns = progRuns(p.objs.LwUctLane) - lane0
 	close(stop)
 	r.events = <-done
 	drops, err := p.Drops()
 	if err != nil {
 		tb.Fatal(err)
 	}
-	r.dropped = drops.Total()
+	r.dropped, r.drops = drops.Total(), drops
 	return r
+}
+
+// progRuns is how often a program ran, while BPF statistics were on.
+func progRuns(prog *ebpf.Program) uint64 {
+	s, err := prog.Stats()
+	if err != nil {
+		return 0
+	}
+	return s.RunCount
 }
 
 // BenchmarkWholeStack: one cudaMemcpyAsync through the reference runtime
