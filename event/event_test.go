@@ -7,14 +7,14 @@ import (
 
 func TestOpNames(t *testing.T) {
 	seen := map[string]Op{}
-	for op := OpCopy; op <= OpKernelCopy; op++ {
+	for op := OpCopy; op <= OpFabricObject; op++ {
 		name := op.String()
 		if name == "unknown" || seen[name] != 0 {
 			t.Errorf("op %d: name %q (also op %d)", op, name, seen[name])
 		}
 		seen[name] = op
 	}
-	for _, op := range []Op{0, OpKernelCopy + 1, 255} {
+	for _, op := range []Op{0, OpFabricObject + 1, 255} {
 		if op.String() != "unknown" {
 			t.Errorf("op %d named %q", op, op.String())
 		}
@@ -24,7 +24,8 @@ func TestOpNames(t *testing.T) {
 		!OpMemMap.IsCUDA() || !OpManagedAlloc.IsMemory() || OpDeviceBusID.IsMemory() || OpManagedAlloc.IsContext() ||
 		!OpLaunch.IsCUDA() || !OpKernelFunction.IsKernel() || OpLaunch.IsMemory() || OpLaunch.IsCopy() || OpDmabufExport.IsKernel() || !OpCtxSync.IsCUDA() || OpCtxSync.IsKernel() ||
 		OpQPModify.IsCUDA() || OpQPModify.IsGraph() || !OpGraphLaunch.IsCUDA() || !OpCaptureEnd.IsGraph() || OpGraphLaunch.IsKernel() ||
-		OpGraphLaunch.IsCopy() || OpKernelCopy.IsCopy() || OpKernelCopy.IsCUDA() || OpKernelCopy.IsKernel() {
+		OpGraphLaunch.IsCopy() || OpKernelCopy.IsCopy() || OpKernelCopy.IsCUDA() || OpKernelCopy.IsKernel() ||
+		!OpXferPut.IsXfer() || !OpXferSend.IsXfer() || OpXferDone.IsXfer() || OpKernelCopy.IsXfer() || OpXferPut.IsCUDA() || OpXferPut.IsCopy() {
 		t.Error("IsCopy/IsCUDA boundaries moved")
 	}
 }
@@ -57,7 +58,7 @@ func TestParseOp(t *testing.T) {
 			t.Errorf("ParseOp(%q) = %v, %v; want %v, error %v", c.in, got, err, c.want, c.err)
 		}
 	}
-	for op := OpCopy; op <= OpKernelCopy; op++ {
+	for op := OpCopy; op <= OpFabricObject; op++ {
 		b, _ := op.MarshalText()
 		var back Op
 		if err := back.UnmarshalText(b); err != nil || back != op {

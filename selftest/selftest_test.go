@@ -24,8 +24,8 @@ func TestSelftest(t *testing.T) {
 	}
 	// late-attach, late-pool-pages, kernel-copy, no-device per runtime, two
 	// roles per RDMA scenario, two processes per pair scenario, hicache-spans
-	// three tp-workers ranks per runtime build
-	if want := 3*len(Runtimes) + 3 + (len(Scenarios)+1)*len(Runtimes) + 2*len(RDMAScenarios) + 2*len(PairScenarios) + 1; len(results) != want {
+	// three tp-workers ranks per runtime build, one per transfer-library row
+	if want := 3*len(Runtimes) + 3 + (len(Scenarios)+1)*len(Runtimes) + 2*len(RDMAScenarios) + 2*len(PairScenarios) + 1 + len(XferScenarios); len(results) != want {
 		t.Fatalf("%d results, want %d", len(results), want)
 	}
 	// The overlap verdicts by design: h2d-overlap, pd-overlap and
