@@ -140,6 +140,7 @@ func readelfSym(t testing.TB, path, name string) (readelfEntry, bool) {
 type objdumpInsn struct {
 	Bytes    []byte
 	Mnemonic string // Intel syntax, e.g. "push", "endbr64"
+	Operands string // as objdump prints them ("rdi,rdi", "QWORD PTR [rdi+0x8],0x0")
 }
 
 // objdumpAt disassembles n bytes of the file's code at virtual address
@@ -164,13 +165,13 @@ func objdumpAt(t testing.TB, path string, vaddr uint64, n int) []objdumpInsn {
 		if err != nil {
 			t.Fatalf("objdump line %q: %v", line, err)
 		}
-		mn := ""
+		mn, operands := "", ""
 		if len(parts) > 2 {
 			if f := strings.Fields(parts[2]); len(f) > 0 {
-				mn = f[0]
+				mn, operands = f[0], strings.Join(f[1:], " ")
 			}
 		}
-		insns = append(insns, objdumpInsn{Bytes: b, Mnemonic: mn})
+		insns = append(insns, objdumpInsn{Bytes: b, Mnemonic: mn, Operands: operands})
 	}
 	if len(insns) == 0 {
 		t.Fatalf("objdump printed no code at %#x in %s:\n%s", vaddr, path, out)

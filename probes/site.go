@@ -3,6 +3,7 @@ package probes
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"golang.org/x/arch/x86/x86asm"
 )
@@ -13,7 +14,7 @@ type SiteCost uint8
 
 const (
 	CostSingleStep SiteCost = iota + 1 // copied out and single-stepped: ≈6.4 µs
-	CostEmulated                       // emulated in the kernel (push reg, nop): ≈0.75 µs
+	CostEmulated                       // emulated in the kernel (push reg, nop, relative jumps and calls): ≈0.75 µs
 	CostTrampoline                     // 5-byte nop rewritten into a call: ≈0.34 µs
 )
 
@@ -69,9 +70,14 @@ const endbr64 = "\xf3\x0f\x1e\xfa"
 const nop5 = "\x0f\x1f\x44\x00\x00"
 
 // ChooseSite picks the cheapest safe uprobe site in a function whose first
-// bytes are code. Only ENDBR64 is ever skipped: skipping a push would move
-// the stack pointer, skipping a mov could overwrite an argument register.
-// Any decodable instruction is a valid site; Cost says what a hit costs.
+// bytes are code. It skips ENDBR64, and a compare of registers (TEST or
+// CMP, which write only the flags) when the instruction after it is a
+// conditional jump the kernel emulates: the probe there sees the symbol's
+// registers and stack, and every call passes it (a leaf such as UCX's
+// uct_sm_ep_put_short opens with `test edx, edx; je`). Nothing else is
+// skipped: a push would move the stack pointer, a mov could overwrite an
+// argument register. Any decodable instruction is a valid site; Cost says
+// what a hit costs.
 func ChooseSite(code []byte) (s Site, err error) {
 	// x86asm is table driven and well fuzzed, but a panic here would take
 	// the agent down over one odd function; turn it into an error.
@@ -111,14 +117,56 @@ func ChooseSite(code []byte) (s Site, err error) {
 	}
 	s.Insn = inst.String()
 	s.Cost = classify(at[:inst.Len])
+	if s.Cost == CostSingleStep && flagsOnly(inst) && len(at) > inst.Len {
+		if next, err := x86asm.Decode(at[inst.Len:], 64); err == nil && isJcc(next.Op) &&
+			classify(at[inst.Len:inst.Len+next.Len]) == CostEmulated {
+			s.Skipped = strings.TrimPrefix(s.Skipped+", "+s.Insn, ", ")
+			s.Offset += uint64(inst.Len)
+			s.Insn, s.Cost = next.String(), CostEmulated
+		}
+	}
 	return s, nil
 }
 
+// flagsOnly says whether an instruction writes nothing but the flags: a
+// TEST or CMP of registers, or of a register and a constant.
+func flagsOnly(inst x86asm.Inst) bool {
+	if inst.Op != x86asm.TEST && inst.Op != x86asm.CMP {
+		return false
+	}
+	for _, a := range inst.Args {
+		switch a.(type) {
+		case nil, x86asm.Reg, x86asm.Imm:
+		default:
+			return false // a memory operand: keep it at the site
+		}
+	}
+	return true
+}
+
+// isJcc says whether op is a conditional jump.
+func isJcc(op x86asm.Op) bool {
+	switch op {
+	case x86asm.JA, x86asm.JAE, x86asm.JB, x86asm.JBE, x86asm.JE, x86asm.JG, x86asm.JGE, x86asm.JL, x86asm.JLE,
+		x86asm.JNE, x86asm.JNO, x86asm.JNP, x86asm.JNS, x86asm.JO, x86asm.JP, x86asm.JS:
+		return true
+	}
+	return false
+}
+
 // classify follows the kernel's x86 uprobe code: it emulates push of a
-// general register (with REX 0x41 only, for r8-r15) and the 1-byte nop,
-// optimizes the 5-byte nop, and single-steps everything else.
+// general register (with REX 0x41 only, for r8-r15), the 1-byte nop and
+// relative jumps, conditional jumps and calls without an operand-size
+// prefix (branch_setup_xol_ops), optimizes the 5-byte nop, and
+// single-steps everything else.
 func classify(insn []byte) SiteCost {
 	switch {
+	case len(insn) == 2 && (insn[0] >= 0x70 && insn[0] <= 0x7f || insn[0] == 0xeb): // jcc rel8, jmp rel8
+		return CostEmulated
+	case len(insn) == 5 && (insn[0] == 0xe9 || insn[0] == 0xe8): // jmp rel32, call rel32
+		return CostEmulated
+	case len(insn) == 6 && insn[0] == 0x0f && insn[1] >= 0x80 && insn[1] <= 0x8f: // jcc rel32
+		return CostEmulated
 	case len(insn) == 1 && insn[0] >= 0x50 && insn[0] <= 0x57:
 		return CostEmulated
 	case len(insn) == 2 && insn[0] == 0x41 && insn[1] >= 0x50 && insn[1] <= 0x57:

@@ -38,6 +38,18 @@ func TestChooseSite(t *testing.T) {
 		{"push ax", []byte{0x66, 0x50}, Site{Offset: 0, Insn: "PUSH AX", Cost: CostSingleStep}},
 		{"pause is not nop", []byte{0xf3, 0x90}, Site{Offset: 0, Insn: "PAUSE", Cost: CostSingleStep}},
 		{"other 5-byte nop", []byte{0x0f, 0x1f, 0x40, 0x00, 0x90}, Site{Offset: 0, Insn: "NOP [RAX]", Cost: CostSingleStep}},
+		// A compare of registers writes only the flags: skipped when the
+		// conditional jump after it is emulated (UCX's uct_sm_ep_put_short).
+		{"test edx then je", []byte{0x85, 0xd2, 0x74, 0x1c, 0x48, 0x83, 0xec, 0x08},
+			Site{Offset: 2, Insn: "JE .+28", Cost: CostEmulated, Skipped: "TEST EDX, EDX"}},
+		{"endbr64 cmp rdi, 0x10 then jne rel32", []byte{0xf3, 0x0f, 0x1e, 0xfa, 0x48, 0x83, 0xff, 0x10, 0x0f, 0x85, 0x10, 0x00, 0x00, 0x00},
+			Site{Offset: 8, Insn: "JNE .+16", Cost: CostEmulated, Skipped: "ENDBR64, CMP RDI, 0x10"}},
+		// A compare with memory stays the site; so does one not followed by a jump.
+		{"test memory then je", []byte{0xf6, 0x87, 0xf4, 0xfe, 0xff, 0xff, 0x01, 0x74, 0x10},
+			Site{Offset: 0, Insn: "TEST [RDI-0x10c], 0x1", Cost: CostSingleStep}},
+		{"test then mov", []byte{0x85, 0xd2, 0x48, 0x89, 0xf8},
+			Site{Offset: 0, Insn: "TEST EDX, EDX", Cost: CostSingleStep}},
+		{"jmp rel32", []byte{0xe9, 0x00, 0x01, 0x00, 0x00}, Site{Offset: 0, Insn: "JMP .+256", Cost: CostEmulated}},
 		// A second ENDBR64 is an instruction like any other: only one is skipped.
 		{"two endbr64", []byte{0xf3, 0x0f, 0x1e, 0xfa, 0xf3, 0x0f, 0x1e, 0xfa, 0x55},
 			Site{Offset: 4, Insn: "ENDBR64", Cost: CostSingleStep, Skipped: "ENDBR64"}},
@@ -170,26 +182,40 @@ func TestChooseSiteSystem(t *testing.T) {
 }
 
 // checkAgainstObjdump derives the expected site from objdump's listing:
-// skip one endbr64, then the cost from the mnemonic and its bytes.
+// skip one endbr64, and a test or cmp without a memory operand before a
+// conditional jump, then the cost from the mnemonic and its bytes.
 func checkAgainstObjdump(t *testing.T, path string, sym Symbol, got Site) {
 	t.Helper()
-	insns := objdumpAt(t, path, sym.Value, 16)
+	insns := objdumpAt(t, path, sym.Value, 24)
 	wantOff, skipped := uint64(0), ""
 	if insns[0].Mnemonic == "endbr64" {
 		wantOff, skipped = uint64(len(insns[0].Bytes)), "ENDBR64"
 		insns = insns[1:]
 	}
-	in := insns[0]
-	wantCost := CostSingleStep
-	switch {
-	case in.Mnemonic == "push" && (len(in.Bytes) == 1 || len(in.Bytes) == 2 && in.Bytes[0] == 0x41) && in.Bytes[len(in.Bytes)-1]&0xf8 == 0x50:
-		wantCost = CostEmulated
-	case in.Mnemonic == "nop" && len(in.Bytes) == 1:
-		wantCost = CostEmulated
-	case in.Mnemonic == "nop" && string(in.Bytes) == "\x0f\x1f\x44\x00\x00":
-		wantCost = CostTrampoline
+	cost := func(in objdumpInsn) SiteCost {
+		switch {
+		case in.Mnemonic == "push" && (len(in.Bytes) == 1 || len(in.Bytes) == 2 && in.Bytes[0] == 0x41) && in.Bytes[len(in.Bytes)-1]&0xf8 == 0x50:
+			return CostEmulated
+		case in.Mnemonic == "nop" && len(in.Bytes) == 1:
+			return CostEmulated
+		case in.Mnemonic == "nop" && string(in.Bytes) == "\x0f\x1f\x44\x00\x00":
+			return CostTrampoline
+		case strings.HasPrefix(in.Mnemonic, "j") && in.Bytes[0] != 0x66 && in.Bytes[0] != 0xff && in.Bytes[0] != 0x41: // relative jumps, not jmp *reg
+			return CostEmulated
+		case in.Mnemonic == "call" && in.Bytes[0] == 0xe8:
+			return CostEmulated
+		}
+		return CostSingleStep
 	}
-	if got.Offset != wantOff || got.Skipped != skipped || got.Cost != wantCost {
+	in := insns[0]
+	if (in.Mnemonic == "test" || in.Mnemonic == "cmp") && !strings.Contains(in.Operands, "[") && len(insns) > 1 &&
+		strings.HasPrefix(insns[1].Mnemonic, "j") && insns[1].Mnemonic != "jmp" && cost(insns[1]) == CostEmulated {
+		wantOff += uint64(len(in.Bytes))
+		skipped = strings.TrimPrefix(skipped+", "+strings.ToUpper(in.Mnemonic), ", ")
+		in = insns[1]
+	}
+	wantCost := cost(in)
+	if got.Offset != wantOff || !strings.HasPrefix(got.Skipped, skipped) || got.Cost != wantCost {
 		t.Errorf("%s: got %v; objdump shows %q (% x) at +%d, so want cost %v", sym.Name, got, in.Mnemonic, in.Bytes, wantOff, wantCost)
 	}
 	if op, _, _ := strings.Cut(got.Insn, " "); !strings.EqualFold(op, in.Mnemonic) {

@@ -123,9 +123,12 @@ func ParsePerftest(name string, out []byte) (PerftestFinal, error) {
 // Perftest is a ucx_perftest server on loopback, serving one client; the
 // test's cleanup ends it if the client never came.
 type Perftest struct {
-	Bin    string
-	Port   int
-	Env    []string // the server's and the client's: UCX_TLS and the like
+	Bin  string
+	Port int
+	Env  []string // the server's and the client's: UCX_TLS and the like
+	// CPUs, when set, pins the server and the client to these CPUs
+	// (taskset's list: "0"), before either runs a line of UCX.
+	CPUs   string
 	srv    *exec.Cmd
 	exited chan error
 }
@@ -133,9 +136,15 @@ type Perftest struct {
 // StartPerftest starts a server with these UCX variables (besides the
 // environment's) and waits until it listens.
 func StartPerftest(tb testing.TB, bin string, ucxEnv ...string) *Perftest {
+	return StartPerftestOn(tb, "", bin, ucxEnv...)
+}
+
+// StartPerftestOn starts a server pinned to cpus (taskset's list; "" for
+// none), as its client will be.
+func StartPerftestOn(tb testing.TB, cpus, bin string, ucxEnv ...string) *Perftest {
 	tb.Helper()
-	p := &Perftest{Bin: bin, Port: FreePort(tb), Env: append(os.Environ(), ucxEnv...), exited: make(chan error, 1)}
-	p.srv = exec.Command(bin, "-p", strconv.Itoa(p.Port))
+	p := &Perftest{Bin: bin, Port: FreePort(tb), Env: append(os.Environ(), ucxEnv...), CPUs: cpus, exited: make(chan error, 1)}
+	p.srv = p.command("-p", strconv.Itoa(p.Port))
 	p.srv.Env = p.Env
 	if err := p.srv.Start(); err != nil {
 		tb.Fatal(err)
@@ -153,8 +162,17 @@ func (p *Perftest) Pid() int { return p.srv.Process.Pid }
 // (ucp_put_bw, ...), message size and iterations, no warm-up (every call
 // the client makes is measured).
 func (p *Perftest) Client(test string, size, iterations int) *exec.Cmd {
-	cmd := exec.Command(p.Bin, "127.0.0.1", "-p", strconv.Itoa(p.Port), "-t", test, "-s", strconv.Itoa(size),
+	return p.command("127.0.0.1", "-p", strconv.Itoa(p.Port), "-t", test, "-s", strconv.Itoa(size),
 		"-n", strconv.Itoa(iterations), "-w", "0")
+}
+
+// command runs ucx_perftest with args, through taskset when pinned (it
+// execs ucx_perftest: the pid is the same).
+func (p *Perftest) command(args ...string) *exec.Cmd {
+	cmd := exec.Command(p.Bin, args...)
+	if p.CPUs != "" {
+		cmd = exec.Command("taskset", append([]string{"-c", p.CPUs, p.Bin}, args...)...)
+	}
 	cmd.Env = p.Env
 	return cmd
 }
