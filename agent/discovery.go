@@ -416,15 +416,7 @@ func (a *Agent) attachProvider(req providerReq) {
 		a.limited.Log(slog.LevelWarn, "provider\x00"+strconv.Itoa(req.pid), "RDMA provider not probed", "pid", req.pid, "err", err)
 		return
 	}
-	byFile := map[probes.FileID]map[string]probes.Symbol{}
-	paths := map[probes.FileID]probes.ProviderFunc{}
-	for _, f := range fns {
-		if byFile[f.File] == nil {
-			byFile[f.File] = map[string]probes.Symbol{}
-		}
-		byFile[f.File][f.Row] = probes.Symbol{Name: f.Row, Offset: f.FileOffset}
-		paths[f.File] = f
-	}
+	byFile, paths := groupByFile(fns)
 	for id, syms := range byFile {
 		f := paths[id]
 		before := map[string]bool{} // Sites is shared with the attacher: copy the names
@@ -537,4 +529,20 @@ func (a *Agent) detachRuntime(pid int) {
 			a.log.Warn("detach the runtime probes of an exited process", "pid", pid, "err", err)
 		}
 	}
+}
+
+// groupByFile groups functions resolved at run time (an RDMA provider's,
+// libfabric's) by the file they are in: each file's rows at their
+// offsets, and one function of each file (its path, its id).
+func groupByFile(fns []probes.ProviderFunc) (map[probes.FileID]map[string]probes.Symbol, map[probes.FileID]probes.ProviderFunc) {
+	byFile := map[probes.FileID]map[string]probes.Symbol{}
+	paths := map[probes.FileID]probes.ProviderFunc{}
+	for _, f := range fns {
+		if byFile[f.File] == nil {
+			byFile[f.File] = map[string]probes.Symbol{}
+		}
+		byFile[f.File][f.Row] = probes.Symbol{Name: f.Row, Offset: f.FileOffset}
+		paths[f.File] = f
+	}
+	return byFile, paths
 }

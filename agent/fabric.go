@@ -110,15 +110,7 @@ func (a *Agent) attachFabric(req fabricReq) {
 		a.limited.Log(slog.LevelWarn, "fabric\x00"+strconv.Itoa(req.pid), "libfabric functions not probed", "pid", req.pid, "err", err)
 		return
 	}
-	byFile := map[probes.FileID]map[string]probes.Symbol{}
-	paths := map[probes.FileID]probes.ProviderFunc{}
-	for _, f := range fns {
-		if byFile[f.File] == nil {
-			byFile[f.File] = map[string]probes.Symbol{}
-		}
-		byFile[f.File][f.Row] = probes.Symbol{Name: f.Row, Offset: f.FileOffset}
-		paths[f.File] = f
-	}
+	byFile, paths := groupByFile(fns)
 	for id, syms := range byFile {
 		f := paths[id]
 		used := map[uint64]string{}
