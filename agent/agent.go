@@ -720,7 +720,7 @@ func (a *Agent) handle(c *event.Call) {
 		delete(a.procs, int(c.PID))
 		delete(a.preexisting, int(c.PID))
 		a.procMu.Unlock()
-		a.fabricForget(int(c.PID))
+		a.fabricExited(int(c.PID))
 		a.storageExit(c.PID)
 		a.callers.forget(c.PID)
 		select {

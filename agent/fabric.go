@@ -186,8 +186,8 @@ func (a *Agent) fabricBlind(pid int) bool {
 	return !a.fabric.built[pid]
 }
 
-// fabricForget forgets an exited process's endpoints.
-func (a *Agent) fabricForget(pid int) {
+// fabricExited forgets an exited process's endpoints.
+func (a *Agent) fabricExited(pid int) {
 	a.fabric.mu.Lock()
 	delete(a.fabric.built, pid)
 	a.fabric.mu.Unlock()

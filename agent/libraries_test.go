@@ -147,6 +147,7 @@ func TestReleaseOverlayGroup(t *testing.T) {
 		files:    map[probes.FileID]*fileState{{Inode: 1}: {v: v, final: true}, {Inode: 2}: {v: v, final: true}, {Inode: 3}: {v: fileVerdict{probed: true}, final: true}},
 		sameFile: map[probes.Fingerprint]fileVerdict{layer: v},
 		limited:  newLimitedLog(slog.New(slog.NewTextHandler(io.Discard, nil)), time.Minute),
+		fabric:   newFabricState(),
 	}
 	a.release(probes.FileID{Inode: 2})
 	if len(a.files) != 1 || a.files[probes.FileID{Inode: 3}] == nil || len(a.sameFile) != 0 {
