@@ -101,8 +101,10 @@ func RDMADeviceOf(device string, relations map[string]topology.Relation) string 
 }
 
 // TransportFallback fires when KV data went over the host's network stack
-// (tcp, sockets: ClassOf TransportNetwork) while the host has an RDMA
-// device with a known place from the transfers' GPU: the library fell
+// (tcp, sockets: ClassOf TransportNetwork) while an RDMA device is near
+// the transfers' GPU (PIX or PXB: seed 000's GPUDirect RDMA placement;
+// a device only across a host bridge or the socket may serve another
+// network, storage say, and is not judged): the library fell
 // back from RDMA (a container without /dev/infiniband, a UCX without
 // verbs so `ucx_info -d` lists no RDMA device, UCX_TLS leaving rc/dc
 // out: ai-dynamo/dynamo#1314; ~100× slower in pull mode,
@@ -120,7 +122,7 @@ func TransportFallback(l XferLanes) *Finding {
 		}
 	}
 	nearest, rel := NearestRDMA(l.RDMA)
-	if len(net) == 0 || nearest == "" {
+	if len(net) == 0 || !NearGPU(rel) {
 		return nil
 	}
 	ev := []string{"on the network stack: " + XferLanesText(net, nil)}
@@ -133,6 +135,13 @@ func TransportFallback(l XferLanes) *Finding {
 		fmt.Sprintf("%d KV transfers (%s) for GPU %s went over %s while RDMA device %s is %s to the GPU: the library fell back from RDMA",
 			transfers, bytesText(bytes), l.GPU, transportsText(net), nearest, rel),
 		ev, "")
+}
+
+// NearGPU says whether a device at this relation is near a GPU: PIX or
+// PXB, no host bridge between them (seed 000: GPUDirect RDMA should use a
+// PIX/PXB NIC).
+func NearGPU(r topology.Relation) bool {
+	return r.Rank() > 0 && r.Rank() <= topology.RelPXB.Rank()
 }
 
 // FarDevice fires when KV data went on an RDMA device whose path to the

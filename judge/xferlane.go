@@ -144,6 +144,12 @@ func xferLaneCheck(x *xferTally, pid uint32, env *Env) checks.Check {
 		default:
 			judged++
 			text += fmt.Sprintf("; nearest RDMA device %s (%s)", nearest, nearRel)
+			if !correlate.NearGPU(nearRel) && slices.ContainsFunc(lanes, func(l correlate.XferLane) bool {
+				return correlate.ClassOf(l.Transport) == correlate.TransportNetwork
+			}) {
+				text += ": none near the GPU (PIX/PXB), so the network stack is not judged a fallback"
+				info = true
+			}
 			l := correlate.XferLanes{PID: pid, GPU: gpu, Lanes: lanes, RDMA: rel}
 			for _, f := range []*correlate.Finding{correlate.TransportFallback(l), correlate.FarDevice(l)} {
 				if f != nil {

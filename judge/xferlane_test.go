@@ -2,6 +2,7 @@ package judge
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -18,9 +19,9 @@ import (
 // socket (SYS).
 const xferGPU = "0000:19:00.0"
 
-// xferHost reads that host from a sysfs tree with the real layout; with
-// nics false it has the GPU and no RDMA device.
-func xferHost(t *testing.T, nics bool) *topology.Host {
+// xferHost reads that host from a sysfs tree with the real layout, with
+// the RDMA devices named (none: the GPU alone).
+func xferHost(t *testing.T, nics ...string) *topology.Host {
 	t.Helper()
 	bridge := func(bdf, parent, hb string) sysfstest.Func {
 		return sysfstest.Func{BDF: bdf, Parent: parent, HB: hb, Class: "0x060400", Vendor: "0x1000", Device: "0xc030", NUMA: "0"}
@@ -31,12 +32,14 @@ func xferHost(t *testing.T, nics bool) *topology.Host {
 			bridge("0000:17:00.0", "0000:16:00.0", ""), bridge("0000:17:01.0", "0000:16:00.0", ""),
 			{BDF: xferGPU, Parent: "0000:17:01.0", Class: "0x030200", Vendor: "0x10de", Device: "0x2330", NUMA: "0"}},
 	}
-	if nics {
-		nic := func(bdf, parent, hb, node, name string) sysfstest.Func {
-			return sysfstest.Func{BDF: bdf, Parent: parent, HB: hb, Class: "0x020700", Vendor: "0x15b3", Device: "0x1021", NUMA: node, RDMA: []string{name}}
+	nic := func(bdf, parent, hb, node, name string) sysfstest.Func {
+		return sysfstest.Func{BDF: bdf, Parent: parent, HB: hb, Class: "0x020700", Vendor: "0x15b3", Device: "0x1021", NUMA: node, RDMA: []string{name}}
+	}
+	for _, n := range []sysfstest.Func{nic("0000:18:00.0", "0000:17:00.0", "", "0", "mlx5_0"),
+		nic("0000:37:00.0", "", "pci0000:37", "0", "mlx5_1"), nic("0000:97:00.0", "", "pci0000:97", "1", "mlx5_4")} {
+		if slices.Contains(nics, n.RDMA[0]) {
+			fx.Funcs = append(fx.Funcs, n)
 		}
-		fx.Funcs = append(fx.Funcs, nic("0000:18:00.0", "0000:17:00.0", "", "0", "mlx5_0"),
-			nic("0000:37:00.0", "", "pci0000:37", "0", "mlx5_1"), nic("0000:97:00.0", "", "pci0000:97", "1", "mlx5_4"))
 	}
 	h, err := topology.Read(sysfstest.Build(t, fx))
 	if err != nil {
@@ -49,7 +52,7 @@ func xferHost(t *testing.T, nics bool) *topology.Host {
 // UCX probes report them (ucp_put_nbx: op xfer_put, the lane's transport
 // and device, the GPU of the local buffer when known).
 func TestXferLaneCheck(t *testing.T) {
-	withNICs, noNICs := xferHost(t, true), xferHost(t, false)
+	withNICs, noNICs, farOnly := xferHost(t, "mlx5_0", "mlx5_1", "mlx5_4"), xferHost(t), xferHost(t, "mlx5_1", "mlx5_4")
 	put := func(transport, device, gpu string, n int) []correlate.Transfer {
 		var out []correlate.Transfer
 		for i := range n {
@@ -88,6 +91,10 @@ func TestXferLaneCheck(t *testing.T) {
 		{"same host", put("posix", "memory", xferGPU, 20), withNICs, nil, checks.Pass, "", "posix on memory: 20 transfers"},
 		{"tcp on a host without RDMA", put("tcp", "lo", xferGPU, 20), noNICs, nil, checks.Info, "",
 			"no RDMA device on this host: the network stack is the best lane it has"},
+		// RDMA devices only across a host bridge (NODE) or the socket may
+		// serve another network: tcp is not judged a fallback.
+		{"tcp while the RDMA devices are far", put("tcp", "lo", xferGPU, 20), farOnly, nil, checks.Info, "",
+			"nearest RDMA device mlx5_1 (NODE): none near the GPU (PIX/PXB), so the network stack is not judged a fallback"},
 		{"rdma lane on a host without RDMA devices read", put("rc_mlx5", "mlx5_0:1", xferGPU, 1), noNICs, nil, checks.Pass, "", "no RDMA device on this host"},
 		{"transport unknown", notSeen, withNICs, nil, checks.Pass, "", "unknown on device unknown: 3 transfers, 3 MiB; nearest RDMA device mlx5_0 (PIX) | transport unknown: 3 transport_not_seen"},
 		{"control messages on tcp", smallSends, withNICs, nil, checks.Pass, "", "tcp on eth0: 0 transfers, 0 B, 5 control messages"},
