@@ -30,7 +30,7 @@ import (
 // transfer spans.
 type RunConfig struct {
 	Trace   Config    // the tracer; its Sink and OnReady are set by Run
-	Output  io.Writer // JSONL transfer records
+	Output  io.Writer // JSONL transfer records; nil: none, and no record is encoded
 	SysRoot string    // sysfs mount point: topology, GPU placement, RDMA ports
 	Version string
 	Logger  *slog.Logger
@@ -113,7 +113,12 @@ func Run(ctx context.Context, cfg RunConfig) (err error) {
 			place = nil
 		}
 	}
-	jsonl := exporters.NewJSONL(cfg.Output)
+	var jsonl *exporters.JSONL
+	var records correlate.Sink // nil: records are not encoded at all
+	if cfg.Output != nil {
+		jsonl = exporters.NewJSONL(cfg.Output)
+		records = jsonl
+	}
 	var closers []func() error // run in reverse at the end
 	defer func() {
 		for i := len(closers) - 1; i >= 0; i-- {
@@ -149,7 +154,7 @@ func Run(ctx context.Context, cfg RunConfig) (err error) {
 		cfg.Trace.Devices = HostDeviceMap(cfg.Env, cfg.SysRoot, mx.gpu, log)
 	}
 
-	cfg.Trace.Sink = tr.tee(mx.tee(jsonl))
+	cfg.Trace.Sink = tr.tee(mx.tee(records))
 	if mx.eval != nil {
 		cfg.Trace.Activity = mx.eval // compute overlap (computeoverlap.go)
 	}
@@ -364,7 +369,7 @@ func listenMetrics(cfg RunConfig, place func(uint32) checks.Placement, extra map
 // tee adds the metrics and the evaluator to the transfer stream.
 func (m *metrics) tee(sink correlate.Sink) correlate.Sink {
 	if m.exp == nil {
-		return sink
+		return correlate.Tee(sink)
 	}
 	return correlate.Tee(sink, m.exp, m.eval)
 }
@@ -580,7 +585,7 @@ func (t *traces) collectors() map[string]exporters.Collector {
 // tee adds the span exporter to the transfer sinks.
 func (t *traces) tee(s correlate.Sink) correlate.Sink {
 	if t.spans == nil {
-		return s
+		return correlate.Tee(s)
 	}
 	return correlate.Tee(s, t.spans)
 }

@@ -999,10 +999,20 @@ func (e *Engine) ProcessExit(pid uint32) {
 	e.reg.Forget(pid)
 }
 
-// Tee hands every transfer to each sink in turn.
+// Tee hands every transfer to each sink in turn; nil sinks (an output
+// turned off) are left out, and with none left a transfer goes nowhere.
 func Tee(sinks ...Sink) Sink {
+	var out []Sink
+	for _, s := range sinks {
+		if s != nil {
+			out = append(out, s)
+		}
+	}
+	if len(out) == 1 {
+		return out[0]
+	}
 	return SinkFunc(func(t *Transfer) {
-		for _, s := range sinks {
+		for _, s := range out {
 			s.Transfer(t)
 		}
 	})

@@ -44,6 +44,9 @@ func (j *JSONL) Transfer(t *correlate.Transfer) {
 
 // Flush writes out buffered lines and returns the first write error.
 func (j *JSONL) Flush() error {
+	if j == nil {
+		return nil // no output: nothing encoded, nothing to flush
+	}
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if j.err == nil {

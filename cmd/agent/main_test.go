@@ -4,6 +4,9 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -138,5 +141,75 @@ func TestRunWritesJSONLAndStopsOnSIGINT(t *testing.T) {
 	}
 	if n != 8 {
 		t.Errorf("%d records for the scenario, want 8 (one per layer)", n)
+	}
+}
+
+// `agent run --output off` encodes no record (stdout stays empty) while
+// the engine still sees every transfer (the summary counts them), and
+// --debug.pprof serves Go's profiles on the address it logs.
+func TestRunOutputOffAndProfiles(t *testing.T) {
+	testenv.RequireRoot(t)
+	ref := testenv.RefDir(t)
+	cmd := exec.Command(os.Args[0], "run", "--output", "off", "--debug.pprof", "127.0.0.1:0", "--web.listen-address", "",
+		"--otlp.grpc-listen", "", "--otlp.http-listen", "",
+		"--lib", filepath.Join(ref, "plain", "libcudart.so.12"), "--lib", filepath.Join(ref, "lib", "libcuda.so.1"))
+	cmd.Env = append(os.Environ(), "LW_AGENT_MAIN=1")
+	var stdout bytes.Buffer
+	cmd.Stdout = &stdout
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	logs := bufio.NewScanner(stderr)
+	var logText strings.Builder
+	waitFor := func(s string) string {
+		t.Helper()
+		for logs.Scan() {
+			logText.WriteString(logs.Text() + "\n")
+			if strings.Contains(logs.Text(), s) {
+				return logs.Text()
+			}
+		}
+		t.Fatalf("agent log never said %q:\n%s", s, logText.String())
+		return ""
+	}
+	line := waitFor("serving Go profiles")
+	_, addr, _ := strings.Cut(line, "address=")
+	addr, _, _ = strings.Cut(addr, " ")
+	resp, err := http.Get("http://" + addr + "/debug/pprof/cmdline")
+	if err != nil {
+		t.Fatalf("profiles at %q: %v", addr, err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), "--debug.pprof") {
+		t.Errorf("/debug/pprof/cmdline: %s %q", resp.Status, body)
+	}
+	waitFor("lanewatch running")
+	scen := exec.Command(filepath.Join(ref, "bin", "kvpath"), "--scenario", "hicache-load", "--layers", "8",
+		"--truth", filepath.Join(t.TempDir(), "truth.jsonl"))
+	if b, err := scen.CombinedOutput(); err != nil {
+		t.Fatalf("scenario: %v %s", err, b)
+	}
+	cmd.Process.Signal(syscall.SIGINT)
+	summary := waitFor("msg=summary")
+	waitFor("every probe detached")
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("agent exit: %v\n%s", err, logText.String())
+	}
+	if stdout.Len() != 0 {
+		t.Errorf("--output off wrote %d bytes: %.200q", stdout.Len(), stdout.String())
+	}
+	// The scenario's 8 copies reached the engine: 8 transfers at least
+	// (the summary counts them whether or not they were encoded).
+	var n int
+	if _, rest, ok := strings.Cut(summary, " transfers="); !ok {
+		t.Fatalf("summary %q", summary)
+	} else if _, err := fmt.Sscan(rest, &n); err != nil || n < 8 {
+		t.Errorf("summary %q: %d transfers, want at least 8", summary, n)
 	}
 }

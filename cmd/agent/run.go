@@ -6,7 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math"
+	"net"
+	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
 	"syscall"
@@ -25,7 +29,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	var libs, rules, kvKernels stringList
 	fs.Var(&pids, "pid", "trace only these processes (repeatable or comma-separated); default: every process that maps a CUDA library, now or later")
 	fs.Var(&libs, "lib", "also probe this ELF file at start (repeatable), before any process maps it")
-	output := fs.String("output", "-", "where to write JSONL transfer records (- for stdout)")
+	output := fs.String("output", "-", "where to write JSONL transfer records (- for stdout; off: none, and no record is encoded — the DaemonSet's setting, whose records are read from /metrics and spans)")
 	procRoot := fs.String("path.procfs", "/proc", "procfs mount point")
 	sysRoot := fs.String("path.sysfs", "/sys", "sysfs mount point (GPU placement, link capacity, RDMA ports)")
 	rootFS := fs.String("path.rootfs", "/", "the host's root filesystem, where the CUDA driver library is looked for at start and probed before any process maps it: what its /etc/ld.so.cache resolves libcuda.so.1 to, the driver's usual directories, the GPU operator's /run/nvidia/driver (- : none)")
@@ -36,6 +40,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	kernels := fs.Bool("kernels", false, "probe kernel launches (cuLaunchKernel[Ex][_ptsz]) and the calls naming kernels: launches of KV-transfer kernels (HiCache's kernel I/O backend) become transfers moved by SMs, op kernel_copy, and the others are the compute the H2D loads must overlap (lanewatch_copy_compute_overlap_ratio, serialized-load; unknown without them). Off by default: every kernel launch of every traced process then costs one entry+return pair (+1.6–2.1 µs per launch on the reference path's VM, make bench; docs/design.md, \"Kernel movers\")")
 	storageReads := fs.Bool("trace-storage-reads", false, "trace the read, pread64, preadv and preadv2 of the traced processes: which block device and which buffer (registered pool or not, its NUMA node) each read filled, for storage-far-pool and checklist item 6. Off by default: its program runs at the exit of every system call on the host (+≈0.1 µs per call measured on the reference path's VM, ≈1–2 µs per watched read; docs/design.md, \"The storage leg\"); io_uring and GPUDirect Storage reads are not seen")
 	singleStep := fs.Bool("allow-single-step", false, "on arm64, also probe functions whose first instruction the kernel single-steps rather than simulates (refused by default: single-stepped uprobes have corrupted probed processes on Grace hosts; docs/operating.md \"Probe sites on arm64\"). No effect on x86-64")
+	pprofAddr := fs.String("debug.pprof", "", "serve Go's profiles (net/http/pprof: /debug/pprof/profile, heap, goroutine …) on this address (\"\": off); loopback only, e.g. 127.0.0.1:6060: the profiles name code and memory, and a CPU profile costs the agent while it runs")
 	fs.Var(&kvKernels, "kv-kernels", "with --kernels, a `pattern` of KV-transfer kernels: a regular expression over the kernel's demangled function name (repeatable; replaces the default, sgl-kernel's ^transfer_kernel_impl$ and ^transfer_page_head_kernel_impl$)")
 
 	var mc agent.MetricsConfig
@@ -168,7 +173,19 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		defer bw.Flush()
 		cfg.Trace.Record = bw
 	}
-	if *output != "-" {
+	if *pprofAddr != "" {
+		stopProfiles, err := servePprof(*pprofAddr, log)
+		if err != nil {
+			log.Error("--debug.pprof", "err", err)
+			return 1
+		}
+		defer stopProfiles()
+	}
+	switch *output {
+	case "-":
+	case "off", "":
+		cfg.Output = nil
+	default:
 		f, err := os.Create(*output)
 		if err != nil {
 			log.Error("open output", "err", err)
@@ -200,4 +217,27 @@ func otlpLimits(l *otlpbridge.Limits, memoryLimit int64) error {
 		l.MaxBody = min(l.MaxBody, l.DecodeBudget/(otlpbridge.BodyCost+otlpbridge.CostPerByte))
 	}
 	return l.Check()
+}
+
+// servePprof serves Go's profiles on addr until stop; a failure to listen
+// is the caller's to report.
+func servePprof(addr string, log *slog.Logger) (stop func(), err error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Warn("--debug.pprof stopped serving", "err", err)
+		}
+	}()
+	log.Info("serving Go profiles", "address", ln.Addr().String(), "path", "/debug/pprof/")
+	return func() { srv.Close() }, nil
 }
