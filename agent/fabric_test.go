@@ -28,13 +28,7 @@ import (
 // the measured pair runs with the whole chain in place from its start.
 func TestFabricPingpong(t *testing.T) {
 	testenv.RequireRoot(t)
-	bin, err := exec.LookPath("fi_pingpong")
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("fi_pingpong is missing (libfabric-bin)")
-		}
-		t.Skip("fi_pingpong is missing (libfabric-bin)")
-	}
+	bin := testenv.Tool(t, "fi_pingpong", "libfabric-bin")
 	libs, _ := filepath.Glob("/usr/lib/*/libfabric.so.1")
 	if len(libs) != 1 {
 		t.Fatalf("libfabric.so.1: %v", libs)

@@ -18,14 +18,13 @@ import (
 
 // A real ucx_perftest pair on loopback, over shared memory and over TCP,
 // puts and gets of 1 MiB: one record per call the client made (counted
-// by ucxTruth in the client), each with its bytes as posted, the
+// by the kernel: runCounting), each with its bytes as posted, the
 // transport and device UCX was told to use, and its latency.
 func TestUCXPerftestRecords(t *testing.T) {
 	testenv.RequireRoot(t)
 	perftest := testenv.Tool(t, "ucx_perftest", "ucx-utils")
 	ucp := ldconfigPath(t, "libucp.so.0")
 	r := startAgent(t, agent.Config{})
-	port := 13420
 	for _, c := range []struct {
 		tls, devices, test, api string
 		transport, device       string
@@ -46,29 +45,19 @@ func TestUCXPerftestRecords(t *testing.T) {
 		{"posix,cma,self", "", "tag_bw", "ucp_tag_send_nbx", "posix", "memory", nil},
 	} {
 		t.Run(c.tls+"/"+c.test, func(t *testing.T) {
-			port++
 			const size, n = 1 << 20, 2000
-			env := append(os.Environ(), "UCX_TLS="+c.tls)
+			env := []string{"UCX_TLS=" + c.tls}
 			if c.devices != "" {
 				env = append(env, "UCX_NET_DEVICES="+c.devices)
 			}
-			srv := exec.Command(perftest, "-p", fmt.Sprint(port))
-			srv.Env = env
-			if err := srv.Start(); err != nil {
-				t.Fatal(err)
-			}
-			defer srv.Wait()
-			defer srv.Process.Kill()
-			testenv.WaitListen(t, port)
+			srv := testenv.StartPerftest(t, perftest, env...)
 			// The server maps libucp and libuct: once the agent probes those
 			// files, every process using them is probed from its start.
 			waitAttached(t, r.agent, "libucp.so", "libuct.so")
 			before := r.agent.XferStats()
 			_, dropsBefore := r.agent.EventsAndDrops()
 
-			cl := exec.Command(perftest, "127.0.0.1", "-p", fmt.Sprint(port), "-t", c.test, "-s", fmt.Sprint(size),
-				"-n", fmt.Sprint(n), "-w", "0")
-			cl.Env = env
+			cl := srv.Client(c.test, size, n)
 			// The truth: the kernel's own count of the client's entries to
 			// the function, nothing of the agent's.
 			want, _ := runCounting(t, ucp, c.api, cl)

@@ -147,7 +147,7 @@ func (f *fabricTracker) post(e *Engine, c *event.Call) {
 	} else if x != nil {
 		t.TransportReason = x.reason
 	}
-	t.Mover = moverOf(ClassOf(t.Transport))
+	t.Mover = MoverOf(ClassOf(t.Transport))
 	if t.Bytes == fiManyIovs { // a message of more iovecs than the probe sums
 		t.Bytes, t.BytesUnknown = 0, true
 	}

@@ -133,7 +133,7 @@ func TestFabricRecords(t *testing.T) {
 				}
 				if g.API != w.api || g.Status != w.status || g.Transport != w.transport || g.TransportReason != w.reason ||
 					g.NetDevice != w.device || g.CompleteNs != w.complete || g.LatencyNs != lat || g.Endpoint != fEP ||
-					g.Src.Addr != fBuf || g.Mover != moverOf(ClassOf(w.transport)) {
+					g.Src.Addr != fBuf || g.Mover != MoverOf(ClassOf(w.transport)) {
 					t.Errorf("record %d:\n got %+v\nwant %+v", i, g, w)
 				}
 			}

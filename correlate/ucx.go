@@ -2,6 +2,7 @@ package correlate
 
 import (
 	"bytes"
+	"strings"
 
 	"github.com/lanewatch/lanewatch/event"
 )
@@ -211,7 +212,7 @@ func (x *xferTracker) post(e *Engine, c *event.Call) {
 		t.GPU = e.memGPU(c.PID, c.Src)
 	}
 	x.lane(c, &t)
-	t.Mover = moverOf(ClassOf(t.Transport))
+	t.Mover = MoverOf(ClassOf(t.Transport))
 
 	status := int64(c.Ret)
 	switch {
@@ -266,8 +267,12 @@ func (x *xferTracker) lane(c *event.Call, t *Transfer) {
 // to ("uct_rc_mlx5_ep_put_zcopy" → rc_mlx5); "" when it serves several
 // (uct_sm_ep_* serve posix and sysv, uct_scopy_ep_* cma and knem).
 func transportOfLaneSymbol(sym string) string {
+	rest, ok := strings.CutPrefix(sym, "uct_")
+	if !ok {
+		return ""
+	}
 	for _, tl := range []string{"rc_mlx5", "dc_mlx5", "rc_verbs", "ud_mlx5", "ud_verbs", "tcp", "self"} {
-		if len(sym) > len(tl)+8 && sym[:4] == "uct_" && sym[4:4+len(tl)] == tl && sym[4+len(tl):8+len(tl)] == "_ep_" {
+		if strings.HasPrefix(rest, tl+"_ep_") {
 			return tl
 		}
 	}

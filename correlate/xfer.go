@@ -37,8 +37,8 @@ func ClassOf(transport string) TransportClass {
 	return TransportUnknown
 }
 
-// moverOf is who moves a library transfer's bytes on a lane of this class.
-func moverOf(c TransportClass) string {
+// MoverOf is who moves a library transfer's bytes on a lane of this class.
+func MoverOf(c TransportClass) string {
 	switch c {
 	case TransportRDMA, TransportNetwork:
 		return MoverNIC

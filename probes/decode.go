@@ -111,11 +111,7 @@ func Decode(raw []byte, c *event.Call) error {
 		c.HeldFile = [2]uint64{a[0], a[1]} // bpf/hold.bpf.c linker_event
 	}
 	if kind == event.KindName {
-		// lw_name_return put a piece of the name in args[0..]: bytes in
-		// memory order, as the host's (little-endian) words hold them.
-		for i := range c.NamePiece {
-			c.NamePiece[i] = byte(a[i/8] >> (8 * (i % 8)))
-		}
+		wordBytes(c.NamePiece[:], a[:]) // lw_name_return put a piece of the name in args[0..]
 		return nil
 	}
 	arg := func(i int) uint64 {
@@ -156,12 +152,7 @@ func Decode(raw []byte, c *event.Call) error {
 		c.Location = event.Location{Type: uint32(loc), ID: int32(uint32(loc >> 32))}
 	}
 	if p.OutStr {
-		// lw_call_return copied the string into args[LW_OUTSTR_ARG..]: bytes
-		// in memory order, as the host's (little-endian) words hold them.
-		const at = int(lanewatchLwOutstrLW_OUTSTR_ARG)
-		for i := range c.BusID {
-			c.BusID[i] = byte(a[at+i/8] >> (8 * (i % 8)))
-		}
+		wordBytes(c.BusID[:], a[lanewatchLwOutstrLW_OUTSTR_ARG:]) // lw_call_return copied the string there
 	}
 	if p.Dims != DimsNone {
 		decodeDims(p.Dims, a, c)
@@ -295,14 +286,19 @@ func decodeUCX(p *Probe, ev *lanewatchLwEvent, c *event.Call) {
 		c.Ptr = 0
 	case ProgUCTIface:
 		c.Xfer.Iface = ev.Out
-		const tl, dev = int(lanewatchLwUctIfaceArgLW_UCT_IFACE_TL), int(lanewatchLwUctIfaceArgLW_UCT_IFACE_DEV)
-		for i := range c.Xfer.Transport { // bytes in memory order, as the host's (little-endian) words hold them
-			c.Xfer.Transport[i] = byte(a[tl+i/8] >> (8 * (i % 8)))
-			c.Xfer.Device[i] = byte(a[dev+i/8] >> (8 * (i % 8)))
-		}
+		wordBytes(c.Xfer.Transport[:], a[lanewatchLwUctIfaceArgLW_UCT_IFACE_TL:])
+		wordBytes(c.Xfer.Device[:], a[lanewatchLwUctIfaceArgLW_UCT_IFACE_DEV:])
 	case ProgUCPMemMap:
 		mask := a[lanewatchLwUcpMemMapArgLW_UMM_MASK]
 		c.Xfer.ParamMask, c.Xfer.MemType = uint32(mask), uint32(mask>>32)
+	}
+}
+
+// wordBytes fills dst with the bytes BPF copied into argument slots from
+// memory: in memory order, as the host's (little-endian) words hold them.
+func wordBytes(dst []byte, words []uint64) {
+	for i := range dst {
+		dst[i] = byte(words[i/8] >> (8 * (i % 8)))
 	}
 }
 
@@ -312,9 +308,7 @@ func decodeModifyQP(ev *lanewatchLwEvent, c *event.Call) {
 	nums, av := a[lanewatchLwQpArgLW_QP_NUMS], a[lanewatchLwQpArgLW_QP_AV]
 	c.RDMA.QP, c.RDMA.AttrMask = a[0], uint32(c.Flags)
 	c.RDMA.QPNum, c.RDMA.DestQPNum = uint32(nums), uint32(nums>>32)
-	for i := range c.RDMA.DGID { // bytes in memory order, as the host's (little-endian) words hold them
-		c.RDMA.DGID[i] = byte(a[int(lanewatchLwQpArgLW_QP_DGID)+i/8] >> (8 * (i % 8)))
-	}
+	wordBytes(c.RDMA.DGID[:], a[lanewatchLwQpArgLW_QP_DGID:])
 	c.RDMA.DLID = uint16(av)           // ah_attr byte 24
 	c.RDMA.IsGlobal = av>>40&0xff != 0 // ah_attr byte 29
 }

@@ -115,10 +115,7 @@ func xferHost(nics bool) *topology.Host {
 // construction (it needs fewer than two on average), whatever the rates.
 func xferRecords(row xferRow) []correlate.Transfer {
 	class := correlate.ClassOf(row.transport)
-	mover := correlate.MoverCPU
-	if class == correlate.TransportRDMA || class == correlate.TransportNetwork {
-		mover = correlate.MoverNIC
-	}
+	mover := correlate.MoverOf(class)
 	src, gpu := event.MemPinned, "" // ucp_mem_map'd host memory
 	if row.gpuBuffer {
 		src, gpu = event.MemDevice, xferGPU

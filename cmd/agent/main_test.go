@@ -80,29 +80,9 @@ func TestRunWritesJSONLAndStopsOnSIGINT(t *testing.T) {
 	ref := testenv.RefDir(t)
 	dir := t.TempDir()
 	out := filepath.Join(dir, "transfers.jsonl")
-	cmd := exec.Command(os.Args[0], "run", "--output", out, "--web.listen-address", "", "--otlp.grpc-listen", "", "--otlp.http-listen", "",
+	a := startRun(t, nil, "--output", out, "--web.listen-address", "", "--otlp.grpc-listen", "", "--otlp.http-listen", "",
 		"--lib", filepath.Join(ref, "plain", "libcudart.so.12"), "--lib", filepath.Join(ref, "lib", "libcuda.so.1"))
-	cmd.Env = append(os.Environ(), "LW_AGENT_MAIN=1")
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer cmd.Process.Kill()
-	logs := bufio.NewScanner(stderr)
-	var logText strings.Builder
-	waitFor := func(s string) {
-		t.Helper()
-		for logs.Scan() {
-			logText.WriteString(logs.Text() + "\n")
-			if strings.Contains(logs.Text(), s) {
-				return
-			}
-		}
-		t.Fatalf("agent log never said %q:\n%s", s, logText.String())
-	}
+	cmd, waitFor := a.cmd, a.waitFor
 	waitFor("lanewatch running")
 
 	scen := exec.Command(filepath.Join(ref, "bin", "kvpath"), "--scenario", "hicache-load", "--layers", "8",
@@ -114,7 +94,7 @@ func TestRunWritesJSONLAndStopsOnSIGINT(t *testing.T) {
 	cmd.Process.Signal(syscall.SIGINT)
 	waitFor("every probe detached")
 	if err := cmd.Wait(); err != nil {
-		t.Fatalf("agent exit: %v\n%s", err, logText.String())
+		t.Fatalf("agent exit: %v\n%s", err, a.logText.String())
 	}
 	b, err := os.ReadFile(out)
 	if err != nil {
@@ -150,33 +130,11 @@ func TestRunWritesJSONLAndStopsOnSIGINT(t *testing.T) {
 func TestRunOutputOffAndProfiles(t *testing.T) {
 	testenv.RequireRoot(t)
 	ref := testenv.RefDir(t)
-	cmd := exec.Command(os.Args[0], "run", "--output", "off", "--debug.pprof", "127.0.0.1:0", "--web.listen-address", "",
+	var stdout bytes.Buffer
+	a := startRun(t, &stdout, "--output", "off", "--debug.pprof", "127.0.0.1:0", "--web.listen-address", "",
 		"--otlp.grpc-listen", "", "--otlp.http-listen", "",
 		"--lib", filepath.Join(ref, "plain", "libcudart.so.12"), "--lib", filepath.Join(ref, "lib", "libcuda.so.1"))
-	cmd.Env = append(os.Environ(), "LW_AGENT_MAIN=1")
-	var stdout bytes.Buffer
-	cmd.Stdout = &stdout
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer cmd.Process.Kill()
-	logs := bufio.NewScanner(stderr)
-	var logText strings.Builder
-	waitFor := func(s string) string {
-		t.Helper()
-		for logs.Scan() {
-			logText.WriteString(logs.Text() + "\n")
-			if strings.Contains(logs.Text(), s) {
-				return logs.Text()
-			}
-		}
-		t.Fatalf("agent log never said %q:\n%s", s, logText.String())
-		return ""
-	}
+	cmd, waitFor := a.cmd, a.waitFor
 	line := waitFor("serving Go profiles")
 	_, addr, _ := strings.Cut(line, "address=")
 	addr, _, _ = strings.Cut(addr, " ")
@@ -199,7 +157,7 @@ func TestRunOutputOffAndProfiles(t *testing.T) {
 	summary := waitFor("msg=summary")
 	waitFor("every probe detached")
 	if err := cmd.Wait(); err != nil {
-		t.Fatalf("agent exit: %v\n%s", err, logText.String())
+		t.Fatalf("agent exit: %v\n%s", err, a.logText.String())
 	}
 	if stdout.Len() != 0 {
 		t.Errorf("--output off wrote %d bytes: %.200q", stdout.Len(), stdout.String())
@@ -212,4 +170,45 @@ func TestRunOutputOffAndProfiles(t *testing.T) {
 	} else if _, err := fmt.Sscan(rest, &n); err != nil || n < 8 {
 		t.Errorf("summary %q: %d transfers, want at least 8", summary, n)
 	}
+}
+
+// runningAgent is `agent run` started by a test, with its log read line by
+// line.
+type runningAgent struct {
+	t       *testing.T
+	cmd     *exec.Cmd
+	logs    *bufio.Scanner
+	logText strings.Builder
+}
+
+// startRun starts `agent run args...` (this test binary as the agent),
+// its stdout to stdout when not nil; it is killed when the test ends.
+func startRun(t *testing.T, stdout io.Writer, args ...string) *runningAgent {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], append([]string{"run"}, args...)...)
+	cmd.Env = append(os.Environ(), "LW_AGENT_MAIN=1")
+	cmd.Stdout = stdout
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill() })
+	return &runningAgent{t: t, cmd: cmd, logs: bufio.NewScanner(stderr)}
+}
+
+// waitFor reads the agent's log up to the first line containing s, and
+// returns it; the test fails with the log read so far if none does.
+func (a *runningAgent) waitFor(s string) string {
+	a.t.Helper()
+	for a.logs.Scan() {
+		a.logText.WriteString(a.logs.Text() + "\n")
+		if strings.Contains(a.logs.Text(), s) {
+			return a.logs.Text()
+		}
+	}
+	a.t.Fatalf("agent log never said %q:\n%s", s, a.logText.String())
+	return ""
 }
