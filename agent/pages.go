@@ -84,6 +84,25 @@ type pageStage struct {
 	tokens  float64
 	refill  time.Time
 	stats   PageStats
+	// now is cfg.now as last read, at a copy submitted at nowSubmit
+	// (clock).
+	now       time.Time
+	nowSubmit uint64
+}
+
+// clockEvery is how far apart, in the copies' own submission times, the
+// cache's TTL clock is read: a chunk lives 30 s, and reading the clock
+// per copy cost more than the cache lookup it serves.
+const clockEvery = uint64(10 * time.Millisecond)
+
+// clock is the time for the cache's TTL at a copy submitted at submitNs
+// (CLOCK_MONOTONIC ns): cfg.now read anew once the copies' own clock moved
+// clockEvery past the last read, or back (another process's older copy).
+func (s *pageStage) clock(submitNs uint64) time.Time {
+	if s.now.IsZero() || submitNs < s.nowSubmit || submitNs-s.nowSubmit >= clockEvery {
+		s.now, s.nowSubmit = s.cfg.now(), submitNs
+	}
+	return s.now
 }
 
 type cachedNode struct {
@@ -151,29 +170,32 @@ func (s *pageStage) signal() {
 
 // Transfer implements correlate.Sink; it never blocks on a system call.
 func (s *pageStage) Transfer(t *correlate.Transfer) {
-	e := pageEntry{}
-	e.n = samplePages(t, s.cfg.pageSize, &e.pages)
+	// The pages on the stack: an entry is built only for a copy that must
+	// wait, so the common case (pages cached, nothing queued) allocates
+	// nothing.
+	var pages [correlate.MaxPageSamples]uint64
+	n := samplePages(t, s.cfg.pageSize, &pages)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if e.n > 0 {
+	if n > 0 {
 		s.stats.Copies++
-		if pn, ok := s.fromCache(t.PID, e.pages[:e.n]); ok {
+		if pn, ok := s.fromCache(t.PID, pages[:n], s.clock(t.SubmitNs)); ok {
 			t.SetPages(pn)
 			s.stats.Located++
 			s.stats.Cached++
-			e.n = 0
+			n = 0
 		}
 	}
-	if e.n == 0 && len(s.queue) == 0 {
+	if n == 0 && len(s.queue) == 0 {
 		s.next.Transfer(t)
 		return
 	}
-	e.t, e.ready = *t, e.n == 0
+	e := &pageEntry{t: *t, pages: pages, n: n, ready: n == 0}
 	if e.n > 0 && s.closing {
 		e.ready = true // the worker is stopping: nothing will locate it
 		s.stats.Behind++
 	}
-	s.queue = append(s.queue, &e)
+	s.queue = append(s.queue, e)
 	if !e.ready {
 		s.signal()
 	}
@@ -271,7 +293,7 @@ func (s *pageStage) step() bool {
 		if e.ready || e.asked || e.exit != nil {
 			continue
 		}
-		if pn, ok := s.fromCache(e.t.PID, e.pages[:e.n]); ok {
+		if pn, ok := s.fromCache(e.t.PID, e.pages[:e.n], now); ok {
 			e.t.SetPages(pn)
 			e.ready = true
 			s.stats.Located++
@@ -380,12 +402,11 @@ func (s *pageStage) take(now time.Time, n int) bool {
 }
 
 // fromCache answers every sampled page from its chunk's remembered node.
-func (s *pageStage) fromCache(pid uint32, pages []uint64) (correlate.PageNodes, bool) {
+func (s *pageStage) fromCache(pid uint32, pages []uint64, now time.Time) (correlate.PageNodes, bool) {
 	m := s.cache[pid]
 	if m == nil {
 		return correlate.PageNodes{}, false
 	}
-	now := s.cfg.now()
 	var pn correlate.PageNodes
 	for _, p := range pages {
 		c, ok := m[p>>chunkShift]
