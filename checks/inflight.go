@@ -27,23 +27,56 @@ const maxInflightOps = 1 << 18
 
 // inflightWindow is what a window keeps for in-flight sufficiency.
 type inflightWindow struct {
-	flows   map[linkFlowKey][]correlate.Span
+	flows   map[linkFlowKey]*[]correlate.Span
 	ops     int
 	dropped int
+	// sizes are the operations each flow had in the previous window: a
+	// flow's buffer is made that large at once, not grown op by op.
+	sizes map[linkFlowKey]int
+}
+
+func (f *inflightWindow) sizeFrom(prev *inflightWindow) {
+	f.sizes = make(map[linkFlowKey]int, len(prev.flows))
+	for k, ops := range prev.flows {
+		f.sizes[k] = len(*ops)
+	}
 }
 
 // addInflight keeps one operation of a flow; end 0 is one without a
 // proven completion, far one proven far from it. Called with w.mu held.
 func (w *Window) addInflight(k linkFlowKey, start, end, bytes uint64, far bool) {
+	if w.inflight.ops >= maxInflightOps {
+		w.inflight.dropped++
+		return
+	}
+	w.addInflightTo(w.inflightOps(k), start, end, bytes, far)
+}
+
+// inflightOps is flow k's operations, created empty. Called with w.mu held.
+func (w *Window) inflightOps(k linkFlowKey) *[]correlate.Span {
+	f := &w.inflight
+	if f.flows == nil {
+		f.flows = map[linkFlowKey]*[]correlate.Span{}
+	}
+	ops := f.flows[k]
+	if ops == nil {
+		ops = new([]correlate.Span)
+		if n := f.sizes[k]; n > 0 {
+			*ops = make([]correlate.Span, 0, n)
+		}
+		f.flows[k] = ops
+	}
+	return ops
+}
+
+// addInflightTo keeps one operation in ops, one of the window's flows.
+func (w *Window) addInflightTo(ops *[]correlate.Span, start, end, bytes uint64, far bool) {
 	f := &w.inflight
 	if f.ops >= maxInflightOps {
 		f.dropped++
 		return
 	}
-	if f.flows == nil {
-		f.flows = map[linkFlowKey][]correlate.Span{}
-	}
-	f.flows[k] = append(f.flows[k], correlate.Span{Start: start, End: end, Bytes: bytes, Far: far && end > start})
+	*ops = append(*ops, correlate.Span{Start: start, End: end, Bytes: bytes, Far: far && end > start})
 	f.ops++
 }
 
@@ -92,7 +125,7 @@ func (w *Window) InFlights(place func(uint32) Placement, capacity func(gpu strin
 		return cmp.Or(cmp.Compare(a.dir, b.dir), cmp.Compare(a.gpu, b.gpu), cmp.Compare(a.name(), b.name()))
 	}) {
 		f := FlowInFlight{GPU: k.gpu, Direction: k.dir, PID: k.pid, RDMA: k.rdma, ID: k.id, Kind: k.kind,
-			InFlight: correlate.MeasureInFlight(k.name(), k.rdma, w.inflight.flows[k])}
+			InFlight: correlate.MeasureInFlight(k.name(), k.rdma, *w.inflight.flows[k])}
 		f.InFlight.Xfer = k.xfer
 		if k.dir == "" {
 			f.Skip = "on no GPU link (neither side is GPU memory): the NIC port's rate is not known here, so the path's capacity is unknown"
@@ -173,7 +206,7 @@ func (w *Window) laneInFlight(gpu, dir string, placeOf func(uint32) Placement) (
 		if g != gpu || k.dir != dir {
 			continue
 		}
-		for _, o := range ops {
+		for _, o := range *ops {
 			if o.End > o.Start {
 				iv = append(iv, [2]uint64{o.Start, o.End})
 				lo.byteNs += float64(o.Bytes) * float64(o.End-o.Start)
@@ -218,7 +251,7 @@ func (w *Window) laneRate(gpu, dir string, from, to uint64, placeOf func(uint32)
 		if g != gpu || k.dir != dir {
 			continue
 		}
-		for _, o := range ops {
+		for _, o := range *ops {
 			if o.End <= o.Start || o.End <= from || o.Start >= to {
 				continue
 			}

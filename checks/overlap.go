@@ -58,6 +58,11 @@ type linkFlow struct {
 // proven far from it (correlate.Span.Far). Called with w.mu held.
 func (w *Window) addLink(k linkFlowKey, start, end, bytes uint64, far bool) {
 	w.addInflight(k, start, end, bytes, far)
+	w.addLinkTo(w.linkFlow(k), start, end, bytes)
+}
+
+// linkFlow is flow k on its GPU link, created empty. Called with w.mu held.
+func (w *Window) linkFlow(k linkFlowKey) *linkFlow {
 	if w.links == nil {
 		w.links = map[linkFlowKey]*linkFlow{}
 	}
@@ -66,6 +71,11 @@ func (w *Window) addLink(k linkFlowKey, start, end, bytes uint64, far bool) {
 		f = &linkFlow{Flow: correlate.Flow{Name: k.name()}}
 		w.links[k] = f
 	}
+	return f
+}
+
+// addLinkTo adds an interval to f, within the window's bound on intervals.
+func (w *Window) addLinkTo(f *linkFlow, start, end, bytes uint64) {
 	n := len(f.Spans)
 	if end != 0 && w.linkSpans >= maxLinkSpans && (n == 0 || start > f.Spans[n-1].End) {
 		f.dropped++ // would take a new interval past the bound
@@ -73,23 +83,6 @@ func (w *Window) addLink(k linkFlowKey, start, end, bytes uint64, far bool) {
 	}
 	f.Add(start, end, bytes)
 	w.linkSpans += len(f.Spans) - n
-}
-
-// linkCopy places an H2D or D2H copy on its GPU's link: the GPU the copy
-// names, else the submitting process's. Other directions do not cross a
-// GPU's PCIe link in one direction (D2D, H2H) or cannot be placed.
-func (w *Window) linkCopy(t *correlate.Transfer) {
-	k := linkFlowKey{gpu: t.GPU, owner: t.PID, pid: t.PID, id: t.Stream, kind: t.Direction}
-	switch t.Direction {
-	case correlate.DirH2D:
-		k.dir = Inbound
-	case correlate.DirD2H:
-		k.dir = Outbound
-	default:
-		return
-	}
-	// A copy's latency is its own only when its wait followed it closely.
-	w.addLink(k, t.SubmitNs, t.CompleteNs, t.Bytes, !t.CompleteNear)
 }
 
 // linkRDMA places an RDMA request on every GPU link it crosses (rdmaLanes);

@@ -32,23 +32,29 @@ type pageTally struct {
 	copies  int
 }
 
-// addPages counts a copy's bytes by the nodes of its sampled host pages
-// (correlate.PageNodes.Split), under the GPU it crossed ("" when the copy
-// does not say: the process's placement decides at judgement).
-func (p *procWindow) addPages(t *correlate.Transfer) {
-	if t.Direction != correlate.DirH2D && t.Direction != correlate.DirD2H {
-		return
-	}
+// pageTally is the tally of the copies that crossed gpu's link ("" when
+// the copy does not say: the process's placement decides at judgement),
+// created empty; nil past maxPageGPUs.
+func (p *procWindow) pageTally(gpu string) *pageTally {
 	if p.pages == nil {
 		p.pages = map[string]*pageTally{}
 	}
-	tl := p.pages[t.GPU]
+	tl := p.pages[gpu]
 	if tl == nil {
 		if len(p.pages) >= maxPageGPUs {
-			return
+			return nil
 		}
 		tl = &pageTally{byNode: map[int]uint64{}}
-		p.pages[t.GPU] = tl
+		p.pages[gpu] = tl
+	}
+	return tl
+}
+
+// add counts an H2D or D2H copy's bytes by the nodes of its sampled host
+// pages (correlate.PageNodes.Split); on a nil tally, nothing.
+func (tl *pageTally) add(t *correlate.Transfer) {
+	if tl == nil {
+		return
 	}
 	tl.copies++
 	if t.NUMAPages.IsZero() {

@@ -53,6 +53,51 @@ type Window struct {
 	peers map[[2]string]uint64
 	// inflight is every flow's operations, one by one (inflight.go).
 	inflight inflightWindow
+	// last is the tallies of the latest host<->device copy's flow: copies
+	// come in bursts on one stream, and each then finds its tallies
+	// without hashing six keys.
+	last copyTallies
+}
+
+// copyTallies are where a host<->device copy of one flow (process, stream,
+// direction, GPU) is counted in a window; nil where a bound kept one out.
+type copyTallies struct {
+	pid       uint32
+	stream    uint64
+	direction string
+	gpu       string
+	proc      *procWindow
+	dir       *dirStats
+	pages     *pageTally
+	link      *linkFlow
+	inflight  *[]correlate.Span
+	flow      *busy
+}
+
+// tallies finds the tallies of copy t, an H2D or D2H one. Called with
+// w.mu held.
+func (w *Window) tallies(t *correlate.Transfer) *copyTallies {
+	c := &w.last
+	if c.proc != nil && c.pid == t.PID && c.stream == t.Stream && c.direction == t.Direction && c.gpu == t.GPU {
+		return c
+	}
+	lane := Inbound
+	if t.Direction == correlate.DirD2H {
+		lane = Outbound
+	}
+	p := w.proc(t.PID)
+	*c = copyTallies{pid: t.PID, stream: t.Stream, direction: t.Direction, gpu: t.GPU, proc: p, dir: p.dirStats(t.Direction), pages: p.pageTally(t.GPU)}
+	k := linkFlowKey{gpu: t.GPU, owner: t.PID, pid: t.PID, id: t.Stream, kind: t.Direction, dir: lane}
+	c.link = w.linkFlow(k)
+	if w.inflight.ops < maxInflightOps { // past it, no flow is created (addInflight)
+		c.inflight = w.inflightOps(k)
+	}
+	fk := flowKey{pid: t.PID, stream: t.Stream, kind: t.Direction, dir: lane}
+	if c.flow = p.flows[fk]; c.flow == nil {
+		c.flow = &busy{start: t.SubmitNs}
+		p.flows[fk] = c.flow
+	}
+	return c
 }
 
 // maxRDMAKept bounds the work requests a window keeps for latency.
@@ -158,13 +203,18 @@ func (w *Window) Transfer(t *correlate.Transfer) {
 		w.rdma(t)
 		return
 	}
-	p := w.proc(t.PID)
+	var c *copyTallies
+	p := (*procWindow)(nil)
+	if t.Direction == correlate.DirH2D || t.Direction == correlate.DirD2H {
+		c = w.tallies(t)
+		p = c.proc
+		p.hostBytes += t.Bytes
+		c.pages.add(t)
+	} else {
+		p = w.proc(t.PID)
+	}
 	p.transfers++
 	p.bytes += t.Bytes
-	if t.Direction == correlate.DirH2D || t.Direction == correlate.DirD2H {
-		p.hostBytes += t.Bytes
-	}
-	p.addPages(t)
 	switch t.HostMem {
 	case event.MemPageable:
 		if correlate.ElementSized(t.Bytes) {
@@ -192,20 +242,22 @@ func (w *Window) Transfer(t *correlate.Transfer) {
 		p.first = t.SubmitNs
 	}
 	p.last = max(p.last, end)
-	d := p.dirs[t.Direction]
-	if d == nil {
-		d = &dirStats{}
-		p.dirs[t.Direction] = d
-	}
-	d.add(t.Bytes, t.SubmitNs, end)
-	w.linkCopy(t)
 	w.linkPeer(t)
-	switch t.Direction {
-	case correlate.DirH2D:
-		p.addFlow(flowKey{pid: t.PID, stream: t.Stream, kind: t.Direction, dir: Inbound}, t.SubmitNs, end, t.Bytes)
-	case correlate.DirD2H:
-		p.addFlow(flowKey{pid: t.PID, stream: t.Stream, kind: t.Direction, dir: Outbound}, t.SubmitNs, end, t.Bytes)
+	if c == nil {
+		p.dirStats(t.Direction).add(t.Bytes, t.SubmitNs, end)
+		return
 	}
+	c.dir.add(t.Bytes, t.SubmitNs, end)
+	// On its GPU's link: the GPU the copy names, else the submitting
+	// process's (at judgement). A copy's latency is its own only when its
+	// wait followed it closely.
+	if c.inflight != nil {
+		w.addInflightTo(c.inflight, t.SubmitNs, t.CompleteNs, t.Bytes, !t.CompleteNear)
+	} else {
+		w.inflight.dropped++
+	}
+	w.addLinkTo(c.link, t.SubmitNs, t.CompleteNs, t.Bytes)
+	c.flow.add(t.SubmitNs, end, t.Bytes)
 }
 
 // rdma places an RDMA request on the GPU link it crosses: data written
@@ -266,7 +318,21 @@ func (p *procWindow) addFlow(k flowKey, start, end, bytes uint64) {
 		p.flows[k] = &busy{start: start, end: end, bytes: bytes}
 		return
 	}
+	b.add(start, end, bytes)
+}
+
+func (b *busy) add(start, end, bytes uint64) {
 	b.start, b.end, b.bytes = min(b.start, start), max(b.end, end), b.bytes+bytes
+}
+
+// dirStats is the direction's statistics, created empty.
+func (p *procWindow) dirStats(direction string) *dirStats {
+	d := p.dirs[direction]
+	if d == nil {
+		d = &dirStats{}
+		p.dirs[direction] = d
+	}
+	return d
 }
 
 // PIDs lists the processes that transferred during the window.
@@ -295,6 +361,8 @@ func (w *Window) Rotate() *Window {
 	old := &Window{procs: w.procs, rdmas: w.rdmas, links: w.links, linkSpans: w.linkSpans, counters: w.counters, sm: w.sm, peers: w.peers}
 	w.procs, w.rdmas, w.links, w.linkSpans, w.counters, w.sm, w.peers = map[uint32]*procWindow{}, nil, nil, 0, nil, nil, nil
 	old.inflight, w.inflight = w.inflight, inflightWindow{}
+	w.inflight.sizeFrom(&old.inflight)
+	w.last = copyTallies{}
 	return old
 }
 
