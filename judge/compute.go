@@ -49,13 +49,13 @@ func Compute(w *Window, pid uint32) correlate.ComputeReport {
 	in := correlate.ComputeInput{PID: pid, KernelsProbed: w.kernels, End: c.end, Dropped: c.dropped}
 	if p := c.procs[pid]; p != nil {
 		p.closeRuns()
-		in.Copies, in.Acts = p.copies, p.acts
+		in.Copies, in.Acts = c.spans(p.copies), p.acts
 	}
 	return correlate.ComputeOverlap(in)
 }
 
 // maxComputeItems bounds the copies and activities a window keeps for the
-// compute-overlap judgement (about 100 bytes each); past it they are
+// compute-overlap judgement (56 to about 200 bytes each); past it they are
 // counted, not kept, and the window's compute overlap is not judged.
 const maxComputeItems = 1 << 17
 
@@ -66,10 +66,74 @@ type computeFacts struct {
 	kept    int
 	dropped uint64
 	end     uint64 // the latest timestamp seen
+	// names are the GPUs, APIs and directions of the copies kept, each
+	// once: a kept copy names them by index, so the window's copies hold
+	// no pointer for the collector to trace.
+	names   []string
+	nameIdx map[string]uint16
+	// sizes are the copies the previous window kept per process (sizer).
+	sizes map[uint32]int
+	last  [3]struct { // the latest copy's GPU, API and direction: copies come in runs
+		name string
+		idx  uint16
+		ok   bool
+	}
+}
+
+// keptCopy is a correlate.CopySpan as a window keeps it.
+type keptCopy struct {
+	tid                uint32
+	gpu, api, dir      uint16
+	stream, bytes      uint64
+	submitNs, complete uint64
+	callNs             uint64
+}
+
+func (c *computeFacts) sizeFrom(prev Facts) {
+	p := prev.(*computeFacts)
+	c.sizes = make(map[uint32]int, len(p.procs))
+	for pid, pp := range p.procs {
+		c.sizes[pid] = len(pp.copies)
+	}
+}
+
+// name is s's index in c.names, s being a copy's GPU, API or direction
+// (field 0, 1, 2): bounded sets, far fewer than 1<<16 together.
+func (c *computeFacts) name(field int, s string) uint16 {
+	l := &c.last[field]
+	if l.ok && l.name == s {
+		return l.idx
+	}
+	i, ok := c.nameIdx[s]
+	if !ok {
+		i = c.add(s)
+	}
+	l.name, l.idx, l.ok = s, i, true
+	return i
+}
+
+func (c *computeFacts) add(s string) uint16 {
+	if c.nameIdx == nil {
+		c.nameIdx = map[string]uint16{}
+	}
+	i := uint16(len(c.names))
+	c.names = append(c.names, s)
+	c.nameIdx[s] = i
+	return i
+}
+
+// spans are the kept copies as the judgement reads them.
+func (c *computeFacts) spans(kept []keptCopy) []correlate.CopySpan {
+	out := make([]correlate.CopySpan, len(kept))
+	for i, k := range kept {
+		out[i] = correlate.CopySpan{TID: k.tid, Stream: k.stream, GPU: c.names[k.gpu], API: c.names[k.api], Direction: c.names[k.dir],
+			Bytes: k.bytes, SubmitNs: k.submitNs, Complete: k.complete, CallNs: k.callNs}
+	}
+	return out
 }
 
 type computeProc struct {
-	copies []correlate.CopySpan
+	copies []keptCopy
 	acts   []correlate.Activity
 	// runs are the open runs of compute launches, per thread and stream: a
 	// server launches thousands of kernels per wait, and every launch of a
@@ -120,6 +184,9 @@ func (c *computeFacts) proc(pid uint32) *computeProc {
 	p := c.procs[pid]
 	if p == nil {
 		p = &computeProc{}
+		if n := c.sizes[pid]; n > 0 {
+			p.copies = make([]keptCopy, 0, n)
+		}
 		c.procs[pid] = p
 	}
 	return p
@@ -138,15 +205,20 @@ func (c *computeFacts) room() bool {
 // Transfer keeps what the rules take of a transfer: H2D copies on their
 // streams and the `.item()` shape.
 func (c *computeFacts) Transfer(t *correlate.Transfer) {
-	s := correlate.CopySpan{TID: t.TID, Stream: t.Stream, GPU: t.GPU, API: t.API, Direction: t.Direction,
-		Bytes: t.Bytes, SubmitNs: t.SubmitNs, Complete: t.CompleteNs, CallNs: t.CallNs}
-	if t.Mover != correlate.MoverCopyEngine || t.Direction != correlate.DirH2D && !s.ElementRead() {
+	if t.Mover != correlate.MoverCopyEngine {
 		return
+	}
+	if t.Direction != correlate.DirH2D {
+		s := correlate.CopySpan{API: t.API, Direction: t.Direction, Bytes: t.Bytes}
+		if !s.ElementRead() {
+			return
+		}
 	}
 	c.end = max(c.end, t.SubmitNs+t.CallNs, t.CompleteNs)
 	if c.room() {
 		p := c.proc(t.PID)
-		p.copies = append(p.copies, s)
+		p.copies = append(p.copies, keptCopy{tid: t.TID, gpu: c.name(0, t.GPU), api: c.name(1, t.API), dir: c.name(2, t.Direction),
+			stream: t.Stream, bytes: t.Bytes, submitNs: t.SubmitNs, complete: t.CompleteNs, callNs: t.CallNs})
 	}
 }
 

@@ -69,12 +69,22 @@ func (w *Window) Activity(a *correlate.Activity) {
 	}
 }
 
+// sizer is Facts that size their buffers from the previous window's
+// (the same rule's): a busy server's windows are alike, and a buffer grown
+// copy by copy costs more than the copies.
+type sizer interface{ sizeFrom(prev Facts) }
+
 // Rotate hands back the window collected so far and starts a new one in w.
 func (w *Window) Rotate() *Window {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	old := &Window{Window: w.Window.Rotate(), kernels: w.kernels, facts: w.facts}
 	w.facts = newFacts()
+	for i, f := range w.facts {
+		if s, ok := f.(sizer); ok {
+			s.sizeFrom(old.facts[i])
+		}
+	}
 	return old
 }
 
