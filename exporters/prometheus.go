@@ -48,6 +48,14 @@ type Metrics struct {
 	fired map[findingKey]uint64
 
 	rules ruleSeries // the window rules' series (ruleseries.go)
+
+	// last is the latest copy's series: transfers come in bursts of one
+	// kind, and each then counts without hashing its labels.
+	last struct {
+		key   transferKey
+		count *transferCount
+		size  *histogram
+	}
 }
 
 type findingKey struct{ rule, sev string }
@@ -331,6 +339,23 @@ func NewRegistry(m *Metrics, scrapers map[string]Collector, log *slog.Logger) *p
 	return reg
 }
 
+// transferCount is the series of k, created at zero; past maxSeries, the
+// overflow series (and its key).
+func (m *Metrics) transferCount(k transferKey) (transferKey, *transferCount) {
+	c := m.transfers[k]
+	if c == nil {
+		if len(m.transfers) >= maxSeries {
+			k = transferKey{overflow, overflow, overflow}
+			c = m.transfers[k]
+		}
+		if c == nil {
+			c = &transferCount{}
+			m.transfers[k] = c
+		}
+	}
+	return k, c
+}
+
 // Transfer counts one transfer. It implements correlate.Sink.
 func (m *Metrics) Transfer(t *correlate.Transfer) {
 	m.mu.Lock()
@@ -357,25 +382,18 @@ func (m *Metrics) Transfer(t *correlate.Transfer) {
 		return
 	}
 	k := transferKey{t.Direction, string(t.HostMem), t.Op.String()}
-	c := m.transfers[k]
-	if c == nil {
-		if len(m.transfers) >= maxSeries {
-			k = transferKey{overflow, overflow, overflow}
-			c = m.transfers[k]
+	if m.last.count == nil || m.last.key != k {
+		series, c := m.transferCount(k)
+		h := m.sizes[series.direction]
+		if h == nil {
+			h = newHistogram(len(sizeBuckets))
+			m.sizes[series.direction] = h
 		}
-		if c == nil {
-			c = &transferCount{}
-			m.transfers[k] = c
-		}
+		m.last.key, m.last.count, m.last.size = k, c, h
 	}
-	c.n++
-	c.bytes += t.Bytes
-	h := m.sizes[k.direction]
-	if h == nil {
-		h = newHistogram(len(sizeBuckets))
-		m.sizes[k.direction] = h
-	}
-	h.observe(sizeBuckets, float64(t.Bytes))
+	m.last.count.n++
+	m.last.count.bytes += t.Bytes
+	m.last.size.observe(sizeBuckets, float64(t.Bytes))
 
 	if t.Op.IsXfer() {
 		m.xfer(t)
