@@ -426,8 +426,7 @@ func (e *Engine) failed(p *proc, c *event.Call) ref {
 	idx := e.alloc()
 	e.seq++
 	t := &e.txs[idx]
-	*t = pending{seq: e.seq, p: p, open: true, done: true}
-	newTransfer(&t.Transfer, c)
+	t.start(c, e.seq, p, nil, true, true)
 	if c.Op.IsCopy() {
 		classify(p.mem, c.CopyKind, &t.Transfer)
 	} else {
@@ -684,11 +683,9 @@ func (e *Engine) copy(p *proc, c *event.Call, key uint64) ref {
 	idx := e.alloc()
 	e.seq++
 	t := &e.txs[idx]
-	*t = pending{seq: e.seq, p: p, st: st,
-		// A runtime call may still be joined by its driver call, and a
-		// driver call reported at return by the runtime call around it.
-		open: c.Layer == event.LayerRuntime || c.Returns}
-	newTransfer(&t.Transfer, c)
+	// A runtime call may still be joined by its driver call, and a driver
+	// call reported at return by the runtime call around it.
+	t.start(c, e.seq, p, st, c.Layer == event.LayerRuntime || c.Returns, false)
 	classify(p.mem, c.CopyKind, &t.Transfer)
 	t.GPU = e.pciOf(p, p.dev.copyDevice(p.mem, c, &t.Transfer))
 	if t.Direction == DirD2D && t.GPU != "" {

@@ -306,8 +306,7 @@ func (e *Engine) launch(p *proc, c *event.Call, key uint64) (r ref, ok bool) {
 	idx := e.alloc()
 	e.seq++
 	t := &e.txs[idx]
-	*t = pending{seq: e.seq, p: p, st: st, open: c.Layer == event.LayerRuntime || c.Returns}
-	newTransfer(&t.Transfer, c)
+	t.start(c, e.seq, p, st, c.Layer == event.LayerRuntime || c.Returns, false)
 	kernelTransfer(&t.Transfer, info, symbol)
 	// The kernel runs on its thread's current device (docs/design.md,
 	// "Placement"): a CUfunction's context is the one current at its

@@ -1,5 +1,7 @@
 package correlate
 
+import "github.com/lanewatch/lanewatch/event"
+
 // Pending transfers live in one slab of the engine and are referred to by
 // (index, sequence) pairs, so queues never hold pointers that a slab growth
 // would invalidate, and a reference to a transfer already emitted (whose slot
@@ -21,6 +23,14 @@ type pending struct {
 	recAt uint64  // lst.records when the copy was submitted
 	done  bool    // completion proven (CompleteNs set)
 	open  bool    // its thread may still report the nested driver call: hold emission
+}
+
+// start fills the slot with the transfer of call c (newTransfer) and its
+// pending state, each field written once: the slot is over 500 bytes, and
+// writing it twice per copy showed in the agent's profile.
+func (t *pending) start(c *event.Call, seq uint64, p *proc, st *stream, open, done bool) {
+	newTransfer(&t.Transfer, c)
+	t.seq, t.p, t.st, t.lst, t.recAt, t.open, t.done = seq, p, st, nil, 0, open, done
 }
 
 // queue is a FIFO of refs that reuses its backing array.
