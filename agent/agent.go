@@ -175,6 +175,8 @@ type Agent struct {
 
 	reap reaper // processes whose exit event was lost (the reading goroutine's)
 
+	lanes *lanes // copy totals of processes gone, folded from the BPF counters (lanes.go)
+
 	// storageWatched: the processes the storage tracer was told of (the
 	// reading goroutine's).
 	storageWatched map[uint32]bool
@@ -258,6 +260,7 @@ func New(cfg Config) (*Agent, error) {
 		limited:      newLimitedLog(cfg.Logger, cfg.LogInterval),
 
 		storageWatched: map[uint32]bool{},
+		lanes:          newLanes(),
 	}
 	a.storageLookup()
 	if len(cfg.PIDs) > 0 {
@@ -274,6 +277,7 @@ func New(cfg Config) (*Agent, error) {
 func (a *Agent) Run(ctx context.Context) (err error) {
 	defer func() {
 		final := a.Stats() // read the BPF counters while they still exist
+		a.finishLanes()
 		a.finalMu.Lock()
 		a.final = &final
 		a.finalMu.Unlock()
@@ -710,10 +714,12 @@ func (a *Agent) handle(c *event.Call) {
 		delete(a.preexisting, int(c.PID))
 		a.procMu.Unlock()
 		a.engineMu.Lock()
+		gpus := a.engine.StreamGPUs(c.PID)
 		a.engine.ProcessExit(c.PID) // the old image's memory is gone
 		a.engine.ObservedFromStart(c.PID)
 		a.engineMu.Unlock()
-		a.pages.Exit(c.PID, nil) // and so are its chunks' nodes
+		a.lanes.exit(c.PID, gpus) // for the old image's copy counters
+		a.pages.Exit(c.PID, nil)  // and so are its chunks' nodes
 		return
 	case event.KindExit:
 		a.procMu.Lock()
@@ -728,8 +734,10 @@ func (a *Agent) handle(c *event.Call) {
 		default: // the periodic rescan notices it
 		}
 		a.engineMu.Lock()
+		gpus := a.engine.StreamGPUs(c.PID)
 		a.engine.ProcessExit(c.PID)
 		a.engineMu.Unlock()
+		a.lanes.exit(c.PID, gpus) // for its copy counters, until they are folded
 		var onExit func()
 		if a.cfg.OnExit != nil {
 			pid := c.PID // c is reused for the next event; the exit may wait

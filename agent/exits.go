@@ -40,6 +40,7 @@ func (a *Agent) between(idle bool) {
 		return
 	}
 	a.reap.next = now.Add(reapEvery)
+	a.sweepLanes()
 	listed, err := listPIDs(a.cfg.ProcRoot)
 	live := make(map[uint32]bool, len(listed))
 	for _, pid := range listed {

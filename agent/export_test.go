@@ -36,3 +36,15 @@ func ProbedFiles(a *Agent) map[probes.FileID]bool {
 	}
 	return out
 }
+
+// FlowsOf counts the BPF copy counters of pid not yet folded by a sweep.
+func FlowsOf(a *Agent, pid int) (int, error) {
+	flows, err := a.probes.Flows()
+	n := 0
+	for _, f := range flows {
+		if f.PID == uint32(pid) {
+			n++
+		}
+	}
+	return n, err
+}

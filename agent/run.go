@@ -428,7 +428,8 @@ func (m *metrics) health() exporters.Health {
 		return exporters.Health{}
 	}
 	st := ag.Stats()
-	return exporters.Health{Events: st.Events, Drops: st.Drops, AttachedProbes: ag.AttachedProbes(),
+	lanes, uncounted := ag.LaneCopies()
+	return exporters.Health{LaneCopies: lanes, LaneUncounted: uncounted, Events: st.Events, Drops: st.Drops, AttachedProbes: ag.AttachedProbes(),
 		AttachFailures: ag.AttachFailures(), Unprobed: ag.UnprobedByLibrary(), CallerUnclassified: st.CallerUnclassified, Pending: ag.Pending(), PageLookups: st.Pages.ByResult(),
 		Kernels: st.Engine.Kernels, Graphs: st.Engine.Graphs, ProbedLibraries: st.Files, LibraryDetaches: st.LibraryDetaches,
 		LoaderHolds: st.Holds.ByEnd(), LoaderHoldSeconds: float64(st.Holds.HeldNS) / 1e9}

@@ -43,6 +43,7 @@ const enum lw_uct_iface_arg *unused_uct_iface_arg __attribute__((unused));
 const enum lw_ucp_mem_map_arg *unused_ucp_mem_map_arg __attribute__((unused));
 const enum lw_slot *unused_slot __attribute__((unused));
 const enum lw_fabric_msg_arg *unused_fabric_msg_arg __attribute__((unused));
+const enum lw_count *unused_count __attribute__((unused));
 
 /* The reader drains on its own timer and is woken only when the ring holds
  * wakeup_bytes unread. A wakeup costs microseconds on a VM, and asking the
@@ -98,6 +99,25 @@ __u64 lost_waiting;
 __u64 lost_overflow;
 
 #include "pidns.h" /* pidns_dev, pidns_ino, current_id, foreign */
+
+/* Copy totals per flow (struct lw_flow, lanewatch.h) and what each row
+ * counts. Hash updates are atomic adds: a flow's threads may run on
+ * several CPUs, and a per-CPU hash would cost LW_FLOWS entries per CPU.
+ * flows_full counts the copies no flow had room for. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, LW_COUNT_ROWS);
+	__type(key, __u32);
+	__type(value, struct lw_count_row);
+} count_rows SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, LW_FLOWS);
+	__type(key, struct lw_flow);
+	__type(value, struct lw_flow_total);
+} flows SEC(".maps");
+__u64 flows_full;
 
 /* note_lost remembers that the current process lost an event. */
 static __always_inline void note_lost(void)
@@ -362,6 +382,46 @@ static __always_inline void emit_name(struct lw_event *in)
 	}
 }
 
+/* arg_at is argument slot i - 1 of e, 0 for i = 0 (struct lw_count_row).
+ * Constant indexes: the verifier cannot bound args[i - 1]. */
+static __always_inline __u64 arg_at(const struct lw_event *e, __u8 i)
+{
+	__u64 v = 0;
+	for (__u32 j = 0; j < LW_MAX_ARGS; j++)
+		if (j + 1 == i)
+			v = e->args[j];
+	return v;
+}
+
+/* count_copy adds a call kept at entry to its flow's totals when its row
+ * is a counted copy and it returned success (CUresult and cudaError_t: 0).
+ * Called before the call's event is reserved: a full ring loses no count. */
+static __always_inline void count_copy(const struct lw_event *in, __u64 rc)
+{
+	__u32 row = in->probe;
+	const struct lw_count_row *r = bpf_map_lookup_elem(&count_rows, &row);
+	if (!r || !r->bytes || (__u32)rc)
+		return;
+	struct lw_flow k = {.pid = in->pid, .probe = in->probe, .stream = arg_at(in, r->stream), .kind = arg_at(in, r->kind)};
+	__u64 bytes = arg_at(in, r->bytes);
+	if (r->height)
+		bytes *= arg_at(in, r->height);
+	struct lw_flow_total *t = bpf_map_lookup_elem(&flows, &k);
+	if (!t) {
+		struct lw_flow_total first = {.calls = 1, .bytes = bytes};
+		long err = bpf_map_update_elem(&flows, &k, &first, BPF_NOEXIST);
+		if (!err)
+			return;
+		/* Another CPU made it first, or no room. */
+		if (err != -LW_EEXIST || !(t = bpf_map_lookup_elem(&flows, &k))) {
+			__sync_fetch_and_add(&flows_full, 1);
+			return;
+		}
+	}
+	__sync_fetch_and_add(&t->calls, 1);
+	__sync_fetch_and_add(&t->bytes, bytes);
+}
+
 /* call_return emits a call kept at entry with its result; with_name, the
  * name it was given first (enum lw_name), when it succeeded. */
 static __always_inline int call_return(struct pt_regs *ctx, int with_name)
@@ -371,6 +431,7 @@ static __always_inline int call_return(struct pt_regs *ctx, int with_name)
 	struct lw_event *in = saved_entry(cookie, &s);
 	if (!in)
 		return 0;
+	count_copy(in, LW_RC(ctx));
 	if (with_name && (__u32)LW_RC(ctx) == 0)
 		emit_name(in);
 	struct lw_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);

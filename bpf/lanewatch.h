@@ -60,6 +60,36 @@ struct lw_event {
 	__u64 args[LW_MAX_ARGS];
 };
 
+/* Per-flow copy totals, kept in BPF so that a full ring loses no byte of
+ * them (docs/design.md, "Lane byte totals"): the return program of a copy
+ * that succeeded adds it to its flow before reserving its event. A flow is
+ * one process, row, stream and stated direction. */
+struct lw_flow {
+	__u32 pid;    /* tgid, as the events say it */
+	__u16 probe;  /* row of probes.Table */
+	__u16 pad;
+	__u64 stream; /* the stream argument; 0 for rows without one */
+	__u64 kind;   /* the direction argument (cudaMemcpyKind, a 2D copy's memory types); 0 for a fixed one */
+};
+struct lw_flow_total {
+	__u64 calls;
+	__u64 bytes;
+};
+/* What the return program counts of a row (map count_rows, indexed by row,
+ * filled by user space from probes.Table at load): argument slot + 1 of
+ * each value, 0 when the row has none. A row without bytes (every row
+ * user space did not fill) is not counted. */
+struct lw_count_row {
+	__u8 bytes;
+	__u8 height; /* 2D copies: bytes = width * height */
+	__u8 stream;
+	__u8 kind;
+};
+enum lw_count {
+	LW_COUNT_ROWS = 1024, /* rows of count_rows: more than probes.Table has (a Go test checks) */
+	LW_FLOWS = 16384,     /* flows held at once; a copy of a flow with no room is counted in flows_full */
+};
+
 /* Calls in flight on one thread, one slot per API layer (a runtime call
  * nests its driver call, a UCX put its transport's calls and those the
  * verbs or the CUDA driver): the entry writes the slot, the return reads it

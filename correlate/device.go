@@ -311,3 +311,32 @@ func ParseBusID(b []byte) string {
 	}
 	return fmt.Sprintf("%04x:%02x:%02x.%x", d, bu, dv, f)
 }
+
+// StreamGPUs is the GPU (PCI address) of the last copy the engine placed
+// on each stream of process pid whose GPU was known, by the stream handle
+// the calls passed; the default streams (handles 0, 1 and 2, every
+// thread's) under 0, when they all went to one GPU. nil when the process
+// is unknown. The agent places the BPF-side copy counters on lanes with
+// it (docs/design.md, "Lane byte totals").
+func (e *Engine) StreamGPUs(pid uint32) map[uint64]string {
+	p := e.procs[pid]
+	if p == nil {
+		return nil
+	}
+	out := make(map[uint64]string, len(p.streams))
+	def, mixed := "", false
+	for key, st := range p.streams {
+		switch {
+		case st.gpu == "":
+		case key == 0 || key&perThreadStream != 0:
+			mixed = mixed || def != "" && def != st.gpu
+			def = st.gpu
+		default:
+			out[key] = st.gpu
+		}
+	}
+	if def != "" && !mixed {
+		out[0] = def
+	}
+	return out
+}

@@ -344,3 +344,34 @@ func FuzzParseBusID(f *testing.F) {
 		}
 	})
 }
+
+// StreamGPUs places each stream on the GPU of its last placed copy, and
+// the default streams on theirs only while they all agree.
+func TestStreamGPUs(t *testing.T) {
+	w := newDevWorld(t, true)
+	const d0, d1 = 0xd000_0000, 0xd100_0000
+	w.setDevice(1, 0)
+	w.alloc(1, d0, mib)
+	w.setDevice(2, 1)
+	w.alloc(2, d1, mib)
+	on := func(tid uint32, dst, stream uint64) {
+		w.call("cuMemcpyHtoDAsync_v2", tid, func(c *event.Call) { c.Dst, c.Src, c.Bytes, c.Stream = dst, heap, mib, stream })
+	}
+	on(1, d0, 0x5a)
+	on(2, d1, 0x5b)
+	on(1, d0, 0)        // legacy default stream
+	on(2, d0+64, 2)     // thread 2's per-thread default stream, on GPU 0's memory
+	on(1, 0x1234, 0x5c) // not device memory: where thread 1's current device is
+	got := w.e.StreamGPUs(testPID)
+	want := map[uint64]string{0x5a: "0000:00:00.0", 0x5b: "0000:10:00.0", 0x5c: "0000:00:00.0", 0: "0000:00:00.0"}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("StreamGPUs %v, want %v", got, want)
+	}
+	on(2, d1, 0) // the default streams now went to two GPUs: unknown
+	if g, ok := w.e.StreamGPUs(testPID)[0]; ok {
+		t.Errorf("default streams on two GPUs placed on %s", g)
+	}
+	if w.e.StreamGPUs(testPID+1) != nil {
+		t.Error("an unknown process has streams")
+	}
+}

@@ -688,6 +688,9 @@ func (e *Engine) copy(p *proc, c *event.Call, key uint64) ref {
 	t.start(c, e.seq, p, st, c.Layer == event.LayerRuntime || c.Returns, false)
 	classify(p.mem, c.CopyKind, &t.Transfer)
 	t.GPU = e.pciOf(p, p.dev.copyDevice(p.mem, c, &t.Transfer))
+	if t.GPU != "" {
+		st.gpu = t.GPU
+	}
 	if t.Direction == DirD2D && t.GPU != "" {
 		if src := e.pciOf(p, p.dev.ownerOf(p.mem, t.Src.Addr)); src != t.GPU {
 			t.SrcGPU = src // a peer copy: "" when its source's owner is unknown

@@ -71,6 +71,10 @@ type stream struct {
 	// last point the stream was proven drained, and the engine sequence
 	// number current at its last record.
 	records, drainedAt, lastRecSeq uint64
+
+	// gpu: the GPU of the stream's last copy whose GPU was known
+	// (StreamGPUs).
+	gpu string
 }
 
 // drained says a synchronisation proved the stream's work done up to upTo:

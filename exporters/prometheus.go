@@ -95,6 +95,19 @@ type Health struct {
 	// Graphs counts CUDA graph launches and the calls captured into graphs
 	// (docs/design.md, "CUDA graphs").
 	Graphs correlate.GraphStats
+	// LaneCopies: what the copies counted in BPF moved per GPU lane and
+	// direction (docs/design.md, "Lane byte totals"), exact when events
+	// were dropped; LaneUncounted the copies the BPF flow table had no
+	// room for. nil: no counters.
+	LaneCopies    []LaneCopies
+	LaneUncounted uint64
+}
+
+// LaneCopies is what the counted copies moved over one GPU's lane in one
+// direction: GPU "" when unknown.
+type LaneCopies struct {
+	GPU, Direction string
+	Copies, Bytes  uint64
 }
 
 // PageLookupResults are the values of lanewatch_page_lookups_total's
@@ -286,6 +299,16 @@ var (
 		"Host<->device copies by what became of locating the NUMA node of their host pages: located (move_pages), cached, "+
 			"no_node (not resident, not mapped, process gone), failed, over_budget, behind (the locator could not keep up).",
 		[]string{"result"}, nil)
+	descLaneCopies = prometheus.NewDesc("lanewatch_lane_copies_total",
+		"Successful CUDA driver copies per GPU lane and direction (H2D, D2H, D2D, H2H; unknown: cudaMemcpyDefault copies, whose direction their pointers decide), from counters kept in BPF: exact even when events were dropped. "+
+			"gpu is the GPU the copy records that arrived placed the copy's stream on, unknown when none did. Batch copies (cuMemcpyBatchAsync) are not counted.",
+		[]string{"gpu", "direction"}, nil)
+	descLaneBytes = prometheus.NewDesc("lanewatch_lane_bytes_total",
+		"Bytes moved by the copies of lanewatch_lane_copies_total (width*height for 2D copies), per GPU lane and direction, from counters kept in BPF: exact even when events were dropped.",
+		[]string{"gpu", "direction"}, nil)
+	descLaneUncounted = prometheus.NewDesc("lanewatch_lane_uncounted_copies_total",
+		"Successful copies the BPF flow table had no room for: in no lanewatch_lane_copies_total or lanewatch_lane_bytes_total series.",
+		nil, nil)
 	descPending = prometheus.NewDesc("lanewatch_transfers_pending",
 		"Transfers waiting for a synchronisation to prove their completion, plus RDMA work requests not yet completed.", nil, nil)
 )
@@ -484,6 +507,7 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 		descFindings, descFindingWindows, descLaneDemand, descLaneCapacity, descLaneMeasured, descLaneUnattributed, descLaneSM, descPeerCopy, descGPUCounters,
 		descEvalDuration, descEvalTime,
 		descEvents, descDrops, descAttached, descAttachFailures, descUnprobed, descProbedLibraries, descLibraryDetaches, descLoaderHolds, descLoaderHoldSeconds, descCallerUnclassified, descPending, descPageLookups,
+		descLaneCopies, descLaneBytes, descLaneUncounted,
 	} {
 		ch <- d
 	}
@@ -633,9 +657,41 @@ func collectHealth(ch chan<- prometheus.Metric, h Health) {
 	}
 	ch <- prometheus.MustNewConstMetric(descGraphLaunches, prometheus.CounterValue, float64(h.Graphs.Launches))
 	ch <- prometheus.MustNewConstMetric(descCaptured, prometheus.CounterValue, float64(h.Graphs.CapturedCopies))
+	collectLaneCopies(ch, h)
 	if h.PageLookups != nil {
 		for _, r := range PageLookupResults {
 			ch <- prometheus.MustNewConstMetric(descPageLookups, prometheus.CounterValue, float64(h.PageLookups[r]), r)
 		}
 	}
+}
+
+// collectLaneCopies sends the BPF-side copy totals, one series per GPU
+// and direction, past maxSeries under "other".
+func collectLaneCopies(ch chan<- prometheus.Metric, h Health) {
+	if h.LaneCopies == nil {
+		return
+	}
+	type key struct{ gpu, dir string }
+	sum := map[key]*transferCount{}
+	for _, l := range h.LaneCopies {
+		k := key{l.GPU, l.Direction}
+		if k.gpu == "" {
+			k.gpu = "unknown"
+		}
+		if _, ok := sum[k]; !ok && len(sum) >= maxSeries {
+			k = key{overflow, overflow}
+		}
+		c := sum[k]
+		if c == nil {
+			c = &transferCount{}
+			sum[k] = c
+		}
+		c.n += l.Copies
+		c.bytes += l.Bytes
+	}
+	for k, c := range sum {
+		ch <- prometheus.MustNewConstMetric(descLaneCopies, prometheus.CounterValue, float64(c.n), k.gpu, k.dir)
+		ch <- prometheus.MustNewConstMetric(descLaneBytes, prometheus.CounterValue, float64(c.bytes), k.gpu, k.dir)
+	}
+	ch <- prometheus.MustNewConstMetric(descLaneUncounted, prometheus.CounterValue, float64(h.LaneUncounted))
 }

@@ -67,6 +67,9 @@ func testHealth() Health {
 		Pending: 5,
 		Kernels: correlate.KernelStats{Launches: 9, KV: 2, Other: 5, Unnamed: 2},
 		Graphs:  correlate.GraphStats{Launches: 70, CapturedCopies: 2, CapturedBytes: 640},
+		LaneCopies: []LaneCopies{{GPU: "0000:3b:00.0", Direction: correlate.DirH2D, Copies: 3, Bytes: 192},
+			{GPU: "", Direction: correlate.DirD2H, Copies: 1, Bytes: 64}},
+		LaneUncounted: 4,
 	}
 }
 
@@ -208,6 +211,10 @@ lanewatch_transfers_pending 5
 		"lanewatch_kernel_launches_total{class=other}":                          5,
 		"lanewatch_graph_launches_total{}":                                      70,
 		"lanewatch_captured_copies_total{}":                                     2,
+		"lanewatch_lane_bytes_total{direction=H2D,gpu=0000:3b:00.0}":            192,
+		"lanewatch_lane_copies_total{direction=H2D,gpu=0000:3b:00.0}":           3,
+		"lanewatch_lane_bytes_total{direction=D2H,gpu=unknown}":                 64,
+		"lanewatch_lane_uncounted_copies_total{}":                               4,
 	} {
 		if g, ok := got[k]; !ok || g != v {
 			t.Errorf("%s = %v (present %v), want %v", k, g, ok, v)
@@ -258,9 +265,14 @@ func TestMetricsBounded(t *testing.T) {
 			SubmitNs: 1, CompleteNs: 2})
 		m.Transfer(&correlate.Transfer{Op: event.OpXferPut, API: "ucp_put_nbx", Transport: fmt.Sprintf("tl%d", i), NetDevice: "d", LatencyNs: 1})
 	}
+	var lanes []LaneCopies
+	for i := range 3 * maxSeries {
+		lanes = append(lanes, LaneCopies{GPU: fmt.Sprintf("0000:%02x:00.0", i), Direction: correlate.DirH2D, Copies: 1, Bytes: 1})
+	}
+	m.health = func() Health { return Health{LaneCopies: lanes} }
 	reg := NewRegistry(m, nil, nil)
 	for _, name := range []string{"lanewatch_transfers_total", "lanewatch_rdma_work_requests_total", "lanewatch_xfer_transfers_total",
-		"lanewatch_xfer_posted_to_completed_seconds"} {
+		"lanewatch_xfer_posted_to_completed_seconds", "lanewatch_lane_bytes_total", "lanewatch_lane_copies_total"} {
 		n, err := testutil.GatherAndCount(reg, name)
 		if err != nil || n > maxSeries+1 {
 			t.Errorf("%s: %d series (%v), want at most %d", name, n, err, maxSeries+1)

@@ -124,12 +124,8 @@ func Decode(raw []byte, c *event.Call) error {
 	if p.Args.Height >= 0 {
 		c.Bytes *= arg(p.Args.Height)
 	}
-	switch p.Kind {
-	case kindFromArg:
-		c.CopyKind = event.CopyKind(arg(p.Args.Kind))
-	case kindFromTypes:
-		types := arg(p.Args.Kind)
-		c.CopyKind = kindOfTypes(uint32(types), uint32(types>>32))
+	if p.Kind == kindFromArg || p.Kind == kindFromTypes {
+		c.CopyKind = statedKind(p, arg(p.Args.Kind))
 	}
 	c.Caller = ev.Caller
 	c.ViaRuntime = ev.Flags&uint8(lanewatchLwEventFlagLW_F_VIA_RUNTIME) != 0

@@ -46,6 +46,21 @@ const (
 	lanewatchLwCopy2dArgLW_C2D_TYPES  lanewatchLwCopy2dArg = 6
 )
 
+type lanewatchLwCount uint32
+
+const (
+	lanewatchLwCountLW_COUNT_ROWS lanewatchLwCount = 1024
+	lanewatchLwCountLW_FLOWS      lanewatchLwCount = 16384
+)
+
+type lanewatchLwCountRow struct {
+	_      structs.HostLayout
+	Bytes  uint8
+	Height uint8
+	Stream uint8
+	Kind   uint8
+}
+
 type lanewatchLwDropReason uint32
 
 const (
@@ -106,6 +121,21 @@ const (
 	lanewatchLwFabricMsgArgLW_FMSG_IOV_COUNT_OFF lanewatchLwFabricMsgArg = 16
 	lanewatchLwFabricMsgArgLW_FMSG_RMA_IOV_OFF   lanewatchLwFabricMsgArg = 32
 )
+
+type lanewatchLwFlow struct {
+	_      structs.HostLayout
+	Pid    uint32
+	Probe  uint16
+	Pad    uint16
+	Stream uint64
+	Kind   uint64
+}
+
+type lanewatchLwFlowTotal struct {
+	_     structs.HostLayout
+	Calls uint64
+	Bytes uint64
+}
 
 type lanewatchLwLaunchArg uint32
 
@@ -243,8 +273,10 @@ const (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	lanewatchMapCountRows            = "count_rows"
 	lanewatchMapDrops                = "drops"
 	lanewatchMapEvents               = "events"
+	lanewatchMapFlows                = "flows"
 	lanewatchMapInflight             = "inflight"
 	lanewatchMapLost                 = "lost"
 	lanewatchProgLwBatch             = "lw_batch"
@@ -268,12 +300,14 @@ const (
 	lanewatchProgLwUctIfaceEnter     = "lw_uct_iface_enter"
 	lanewatchProgLwUctLane           = "lw_uct_lane"
 	lanewatchVarCpuCounts            = "cpu_counts"
+	lanewatchVarFlowsFull            = "flows_full"
 	lanewatchVarLostOverflow         = "lost_overflow"
 	lanewatchVarLostWaiting          = "lost_waiting"
 	lanewatchVarPidnsDev             = "pidns_dev"
 	lanewatchVarPidnsIno             = "pidns_ino"
 	lanewatchVarUnusedCookieShift    = "unused_cookie_shift"
 	lanewatchVarUnusedCopy2dArg      = "unused_copy2d_arg"
+	lanewatchVarUnusedCount          = "unused_count"
 	lanewatchVarUnusedDropReason     = "unused_drop_reason"
 	lanewatchVarUnusedEventFlag      = "unused_event_flag"
 	lanewatchVarUnusedEventKind      = "unused_event_kind"
@@ -360,10 +394,12 @@ type lanewatchProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type lanewatchMapSpecs struct {
-	Drops    *ebpf.MapSpec `ebpf:"drops"`
-	Events   *ebpf.MapSpec `ebpf:"events"`
-	Inflight *ebpf.MapSpec `ebpf:"inflight"`
-	Lost     *ebpf.MapSpec `ebpf:"lost"`
+	CountRows *ebpf.MapSpec `ebpf:"count_rows"`
+	Drops     *ebpf.MapSpec `ebpf:"drops"`
+	Events    *ebpf.MapSpec `ebpf:"events"`
+	Flows     *ebpf.MapSpec `ebpf:"flows"`
+	Inflight  *ebpf.MapSpec `ebpf:"inflight"`
+	Lost      *ebpf.MapSpec `ebpf:"lost"`
 }
 
 // lanewatchVariableSpecs contains global variables before they are loaded into the kernel.
@@ -371,12 +407,14 @@ type lanewatchMapSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type lanewatchVariableSpecs struct {
 	CpuCounts          *ebpf.VariableSpec `ebpf:"cpu_counts"`
+	FlowsFull          *ebpf.VariableSpec `ebpf:"flows_full"`
 	LostOverflow       *ebpf.VariableSpec `ebpf:"lost_overflow"`
 	LostWaiting        *ebpf.VariableSpec `ebpf:"lost_waiting"`
 	PidnsDev           *ebpf.VariableSpec `ebpf:"pidns_dev"`
 	PidnsIno           *ebpf.VariableSpec `ebpf:"pidns_ino"`
 	UnusedCookieShift  *ebpf.VariableSpec `ebpf:"unused_cookie_shift"`
 	UnusedCopy2dArg    *ebpf.VariableSpec `ebpf:"unused_copy2d_arg"`
+	UnusedCount        *ebpf.VariableSpec `ebpf:"unused_count"`
 	UnusedDropReason   *ebpf.VariableSpec `ebpf:"unused_drop_reason"`
 	UnusedEventFlag    *ebpf.VariableSpec `ebpf:"unused_event_flag"`
 	UnusedEventKind    *ebpf.VariableSpec `ebpf:"unused_event_kind"`
@@ -415,16 +453,20 @@ func (o *lanewatchObjects) Close() error {
 //
 // It can be passed to loadLanewatchObjects or ebpf.CollectionSpec.LoadAndAssign.
 type lanewatchMaps struct {
-	Drops    *ebpf.Map `ebpf:"drops"`
-	Events   *ebpf.Map `ebpf:"events"`
-	Inflight *ebpf.Map `ebpf:"inflight"`
-	Lost     *ebpf.Map `ebpf:"lost"`
+	CountRows *ebpf.Map `ebpf:"count_rows"`
+	Drops     *ebpf.Map `ebpf:"drops"`
+	Events    *ebpf.Map `ebpf:"events"`
+	Flows     *ebpf.Map `ebpf:"flows"`
+	Inflight  *ebpf.Map `ebpf:"inflight"`
+	Lost      *ebpf.Map `ebpf:"lost"`
 }
 
 func (m *lanewatchMaps) Close() error {
 	return _LanewatchClose(
+		m.CountRows,
 		m.Drops,
 		m.Events,
+		m.Flows,
 		m.Inflight,
 		m.Lost,
 	)
@@ -435,12 +477,14 @@ func (m *lanewatchMaps) Close() error {
 // It can be passed to loadLanewatchObjects or ebpf.CollectionSpec.LoadAndAssign.
 type lanewatchVariables struct {
 	CpuCounts          *ebpf.Variable `ebpf:"cpu_counts"`
+	FlowsFull          *ebpf.Variable `ebpf:"flows_full"`
 	LostOverflow       *ebpf.Variable `ebpf:"lost_overflow"`
 	LostWaiting        *ebpf.Variable `ebpf:"lost_waiting"`
 	PidnsDev           *ebpf.Variable `ebpf:"pidns_dev"`
 	PidnsIno           *ebpf.Variable `ebpf:"pidns_ino"`
 	UnusedCookieShift  *ebpf.Variable `ebpf:"unused_cookie_shift"`
 	UnusedCopy2dArg    *ebpf.Variable `ebpf:"unused_copy2d_arg"`
+	UnusedCount        *ebpf.Variable `ebpf:"unused_count"`
 	UnusedDropReason   *ebpf.Variable `ebpf:"unused_drop_reason"`
 	UnusedEventFlag    *ebpf.Variable `ebpf:"unused_event_flag"`
 	UnusedEventKind    *ebpf.Variable `ebpf:"unused_event_kind"`

@@ -119,6 +119,10 @@ func Load(opts Options) (*Probes, error) {
 		}
 		return nil, fmt.Errorf("load BPF programs: %w", err)
 	}
+	if err := p.fillCountRows(); err != nil {
+		p.Close()
+		return nil, err
+	}
 	p.loadHold()
 	p.reader, err = ringbuf.NewReader(p.objs.Events)
 	if err != nil {

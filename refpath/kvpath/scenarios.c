@@ -700,10 +700,18 @@ static int sc_callbench(const struct opts *o, struct result *res)
 	uint64_t t1 = truth_now_ns();
 	sync_ns += t1 - a;
 	double per = (double)(t1 - t0) / (double)n, enq = (double)(t1 - t0 - sync_ns) / (double)n;
-	printf("{\"calls\":%ld,\"ns_per_call\":%.1f,\"enqueue_ns_per_call\":%.1f}\n", n, per, enq);
+	/* What the application moved, as its driver counted it (the warm-up
+	 * copy included), and over which GPU: the totals the agent's BPF-side
+	 * counters must equal, however many events it dropped. */
+	char gpu[32] = "";
+	refcudaDeviceBusId(0, gpu, sizeof gpu);
+	unsigned long long in = refcudaLaneBytes(1);
+	printf("{\"calls\":%ld,\"ns_per_call\":%.1f,\"enqueue_ns_per_call\":%.1f,\"gpu\":\"%s\",\"lane_in_bytes\":%llu}\n",
+	       n, per, enq, gpu, in);
 	fflush(stdout);
-	snprintf(res->extra, sizeof res->extra, "\"bench_calls\":%ld,\"ns_per_call\":%.1f,\"enqueue_ns_per_call\":%.1f",
-		 n, per, enq);
+	snprintf(res->extra, sizeof res->extra,
+		 "\"bench_calls\":%ld,\"ns_per_call\":%.1f,\"enqueue_ns_per_call\":%.1f,\"gpu\":\"%s\",\"lane_in_bytes\":%llu",
+		 n, per, enq, gpu, in);
 
 	CHECK(cudaStreamDestroy(s));
 	CHECK(cudaFree(dev));

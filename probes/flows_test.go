@@ -1,0 +1,140 @@
+package probes
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"testing"
+
+	"github.com/lanewatch/lanewatch/event"
+	"github.com/lanewatch/lanewatch/internal/testenv"
+)
+
+// Every driver copy row with a result is counted, with argument slots the
+// return program can read; nothing else is.
+func TestCountRows(t *testing.T) {
+	if len(Table) > int(lanewatchLwCountLW_COUNT_ROWS) {
+		t.Fatalf("probe table has %d rows, count_rows holds %d", len(Table), lanewatchLwCountLW_COUNT_ROWS)
+	}
+	counted := map[string]bool{}
+	for i := range Table {
+		p := &Table[i]
+		r := countRow(p)
+		copyRow := p.Layer == event.LayerDriver && p.Op.IsCopy() && p.Op != event.OpCopyBatch
+		if copyRow != (r.Bytes != 0) {
+			t.Errorf("%s: counted %v, want %v", p.Symbol, r.Bytes != 0, copyRow)
+		}
+		for _, slot := range []uint8{r.Bytes, r.Height, r.Stream, r.Kind} {
+			if int(slot) > int(lanewatchLwEventArgsLen()) {
+				t.Errorf("%s: slot %d past the %d arguments an event holds", p.Symbol, slot, lanewatchLwEventArgsLen())
+			}
+		}
+		if r.Bytes != 0 {
+			counted[p.Symbol] = true
+		}
+	}
+	for _, want := range []string{"cuMemcpyHtoDAsync_v2", "cuMemcpyDtoH_v2_ptds", "cuMemcpyAsync_ptsz", "cuMemcpy2DAsync_v2", "cuMemcpyPeerAsync"} {
+		if !counted[want] {
+			t.Errorf("%s is not counted", want)
+		}
+	}
+	// A 2D row's bytes are width * height, its direction from the memory types.
+	for i := range Table {
+		if Table[i].Symbol == "cuMemcpy2DAsync_v2" {
+			r := countRow(&Table[i])
+			if r.Height == 0 || r.Kind == 0 || r.Stream == 0 {
+				t.Errorf("cuMemcpy2DAsync_v2: %+v, want height, kind and stream", r)
+			}
+			if k := statedKind(&Table[i], 1|2<<32); k != event.CopyHostToDevice {
+				t.Errorf("cuMemcpy2DAsync_v2 host→device types: %v", k)
+			}
+		}
+	}
+}
+
+func lanewatchLwEventArgsLen() int { return len(lanewatchLwEvent{}.Args) }
+
+// The BPF-side counters hold every successful copy of a run whose ring
+// could hold almost none of its events (no reader, a one-page ring): the
+// bytes equal what the reference driver says it moved over the lane.
+func TestFlowsCountWhatTheRingDrops(t *testing.T) {
+	testenv.RequireRoot(t)
+	// A copy of the reference path: the probes see this test's calls only.
+	ref := t.TempDir()
+	for _, f := range []string{"bin", "plain", "lib"} {
+		if err := os.Mkdir(filepath.Join(ref, f), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, f := range []string{"bin/kvpath", "plain/libcudart.so.12", "lib/libcuda.so.1"} {
+		copyFile(t, filepath.Join(testenv.RefDir(t), f), filepath.Join(ref, f))
+	}
+	p, err := Load(Options{RingBytes: 4096})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	lib := filepath.Join(ref, "lib", "libcuda.so.1")
+	syms, err := LookupSymbols(lib, []string{"cuMemcpyHtoDAsync_v2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.AttachFile(FileID{Inode: 1}, lib, syms, 0); err != nil {
+		t.Fatal(err)
+	}
+	const iterations = 3000 // ~25 events fit in the ring
+	cmd := exec.Command(filepath.Join(ref, "bin", "kvpath"), "--scenario", "callbench", "--iterations", strconv.Itoa(iterations))
+	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+filepath.Join(ref, "plain")+":"+filepath.Join(ref, "lib"))
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("%s: %v", cmd, err)
+	}
+	var truth struct {
+		Calls       int    `json:"calls"`
+		LaneInBytes uint64 `json:"lane_in_bytes"`
+	}
+	if err := json.Unmarshal(out, &truth); err != nil || truth.Calls != iterations || truth.LaneInBytes == 0 {
+		t.Fatalf("kvpath said %q (%v)", out, err)
+	}
+	d, err := p.Drops()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.RingFull == 0 {
+		t.Fatalf("no event dropped: the test proves nothing (%+v)", d)
+	}
+	flows, err := p.Flows()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var calls, bytes uint64
+	for _, f := range flows {
+		if f.PID != uint32(cmd.Process.Pid) {
+			continue
+		}
+		if Table[f.Row].Symbol != "cuMemcpyHtoDAsync_v2" || f.Kind != event.CopyHostToDevice || f.Stream == 0 {
+			t.Errorf("flow %+v: want cuMemcpyHtoDAsync_v2, H2D, on the scenario's stream", f)
+		}
+		calls += f.Calls
+		bytes += f.Bytes
+	}
+	if calls != iterations+1 || bytes != truth.LaneInBytes { // and the warm-up copy
+		t.Errorf("counted %d copies, %d bytes; the application made %d copies, its driver moved %d bytes in (%d events dropped)",
+			calls, bytes, iterations+1, truth.LaneInBytes, d.RingFull)
+	}
+	t.Logf("%d copies, %d bytes counted; %d events dropped", calls, bytes, d.RingFull)
+	full, err := p.FlowsFull()
+	if err != nil || full != 0 {
+		t.Errorf("flows_full %d, err %v", full, err)
+	}
+	if len(flows) > 0 {
+		if err := p.ForgetFlow(flows[0]); err != nil {
+			t.Error(err)
+		}
+		if after, err := p.Flows(); err != nil || len(after) != len(flows)-1 {
+			t.Errorf("after forgetting one of %d flows: %d (%v)", len(flows), len(after), err)
+		}
+	}
+}
