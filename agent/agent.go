@@ -35,6 +35,7 @@ type Config struct {
 	// (found by the rescan) has its probes detached (0: 30 s).
 	ReleaseAfter time.Duration
 	RingBytes    uint32    // ring buffer size, 0 for the default
+	NoShedding   bool      // never shed copies: a full ring drops (probes.Options.NoShedding)
 	Record       io.Writer // raw events, for offline replay; nil for none
 	Sink         correlate.Sink
 	// Activity receives the engine's launches, host waits and event
@@ -226,7 +227,7 @@ func New(cfg Config) (*Agent, error) {
 	stubs := newStubResolver(cfg.ProcRoot, cfg.Logger)
 	var a *Agent
 	between := func(idle bool) { a.between(idle) } // a is set before anything is read
-	p, err := probes.Load(probes.Options{RingBytes: cfg.RingBytes, Record: cfg.Record, Logger: cfg.Logger, Between: between,
+	p, err := probes.Load(probes.Options{RingBytes: cfg.RingBytes, NoShedding: cfg.NoShedding, Record: cfg.Record, Logger: cfg.Logger, Between: between,
 		AllowSingleStep: cfg.AllowSingleStep})
 	if err != nil {
 		return nil, err

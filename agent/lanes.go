@@ -110,6 +110,7 @@ func place(totals map[laneKey]*exporters.LaneCopies, flows []probes.Flow, now, e
 		}
 		t.Copies += f.Calls
 		t.Bytes += f.Bytes
+		t.Shed += f.Shed
 	}
 }
 

@@ -31,7 +31,16 @@ import (
 // inbound lane. The totals are checked while the process's counters are
 // in the BPF map and again once a sweep folded them (the process gone,
 // its exit event lost with the rest), and as /metrics renders them.
+// Without shedding the ring drops what it cannot hold; with it (the
+// default), the copies past three quarters of the ring are shed, counted
+// on their lane, and nothing is dropped.
 func TestLaneBytesExactWithDrops(t *testing.T) {
+	for _, shed := range []bool{false, true} {
+		t.Run(map[bool]string{false: "drops", true: "sheds"}[shed], func(t *testing.T) { laneBytesExact(t, shed) })
+	}
+}
+
+func laneBytesExact(t *testing.T, shed bool) {
 	testenv.RequireRoot(t)
 	ref := testenv.RefDir(t)
 	dir := t.TempDir()
@@ -68,7 +77,13 @@ func TestLaneBytesExactWithDrops(t *testing.T) {
 	copied := map[uint32]bool{} // processes whose copy records were read
 	var hold sync.Once
 	armed, held, release := make(chan struct{}), make(chan struct{}), make(chan struct{})
-	r := startAgent(t, agent.Config{RingBytes: 64 << 10, Libs: []string{filepath.Join(dir, "lib/libcuda.so.1")}, PIDs: []int{int(pid)},
+	// With shedding, a ring whose last quarter holds more than the events
+	// two CPUs submit between fill checks (64 each).
+	ring := uint32(64 << 10)
+	if shed {
+		ring = 256 << 10
+	}
+	r := startAgent(t, agent.Config{RingBytes: ring, NoShedding: !shed, Libs: []string{filepath.Join(dir, "lib/libcuda.so.1")}, PIDs: []int{int(pid)},
 		Devices: agent.DeviceMap(collectors.NewEnvCache("/proc"), gpus, nil),
 		OnCall: func(c *event.Call) {
 			if c.Symbol == "cuMemcpyHtoDAsync_v2" {
@@ -128,8 +143,11 @@ func TestLaneBytesExactWithDrops(t *testing.T) {
 		t.Fatal("the reader never saw a call to be held at")
 	}
 	drops := r.agent.Stats().Drops.RingFull
-	if drops == 0 {
+	if !shed && drops == 0 {
 		t.Fatal("no event dropped while the reader was held: the test proves nothing")
+	}
+	if shed && drops != 0 {
+		t.Errorf("%d events dropped while shedding", drops)
 	}
 	letGo()
 
@@ -141,6 +159,9 @@ func TestLaneBytesExactWithDrops(t *testing.T) {
 			if l.GPU == truth.GPU && l.Direction == correlate.DirH2D {
 				got = l
 			}
+		}
+		if shed != (got.Shed > 0) || got.Shed >= got.Copies {
+			t.Errorf("%s: %d of %d copies shed (shedding %v)", when, got.Shed, got.Copies, shed)
 		}
 		if got.Bytes != truth.LaneInBytes || got.Copies != truth.Calls+1 || uncounted != 0 { // and the warm-up copy
 			t.Errorf("%s: lanes %+v (%d uncounted); the application moved %d bytes in %d copies over %s's inbound lane (%d events dropped)",

@@ -60,7 +60,7 @@ func TestLostRegistrationIsNeverPageable(t *testing.T) {
 	armed := make(chan struct{})
 	var seenMu sync.Mutex
 	seen := map[uint32]bool{} // processes a call event was read from
-	r := startAgent(t, agent.Config{Libs: []string{filepath.Join(dir, "lib/libcuda.so.1")},
+	r := startAgent(t, agent.Config{NoShedding: true, Libs: []string{filepath.Join(dir, "lib/libcuda.so.1")},
 		OnCall: func(c *event.Call) {
 			seenMu.Lock()
 			seen[c.PID] = true
@@ -210,7 +210,7 @@ func TestLostExitIsReaped(t *testing.T) {
 
 	var hold sync.Once
 	held, release, armed := make(chan struct{}), make(chan struct{}), make(chan struct{})
-	r := startAgent(t, agent.Config{Libs: []string{filepath.Join(dir, "lib/libcuda.so.1")},
+	r := startAgent(t, agent.Config{NoShedding: true, Libs: []string{filepath.Join(dir, "lib/libcuda.so.1")},
 		OnCall: func(*event.Call) {
 			select {
 			case <-armed:

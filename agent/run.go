@@ -208,7 +208,12 @@ func logSummary(log *slog.Logger, ag *Agent) {
 	for _, r := range st.Drops.Reasons() {
 		args = append(args, r.Name, r.Count)
 	}
-	args = append(args, "attach_failures", st.AttachFailures)
+	lanes, _ := ag.LaneCopies()
+	var copies, shed uint64
+	for _, l := range lanes {
+		copies, shed = copies+l.Copies, shed+l.Shed
+	}
+	args = append(args, "counted_copies", copies, "shed", shed, "attach_failures", st.AttachFailures)
 	log.Info("summary", args...)
 	for _, u := range ag.Unprobed() {
 		log.Warn("library mapped without probes until the end: its calls were not seen", "path", u.Path, "pid", u.PID,

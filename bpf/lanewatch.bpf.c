@@ -57,7 +57,8 @@ volatile const __u64 wakeup_bytes = 1 << 20;
 struct cpu_count {
 	__u64 n;
 	__u64 overflow_seen; /* lost_overflow when this CPU last said LW_F_LOST_ANY */
-	__u64 pad[6];
+	__u64 shed;          /* copies this CPU shed */
+	__u64 pad[5];
 };
 struct cpu_count cpu_counts[LW_COUNT_SLOTS];
 
@@ -148,6 +149,16 @@ static __always_inline __u8 lost_flags(__u32 tgid)
 	return f;
 }
 
+/* Shedding (docs/design.md 3.3, "Shedding"): once a fill check finds
+ * shed_on_bytes unread, the return programs stop emitting the successful
+ * copies their flows count (count_copy: calls, bytes and shed), until a
+ * check finds shed_off_bytes or less. A full ring takes whatever comes
+ * next, a registration or a sync with it; a shed copy is counted in its
+ * flow and carries nothing the engine must know of the process. */
+volatile const __u64 shed_on_bytes = ~0ull;
+volatile const __u64 shed_off_bytes = 0;
+__u32 shedding;
+
 /* count_drop counts lost or damaged events by reason. A full ring and a
  * read fault may take a registration (or its address) with them: the
  * process is noted. A return without its entry is not: its call was entered
@@ -160,6 +171,20 @@ static __always_inline void count_drop(__u32 reason, __u64 n)
 		*v += n;
 	if (reason == LW_DROP_RING_FULL || reason == LW_DROP_READ_FAULT)
 		note_lost();
+	/* A ring that filled between two fill checks (a small one): shed now. */
+	if (reason == LW_DROP_RING_FULL && shed_on_bytes != ~0ull)
+		shedding = 1;
+}
+
+/* fill_check updates shedding from how much the ring holds unread. */
+static __always_inline __u64 fill_check(void)
+{
+	__u64 avail = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA);
+	if (avail >= shed_on_bytes)
+		shedding = 1;
+	else if (avail <= shed_off_bytes && *(volatile __u32 *)&shedding)
+		shedding = 0;
+	return avail;
 }
 
 static __always_inline __u64 submit_flags(void)
@@ -167,8 +192,19 @@ static __always_inline __u64 submit_flags(void)
 	struct cpu_count *c = &cpu_counts[bpf_get_smp_processor_id() & (LW_COUNT_SLOTS - 1)];
 	if (++c->n % LW_QUERY_EVERY)
 		return BPF_RB_NO_WAKEUP;
-	return bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= wakeup_bytes ? BPF_RB_FORCE_WAKEUP
-									     : BPF_RB_NO_WAKEUP;
+	return fill_check() >= wakeup_bytes ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP;
+}
+
+/* shed_now says whether a counted copy's event is shed. While shedding,
+ * few events are submitted, so the copies shed check the fill too. */
+static __always_inline int shed_now(void)
+{
+	if (!*(volatile __u32 *)&shedding)
+		return 0;
+	struct cpu_count *c = &cpu_counts[bpf_get_smp_processor_id() & (LW_COUNT_SLOTS - 1)];
+	if (++c->shed % LW_QUERY_EVERY == 0)
+		fill_check();
+	return *(volatile __u32 *)&shedding;
 }
 
 /* Fill the header and arguments. Arguments past the registers live on the
@@ -395,13 +431,15 @@ static __always_inline __u64 arg_at(const struct lw_event *e, __u8 i)
 
 /* count_copy adds a call kept at entry to its flow's totals when its row
  * is a counted copy and it returned success (CUresult and cudaError_t: 0).
- * Called before the call's event is reserved: a full ring loses no count. */
-static __always_inline void count_copy(const struct lw_event *in, __u64 rc)
+ * Called before the call's event is reserved: a full ring loses no count.
+ * It returns the flow's totals, or NULL: not counted, or counted as the
+ * flow's first call (whose event is never shed). */
+static __always_inline struct lw_flow_total *count_copy(const struct lw_event *in, __u64 rc)
 {
 	__u32 row = in->probe;
 	const struct lw_count_row *r = bpf_map_lookup_elem(&count_rows, &row);
 	if (!r || !r->bytes || (__u32)rc)
-		return;
+		return NULL;
 	struct lw_flow k = {.pid = in->pid, .probe = in->probe, .stream = arg_at(in, r->stream), .kind = arg_at(in, r->kind)};
 	__u64 bytes = arg_at(in, r->bytes);
 	if (r->height)
@@ -411,15 +449,16 @@ static __always_inline void count_copy(const struct lw_event *in, __u64 rc)
 		struct lw_flow_total first = {.calls = 1, .bytes = bytes};
 		long err = bpf_map_update_elem(&flows, &k, &first, BPF_NOEXIST);
 		if (!err)
-			return;
+			return NULL;
 		/* Another CPU made it first, or no room. */
 		if (err != -LW_EEXIST || !(t = bpf_map_lookup_elem(&flows, &k))) {
 			__sync_fetch_and_add(&flows_full, 1);
-			return;
+			return NULL;
 		}
 	}
 	__sync_fetch_and_add(&t->calls, 1);
 	__sync_fetch_and_add(&t->bytes, bytes);
+	return t;
 }
 
 /* call_return emits a call kept at entry with its result; with_name, the
@@ -431,7 +470,12 @@ static __always_inline int call_return(struct pt_regs *ctx, int with_name)
 	struct lw_event *in = saved_entry(cookie, &s);
 	if (!in)
 		return 0;
-	count_copy(in, LW_RC(ctx));
+	struct lw_flow_total *flow = count_copy(in, LW_RC(ctx));
+	if (flow && shed_now()) {
+		__sync_fetch_and_add(&flow->shed, 1);
+		in->kind = 0;
+		return 0;
+	}
 	if (with_name && (__u32)LW_RC(ctx) == 0)
 		emit_name(in);
 	struct lw_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);

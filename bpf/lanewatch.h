@@ -74,6 +74,7 @@ struct lw_flow {
 struct lw_flow_total {
 	__u64 calls;
 	__u64 bytes;
+	__u64 shed; /* of calls, those whose event was shed (lw_shed_now) */
 };
 /* What the return program counts of a row (map count_rows, indexed by row,
  * filled by user space from probes.Table at load): argument slot + 1 of

@@ -108,6 +108,7 @@ type Health struct {
 type LaneCopies struct {
 	GPU, Direction string
 	Copies, Bytes  uint64
+	Shed           uint64 // of Copies, those whose events were shed (probes.Options.NoShedding)
 }
 
 // PageLookupResults are the values of lanewatch_page_lookups_total's
@@ -305,6 +306,9 @@ var (
 		[]string{"gpu", "direction"}, nil)
 	descLaneBytes = prometheus.NewDesc("lanewatch_lane_bytes_total",
 		"Bytes moved by the copies of lanewatch_lane_copies_total (width*height for 2D copies), per GPU lane and direction, from counters kept in BPF: exact even when events were dropped.",
+		[]string{"gpu", "direction"}, nil)
+	descLaneShed = prometheus.NewDesc("lanewatch_lane_shed_copies_total",
+		"Of lanewatch_lane_copies_total, the copies whose events BPF shed while the ring was over three quarters full (until a quarter or less was unread): counted here with their bytes, in no transfer record, span or per-copy metric; a window that shed a process's copies says its judgements of that process are incomplete.",
 		[]string{"gpu", "direction"}, nil)
 	descLaneUncounted = prometheus.NewDesc("lanewatch_lane_uncounted_copies_total",
 		"Successful copies the BPF flow table had no room for: in no lanewatch_lane_copies_total or lanewatch_lane_bytes_total series.",
@@ -507,7 +511,7 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 		descFindings, descFindingWindows, descLaneDemand, descLaneCapacity, descLaneMeasured, descLaneUnattributed, descLaneSM, descPeerCopy, descGPUCounters,
 		descEvalDuration, descEvalTime,
 		descEvents, descDrops, descAttached, descAttachFailures, descUnprobed, descProbedLibraries, descLibraryDetaches, descLoaderHolds, descLoaderHoldSeconds, descCallerUnclassified, descPending, descPageLookups,
-		descLaneCopies, descLaneBytes, descLaneUncounted,
+		descLaneCopies, descLaneBytes, descLaneShed, descLaneUncounted,
 	} {
 		ch <- d
 	}
@@ -672,7 +676,8 @@ func collectLaneCopies(ch chan<- prometheus.Metric, h Health) {
 		return
 	}
 	type key struct{ gpu, dir string }
-	sum := map[key]*transferCount{}
+	type total struct{ n, bytes, shed uint64 }
+	sum := map[key]*total{}
 	for _, l := range h.LaneCopies {
 		k := key{l.GPU, l.Direction}
 		if k.gpu == "" {
@@ -683,15 +688,17 @@ func collectLaneCopies(ch chan<- prometheus.Metric, h Health) {
 		}
 		c := sum[k]
 		if c == nil {
-			c = &transferCount{}
+			c = &total{}
 			sum[k] = c
 		}
 		c.n += l.Copies
 		c.bytes += l.Bytes
+		c.shed += l.Shed
 	}
 	for k, c := range sum {
 		ch <- prometheus.MustNewConstMetric(descLaneCopies, prometheus.CounterValue, float64(c.n), k.gpu, k.dir)
 		ch <- prometheus.MustNewConstMetric(descLaneBytes, prometheus.CounterValue, float64(c.bytes), k.gpu, k.dir)
+		ch <- prometheus.MustNewConstMetric(descLaneShed, prometheus.CounterValue, float64(c.shed), k.gpu, k.dir)
 	}
 	ch <- prometheus.MustNewConstMetric(descLaneUncounted, prometheus.CounterValue, float64(h.LaneUncounted))
 }

@@ -22,6 +22,7 @@ type Flow struct {
 	Kind   event.CopyKind // the direction the call stated (CopyDefault: its pointers decide)
 	Calls  uint64
 	Bytes  uint64
+	Shed   uint64 // of Calls, those whose event was shed (Options.NoShedding)
 
 	key lanewatchLwFlow
 }
@@ -93,7 +94,7 @@ func (p *Probes) Flows() ([]Flow, error) {
 		}
 		seen[k] = true
 		out = append(out, Flow{PID: k.Pid, Row: k.Probe, Stream: k.Stream, Kind: statedKind(&Table[k.Probe], k.Kind),
-			Calls: v.Calls, Bytes: v.Bytes, key: k})
+			Calls: v.Calls, Bytes: v.Bytes, Shed: v.Shed, key: k})
 	}
 	if err := it.Err(); err != nil {
 		return out, fmt.Errorf("read flow counters: %w", err)

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"testing"
 
@@ -59,7 +60,16 @@ func lanewatchLwEventArgsLen() int { return len(lanewatchLwEvent{}.Args) }
 // The BPF-side counters hold every successful copy of a run whose ring
 // could hold almost none of its events (no reader, a one-page ring): the
 // bytes equal what the reference driver says it moved over the lane.
+// Without shedding the ring drops the rest; with it (the default) the
+// copies past three quarters of the ring are shed, counted in their flow,
+// and the ring never fills.
 func TestFlowsCountWhatTheRingDrops(t *testing.T) {
+	for _, shed := range []bool{false, true} {
+		t.Run(map[bool]string{false: "drops", true: "sheds"}[shed], func(t *testing.T) { flowsCountAll(t, shed) })
+	}
+}
+
+func flowsCountAll(t *testing.T, shed bool) {
 	testenv.RequireRoot(t)
 	// A copy of the reference path: the probes see this test's calls only.
 	ref := t.TempDir()
@@ -71,7 +81,14 @@ func TestFlowsCountWhatTheRingDrops(t *testing.T) {
 	for _, f := range []string{"bin/kvpath", "plain/libcudart.so.12", "lib/libcuda.so.1"} {
 		copyFile(t, filepath.Join(testenv.RefDir(t), f), filepath.Join(ref, f))
 	}
-	p, err := Load(Options{RingBytes: 4096})
+	// One page without shedding: ~25 events fit. With it, a ring whose
+	// last quarter holds more than the events two CPUs submit between
+	// their fill checks (every 64 events each), so none is dropped.
+	ring := uint32(4096)
+	if shed {
+		ring = 256 << 10
+	}
+	p, err := Load(Options{RingBytes: ring, NoShedding: !shed})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +101,7 @@ func TestFlowsCountWhatTheRingDrops(t *testing.T) {
 	if _, err := p.AttachFile(FileID{Inode: 1}, lib, syms, 0); err != nil {
 		t.Fatal(err)
 	}
-	const iterations = 3000 // ~25 events fit in the ring
+	const iterations = 3000 // far more than either ring holds
 	cmd := exec.Command(filepath.Join(ref, "bin", "kvpath"), "--scenario", "callbench", "--iterations", strconv.Itoa(iterations))
 	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+filepath.Join(ref, "plain")+":"+filepath.Join(ref, "lib"))
 	out, err := cmd.Output()
@@ -102,14 +119,17 @@ func TestFlowsCountWhatTheRingDrops(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d.RingFull == 0 {
+	if !shed && d.RingFull == 0 {
 		t.Fatalf("no event dropped: the test proves nothing (%+v)", d)
+	}
+	if shed && d.RingFull != 0 {
+		t.Errorf("%d events dropped while shedding: the ring filled", d.RingFull)
 	}
 	flows, err := p.Flows()
 	if err != nil {
 		t.Fatal(err)
 	}
-	var calls, bytes uint64
+	var calls, bytes, shedCalls uint64
 	for _, f := range flows {
 		if f.PID != uint32(cmd.Process.Pid) {
 			continue
@@ -119,12 +139,24 @@ func TestFlowsCountWhatTheRingDrops(t *testing.T) {
 		}
 		calls += f.Calls
 		bytes += f.Bytes
+		shedCalls += f.Shed
+	}
+	// Shedding starts at the first fill check past three quarters of the
+	// ring unread: the copies whose events went in are those that fit
+	// below it (each a record of the event and its 8-byte header) and at
+	// most the 64 per CPU submitted before a check.
+	fit := uint64(ring-ring/4)/uint64(EventSize+8) + 1 + 64*uint64(runtime.NumCPU())
+	switch {
+	case !shed && shedCalls != 0:
+		t.Errorf("%d copies shed with shedding off", shedCalls)
+	case shed && (shedCalls == 0 || calls-shedCalls > fit):
+		t.Errorf("%d of %d copies shed: want all but the %d or fewer that fit in three quarters of the ring and before a check", shedCalls, calls, fit)
 	}
 	if calls != iterations+1 || bytes != truth.LaneInBytes { // and the warm-up copy
 		t.Errorf("counted %d copies, %d bytes; the application made %d copies, its driver moved %d bytes in (%d events dropped)",
 			calls, bytes, iterations+1, truth.LaneInBytes, d.RingFull)
 	}
-	t.Logf("%d copies, %d bytes counted; %d events dropped", calls, bytes, d.RingFull)
+	t.Logf("%d copies, %d bytes counted; %d events dropped, %d shed", calls, bytes, d.RingFull, shedCalls)
 	full, err := p.FlowsFull()
 	if err != nil || full != 0 {
 		t.Errorf("flows_full %d, err %v", full, err)

@@ -17,7 +17,8 @@ type lanewatchCpuCount struct {
 	_            structs.HostLayout
 	N            uint64
 	OverflowSeen uint64
-	Pad          [6]uint64
+	Shed         uint64
+	Pad          [5]uint64
 }
 
 type lanewatchLwCookieShift uint32
@@ -135,6 +136,7 @@ type lanewatchLwFlowTotal struct {
 	_     structs.HostLayout
 	Calls uint64
 	Bytes uint64
+	Shed  uint64
 }
 
 type lanewatchLwLaunchArg uint32
@@ -305,6 +307,9 @@ const (
 	lanewatchVarLostWaiting          = "lost_waiting"
 	lanewatchVarPidnsDev             = "pidns_dev"
 	lanewatchVarPidnsIno             = "pidns_ino"
+	lanewatchVarShedOffBytes         = "shed_off_bytes"
+	lanewatchVarShedOnBytes          = "shed_on_bytes"
+	lanewatchVarShedding             = "shedding"
 	lanewatchVarUnusedCookieShift    = "unused_cookie_shift"
 	lanewatchVarUnusedCopy2dArg      = "unused_copy2d_arg"
 	lanewatchVarUnusedCount          = "unused_count"
@@ -412,6 +417,9 @@ type lanewatchVariableSpecs struct {
 	LostWaiting        *ebpf.VariableSpec `ebpf:"lost_waiting"`
 	PidnsDev           *ebpf.VariableSpec `ebpf:"pidns_dev"`
 	PidnsIno           *ebpf.VariableSpec `ebpf:"pidns_ino"`
+	ShedOffBytes       *ebpf.VariableSpec `ebpf:"shed_off_bytes"`
+	ShedOnBytes        *ebpf.VariableSpec `ebpf:"shed_on_bytes"`
+	Shedding           *ebpf.VariableSpec `ebpf:"shedding"`
 	UnusedCookieShift  *ebpf.VariableSpec `ebpf:"unused_cookie_shift"`
 	UnusedCopy2dArg    *ebpf.VariableSpec `ebpf:"unused_copy2d_arg"`
 	UnusedCount        *ebpf.VariableSpec `ebpf:"unused_count"`
@@ -482,6 +490,9 @@ type lanewatchVariables struct {
 	LostWaiting        *ebpf.Variable `ebpf:"lost_waiting"`
 	PidnsDev           *ebpf.Variable `ebpf:"pidns_dev"`
 	PidnsIno           *ebpf.Variable `ebpf:"pidns_ino"`
+	ShedOffBytes       *ebpf.Variable `ebpf:"shed_off_bytes"`
+	ShedOnBytes        *ebpf.Variable `ebpf:"shed_on_bytes"`
+	Shedding           *ebpf.Variable `ebpf:"shedding"`
 	UnusedCookieShift  *ebpf.Variable `ebpf:"unused_cookie_shift"`
 	UnusedCopy2dArg    *ebpf.Variable `ebpf:"unused_copy2d_arg"`
 	UnusedCount        *ebpf.Variable `ebpf:"unused_count"`

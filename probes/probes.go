@@ -31,6 +31,12 @@ type Options struct {
 	WakeupBytes uint64
 	// DrainInterval is how often the reader drains without a wakeup.
 	DrainInterval time.Duration
+	// NoShedding keeps every counted copy's event when the ring fills, so
+	// a full ring drops whatever comes (tests of losses). By default,
+	// past three quarters of the ring unread, the successful copies the
+	// BPF flows count are shed, counted there (Flow.Shed), until a
+	// quarter or less is unread (docs/design.md 3.3, "Shedding").
+	NoShedding bool
 	// Between, if set, runs on the reading goroutine between events: with
 	// idle true once a drain found the ring empty (every event reserved
 	// before that moment was handled), else every BetweenEvents events
@@ -107,6 +113,12 @@ func Load(opts Options) (*Probes, error) {
 	}
 	if err := spec.Variables["wakeup_bytes"].Set(opts.WakeupBytes); err != nil {
 		return nil, fmt.Errorf("set wakeup_bytes: %w", err)
+	}
+	if !opts.NoShedding {
+		ring := uint64(spec.Maps["events"].MaxEntries)
+		if err := errors.Join(spec.Variables["shed_on_bytes"].Set(ring-ring/4), spec.Variables["shed_off_bytes"].Set(ring/4)); err != nil {
+			return nil, fmt.Errorf("set the shedding bounds: %w", err)
+		}
 	}
 	if err := setPIDNamespace(spec, opts.Logger); err != nil {
 		return nil, err
