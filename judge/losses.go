@@ -107,7 +107,7 @@ func partial(cs []checks.Check, l Losses, scoped map[string]uint32) []checks.Che
 		var why string
 		switch {
 		case l.All && l.Events > 0:
-			why = fmt.Sprintf("incomplete: %d events lost while the window was open (lanewatch_window_events_lost), their processes unknown", l.Events)
+			why = fmt.Sprintf("incomplete: %d events lost or truncated in the probes while the window was open (lanewatch_window_events_lost), their processes unknown", l.Events)
 		case l.All:
 			why = "incomplete: events of any process may have been lost in the window"
 		case process && l.PIDs[pid]:

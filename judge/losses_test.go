@@ -132,7 +132,7 @@ func TestEvaluatorLossyWindows(t *testing.T) {
 		t.Errorf("5 drops in the window: losses %+v, %d incomplete checks", v.Losses, incomplete(v))
 	}
 	if i := slices.IndexFunc(v.Findings, func(f correlate.Finding) bool { return f.Rule == "pageable-copy" }); i < 0 ||
-		!slices.Contains(v.Findings[i].Evidence, "incomplete: 5 events lost while the window was open (lanewatch_window_events_lost), their processes unknown") {
+		!slices.Contains(v.Findings[i].Evidence, "incomplete: 5 events lost or truncated in the probes while the window was open (lanewatch_window_events_lost), their processes unknown") {
 		t.Errorf("findings %+v: want pageable-copy with the loss in its evidence", v.Findings)
 	}
 
