@@ -251,7 +251,7 @@ func (e *Evaluator) Evaluate(now time.Time) Verdict {
 	snap, read := e.SampleCounters() // the window's last counter samples, before it closes
 	win := e.cur.Rotate()
 	if n := e.dropsSince(); n > 0 {
-		win.dropped(n)
+		win.Dropped(n)
 	}
 	e.mu.Lock()
 	span := now.Sub(e.start)

@@ -122,9 +122,10 @@ func partial(cs []checks.Check, l Losses, scoped map[string]uint32) []checks.Che
 	return cs
 }
 
-// dropped adds n events the probes counted lost while the window was
-// open: whose, they do not say.
-func (w *Window) dropped(n uint64) {
+// Dropped adds n events the probes counted lost or truncated while the
+// window was open: whose, they do not say, so any process's may be
+// missing.
+func (w *Window) Dropped(n uint64) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.lost.Events += n
