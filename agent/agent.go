@@ -41,7 +41,13 @@ type Config struct {
 	// Activity receives the engine's launches, host waits and event
 	// records (correlate.Activity), on the reading goroutine; nil: none.
 	Activity correlate.ActivitySink
-	Logger   *slog.Logger
+	// Lost is told of each event that says events were lost before it
+	// (event.Call.LostBefore: its process's; LostAny: any process's, all
+	// true), on the reading goroutine, in ring order; nil: none. The
+	// evaluator's window judges those processes' checks incomplete
+	// (judge.Evaluator.Lost).
+	Lost   func(pid uint32, all bool)
+	Logger *slog.Logger
 	// LogInterval: a cause that repeats (a library failing to attach at
 	// every rescan) is logged at most once per interval (0: a minute).
 	LogInterval time.Duration
@@ -691,16 +697,24 @@ func (a *Agent) handle(c *event.Call) {
 		a.engine.Losses(&event.Call{LostAny: true})
 		a.engineMu.Unlock()
 		c.LostAny = false
+		if a.cfg.Lost != nil {
+			a.cfg.Lost(0, true)
+		}
 	}
 	if a.targets != nil && !a.targets[int(c.PID)] {
 		return
 	}
-	if c.LostBefore && (c.Kind == event.KindExec || c.Kind == event.KindExit || c.Op == event.OpLinkerUpdate) {
-		// Events the engine does not see: their process's losses go to
-		// it here (an exec's or exit's are ignored there).
-		a.engineMu.Lock()
-		a.engine.Losses(c)
-		a.engineMu.Unlock()
+	if c.LostBefore {
+		if a.cfg.Lost != nil {
+			a.cfg.Lost(c.PID, false) // an exec's or exit's too: the pid's window lost them
+		}
+		if c.Kind == event.KindExec || c.Kind == event.KindExit || c.Op == event.OpLinkerUpdate {
+			// Events the engine does not see: their process's losses go to
+			// it here (an exec's or exit's are ignored there).
+			a.engineMu.Lock()
+			a.engine.Losses(c)
+			a.engineMu.Unlock()
+		}
 	}
 	switch c.Kind {
 	case event.KindExec:

@@ -8,17 +8,21 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/lanewatch/lanewatch/agent"
+	"github.com/lanewatch/lanewatch/checks"
 	"github.com/lanewatch/lanewatch/collectors"
 	"github.com/lanewatch/lanewatch/correlate"
 	"github.com/lanewatch/lanewatch/event"
 	"github.com/lanewatch/lanewatch/exporters"
 	"github.com/lanewatch/lanewatch/internal/testenv"
+	"github.com/lanewatch/lanewatch/judge"
 	"github.com/lanewatch/lanewatch/selftest/refenv"
 )
 
@@ -75,6 +79,7 @@ func laneBytesExact(t *testing.T, shed bool) {
 
 	var mu sync.Mutex
 	copied := map[uint32]bool{} // processes whose copy records were read
+	var judged atomic.Int64     // kvpath's transfers the evaluator got
 	var hold sync.Once
 	armed, held, release := make(chan struct{}), make(chan struct{}), make(chan struct{})
 	// With shedding, a ring whose last quarter holds more than the events
@@ -83,8 +88,23 @@ func laneBytesExact(t *testing.T, shed bool) {
 	if shed {
 		ring = 256 << 10
 	}
+	// The evaluator's window: the drops make it say its judgements rest
+	// on part of it (the drop counters moved while it was open).
+	var tracer atomic.Pointer[agent.Agent]
+	ev := judge.NewEvaluator(judge.EvaluatorConfig{Drops: func() (uint64, error) {
+		if a := tracer.Load(); a != nil {
+			return a.Stats().Drops.Total(), nil
+		}
+		return 0, nil // loaded after the evaluator: nothing dropped yet
+	}})
 	r := startAgent(t, agent.Config{RingBytes: ring, NoShedding: !shed, Libs: []string{filepath.Join(dir, "lib/libcuda.so.1")}, PIDs: []int{int(pid)},
-		Devices: agent.DeviceMap(collectors.NewEnvCache("/proc"), gpus, nil),
+		Devices: agent.DeviceMap(collectors.NewEnvCache("/proc"), gpus, nil), Lost: ev.Lost,
+		Sink: correlate.SinkFunc(func(tr *correlate.Transfer) {
+			if tr.PID == pid {
+				judged.Add(1)
+			}
+			ev.Transfer(tr)
+		}),
 		OnCall: func(c *event.Call) {
 			if c.Symbol == "cuMemcpyHtoDAsync_v2" {
 				mu.Lock()
@@ -97,6 +117,7 @@ func laneBytesExact(t *testing.T, shed bool) {
 			default:
 			}
 		}})
+	tracer.Store(r.agent) // before the flood: its drops are the window's
 	var released sync.Once
 	letGo := func() { released.Do(func() { close(release) }) }
 	t.Cleanup(letGo) // before the agent's own: a failing test must not hold its reader forever
@@ -211,7 +232,37 @@ func laneBytesExact(t *testing.T, shed bool) {
 	if scraped != float64(truth.LaneInBytes) {
 		t.Errorf("lanewatch_lane_bytes_total{gpu=%q,direction=\"H2D\"} %v, want %d", truth.GPU, scraped, truth.LaneInBytes)
 	}
+
+	// The window that dropped them: every check of it rests on part of
+	// its events (whose, the counters do not say), and none passes. The
+	// process is gone, so nothing is dropped after: the next window is
+	// whole as far as the counters go.
+	for deadline := time.Now().Add(30 * time.Second); judged.Load() == 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the evaluator never got a transfer of kvpath's: its window has nothing to judge")
+		}
+	}
+	v := ev.Evaluate(time.Now())
+	if total := r.agent.Stats().Drops.Total(); v.Losses.Events != total || !v.Losses.All {
+		t.Errorf("window losses %+v, want the %d events the probes dropped, any process's", v.Losses, total)
+	}
+	var partial int
+	for _, c := range v.Checks {
+		if c.Status == checks.Pass {
+			t.Errorf("%s %s passes a window that dropped %d events: %s", c.Scope, c.Name, v.Losses.Events, c.Detail)
+		}
+		if c.Incomplete != "" {
+			partial++
+		}
+	}
+	if !slices.ContainsFunc(v.Checks, func(c checks.Check) bool { return c.Scope == fmt.Sprintf("pid %d", pid) && c.Incomplete != "" }) {
+		t.Errorf("no check of pid %d says it rests on part of the window: %+v", pid, v.Checks)
+	}
+	if v = ev.Evaluate(time.Now()); v.Losses.Events != 0 || v.Losses.All {
+		t.Errorf("the window after: losses %+v, want no drop counted", v.Losses)
+	}
 	if !t.Failed() {
-		t.Logf("%d copies, %d bytes over %s's inbound lane counted exactly with %d events dropped", truth.Calls+1, truth.LaneInBytes, truth.GPU, drops)
+		t.Logf("%d copies, %d bytes over %s's inbound lane counted exactly with %d events dropped; %d checks of their window said incomplete",
+			truth.Calls+1, truth.LaneInBytes, truth.GPU, drops, partial)
 	}
 }

@@ -156,7 +156,8 @@ func Run(ctx context.Context, cfg RunConfig) (err error) {
 
 	cfg.Trace.Sink = tr.tee(mx.tee(records))
 	if mx.eval != nil {
-		cfg.Trace.Activity = mx.eval // compute overlap (computeoverlap.go)
+		cfg.Trace.Activity = mx.eval  // compute overlap (computeoverlap.go)
+		cfg.Trace.Lost = mx.eval.Lost // its windows' judgements say what they lost
 	}
 	cfg.Trace.OnReady = cfg.OnReady
 	ag, err := New(cfg.Trace)
@@ -330,7 +331,7 @@ func listenMetrics(cfg RunConfig, place func(uint32) checks.Placement, extra map
 	}
 	m.eval = judge.NewEvaluator(judge.EvaluatorConfig{Interval: mc.EvaluateInterval, Place: place, Publish: m.publish, GPU: gpu, Congestion: cong,
 		NUMA: numa, NICs: nics, LinkCapacity: LaneCapacity(capacityHost(procRoot, cfg.SysRoot, log), m.links), GPUPath: peerPath,
-		Kernels: cfg.Trace.Kernels, Storage: storageFlows(cfg.Trace.Storage), Disks: disks})
+		Kernels: cfg.Trace.Kernels, Storage: storageFlows(cfg.Trace.Storage), Disks: disks, Drops: m.drops})
 	scrapers := map[string]exporters.Collector{
 		"rdma_ports": collectors.NewInfiniBandMetrics(cfg.SysRoot),
 		"host":       collectors.NewHostMetrics(cfg.Trace.ProcRoot, cfg.SysRoot),
@@ -427,6 +428,17 @@ func (m *metrics) close() {
 	}
 }
 
+// drops is the probes' count of events lost or truncated, for the
+// evaluator's windows (judge.EvaluatorConfig.Drops); 0 before they load.
+func (m *metrics) drops() (uint64, error) {
+	ag := m.agent.Load()
+	if ag == nil {
+		return 0, nil
+	}
+	d, err := ag.probes.Drops()
+	return d.Total(), err
+}
+
 func (m *metrics) health() exporters.Health {
 	ag := m.agent.Load()
 	if ag == nil {
@@ -444,7 +456,16 @@ func (m *metrics) health() exporters.Health {
 // finding, and once each judgement a process could not get (its GPU
 // unknown, say).
 func (m *metrics) publish(v judge.Verdict) {
-	w := exporters.Window{At: v.At, Duration: v.Took, Findings: v.Findings}
+	w := exporters.Window{At: v.At, Duration: v.Took, Findings: v.Findings, EventsLost: v.Losses.Events, Incomplete: map[string]int{}}
+	var partial int
+	for _, c := range v.Checks {
+		n := w.Incomplete[c.Name] // every check judged has its series, 0 when whole
+		if c.Incomplete != "" {
+			n++
+			partial++
+		}
+		w.Incomplete[c.Name] = n
+	}
 	for _, l := range v.Lanes {
 		w.Lanes = append(w.Lanes, exporters.Lane{GPU: l.GPU, Direction: l.Direction, Demand: l.Demand, Capacity: l.Capacity,
 			Measured: l.Measured, Unattributed: l.Unattributed, HasMeasured: l.HasMeasured, SMTransfers: l.SMTransfers})
@@ -460,10 +481,14 @@ func (m *metrics) publish(v judge.Verdict) {
 	for _, f := range v.Findings {
 		m.log.Info("finding", "rule", f.Rule, "severity", f.Severity, "subject", f.Subject, "summary", f.Summary)
 	}
+	if v.Losses.Lossy() {
+		m.log.Info("window judged on part of its events", "events_lost", v.Losses.Events, "any_process", v.Losses.All,
+			"processes", len(v.Losses.PIDs), "incomplete_checks", partial)
+	}
 	for _, c := range v.Checks {
 		key := c.Scope + "\x00" + c.Name + "\x00" + c.Detail
-		if c.Status != checks.Skip || m.skipped[key] {
-			continue
+		if c.Status != checks.Skip || c.Incomplete != "" || m.skipped[key] {
+			continue // a window's losses are said once, above
 		}
 		if len(m.skipped) >= 4096 {
 			clear(m.skipped)

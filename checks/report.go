@@ -14,6 +14,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"unicode/utf8"
 
@@ -42,6 +43,9 @@ type Check struct {
 	Detail   string              `json:"detail"`
 	Fix      string              `json:"fix,omitempty"`
 	Findings []correlate.Finding `json:"findings,omitempty"`
+	// Incomplete says why a window's check rests on part of the window's
+	// events (events were lost: Partial); "" when it rests on all of them.
+	Incomplete string `json:"incomplete,omitempty"`
 }
 
 // Report is the whole checklist, in the seed's order: path, direction, mover.
@@ -165,6 +169,33 @@ func (r *Report) WriteJSON(w io.Writer) error {
 // Skipped builds a SKIP with its reason.
 func Skipped(scope, name, format string, args ...any) Check {
 	return Check{Scope: scope, Name: name, Status: Skip, Detail: fmt.Sprintf(format, args...)}
+}
+
+// Partial is c judged on part of its window's events, why saying what
+// was lost: a PASS cannot be claimed on part of a window and becomes a
+// SKIP that says why and what the part showed; a WARN or FAIL stands on
+// what was seen (a lower bound), each finding carrying why as evidence;
+// an INFO listing says why after what it lists. A SKIP was not judged:
+// left alone.
+func (c Check) Partial(why string) Check {
+	switch c.Status {
+	case Skip:
+		return c
+	case Pass:
+		c.Status, c.Detail = Skip, why+"; on the events seen: "+c.Detail
+	case Info:
+		c.Detail += "; " + why
+	}
+	c.Incomplete = why
+	if c.Findings != nil {
+		fs := make([]correlate.Finding, len(c.Findings))
+		for i, f := range c.Findings {
+			f.Evidence = append(slices.Clip(f.Evidence), why) // the caller's evidence stays as it was
+			fs[i] = f
+		}
+		c.Findings = fs
+	}
+	return c
 }
 
 // JoinLimited joins at most n items and says how many more there were.

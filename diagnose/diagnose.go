@@ -305,7 +305,7 @@ func sample(ctx context.Context, cfg Config, env *collectors.EnvCache) (*window,
 		}
 	}
 	ag, err := agent.Start(ctx, agent.Config{ProcRoot: cfg.ProcRoot, PIDs: cfg.PIDs, Libs: cfg.Libs, Sink: w.transfers, Logger: cfg.Logger,
-		Activity: w.transfers, Kernels: cfg.Kernels, Storage: storage, OnCall: onCall, OnProvider: cfg.OnProvider,
+		Activity: w.transfers, Lost: w.transfers.Lost, Kernels: cfg.Kernels, Storage: storage, OnCall: onCall, OnProvider: cfg.OnProvider,
 		// each copy's GPU (docs/design.md, "Which GPU"), from sysfs
 		Devices: agent.HostDeviceMap(env, cfg.SysRoot, nil, cfg.Logger)}, 0)
 	if err != nil {
@@ -342,6 +342,9 @@ func sample(ctx context.Context, cfg Config, env *collectors.EnvCache) (*window,
 		w.disks[1], w.disksErr = collectors.ReadDiskstats(cfg.ProcRoot)
 	}
 	runErr := ag.Stop()
+	if d := ag.Stats().Drops.Total(); d > 0 {
+		w.transfers.Dropped(d) // the probes ran for this window: every drop is its
+	}
 	close(queue)
 	workers.Wait()
 	if dropped > 0 {

@@ -2,6 +2,7 @@ package exporters
 
 import (
 	"log/slog"
+	"maps"
 	"path/filepath"
 	"sort"
 	"sync"
@@ -124,6 +125,12 @@ type Window struct {
 	Findings []correlate.Finding // active findings: the rules that fired on the window
 	Lanes    []Lane              // per GPU link direction, demand and capacity
 	Peers    []Peer              // peer copies per pair of GPUs and path
+	// EventsLost is how many events the probes counted lost or truncated
+	// while the window was open; Incomplete, per check name, how many of
+	// the window's checks rest on part of its events (checks.Check.Incomplete),
+	// every check the window judged present.
+	EventsLost uint64
+	Incomplete map[string]int
 }
 
 // Peer is the rate of the window's peer copies (D2D between two GPUs)
@@ -271,6 +278,12 @@ var (
 		"How long the last evaluation of the findings took, in seconds.", nil, nil)
 	descEvalTime = prometheus.NewDesc("lanewatch_evaluation_timestamp_seconds",
 		"Unix time of the last evaluation of the findings, in seconds.", nil, nil)
+	descWindowLost = prometheus.NewDesc("lanewatch_window_events_lost",
+		"Events the probes counted lost or truncated (every reason of lanewatch_probe_dropped_events_total) while the last judged window was open: its judgements rest on part of its events.",
+		nil, nil)
+	descWindowIncomplete = prometheus.NewDesc("lanewatch_window_incomplete_checks",
+		"Checks of the last judged window, per check, that rest on part of its events because events were lost: a pass they cannot claim is a skip, a finding carries the loss in its evidence.",
+		[]string{"check"}, nil)
 	descEvents = prometheus.NewDesc("lanewatch_probe_events_total",
 		"Probe events read from the BPF ring buffer.", nil, nil)
 	descDrops = prometheus.NewDesc("lanewatch_probe_dropped_events_total",
@@ -491,6 +504,7 @@ func (m *Metrics) SetWindow(w Window) {
 	w.Findings = append([]correlate.Finding(nil), w.Findings...)
 	w.Lanes = append([]Lane(nil), w.Lanes...)
 	w.Peers = append([]Peer(nil), w.Peers...)
+	w.Incomplete = maps.Clone(w.Incomplete)
 	m.mu.Lock()
 	m.window, m.hasWindow = w, true
 	seen := map[findingKey]bool{}
@@ -509,7 +523,7 @@ func (m *Metrics) SetWindow(w Window) {
 func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descTransfers, descTransferBytes, descTransferSize, descFailed, descSMTransfers, descLaunches, descGraphLaunches, descCaptured, descWRs, descWRLatency, descXfers, descXferBytes, descXferLatency,
 		descFindings, descFindingWindows, descLaneDemand, descLaneCapacity, descLaneMeasured, descLaneUnattributed, descLaneSM, descPeerCopy, descGPUCounters,
-		descEvalDuration, descEvalTime,
+		descEvalDuration, descEvalTime, descWindowLost, descWindowIncomplete,
 		descEvents, descDrops, descAttached, descAttachFailures, descUnprobed, descProbedLibraries, descLibraryDetaches, descLoaderHolds, descLoaderHoldSeconds, descCallerUnclassified, descPending, descPageLookups,
 		descLaneCopies, descLaneBytes, descLaneShed, descLaneUncounted,
 	} {
@@ -623,6 +637,10 @@ func (m *Metrics) collectWindow(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(descEvalDuration, prometheus.GaugeValue, w.Duration.Seconds())
 	ch <- prometheus.MustNewConstMetric(descEvalTime, prometheus.GaugeValue, float64(w.At.UnixNano())/1e9)
+	ch <- prometheus.MustNewConstMetric(descWindowLost, prometheus.GaugeValue, float64(w.EventsLost))
+	for check, n := range w.Incomplete {
+		ch <- prometheus.MustNewConstMetric(descWindowIncomplete, prometheus.GaugeValue, float64(n), check)
+	}
 }
 
 func collectHealth(ch chan<- prometheus.Metric, h Health) {

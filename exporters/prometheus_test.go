@@ -49,6 +49,7 @@ func feed(m *Metrics) {
 			{Src: "0000:17:00.0", Dst: "0000:3b:00.0", Path: "nvlink", Bps: 276.07e9}, // nvbandwidth's D2D write CE, one GPU pair
 			{Src: "0000:3b:00.0", Dst: "0000:17:00.0", Path: "unknown", Bps: 1e6},
 		},
+		EventsLost: 5, Incomplete: map[string]int{"pageable copies": 2, "fragmentation": 0},
 	})
 }
 
@@ -126,6 +127,13 @@ lanewatch_lane_sm_transfers{direction="outbound",gpu="0000:17:00.0"} 0
 # TYPE lanewatch_peer_copy_bytes_per_second gauge
 lanewatch_peer_copy_bytes_per_second{dst_gpu="0000:3b:00.0",path="nvlink",src_gpu="0000:17:00.0"} 2.7607e+11
 lanewatch_peer_copy_bytes_per_second{dst_gpu="0000:17:00.0",path="unknown",src_gpu="0000:3b:00.0"} 1e+06
+# HELP lanewatch_window_events_lost Events the probes counted lost or truncated (every reason of lanewatch_probe_dropped_events_total) while the last judged window was open: its judgements rest on part of its events.
+# TYPE lanewatch_window_events_lost gauge
+lanewatch_window_events_lost 5
+# HELP lanewatch_window_incomplete_checks Checks of the last judged window, per check, that rest on part of its events because events were lost: a pass they cannot claim is a skip, a finding carries the loss in its evidence.
+# TYPE lanewatch_window_incomplete_checks gauge
+lanewatch_window_incomplete_checks{check="fragmentation"} 0
+lanewatch_window_incomplete_checks{check="pageable copies"} 2
 # HELP lanewatch_rdma_work_requests_total RDMA work requests posted, by opcode (RDMA_WRITE, WRITE_IMM, RDMA_READ, SEND, RECV) and completion status (none: emitted without a polled completion).
 # TYPE lanewatch_rdma_work_requests_total counter
 lanewatch_rdma_work_requests_total{opcode="RDMA_READ",status="remote_access_error"} 1
@@ -168,7 +176,7 @@ lanewatch_transfers_pending 5
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want),
 		"lanewatch_findings", "lanewatch_lane_capacity_bytes_per_second", "lanewatch_lane_demand_bytes_per_second", "lanewatch_lane_sm_transfers", "lanewatch_peer_copy_bytes_per_second",
-		"lanewatch_rdma_work_requests_total", "lanewatch_probe_dropped_events_total", "lanewatch_attached_probes",
+		"lanewatch_window_events_lost", "lanewatch_window_incomplete_checks", "lanewatch_rdma_work_requests_total", "lanewatch_probe_dropped_events_total", "lanewatch_attached_probes",
 		"lanewatch_attach_failures_total", "lanewatch_unprobed_libraries", "lanewatch_probed_libraries", "lanewatch_library_detaches_total", "lanewatch_loader_holds_total", "lanewatch_loader_hold_seconds_total", "lanewatch_transfers_pending"); err != nil {
 		t.Error(err)
 	}
@@ -239,6 +247,16 @@ func TestMetricsWindowReplaced(t *testing.T) {
 	reg := NewRegistry(m, nil, nil)
 	if n, err := testutil.GatherAndCount(reg, "lanewatch_lane_demand_bytes_per_second"); err != nil || n != 0 {
 		t.Errorf("lane series after a window without lanes: %d %v", n, err)
+	}
+	if n, err := testutil.GatherAndCount(reg, "lanewatch_window_incomplete_checks"); err != nil || n != 0 {
+		t.Errorf("incomplete checks after a window that judged none: %d series %v", n, err)
+	}
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP lanewatch_window_events_lost Events the probes counted lost or truncated (every reason of lanewatch_probe_dropped_events_total) while the last judged window was open: its judgements rest on part of its events.
+# TYPE lanewatch_window_events_lost gauge
+lanewatch_window_events_lost 0
+`), "lanewatch_window_events_lost"); err != nil {
+		t.Error(err)
 	}
 	mfs, err := reg.Gather()
 	if err != nil {

@@ -62,6 +62,9 @@ type Verdict struct {
 	// Series are the rules' metric series for the window
 	// (exporters.Metrics.SetRuleSeries).
 	Series []exporters.Sample
+	// Losses are the events the window lost: the checks that rest on
+	// them say so (checks.Check.Incomplete).
+	Losses Losses
 }
 
 // PeerRate is the rate of the peer copies from one GPU to another over a
@@ -119,6 +122,12 @@ type EvaluatorConfig struct {
 	// Kernels: kernel launches are probed (Config.Kernels); without them
 	// compute overlap is unknown and its rules SKIP.
 	Kernels bool
+	// Drops is the probes' count of events lost or truncated since they
+	// loaded (every reason of lanewatch_probe_dropped_events_total): read
+	// as each window closes, the count since the previous close is the
+	// window's (Losses.Events), whose processes are unknown. nil: only
+	// the events that say so (Lost) make a window lossy.
+	Drops func() (uint64, error)
 }
 
 // Evaluator judges the transfers of each interval with every registered
@@ -138,6 +147,7 @@ type Evaluator struct {
 	// current window.
 	lastCounters   *collectors.GPUSnapshot
 	lastCountersAt uint64
+	drops          uint64 // the latest reading of cfg.Drops
 }
 
 // SetHostFindings adds the host-level findings (Agent.HostJudge) to every
@@ -171,8 +181,9 @@ func NewEvaluator(cfg EvaluatorConfig) *Evaluator {
 	if cfg.Now == nil {
 		cfg.Now = event.Now
 	}
-	w := NewWindow(cfg.Kernels)
-	return &Evaluator{cfg: cfg, cur: w, start: time.Now()}
+	e := &Evaluator{cfg: cfg, cur: NewWindow(cfg.Kernels), start: time.Now()}
+	e.dropsSince() // the first window's start
+	return e
 }
 
 // Transfer adds a transfer to the current window. It implements correlate.Sink.
@@ -239,6 +250,9 @@ func (e *Evaluator) Evaluate(now time.Time) Verdict {
 	begin := time.Now()
 	snap, read := e.SampleCounters() // the window's last counter samples, before it closes
 	win := e.cur.Rotate()
+	if n := e.dropsSince(); n > 0 {
+		win.Dropped(n)
+	}
 	e.mu.Lock()
 	span := now.Sub(e.start)
 	e.start = now
@@ -263,7 +277,7 @@ func (e *Evaluator) Evaluate(now time.Time) Verdict {
 		env.DiskRates, env.Storage = d.Rates, d.host
 	}
 	j := Judge(win, env)
-	v.Checks, v.Findings, v.Series = j.Checks, j.Findings(), j.Series
+	v.Checks, v.Findings, v.Series, v.Losses = j.Checks, j.Findings(), j.Series, win.Losses()
 	if host != nil {
 		v.Findings = append(v.Findings, host()...)
 	}

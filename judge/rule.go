@@ -86,13 +86,20 @@ type Env struct {
 	// Storage; nil: no check.
 	DiskRates func() ([]collectors.DiskRate, error)
 	Storage   checks.StorageHost
+	// scoped records the process of each scope the rules named (Judge),
+	// so that the checks of a process that lost events are known.
+	scoped map[string]uint32
 }
 
 func (env *Env) scope(pid uint32) string {
+	s := fmt.Sprintf("pid %d", pid)
 	if env.Scope != nil {
-		return env.Scope(pid)
+		s = env.Scope(pid)
 	}
-	return fmt.Sprintf("pid %d", pid)
+	if env.scoped != nil {
+		env.scoped[s] = pid
+	}
+	return s
 }
 
 // mergePIDs is the sorted union of two lists of processes.
@@ -123,14 +130,18 @@ func register(r Rule) bool {
 func Rules() []Rule { return slices.Clone(rules) }
 
 // Judge runs every registered rule over a closed window: the one loop both
-// the evaluator and diagnose judge a window with.
+// the evaluator and diagnose judge a window with. The checks that rest on
+// events the window lost say so (partial).
 func Judge(w *Window, env *Env) Judgement {
 	var out Judgement
+	e := *env
+	e.scoped = map[string]uint32{}
 	for _, r := range rules {
-		j := r.Judge(w, env)
+		j := r.Judge(w, &e)
 		out.Checks = append(out.Checks, j.Checks...)
 		out.Series = append(out.Series, j.Series...)
 	}
+	out.Checks = partial(out.Checks, w.Losses(), e.scoped)
 	return out
 }
 

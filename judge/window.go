@@ -17,6 +17,7 @@ type Window struct {
 	// in both of a window or in neither.
 	mu    sync.Mutex
 	facts []Facts // each Gatherer's, in gatherers' order
+	lost  Losses  // events lost while the window was open (losses.go)
 }
 
 // gatherers are the registered rules with facts of their own, in the
@@ -78,7 +79,8 @@ type sizer interface{ sizeFrom(prev Facts) }
 func (w *Window) Rotate() *Window {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	old := &Window{Window: w.Window.Rotate(), kernels: w.kernels, facts: w.facts}
+	old := &Window{Window: w.Window.Rotate(), kernels: w.kernels, facts: w.facts, lost: w.lost}
+	w.lost = Losses{}
 	w.facts = newFacts()
 	for i, f := range w.facts {
 		if s, ok := f.(sizer); ok {

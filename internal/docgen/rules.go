@@ -21,7 +21,10 @@ func Rules(w io.Writer) error {
 		"procfs); `agent diagnose` judges the rules marked so once, the window rules over its\n" +
 		"`--sample` window. Every rule has an alert in `dashboards/lanewatch.rules.yml`, and its\n" +
 		"findings are the series `lanewatch_findings{rule,severity}` and\n" +
-		"`lanewatch_finding_windows_total{rule,severity}` (docs/metrics.md).\n\n")
+		"`lanewatch_finding_windows_total{rule,severity}` (docs/metrics.md). A window in which the probes\n" +
+		"lost events judges what arrived, and its checks that rest on the lost part say so (`incomplete`:\n" +
+		"a pass is a SKIP, a finding carries the loss in its evidence; `lanewatch_window_incomplete_checks`,\n" +
+		"docs/design.md 3.3).\n\n")
 
 	b.WriteString("## What is checked, item by item\n\n")
 	b.WriteString("Seed 000's checklist (\"排查清单\", items 1–8 in its order) and the path, link and RDMA items\n" +
