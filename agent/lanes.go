@@ -37,6 +37,10 @@ type lanes struct {
 	// as the engine knew them before forgetting them, until a sweep.
 	exited map[uint32]map[uint64]string
 	final  *laneTotals // after Run: the last totals, the BPF map closed
+	// shed: the copies each swept process had shed, until the next
+	// ShedByProcess: a window that closes after the sweep still learns
+	// of them.
+	shed map[uint32]uint64
 }
 
 type laneTotals struct {
@@ -197,6 +201,12 @@ func (a *Agent) sweepLanes() {
 			continue // still in the map: counted there
 		}
 		gone = append(gone, f)
+		if f.Shed > 0 && a.traced(f.PID) {
+			if a.lanes.shed == nil {
+				a.lanes.shed = map[uint32]uint64{}
+			}
+			a.lanes.shed[f.PID] += f.Shed
+		}
 	}
 	place(a.lanes.folded, gone, a.streamGPUs(gone), a.lanes.exited, a.traced)
 	a.lanes.forget(live)
@@ -218,4 +228,28 @@ func (a *Agent) finishLanes() {
 	a.lanes.mu.Lock()
 	a.lanes.final = &laneTotals{lanes, uncounted}
 	a.lanes.mu.Unlock()
+}
+
+// ShedByProcess is the copies each traced process had shed (probes.Flow.Shed):
+// those in the flows in the BPF map, and once those of processes swept
+// since the previous call (judge.EvaluatorConfig.Shed reads it once per
+// window; a process no longer in it counts as not shedding).
+func (a *Agent) ShedByProcess() (map[uint32]uint64, error) {
+	a.lanes.mu.Lock()
+	defer a.lanes.mu.Unlock()
+	flows, err := a.probes.Flows()
+	if err != nil {
+		return nil, err
+	}
+	by := a.lanes.shed
+	a.lanes.shed = nil
+	if by == nil {
+		by = map[uint32]uint64{}
+	}
+	for _, f := range flows {
+		if f.Shed > 0 && a.traced(f.PID) {
+			by[f.PID] += f.Shed
+		}
+	}
+	return by, nil
 }

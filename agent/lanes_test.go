@@ -96,6 +96,11 @@ func laneBytesExact(t *testing.T, shed bool) {
 			return a.Stats().Drops.Total(), nil
 		}
 		return 0, nil // loaded after the evaluator: nothing dropped yet
+	}, Shed: func() (map[uint32]uint64, error) {
+		if a := tracer.Load(); a != nil {
+			return a.ShedByProcess()
+		}
+		return nil, nil
 	}})
 	r := startAgent(t, agent.Config{RingBytes: ring, NoShedding: !shed, Libs: []string{filepath.Join(dir, "lib/libcuda.so.1")}, PIDs: []int{int(pid)},
 		Devices: agent.DeviceMap(collectors.NewEnvCache("/proc"), gpus, nil), Lost: ev.Lost,
@@ -243,8 +248,12 @@ func laneBytesExact(t *testing.T, shed bool) {
 		}
 	}
 	v := ev.Evaluate(time.Now())
-	if total := r.agent.Stats().Drops.Total(); v.Losses.Events != total || !v.Losses.All {
+	if total := r.agent.Stats().Drops.Total(); !shed && (v.Losses.Events != total || !v.Losses.All) {
 		t.Errorf("window losses %+v, want the %d events the probes dropped, any process's", v.Losses, total)
+	}
+	shedInWindow := v.Losses.Shed[pid]
+	if shed && (v.Losses.Events != 0 || v.Losses.All || shedInWindow == 0) {
+		t.Errorf("window losses %+v, want kvpath's copies shed and nothing dropped", v.Losses)
 	}
 	var partial int
 	for _, c := range v.Checks {
@@ -262,7 +271,7 @@ func laneBytesExact(t *testing.T, shed bool) {
 		t.Errorf("the window after: losses %+v, want no drop counted", v.Losses)
 	}
 	if !t.Failed() {
-		t.Logf("%d copies, %d bytes over %s's inbound lane counted exactly with %d events dropped; %d checks of their window said incomplete",
-			truth.Calls+1, truth.LaneInBytes, truth.GPU, drops, partial)
+		t.Logf("%d copies, %d bytes over %s's inbound lane counted exactly with %d events dropped, %d copies shed; %d checks of their window said incomplete",
+			truth.Calls+1, truth.LaneInBytes, truth.GPU, drops, shedInWindow, partial)
 	}
 }

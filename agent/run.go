@@ -331,7 +331,7 @@ func listenMetrics(cfg RunConfig, place func(uint32) checks.Placement, extra map
 	}
 	m.eval = judge.NewEvaluator(judge.EvaluatorConfig{Interval: mc.EvaluateInterval, Place: place, Publish: m.publish, GPU: gpu, Congestion: cong,
 		NUMA: numa, NICs: nics, LinkCapacity: LaneCapacity(capacityHost(procRoot, cfg.SysRoot, log), m.links), GPUPath: peerPath,
-		Kernels: cfg.Trace.Kernels, Storage: storageFlows(cfg.Trace.Storage), Disks: disks, Drops: m.drops})
+		Kernels: cfg.Trace.Kernels, Storage: storageFlows(cfg.Trace.Storage), Disks: disks, Drops: m.drops, Shed: m.shed})
 	scrapers := map[string]exporters.Collector{
 		"rdma_ports": collectors.NewInfiniBandMetrics(cfg.SysRoot),
 		"host":       collectors.NewHostMetrics(cfg.Trace.ProcRoot, cfg.SysRoot),
@@ -437,6 +437,15 @@ func (m *metrics) drops() (uint64, error) {
 	}
 	d, err := ag.probes.Drops()
 	return d.Total(), err
+}
+
+// shed is the copies each traced process had shed (Agent.ShedByProcess).
+func (m *metrics) shed() (map[uint32]uint64, error) {
+	ag := m.agent.Load()
+	if ag == nil {
+		return nil, nil
+	}
+	return ag.ShedByProcess()
 }
 
 func (m *metrics) health() exporters.Health {

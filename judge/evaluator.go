@@ -128,6 +128,10 @@ type EvaluatorConfig struct {
 	// window's (Losses.Events), whose processes are unknown. nil: only
 	// the events that say so (Lost) make a window lossy.
 	Drops func() (uint64, error)
+	// Shed is the copies each process had shed since the probes loaded
+	// (probes.Flow.Shed): read as each window closes, a process whose
+	// count rose has its checks said incomplete. nil: none.
+	Shed func() (map[uint32]uint64, error)
 }
 
 // Evaluator judges the transfers of each interval with every registered
@@ -147,7 +151,8 @@ type Evaluator struct {
 	// current window.
 	lastCounters   *collectors.GPUSnapshot
 	lastCountersAt uint64
-	drops          uint64 // the latest reading of cfg.Drops
+	drops          uint64            // the latest reading of cfg.Drops
+	shed           map[uint32]uint64 // the latest reading of cfg.Shed
 }
 
 // SetHostFindings adds the host-level findings (Agent.HostJudge) to every
@@ -183,6 +188,7 @@ func NewEvaluator(cfg EvaluatorConfig) *Evaluator {
 	}
 	e := &Evaluator{cfg: cfg, cur: NewWindow(cfg.Kernels), start: time.Now()}
 	e.dropsSince() // the first window's start
+	e.shedSince()
 	return e
 }
 
@@ -253,6 +259,7 @@ func (e *Evaluator) Evaluate(now time.Time) Verdict {
 	if n := e.dropsSince(); n > 0 {
 		win.Dropped(n)
 	}
+	win.Shed(e.shedSince())
 	e.mu.Lock()
 	span := now.Sub(e.start)
 	e.start = now

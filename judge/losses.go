@@ -26,6 +26,10 @@ type Losses struct {
 	// truncated while the window was open (EvaluatorConfig.Drops; every
 	// reason of lanewatch_probe_dropped_events_total); 0 none or not read.
 	Events uint64
+	// Shed are the copies each process had shed while the window was open
+	// (probes.Options.NoShedding; EvaluatorConfig.Shed): their bytes are
+	// in the lane totals, their records in no rule.
+	Shed map[uint32]uint64
 }
 
 // maxLossPIDs bounds the processes a window keeps as lossy; past it the
@@ -33,7 +37,7 @@ type Losses struct {
 const maxLossPIDs = 1024
 
 // Lossy reports whether the window lost any event.
-func (l Losses) Lossy() bool { return l.All || len(l.PIDs) > 0 || l.Events > 0 }
+func (l Losses) Lossy() bool { return l.All || len(l.PIDs) > 0 || l.Events > 0 || len(l.Shed) > 0 }
 
 // Lost says events were lost before the next one the window gets: those
 // of process pid, or of any process (all). The agent calls it only for
@@ -63,7 +67,7 @@ func (w *Window) Losses() Losses {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	l := w.lost
-	l.PIDs = maps.Clone(l.PIDs)
+	l.PIDs, l.Shed = maps.Clone(l.PIDs), maps.Clone(l.Shed)
 	return l
 }
 
@@ -101,17 +105,26 @@ func partial(cs []checks.Check, l Losses, scoped map[string]uint32) []checks.Che
 	for pid := range l.PIDs {
 		lost = append(lost, fmt.Sprint(pid))
 	}
+	for pid := range l.Shed {
+		if !l.PIDs[pid] {
+			lost = append(lost, fmt.Sprint(pid))
+		}
+	}
 	slices.Sort(lost)
 	for i, c := range cs {
 		pid, process := scoped[c.Scope]
 		var why string
 		switch {
+		case process && !l.All && !l.PIDs[pid] && l.Shed[pid] > 0:
+			why = fmt.Sprintf("incomplete: %d copies of pid %d were shed in the window (the probes' ring over three quarters full): in the lane totals, not in the rules", l.Shed[pid], pid)
 		case l.All && l.Events > 0:
 			why = fmt.Sprintf("incomplete: %d events lost or truncated in the probes while the window was open (lanewatch_window_events_lost), their processes unknown", l.Events)
 		case l.All:
 			why = "incomplete: events of any process may have been lost in the window"
 		case process && l.PIDs[pid]:
 			why = fmt.Sprintf("incomplete: events of pid %d were lost in the window", pid)
+		case !process && len(l.Shed) > 0:
+			why = fmt.Sprintf("incomplete: events of pid %s were lost or shed in the window", checks.JoinLimited(lost, 8))
 		case !process:
 			why = fmt.Sprintf("incomplete: events of pid %s were lost in the window", checks.JoinLimited(lost, 8))
 		default:
@@ -120,6 +133,50 @@ func partial(cs []checks.Check, l Losses, scoped map[string]uint32) []checks.Che
 		cs[i] = c.Partial(why)
 	}
 	return cs
+}
+
+// Shed adds the copies each process had shed while the window was open.
+func (w *Window) Shed(by map[uint32]uint64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for pid, n := range by {
+		if n == 0 {
+			continue
+		}
+		if w.lost.Shed == nil {
+			w.lost.Shed = map[uint32]uint64{}
+		}
+		if _, ok := w.lost.Shed[pid]; !ok && len(w.lost.Shed) >= maxLossPIDs {
+			w.lost.All = true // past the bound: whose, the window no longer says
+			continue
+		}
+		w.lost.Shed[pid] += n
+	}
+}
+
+// shedSince is the copies each process shed since the previous call
+// (EvaluatorConfig.Shed); a process whose count went down (its counters
+// folded away once it exited, or its pid reused) counts from its new
+// reading on.
+func (e *Evaluator) shedSince() map[uint32]uint64 {
+	if e.cfg.Shed == nil {
+		return nil
+	}
+	now, err := e.cfg.Shed()
+	if err != nil {
+		return nil // read again at the next close: the counts are cumulative
+	}
+	var since map[uint32]uint64
+	for pid, n := range now {
+		if last := e.shed[pid]; n > last {
+			if since == nil {
+				since = map[uint32]uint64{}
+			}
+			since[pid] = n - last
+		}
+	}
+	e.shed = now
+	return since
 }
 
 // Dropped adds n events the probes counted lost or truncated while the

@@ -1,6 +1,7 @@
 package judge_test
 
 import (
+	"maps"
 	"reflect"
 	"slices"
 	"strings"
@@ -104,8 +105,10 @@ func TestLossyWindowChecks(t *testing.T) {
 // saying its process lost events makes that process's checks incomplete;
 // the next window starts whole.
 func TestEvaluatorLossyWindows(t *testing.T) {
-	var dropped uint64 = 7 // counted before the evaluator started: no window's
-	e := judge.NewEvaluator(judge.EvaluatorConfig{Place: lossyPlace, Drops: func() (uint64, error) { return dropped, nil }})
+	var dropped uint64 = 7                  // counted before the evaluator started: no window's
+	shed := map[uint32]uint64{10: 3, 12: 4} // likewise
+	e := judge.NewEvaluator(judge.EvaluatorConfig{Place: lossyPlace, Drops: func() (uint64, error) { return dropped, nil },
+		Shed: func() (map[uint32]uint64, error) { return maps.Clone(shed), nil }})
 	start := time.Now()
 	incomplete := func(v judge.Verdict) (n int) {
 		for _, c := range v.Checks {
@@ -143,8 +146,22 @@ func TestEvaluatorLossyWindows(t *testing.T) {
 		t.Errorf("pid 10 lost events: losses %+v, %d incomplete checks", v.Losses, incomplete(v))
 	}
 
+	// Copies of pid 10 shed: its checks rest on part of the window; pid
+	// 12's count went down (folded away once it exited), which is no shedding.
 	feed()
+	shed[10], shed[12] = 3+40, 0
 	v = e.Evaluate(start.Add(3 * time.Second))
+	if v.Losses.Events != 0 || v.Losses.All || len(v.Losses.PIDs) != 0 || v.Losses.Shed[10] != 40 || len(v.Losses.Shed) != 1 || incomplete(v) == 0 {
+		t.Errorf("pid 10 shed 40 copies: losses %+v, %d incomplete checks", v.Losses, incomplete(v))
+	}
+	if !slices.ContainsFunc(v.Checks, func(c checks.Check) bool {
+		return c.Scope == "pid 10" && strings.Contains(c.Incomplete, "40 copies of pid 10 were shed")
+	}) {
+		t.Errorf("no check of pid 10 says its 40 copies were shed: %+v", v.Checks)
+	}
+
+	feed()
+	v = e.Evaluate(start.Add(4 * time.Second))
 	if v.Losses.Lossy() || incomplete(v) != 0 || len(v.Findings) == 0 {
 		t.Errorf("a whole window: losses %+v, %d incomplete checks, findings %+v", v.Losses, incomplete(v), v.Findings)
 	}
