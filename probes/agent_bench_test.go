@@ -204,13 +204,21 @@ func (r e2eResult) describe(none float64) string {
 // agentBinary is an `agent` build under test, by the name its rows carry.
 type agentBinary struct{ name, path string }
 
+// agentBinaries are the builds the environment names, a relative path from
+// the repository's root (where make runs), else this tree's.
 func agentBinaries(b *testing.B, root string) []agentBinary {
+	fromRoot := func(p string) string {
+		if filepath.IsAbs(p) {
+			return p
+		}
+		return filepath.Join(root, p)
+	}
 	var bins []agentBinary
 	if p := os.Getenv("LANEWATCH_AGENT_BIN_BEFORE"); p != "" {
-		bins = append(bins, agentBinary{"before", p})
+		bins = append(bins, agentBinary{"before", fromRoot(p)})
 	}
 	if p := os.Getenv("LANEWATCH_AGENT_BIN"); p != "" {
-		return append(bins, agentBinary{"agent", p})
+		return append(bins, agentBinary{"agent", fromRoot(p)})
 	}
 	gobin, err := exec.LookPath("go")
 	if err != nil {
@@ -294,6 +302,7 @@ func startE2EAgent(tb testing.TB, bin, driver, memoryLimit string, env []string,
 			tb.Fatalf("%s not attached after 2 minutes:\n%s", bin, a.logText())
 		}
 	}
+	a.idle(tb, agentCPU(tb, a.cmd.Process.Pid)) // done with its start: its first scans and checks
 	return a
 }
 
@@ -407,35 +416,43 @@ func (a *e2eAgent) copy(tb testing.TB, ref string, n, calls int, done func(e2eCo
 		}
 		r.nsPerCall += parseNsPerCall(tb, c, outs[i].Bytes()) / float64(n)
 	}
-	// Poll its CPU (free for it) until it has been idle for 100 ms, then
-	// check the counters; a scrape that finds it not done is left out.
+	// When it is idle, check the counters; a scrape that finds it not done
+	// is left out of its CPU.
 	var scraped time.Duration
-	last, lastBusy := cpu0, time.Now()
-	for idle, deadline := 0, time.Now().Add(5*time.Minute); ; {
-		time.Sleep(20 * time.Millisecond)
-		c := agentCPU(tb, a.cmd.Process.Pid)
-		if c.since(last) >= 2*time.Millisecond { // a tenth of the poll: working
-			lastBusy, idle = time.Now(), 0
-		} else {
-			idle++
-		}
-		last = c
-		if idle < 5 {
-			continue
-		}
+	last, lastBusy := a.idle(tb, cpu0)
+	for deadline := time.Now().Add(5 * time.Minute); ; {
 		d := a.counters(tb).sub(base)
 		r.scrapes++
 		if d.events+d.drops >= float64(n*calls) && (done == nil || done(d)) {
 			r.cpu, r.wall, r.counters = last.since(cpu0)-scraped, lastBusy.Sub(start), d
 			return r
 		}
-		after := agentCPU(tb, a.cmd.Process.Pid)
-		scraped += after.since(last)
-		last, idle = after, 0
 		if time.Now().After(deadline) {
 			tb.Fatalf("after 5 minutes the agent has read %.0f and dropped %.0f of %d calls' events (%+v):\n%s", d.events, d.drops, n*calls, d, a.logText())
 		}
+		after := agentCPU(tb, a.cmd.Process.Pid)
+		scraped += after.since(last)
+		last, lastBusy = a.idle(tb, after)
 	}
+}
+
+// idle polls the agent's CPU (free for it) from c until it has been idle
+// for 100 ms, or for 30 s (other processes of the host may keep it busy),
+// and returns its CPU then and when it last worked.
+func (a *e2eAgent) idle(tb testing.TB, c cpuSample) (cpuSample, time.Time) {
+	tb.Helper()
+	lastBusy := time.Now()
+	for idle, deadline := 0, lastBusy.Add(30*time.Second); idle < 5 && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+		now := agentCPU(tb, a.cmd.Process.Pid)
+		if now.since(c) >= 2*time.Millisecond { // a tenth of the poll: working
+			lastBusy, idle = time.Now(), 0
+		} else {
+			idle++
+		}
+		c = now
+	}
+	return c, lastBusy
 }
 
 // cpuSample is a process's CPU time so far: its threads' run time in ns
