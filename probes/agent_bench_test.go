@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -50,7 +51,6 @@ func BenchmarkAgentEndToEnd(b *testing.B) {
 	ref := testenv.RefDir(b)
 	driver := filepath.Join(ref, "lib", "libcuda.so.1")
 	sz := e2eSizes()
-	warnOtherAgents(b)
 	root := filepath.Join(ref, "..", "..")
 	bins := agentBinaries(b, root)
 	limit := chartMemoryLimit(b, root)
@@ -61,15 +61,12 @@ func BenchmarkAgentEndToEnd(b *testing.B) {
 	}
 	var rows []row
 	none, probed := math.Inf(1), math.Inf(1)
-	measureNone := func() {
-		for range sz.rounds {
-			none = min(none, callbench(b, ref, "plain", sz.calls))
-		}
-	}
+	alone := e2eResult{others: otherAgents(0)} // who else probed the harness rows
 	for range sz.rounds {
 		none = min(none, callbench(b, ref, "plain", sz.calls))
 		probed = min(probed, withLanewatch(b, driver, func() float64 { return callbench(b, ref, "plain", sz.calls) }).ns)
 	}
+	alone.add(e2eResult{others: otherAgents(0)})
 	for _, bin := range bins {
 		a := startE2EAgent(b, bin.path, driver, limit, nil, "--output", "off")
 		var one, two, burst, off e2eResult
@@ -111,17 +108,20 @@ func BenchmarkAgentEndToEnd(b *testing.B) {
 		}
 		rows = append(rows, row{bin.name + "-out-spans", spans})
 	}
-	measureNone() // after the agents too: the best of every round without a probe
+	for range sz.rounds { // after the agents too: the best of every round without a probe
+		none = min(none, callbench(b, ref, "plain", sz.calls))
+	}
+	alone.add(e2eResult{others: otherAgents(0)})
 
 	// The parent's log is not printed beside sub-benchmarks: each row logs.
 	b.Run("none", func(b *testing.B) {
 		b.ReportMetric(none, "ns/call")
-		b.Logf("%d calls: %.0f ns per call (best of %d)", sz.calls, none, 2*sz.rounds)
+		b.Logf("%d calls: %.0f ns per call (best of %d)%s", sz.calls, none, 2*sz.rounds, alone.notAlone())
 	})
 	b.Run("probes", func(b *testing.B) {
 		b.ReportMetric(probed, "ns/call")
 		b.ReportMetric(probed-none, "added-ns/call")
-		b.Logf("%d calls: every driver row with a counting reader +%.0f ns per call (best of %d)", sz.calls, probed-none, sz.rounds)
+		b.Logf("%d calls: every driver row with a counting reader +%.0f ns per call (best of %d)%s", sz.calls, probed-none, sz.rounds, alone.notAlone())
 	})
 	for _, r := range rows {
 		b.Run(r.name, func(b *testing.B) {
@@ -161,6 +161,7 @@ type e2eResult struct {
 	cpu                  time.Duration
 	counters             e2eCounters
 	scrapes              int
+	others               []string // pids of other agents seen running
 }
 
 func (r *e2eResult) add(x e2eResult) {
@@ -176,6 +177,11 @@ func (r *e2eResult) add(x e2eResult) {
 	r.counters.transfers += x.counters.transfers
 	r.counters.spanTransfers += x.counters.spanTransfers
 	r.scrapes += x.scrapes
+	for _, p := range x.others {
+		if !slices.Contains(r.others, p) {
+			r.others = append(r.others, p)
+		}
+	}
 }
 
 func (r e2eResult) dropPercent() float64 {
@@ -195,10 +201,18 @@ func (r e2eResult) report(b *testing.B, none float64) {
 	b.ReportMetric(r.cpuPerEvent(), "agent-cpu-ns/event")
 }
 
+// notAlone warns of the other agents seen running.
+func (r e2eResult) notAlone() string {
+	if len(r.others) == 0 {
+		return ""
+	}
+	return "; NOT ALONE: other agents ran (pids " + strings.Join(r.others, ", ") + "), their probes and reading are in these figures"
+}
+
 func (r e2eResult) describe(none float64) string {
 	return fmt.Sprintf("%d run(s) of %d copier(s), %d calls in all: %.0f ns per call (+%.0f, best run); the agent read %.0f events, %.0f/s from the copiers' start until it went idle, dropped %.0f (%.1f%%), used %v of CPU: %.0f ns per event read (%d transfers, %d into spans; %d scrapes checked it)",
 		r.runs, r.copiers, r.calls, r.nsPerCall, r.nsPerCall-none, r.counters.events, r.eventsPerSec(), r.counters.drops, r.dropPercent(),
-		r.cpu.Round(time.Millisecond), r.cpuPerEvent(), int64(r.counters.transfers), int64(r.counters.spanTransfers), r.scrapes)
+		r.cpu.Round(time.Millisecond), r.cpuPerEvent(), int64(r.counters.transfers), int64(r.counters.spanTransfers), r.scrapes) + r.notAlone()
 }
 
 // agentBinary is an `agent` build under test, by the name its rows carry.
@@ -233,9 +247,10 @@ func agentBinaries(b *testing.B, root string) []agentBinary {
 	return append(bins, agentBinary{"agent", out})
 }
 
-// warnOtherAgents logs any other `agent run` on the host: its probes too
-// would be in every figure.
-func warnOtherAgents(tb testing.TB) {
+// otherAgents are the pids of every `agent run` on the host but self: their
+// probes, and their reading of the copiers' events, would be in the figures.
+func otherAgents(self int) []string {
+	var pids []string
 	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
 	for _, p := range procs {
 		b, err := os.ReadFile(p)
@@ -243,10 +258,12 @@ func warnOtherAgents(tb testing.TB) {
 			continue
 		}
 		args := strings.Split(string(b), "\x00")
-		if len(args) > 1 && filepath.Base(args[0]) == "agent" && args[1] == "run" {
-			tb.Logf("another agent runs (pid %s): its probes are in these figures too", filepath.Base(filepath.Dir(p)))
+		pid := filepath.Base(filepath.Dir(p))
+		if len(args) > 1 && filepath.Base(args[0]) == "agent" && args[1] == "run" && pid != strconv.Itoa(self) {
+			pids = append(pids, pid)
 		}
 	}
+	return pids
 }
 
 // e2eAgent is `agent run` started by the benchmark.
@@ -402,6 +419,7 @@ func (a *e2eAgent) copy(tb testing.TB, ref string, n, calls int, done func(e2eCo
 		cmds[i] = callbenchCmd(ref, "plain", calls)
 		cmds[i].Stdout = &outs[i]
 	}
+	others := otherAgents(a.cmd.Process.Pid)
 	start := time.Now()
 	cpu0 := agentCPU(tb, a.cmd.Process.Pid)
 	for _, c := range cmds {
@@ -425,6 +443,7 @@ func (a *e2eAgent) copy(tb testing.TB, ref string, n, calls int, done func(e2eCo
 		r.scrapes++
 		if d.events+d.drops >= float64(n*calls) && (done == nil || done(d)) {
 			r.cpu, r.wall, r.counters = last.since(cpu0)-scraped, lastBusy.Sub(start), d
+			r.others = append(others, otherAgents(a.cmd.Process.Pid)...)
 			return r
 		}
 		if time.Now().After(deadline) {
