@@ -41,8 +41,8 @@ import (
 // The agent's CPU is its threads' run time (/proc/PID/task/*/schedstat)
 // from just before the copiers start until it has read their events and
 // gone idle, less the scrapes of /metrics that check it (each costs the
-// agent ~4 ms). The agent is bin/agent built from this tree into a
-// temporary directory, or $LANEWATCH_AGENT_BIN; with
+// agent ~4 ms). The agent is ./cmd/agent built from this tree into a
+// temporary directory (never a stale bin/agent), or $LANEWATCH_AGENT_BIN; with
 // $LANEWATCH_AGENT_BIN_BEFORE too, that build's rows come first, prefixed
 // "before-", for before and after figures in one run (it must know
 // --output off). No timing is asserted: it reports.
