@@ -58,6 +58,7 @@ func BenchmarkAgentEndToEnd(b *testing.B) {
 	type row struct {
 		name string
 		r    e2eResult
+		off  *e2eResult // metrics only, for an output's own cost
 	}
 	var rows []row
 	none, probed := math.Inf(1), math.Inf(1)
@@ -69,44 +70,35 @@ func BenchmarkAgentEndToEnd(b *testing.B) {
 	alone.add(e2eResult{others: otherAgents(0)})
 	for _, bin := range bins {
 		a := startE2EAgent(b, bin.path, driver, limit, nil, "--output", "off")
-		var one, two, burst, off e2eResult
+		var one, two, burst e2eResult
 		for range sz.rounds {
 			one.add(a.copy(b, ref, 1, sz.calls, nil))
 			two.add(a.copy(b, ref, 2, sz.calls, nil))
 			burst.add(a.copy(b, ref, 1, sz.burst, nil))
 		}
-		for range sz.runs {
-			off.add(a.copy(b, ref, 1, sz.held, nil))
-		}
 		a.stop(b)
-		rows = append(rows, row{bin.name + "-1copier", one}, row{bin.name + "-2copiers", two}, row{bin.name + "-burst", burst},
-			row{bin.name + "-out-off", off})
+		rows = append(rows, row{name: bin.name + "-1copier", r: one}, row{name: bin.name + "-2copiers", r: two}, row{name: bin.name + "-burst", r: burst})
 
-		var jsonl e2eResult
-		a = startE2EAgent(b, bin.path, driver, limit, nil, "--output", "/dev/null")
-		for range sz.runs {
-			jsonl.add(a.copy(b, ref, 1, sz.held, nil))
-		}
-		a.stop(b)
-		rows = append(rows, row{bin.name + "-out-jsonl", jsonl})
-
-		// Spans are released at once (--spans.hold 1ms: 0 is the default,
-		// 15 s, the DaemonSet's, a wait for the server's spans), so making
-		// them falls in the run.
+		// The outputs' agents take turns, a few runs each per round, so
+		// that the machine's load weighs on each alike.
+		var off, jsonl, spans e2eResult
 		sink := startOTLPSink(b)
-		var spans e2eResult
-		a = startE2EAgent(b, bin.path, driver, limit, []string{"OTEL_EXPORTER_OTLP_ENDPOINT=http://" + sink.addr},
-			"--output", "off", "--spans.hold", "1ms")
 		spanned := func(d e2eCounters) bool { return d.spanTransfers >= d.transfers }
-		for range sz.runs {
-			spans.add(a.copy(b, ref, 1, sz.held, spanned))
+		for range sz.rounds {
+			off.add(heldRuns(b, sz, ref, startE2EAgent(b, bin.path, driver, limit, nil, "--output", "off"), nil))
+			jsonl.add(heldRuns(b, sz, ref, startE2EAgent(b, bin.path, driver, limit, nil, "--output", "/dev/null"), nil))
+			// Spans are released at once (--spans.hold 1ms: 0 is the
+			// default, 15 s, the DaemonSet's, a wait for the server's
+			// spans), so making them falls in the run.
+			spans.add(heldRuns(b, sz, ref, startE2EAgent(b, bin.path, driver, limit, []string{"OTEL_EXPORTER_OTLP_ENDPOINT=http://" + sink.addr},
+				"--output", "off", "--spans.hold", "1ms"), spanned))
 		}
-		a.stop(b)
 		sink.close()
 		if spans.counters.spanTransfers == 0 || sink.requests.Load() == 0 {
 			b.Errorf("%s: %.0f transfers made into spans, %d OTLP requests at the sink: the spans row measured no spans", bin.name, spans.counters.spanTransfers, sink.requests.Load())
 		}
-		rows = append(rows, row{bin.name + "-out-spans", spans})
+		rows = append(rows, row{name: bin.name + "-out-off", r: off}, row{name: bin.name + "-out-jsonl", r: jsonl, off: &off},
+			row{name: bin.name + "-out-spans", r: spans, off: &off})
 	}
 	for range sz.rounds { // after the agents too: the best of every round without a probe
 		none = min(none, callbench(b, ref, "plain", sz.calls))
@@ -126,25 +118,43 @@ func BenchmarkAgentEndToEnd(b *testing.B) {
 	for _, r := range rows {
 		b.Run(r.name, func(b *testing.B) {
 			r.r.report(b, none)
-			b.Log(r.r.describe(none))
+			if r.off == nil {
+				b.Log(r.r.describe(none))
+				return
+			}
+			over := r.r.cpuPerEvent() - r.off.cpuPerEvent()
+			b.ReportMetric(over, "over-off-cpu-ns/event")
+			b.Logf("%s; %+.0f ns per event over metrics only", r.r.describe(none), over)
 		})
 	}
 }
 
-// e2eSize are a run's sizes: calls per copier, the burst's, and the runs of
-// held calls (the output rows) after rounds of the others.
+// heldRuns copies sz.runs runs of sz.held calls beside a, one after
+// another, then stops a.
+func heldRuns(tb testing.TB, sz e2eSize, ref string, a *e2eAgent, done func(e2eCounters) bool) e2eResult {
+	tb.Helper()
+	var r e2eResult
+	for range sz.runs {
+		r.add(a.copy(tb, ref, 1, sz.held, done))
+	}
+	a.stop(tb)
+	return r
+}
+
+// e2eSize are a run's sizes: rounds, calls per copier, the burst's, and
+// the held runs' calls and runs per round (the output rows).
 type e2eSize struct{ rounds, calls, burst, held, runs int }
 
 // With -short (make test) one small round of each row proves they run.
 // Held runs of 20 000 calls are 20 000 events of EventSize and an 8-byte
 // ring header, 2.7 MB: the default 4 MiB ring holds them whole (no drop by
-// construction from the copier alone); 10 of them are 0.3 s of the agent's
-// CPU at ~1.5 µs an event.
+// construction from the copier alone); 3 rounds of 4 are 0.4 s of the
+// agent's CPU at ~1.5 µs an event.
 func e2eSizes() e2eSize {
 	if testing.Short() {
 		return e2eSize{rounds: 1, calls: 20000, burst: 40000, held: 20000, runs: 1}
 	}
-	return e2eSize{rounds: 3, calls: 500000, burst: 1000000, held: 20000, runs: 10}
+	return e2eSize{rounds: 3, calls: 500000, burst: 1000000, held: 20000, runs: 4}
 }
 
 // e2eCounters are the agent's counters from /metrics.
