@@ -179,7 +179,7 @@ func (r *e2eResult) add(x e2eResult) {
 	if r.runs == 0 || x.nsPerCall < r.nsPerCall {
 		r.nsPerCall = x.nsPerCall
 	}
-	r.runs++
+	r.runs += x.runs
 	r.copiers, r.calls = x.copiers, r.calls+x.calls
 	r.wall += x.wall
 	r.cpu += x.cpu
@@ -438,7 +438,7 @@ func (a *e2eAgent) copy(tb testing.TB, ref string, n, calls int, done func(e2eCo
 			tb.Fatal(err)
 		}
 	}
-	r := e2eResult{copiers: n, calls: n * calls}
+	r := e2eResult{runs: 1, copiers: n, calls: n * calls}
 	for i, c := range cmds {
 		if err := c.Wait(); err != nil {
 			tb.Fatalf("%s: %v", c, err)
