@@ -258,8 +258,9 @@ func agentBinaries(b *testing.B, root string) []agentBinary {
 	return append(bins, agentBinary{"agent", out})
 }
 
-// otherAgents are the pids of every `agent run` on the host but self: their
-// probes, and their reading of the copiers' events, would be in the figures.
+// otherAgents are the pids of every `agent run` on the host but self (any
+// build named agent*): their probes, and their reading of the copiers'
+// events, would be in the figures.
 func otherAgents(self int) []string {
 	var pids []string
 	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
@@ -270,7 +271,7 @@ func otherAgents(self int) []string {
 		}
 		args := strings.Split(string(b), "\x00")
 		pid := filepath.Base(filepath.Dir(p))
-		if len(args) > 1 && filepath.Base(args[0]) == "agent" && args[1] == "run" && pid != strconv.Itoa(self) {
+		if len(args) > 1 && strings.HasPrefix(filepath.Base(args[0]), "agent") && args[1] == "run" && pid != strconv.Itoa(self) {
 			pids = append(pids, pid)
 		}
 	}
