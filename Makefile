@@ -65,7 +65,7 @@ jaeger-e2e: build ## the traces section's end-to-end check against a real Jaeger
 run: build ## run the selftest on the reference data path with a live view: a line per second, then the table
 	$(SUDO) ./bin/agent selftest --live
 
-bench: build nvidia-libs ## per-call probe cost (reference stack: none / bpftrace-equivalent pair / bpftrace / lanewatch; NVIDIA's drivers: none / empty program / lanewatch; a UCX put: the same), the agent's UCX records/s at a perftest's full rate, pipeline throughput, span attribution cost vs spans held, agent peak RSS (selftest; make rss)
+bench: build nvidia-libs ## per-call probe cost (reference stack: none / bpftrace-equivalent pair / bpftrace / lanewatch; NVIDIA's drivers: none / empty program / lanewatch; a UCX put: the same), the whole agent run beside 1 and 2 full-speed copiers and a burst (events/s, drops, agent CPU per event, added ns per call; CPU per event per output: metrics only, JSONL, spans), the agent's UCX records/s at a perftest's full rate, pipeline throughput, span attribution cost vs spans held, agent peak RSS (selftest; make rss)
 	$(SUDO) $(GO) test -p 1 -run '^$$' -bench . -benchtime 1x -count 1 ./probes ./agent
 	$(GO) test -run '^$$' -bench Pipeline -benchmem -cpu 1 ./correlate
 	$(GO) test -run '^$$' -bench CorrelateExport -cpu 1 ./exporters   # correlate + batched spans: events/s, spans per 1 000 transfers

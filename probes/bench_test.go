@@ -42,6 +42,12 @@ func nsPerCall(tb testing.TB, cmd *exec.Cmd) float64 {
 	if err != nil {
 		tb.Fatalf("%s: %v", cmd, err)
 	}
+	return parseNsPerCall(tb, cmd, out)
+}
+
+// parseNsPerCall reads what a benchmark program printed.
+func parseNsPerCall(tb testing.TB, cmd *exec.Cmd, out []byte) float64 {
+	tb.Helper()
 	var r struct {
 		NsPerCall float64 `json:"ns_per_call"`
 	}
@@ -54,9 +60,13 @@ func nsPerCall(tb testing.TB, cmd *exec.Cmd) float64 {
 // callbench runs the reference runtime's tight cudaMemcpyAsync loop (each
 // call goes on to the reference driver's cuMemcpyHtoDAsync_v2).
 func callbench(tb testing.TB, ref, build string, iterations int) float64 {
+	return nsPerCall(tb, callbenchCmd(ref, build, iterations))
+}
+
+func callbenchCmd(ref, build string, iterations int) *exec.Cmd {
 	cmd := exec.Command(filepath.Join(ref, "bin", "kvpath"), "--scenario", "callbench", "--iterations", strconv.Itoa(iterations))
 	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+filepath.Join(ref, build)+":"+filepath.Join(ref, "lib"))
-	return nsPerCall(tb, cmd)
+	return cmd
 }
 
 // withBaseline runs f with a baseline program from bpf/empty.bpf.c at the
