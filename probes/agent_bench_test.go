@@ -158,10 +158,12 @@ func e2eSizes() e2eSize {
 }
 
 // e2eCounters are the agent's counters from /metrics.
-type e2eCounters struct{ events, drops, transfers, spanTransfers float64 }
+// shed counts the copies whose events BPF shed (lanewatch_lane_shed_copies_total):
+// neither read nor dropped; a build before shedding reports none.
+type e2eCounters struct{ events, drops, shed, transfers, spanTransfers float64 }
 
 func (c e2eCounters) sub(d e2eCounters) e2eCounters {
-	return e2eCounters{c.events - d.events, c.drops - d.drops, c.transfers - d.transfers, c.spanTransfers - d.spanTransfers}
+	return e2eCounters{c.events - d.events, c.drops - d.drops, c.shed - d.shed, c.transfers - d.transfers, c.spanTransfers - d.spanTransfers}
 }
 
 // e2eResult sums one row's runs.
@@ -185,6 +187,7 @@ func (r *e2eResult) add(x e2eResult) {
 	r.cpu += x.cpu
 	r.counters.events += x.counters.events
 	r.counters.drops += x.counters.drops
+	r.counters.shed += x.counters.shed
 	r.counters.transfers += x.counters.transfers
 	r.counters.spanTransfers += x.counters.spanTransfers
 	r.scrapes += x.scrapes
@@ -196,7 +199,10 @@ func (r *e2eResult) add(x e2eResult) {
 }
 
 func (r e2eResult) dropPercent() float64 {
-	return 100 * r.counters.drops / max(1, r.counters.events+r.counters.drops)
+	return 100 * r.counters.drops / max(1, r.counters.events+r.counters.drops+r.counters.shed)
+}
+func (r e2eResult) shedPercent() float64 {
+	return 100 * r.counters.shed / max(1, r.counters.events+r.counters.drops+r.counters.shed)
 }
 func (r e2eResult) eventsPerSec() float64 { return r.counters.events / r.wall.Seconds() }
 func (r e2eResult) cpuPerEvent() float64 {
@@ -209,6 +215,7 @@ func (r e2eResult) report(b *testing.B, none float64) {
 	b.ReportMetric(r.eventsPerSec(), "events/s")
 	b.ReportMetric(r.counters.drops, "drops")
 	b.ReportMetric(r.dropPercent(), "drop-%")
+	b.ReportMetric(r.shedPercent(), "shed-%")
 	b.ReportMetric(r.cpuPerEvent(), "agent-cpu-ns/event")
 }
 
@@ -221,8 +228,8 @@ func (r e2eResult) notAlone() string {
 }
 
 func (r e2eResult) describe(none float64) string {
-	return fmt.Sprintf("%d run(s) of %d copier(s), %d calls in all: %.0f ns per call (+%.0f, best run); the agent read %.0f events, %.0f/s from the copiers' start until it went idle, dropped %.0f (%.1f%%), used %v of CPU: %.0f ns per event read (%d transfers, %d into spans; %d scrapes checked it)",
-		r.runs, r.copiers, r.calls, r.nsPerCall, r.nsPerCall-none, r.counters.events, r.eventsPerSec(), r.counters.drops, r.dropPercent(),
+	return fmt.Sprintf("%d run(s) of %d copier(s), %d calls in all: %.0f ns per call (+%.0f, best run); the agent read %.0f events, %.0f/s from the copiers' start until it went idle, dropped %.0f (%.1f%%), shed %.0f (%.1f%%), used %v of CPU: %.0f ns per event read (%d transfers, %d into spans; %d scrapes checked it)",
+		r.runs, r.copiers, r.calls, r.nsPerCall, r.nsPerCall-none, r.counters.events, r.eventsPerSec(), r.counters.drops, r.dropPercent(), r.counters.shed, r.shedPercent(),
 		r.cpu.Round(time.Millisecond), r.cpuPerEvent(), int64(r.counters.transfers), int64(r.counters.spanTransfers), r.scrapes) + r.notAlone()
 }
 
@@ -409,6 +416,8 @@ func (a *e2eAgent) counters(tb testing.TB) e2eCounters {
 				n.events += v
 			case "lanewatch_probe_dropped_events_total":
 				n.drops += v
+			case "lanewatch_lane_shed_copies_total":
+				n.shed += v
 			case "lanewatch_transfers_total":
 				n.transfers += v
 			case "lanewatch_span_transfers_total":
@@ -420,7 +429,7 @@ func (a *e2eAgent) counters(tb testing.TB) e2eCounters {
 }
 
 // copy runs n copiers of calls each at once beside the agent and waits
-// until it has read their events (every call an event read or dropped)
+// until it has read their events (every call an event read, dropped or shed)
 // and, when done is not nil, until done says so of the counters' change.
 func (a *e2eAgent) copy(tb testing.TB, ref string, n, calls int, done func(e2eCounters) bool) e2eResult {
 	tb.Helper()
@@ -453,13 +462,13 @@ func (a *e2eAgent) copy(tb testing.TB, ref string, n, calls int, done func(e2eCo
 	for deadline := time.Now().Add(5 * time.Minute); ; {
 		d := a.counters(tb).sub(base)
 		r.scrapes++
-		if d.events+d.drops >= float64(n*calls) && (done == nil || done(d)) {
+		if d.events+d.drops+d.shed >= float64(n*calls) && (done == nil || done(d)) {
 			r.cpu, r.wall, r.counters = last.since(cpu0)-scraped, lastBusy.Sub(start), d
 			r.others = append(others, otherAgents(a.cmd.Process.Pid)...)
 			return r
 		}
 		if time.Now().After(deadline) {
-			tb.Fatalf("after 5 minutes the agent has read %.0f and dropped %.0f of %d calls' events (%+v):\n%s", d.events, d.drops, n*calls, d, a.logText())
+			tb.Fatalf("after 5 minutes the agent has read %.0f, dropped %.0f and shed %.0f of %d calls' events (%+v):\n%s", d.events, d.drops, d.shed, n*calls, d, a.logText())
 		}
 		after := agentCPU(tb, a.cmd.Process.Pid)
 		scraped += after.since(last)
