@@ -30,8 +30,11 @@ import (
 //   - none: the copier alone; probes: every driver row attached with a
 //     counting reader (the harness of BenchmarkWholeStack);
 //   - 1copier, 2copiers (two processes at once), burst (one process of
-//     twice the calls): the agent's events absorbed per second, its drops,
-//     its CPU per event read, the copier's added ns per call;
+//     twice the calls): the agent's events absorbed per second, its drops
+//     and the copies BPF shed, its CPU per event read, the copier's added
+//     ns per call; 1copier-ordinary-engine and burst-ordinary-engine the
+//     same with the reference copy engine an ordinary thread
+//     (ordinaryMovers);
 //   - out-off (metrics only, the DaemonSet's --output off), out-jsonl
 //     (--output /dev/null) and out-spans (--output off, batched transfer
 //     spans to a local OTLP/HTTP sink): runs of calls the default ring holds
@@ -70,14 +73,17 @@ func BenchmarkAgentEndToEnd(b *testing.B) {
 	alone.add(e2eResult{others: otherAgents(0)})
 	for _, bin := range bins {
 		a := startE2EAgent(b, bin.path, driver, limit, nil, "--output", "off")
-		var one, two, burst e2eResult
+		var one, two, burst, oneOrd, burstOrd e2eResult
 		for range sz.rounds {
 			one.add(a.copy(b, ref, 1, sz.calls, nil))
 			two.add(a.copy(b, ref, 2, sz.calls, nil))
 			burst.add(a.copy(b, ref, 1, sz.burst, nil))
+			oneOrd.add(a.copy(b, ref, 1, sz.calls, nil, ordinaryMovers))
+			burstOrd.add(a.copy(b, ref, 1, sz.burst, nil, ordinaryMovers))
 		}
 		a.stop(b)
-		rows = append(rows, row{name: bin.name + "-1copier", r: one}, row{name: bin.name + "-2copiers", r: two}, row{name: bin.name + "-burst", r: burst})
+		rows = append(rows, row{name: bin.name + "-1copier", r: one}, row{name: bin.name + "-2copiers", r: two}, row{name: bin.name + "-burst", r: burst},
+			row{name: bin.name + "-1copier-ordinary-engine", r: oneOrd}, row{name: bin.name + "-burst-ordinary-engine", r: burstOrd})
 
 		// The outputs' agents take turns, a few runs each per round, so
 		// that the machine's load weighs on each alike.
@@ -431,13 +437,20 @@ func (a *e2eAgent) counters(tb testing.TB) e2eCounters {
 // copy runs n copiers of calls each at once beside the agent and waits
 // until it has read their events (every call an event read, dropped or shed)
 // and, when done is not nil, until done says so of the counters' change.
-func (a *e2eAgent) copy(tb testing.TB, ref string, n, calls int, done func(e2eCounters) bool) e2eResult {
+// ordinaryMovers runs the reference copy engine as an ordinary thread, not
+// at SCHED_FIFO (refpath/driver/mover.c): a real GPU's engine takes no host
+// CPU, while the reference's, woken for each small copy, would hold most of
+// one of this VM's two CPUs ahead of the agent.
+const ordinaryMovers = "LW_REF_MOVERS=ordinary"
+
+func (a *e2eAgent) copy(tb testing.TB, ref string, n, calls int, done func(e2eCounters) bool, env ...string) e2eResult {
 	tb.Helper()
 	base := a.counters(tb)
 	cmds := make([]*exec.Cmd, n)
 	outs := make([]bytes.Buffer, n)
 	for i := range cmds {
 		cmds[i] = callbenchCmd(ref, "plain", calls)
+		cmds[i].Env = append(cmds[i].Env, env...)
 		cmds[i].Stdout = &outs[i]
 	}
 	others := otherAgents(a.cmd.Process.Pid)

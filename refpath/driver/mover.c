@@ -12,12 +12,23 @@
  * the kernel's RT throttling bounds it anyway. Without the privilege (no root,
  * CAP_SYS_NICE or RLIMIT_RTPRIO) it stays an ordinary thread and the lanes may fall
  * behind under load, which the scenarios' own rates then show.
+ *
+ * LW_REF_MOVERS=ordinary keeps them ordinary threads. A real GPU's engine takes
+ * no host CPU; these take what a lane's chunks cost, and at SCHED_FIFO they take
+ * it first: on a machine of two CPUs an engine woken for each of a copier's
+ * small copies holds most of one CPU ahead of every ordinary thread, an
+ * observer's included (docs/measurements.md, "The whole agent").
  */
 #include "internal.h"
 #include <sched.h>
+#include <stdlib.h>
+#include <string.h>
 
 void rc_mover_thread(void)
 {
+	const char *v = getenv("LW_REF_MOVERS");
+	if (v && !strcmp(v, "ordinary"))
+		return;
 	struct sched_param p = {.sched_priority = 2};
 	(void)pthread_setschedparam(pthread_self(), SCHED_FIFO, &p);
 }
