@@ -474,6 +474,10 @@ func samplePages(t *correlate.Transfer, pageSize uint64, out *[correlate.MaxPage
 	}
 	first := addr &^ (pageSize - 1)
 	pages := ((addr+t.Bytes-1)&^(pageSize-1)-first)/pageSize + 1
+	if pages == 1 { // a small copy: its one page, nothing to draw
+		out[0] = first
+		return 1
+	}
 	k := min(uint64(correlate.MaxPageSamples), pages)
 	h := mix(uint64(t.PID)<<32 ^ addr ^ t.Bytes<<7 ^ t.SubmitNs)
 	for i := uint64(0); i < k; i++ {
