@@ -192,6 +192,10 @@ type Agent struct {
 	// once a scan has read a process's maps: a test can end the process
 	// there, between the maps and the files they name.
 	afterMaps func(pid int, maps []probes.Mapping)
+	// beforeVerdict, set by tests before Run, runs on the scanning
+	// goroutine after a rescan attached a process's files, before it
+	// decides whether they were attached late.
+	beforeVerdict func(pid int)
 }
 
 // procState remembers since when a process has been watched with every
@@ -201,6 +205,10 @@ type procState struct {
 	// cleared: libraries attached up to here were proven probed before
 	// the process's first call into them (lateAttach).
 	cleared uint64
+	// unsure: its hold ended unproven before a scan attached its files,
+	// and none of its unregistered memory is pageable until the scan's
+	// verdict (unsureBeforeAttach).
+	unsure bool
 }
 
 // New loads the BPF programs. Nothing is attached until Run.
@@ -581,8 +589,15 @@ func (a *Agent) rescanProcess(pid int, held bool) error {
 		since, cleared = st.since, st.cleared
 	}
 	a.procMu.Unlock()
-	if !fromStart || lastAttach <= max(since, cleared) {
+	if !fromStart {
 		return nil
+	}
+	if lastAttach <= max(since, cleared) {
+		a.sure(pid)
+		return nil
+	}
+	if a.beforeVerdict != nil {
+		a.beforeVerdict(pid)
 	}
 	switch a.lateAttach(pid, since, lastAttach, held) {
 	case attachProven:
@@ -591,6 +606,7 @@ func (a *Agent) rescanProcess(pid int, held bool) error {
 			st.cleared = max(st.cleared, lastAttach)
 		}
 		a.procMu.Unlock()
+		a.sure(pid)
 		return nil
 	case attachUndecided:
 		return nil // its next notification, or a rescan, decides
@@ -603,6 +619,57 @@ func (a *Agent) rescanProcess(pid int, held bool) error {
 	a.engine.ObservedSince(uint32(pid), snapshot)
 	a.engineMu.Unlock()
 	return nil
+}
+
+// unsureBeforeAttach is called by a scan before it attaches a process's
+// files. A process observed from its start whose hold already ended
+// unproven (its bound, or the agent's beat gone stale) went on before
+// those files were probed, so it is late (lateAttach) — but its verdict
+// comes after the attach, and the copies it makes meanwhile would be
+// classified first, its unregistered memory pageable. Until the verdict,
+// none of it is: every unregistered address is unknown (late_attach).
+func (a *Agent) unsureBeforeAttach(pid int) {
+	if !a.probes.HoldAvailable() || a.targets != nil {
+		return
+	}
+	a.procMu.Lock()
+	st, fromStart := a.procs[pid]
+	var since uint64
+	if fromStart {
+		since = st.since
+	}
+	a.procMu.Unlock()
+	if !fromStart {
+		return
+	}
+	if v, err := a.probes.VerifiedOf(uint32(pid)); err != nil || !v.Found || v.Broken == 0 || v.Broken < since {
+		return
+	}
+	a.procMu.Lock()
+	if st := a.procs[pid]; st != nil {
+		st.unsure = true
+	}
+	a.procMu.Unlock()
+	a.engineMu.Lock()
+	a.engine.ObservedSince(uint32(pid), []correlate.Range{{Start: 0, End: ^uint64(0)}})
+	a.engineMu.Unlock()
+}
+
+// sure ends what unsureBeforeAttach began when the scan found the process
+// observed from its start after all.
+func (a *Agent) sure(pid int) {
+	a.procMu.Lock()
+	st := a.procs[pid]
+	unsure := st != nil && st.unsure
+	if unsure {
+		st.unsure = false
+	}
+	a.procMu.Unlock()
+	if unsure {
+		a.engineMu.Lock()
+		a.engine.ObservedFromStart(uint32(pid))
+		a.engineMu.Unlock()
+	}
 }
 
 // attachVerdict says whether a library attached after a process started

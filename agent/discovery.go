@@ -278,6 +278,7 @@ func (a *Agent) scanProcess(pid int) (probed bool, lastAttach uint64, snapshot [
 	if a.afterMaps != nil {
 		a.afterMaps(pid, maps)
 	}
+	a.unsureBeforeAttach(pid)
 	inspected := map[probes.FileID]bool{} // CUDA files, and whether each has probes (or needs none)
 	var untraced []probes.Untraced
 	fabric := "" // the libfabric it maps

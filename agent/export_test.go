@@ -10,6 +10,10 @@ import (
 // it opens the files they name. Set it before Run.
 func SetAfterMaps(a *Agent, f func(pid int, maps []probes.Mapping)) { a.afterMaps = f }
 
+// SetBeforeVerdict makes every rescan that attached a process's files
+// call f before deciding whether they were attached late. Set it before Run.
+func SetBeforeVerdict(a *Agent, f func(pid int)) { a.beforeVerdict = f }
+
 // Holds says whether the engine holds state of pid.
 func Holds(a *Agent, pid int) bool {
 	a.engineMu.Lock()

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -171,10 +172,23 @@ func TestHoldBoundIsLateNeverPageable(t *testing.T) {
 	driver := filepath.Join(dir, "driver/libcuda.so.1")
 	copyFile(t, filepath.Join(ref, "lib/libcuda.so.1"), driver)
 	var slept atomic.Bool
+	// The verdict waits until the process made its copies and exited, so
+	// every copy is recorded before the agent decides it was late: the
+	// records must not depend on which comes first.
+	copied := make(chan struct{})
+	var copiedOnce sync.Once
+	letVerdict := func() { copiedOnce.Do(func() { close(copied) }) }
+	t.Cleanup(letVerdict)
 	r := startAgent(t, agent.Config{RootFS: "-"}, func(a *agent.Agent) {
 		agent.SetAfterMaps(a, func(pid int, maps []probes.Mapping) {
 			if mapsFile(maps, driver) && slept.CompareAndSwap(false, true) {
 				time.Sleep(probes.HoldBound + time.Second)
+			}
+		})
+		agent.SetBeforeVerdict(a, func(int) {
+			select {
+			case <-copied:
+			case <-time.After(30 * time.Second):
 			}
 		})
 	})
@@ -196,6 +210,7 @@ func TestHoldBoundIsLateNeverPageable(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitExit(t, r.col, cmd.Process.Pid)
+	letVerdict()
 	got := r.col.Take(uint32(cmd.Process.Pid))
 	kinds, late := map[event.MemKind]int{}, 0
 	for _, g := range got {
