@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/lanewatch/lanewatch/internal/testenv"
+	"github.com/lanewatch/lanewatch/selftest/refenv"
 )
 
 // BenchmarkAgentEndToEnd: the whole agent, the real `agent run` binary with
@@ -34,7 +35,7 @@ import (
 //     and the copies BPF shed, its CPU per event read, the copier's added
 //     ns per call; 1copier-ordinary-engine and burst-ordinary-engine the
 //     same with the reference copy engine an ordinary thread
-//     (ordinaryMovers);
+//     (refenv.OrdinaryMovers);
 //   - out-off (metrics only, the DaemonSet's --output off), out-jsonl
 //     (--output /dev/null) and out-spans (--output off, batched transfer
 //     spans to a local OTLP/HTTP sink): runs of calls the default ring holds
@@ -78,8 +79,8 @@ func BenchmarkAgentEndToEnd(b *testing.B) {
 			one.add(a.copy(b, ref, 1, sz.calls, nil))
 			two.add(a.copy(b, ref, 2, sz.calls, nil))
 			burst.add(a.copy(b, ref, 1, sz.burst, nil))
-			oneOrd.add(a.copy(b, ref, 1, sz.calls, nil, ordinaryMovers))
-			burstOrd.add(a.copy(b, ref, 1, sz.burst, nil, ordinaryMovers))
+			oneOrd.add(a.copy(b, ref, 1, sz.calls, nil, refenv.OrdinaryMovers))
+			burstOrd.add(a.copy(b, ref, 1, sz.burst, nil, refenv.OrdinaryMovers))
 		}
 		a.stop(b)
 		rows = append(rows, row{name: bin.name + "-1copier", r: one}, row{name: bin.name + "-2copiers", r: two}, row{name: bin.name + "-burst", r: burst},
@@ -437,12 +438,6 @@ func (a *e2eAgent) counters(tb testing.TB) e2eCounters {
 // copy runs n copiers of calls each at once beside the agent and waits
 // until it has read their events (every call an event read, dropped or shed)
 // and, when done is not nil, until done says so of the counters' change.
-// ordinaryMovers runs the reference copy engine as an ordinary thread, not
-// at SCHED_FIFO (refpath/driver/mover.c): a real GPU's engine takes no host
-// CPU, while the reference's, woken for each small copy, would hold most of
-// one of this VM's two CPUs ahead of the agent.
-const ordinaryMovers = "LW_REF_MOVERS=ordinary"
-
 func (a *e2eAgent) copy(tb testing.TB, ref string, n, calls int, done func(e2eCounters) bool, env ...string) e2eResult {
 	tb.Helper()
 	base := a.counters(tb)

@@ -91,6 +91,13 @@ func NVMLNVLinkKiB(tx, rx uint64) (key, value string) {
 // CUDA_ERROR_NO_DEVICE (100), as a real driver does on a host without a GPU.
 const NoDeviceEnv = "LW_REF_NO_DEVICE=1"
 
+// OrdinaryMovers keeps the reference's movers (a stream's copy engine, the
+// RDMA provider's NIC thread) ordinary threads, not SCHED_FIFO
+// (refpath/driver/mover.c): a real GPU's engine takes no host CPU, while the
+// reference's, woken for each small copy, holds most of a CPU ahead of
+// every ordinary thread, an observer's included.
+const OrdinaryMovers = "LW_REF_MOVERS=ordinary"
+
 // SharedGPUs gives a process the named reference GPUs as its CUDA devices
 // (LW_REF_GPUS), each with its shared lanes; ordinals follow the PCI order of
 // their identities (BusID), as CUDA orders GPUs of one model.
