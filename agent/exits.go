@@ -28,6 +28,17 @@ type reaper struct {
 	lost    atomic.Uint64
 }
 
+// livePIDs lists the processes procfs shows; ok false when it cannot
+// prove one gone: unreadable, or not showing this pid namespace.
+func livePIDs(procRoot string) (live map[uint32]bool, ok bool) {
+	listed, err := listPIDs(procRoot)
+	live = make(map[uint32]bool, len(listed))
+	for _, pid := range listed {
+		live[uint32(pid)] = true
+	}
+	return live, err == nil && live[uint32(os.Getpid())]
+}
+
 // between runs on the reading goroutine between events (probes.Options.Between).
 // A process the engine holds that /proc has not shown at two looks at
 // least reapEvery apart is finished as its exit event would have: when the
@@ -41,13 +52,9 @@ func (a *Agent) between(idle bool) {
 	}
 	a.reap.next = now.Add(reapEvery)
 	a.sweepLanes()
-	listed, err := listPIDs(a.cfg.ProcRoot)
-	live := make(map[uint32]bool, len(listed))
-	for _, pid := range listed {
-		live[uint32(pid)] = true
-	}
-	if err != nil || !live[uint32(os.Getpid())] {
-		return // a procfs that does not show this pid namespace proves no process gone
+	live, ok := livePIDs(a.cfg.ProcRoot)
+	if !ok {
+		return
 	}
 	a.engineMu.Lock()
 	pids := a.engine.Processes()

@@ -3,7 +3,6 @@ package agent
 import (
 	"cmp"
 	"log/slog"
-	"os"
 	"slices"
 	"sync"
 
@@ -183,13 +182,9 @@ func (a *Agent) sweepLanes() {
 	if len(flows) == 0 && len(a.lanes.exited) == 0 {
 		return
 	}
-	listed, err := listPIDs(a.cfg.ProcRoot)
-	live := make(map[uint32]bool, len(listed))
-	for _, pid := range listed {
-		live[uint32(pid)] = true
-	}
-	if err != nil || !live[uint32(os.Getpid())] {
-		return // a procfs that does not show this pid namespace proves no process gone
+	live, ok := livePIDs(a.cfg.ProcRoot) // listed after the flows were read
+	if !ok {
+		return
 	}
 	var gone []probes.Flow
 	for _, f := range flows {

@@ -10,7 +10,6 @@ import (
 	"testing"
 
 	"github.com/lanewatch/lanewatch/event"
-	"github.com/lanewatch/lanewatch/internal/testenv"
 )
 
 // Every driver copy row with a result is counted, with argument slots the
@@ -70,17 +69,6 @@ func TestFlowsCountWhatTheRingDrops(t *testing.T) {
 }
 
 func flowsCountAll(t *testing.T, shed bool) {
-	testenv.RequireRoot(t)
-	// A copy of the reference path: the probes see this test's calls only.
-	ref := t.TempDir()
-	for _, f := range []string{"bin", "plain", "lib"} {
-		if err := os.Mkdir(filepath.Join(ref, f), 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for _, f := range []string{"bin/kvpath", "plain/libcudart.so.12", "lib/libcuda.so.1"} {
-		copyFile(t, filepath.Join(testenv.RefDir(t), f), filepath.Join(ref, f))
-	}
 	// One page without shedding: ~25 events fit. With it, a ring whose
 	// last quarter holds more than the events two CPUs submit between
 	// their fill checks (every 64 events each), so none is dropped.
@@ -88,19 +76,7 @@ func flowsCountAll(t *testing.T, shed bool) {
 	if shed {
 		ring = 256 << 10
 	}
-	p, err := Load(Options{RingBytes: ring, NoShedding: !shed})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	lib := filepath.Join(ref, "lib", "libcuda.so.1")
-	syms, err := LookupSymbols(lib, []string{"cuMemcpyHtoDAsync_v2"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := p.AttachFile(FileID{Inode: 1}, lib, syms, 0); err != nil {
-		t.Fatal(err)
-	}
+	p, ref := probedRefCopy(t, Options{RingBytes: ring, NoShedding: !shed}, "lib/libcuda.so.1", "cuMemcpyHtoDAsync_v2")
 	const iterations = 3000 // far more than either ring holds
 	cmd := exec.Command(filepath.Join(ref, "bin", "kvpath"), "--scenario", "callbench", "--iterations", strconv.Itoa(iterations))
 	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+filepath.Join(ref, "plain")+":"+filepath.Join(ref, "lib"))

@@ -95,34 +95,44 @@ func TestProcessEventsAndLinkerProbe(t *testing.T) {
 	}
 }
 
+// probedRefCopy loads the programs with opts and attaches sym in lib (a
+// path under the reference build) of a copy of the reference path made for
+// the caller: its probes see the caller's calls only, not those of every
+// process using the shared libraries. It returns the probes (closed at
+// the end) and the copy's root.
+func probedRefCopy(tb testing.TB, opts Options, lib, sym string) (*Probes, string) {
+	tb.Helper()
+	testenv.RequireRoot(tb)
+	ref := tb.TempDir()
+	for _, f := range []string{"bin", "plain", "lib"} {
+		if err := os.Mkdir(filepath.Join(ref, f), 0o755); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	for _, f := range []string{"bin/kvpath", "plain/libcudart.so.12", "lib/libcuda.so.1"} {
+		copyFile(tb, filepath.Join(testenv.RefDir(tb), f), filepath.Join(ref, f))
+	}
+	p, err := Load(opts)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { p.Close() })
+	path := filepath.Join(ref, lib)
+	syms, err := LookupSymbols(path, []string{sym})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if _, err := p.AttachFile(FileID{Inode: 1}, path, syms, 0); err != nil {
+		tb.Fatal(err)
+	}
+	return p, ref
+}
+
 // With a ring too small for a burst and no reader, every event is either in
 // the ring or counted as dropped: none is lost silently.
 func TestDropsAreCounted(t *testing.T) {
 	testenv.RequireRoot(t)
-	// A copy of the reference path: the probe sees this test's calls only,
-	// not those of every process using the shared libraries.
-	ref := t.TempDir()
-	for _, f := range []string{"bin", "plain", "lib"} {
-		if err := os.Mkdir(filepath.Join(ref, f), 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for _, f := range []string{"bin/kvpath", "plain/libcudart.so.12", "lib/libcuda.so.1"} {
-		copyFile(t, filepath.Join(testenv.RefDir(t), f), filepath.Join(ref, f))
-	}
-	p, err := Load(Options{RingBytes: 4096})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	lib := filepath.Join(ref, "plain", "libcudart.so.12")
-	syms, err := LookupSymbols(lib, []string{"cudaMemcpyAsync"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := p.AttachFile(FileID{Inode: 1}, lib, syms, 0); err != nil {
-		t.Fatal(err)
-	}
+	p, ref := probedRefCopy(t, Options{RingBytes: 4096}, "plain/libcudart.so.12", "cudaMemcpyAsync")
 	const calls = 3000 + 1              // callbench warms up with one extra call
 	callbench(t, ref, "plain", calls-1) // no reader yet: the ring fills up
 	in := 0

@@ -2,8 +2,6 @@ package probes
 
 import (
 	"math"
-	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/cilium/ebpf"
@@ -25,28 +23,7 @@ func BenchmarkCopyPrograms(b *testing.B) {
 		b.Fatalf("enable BPF run-time stats: %v", err)
 	}
 	defer stats.Close()
-	ref := b.TempDir() // a copy: the probes see this benchmark's calls only
-	for _, f := range []string{"bin", "plain", "lib"} {
-		if err := os.Mkdir(filepath.Join(ref, f), 0o755); err != nil {
-			b.Fatal(err)
-		}
-	}
-	for _, f := range []string{"bin/kvpath", "plain/libcudart.so.12", "lib/libcuda.so.1"} {
-		copyFile(b, filepath.Join(testenv.RefDir(b), f), filepath.Join(ref, f))
-	}
-	p, err := Load(Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer p.Close()
-	lib := filepath.Join(ref, "lib", "libcuda.so.1")
-	syms, err := LookupSymbols(lib, []string{"cuMemcpyHtoDAsync_v2"})
-	if err != nil {
-		b.Fatal(err)
-	}
-	if _, err := p.AttachFile(FileID{Inode: 1}, lib, syms, 0); err != nil {
-		b.Fatal(err)
-	}
+	p, ref := probedRefCopy(b, Options{}, "lib/libcuda.so.1", "cuMemcpyHtoDAsync_v2")
 	quit, done := make(chan struct{}), make(chan error)
 	go func() { done <- p.Read(quit, func(*event.Call) {}) }()
 	defer func() { close(quit); <-done }()
