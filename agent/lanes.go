@@ -3,6 +3,7 @@ package agent
 import (
 	"cmp"
 	"log/slog"
+	"maps"
 	"slices"
 	"sync"
 
@@ -36,11 +37,14 @@ type lanes struct {
 	// as the engine knew them before forgetting them, until a sweep.
 	exited map[uint32]map[uint64]string
 	final  *laneTotals // after Run: the last totals, the BPF map closed
-	// shed: the copies each swept process had shed, until the next
-	// ShedByProcess: a window that closes after the sweep still learns
-	// of them.
+	// shed: the copies each swept process had shed, kept for
+	// ShedByProcess (a window that closes after the sweep still learns of
+	// them); at maxSweptShed processes it starts over.
 	shed map[uint32]uint64
 }
+
+// maxSweptShed bounds the swept processes whose shed copies are kept.
+const maxSweptShed = 4096
 
 type laneTotals struct {
 	lanes     []exporters.LaneCopies
@@ -197,7 +201,7 @@ func (a *Agent) sweepLanes() {
 		}
 		gone = append(gone, f)
 		if f.Shed > 0 && a.traced(f.PID) {
-			if a.lanes.shed == nil {
+			if a.lanes.shed == nil || len(a.lanes.shed) >= maxSweptShed {
 				a.lanes.shed = map[uint32]uint64{}
 			}
 			a.lanes.shed[f.PID] += f.Shed
@@ -225,10 +229,10 @@ func (a *Agent) finishLanes() {
 	a.lanes.mu.Unlock()
 }
 
-// ShedByProcess is the copies each traced process had shed (probes.Flow.Shed):
-// those in the flows in the BPF map, and once those of processes swept
-// since the previous call (judge.EvaluatorConfig.Shed reads it once per
-// window; a process no longer in it counts as not shedding).
+// ShedByProcess is the copies each traced process had shed (probes.Flow.Shed),
+// cumulative: those in the flows in the BPF map, and those of processes
+// swept from it (the last maxSweptShed of them). judge.EvaluatorConfig.Shed
+// reads it once per window, the selftest per row.
 func (a *Agent) ShedByProcess() (map[uint32]uint64, error) {
 	a.lanes.mu.Lock()
 	defer a.lanes.mu.Unlock()
@@ -236,8 +240,7 @@ func (a *Agent) ShedByProcess() (map[uint32]uint64, error) {
 	if err != nil {
 		return nil, err
 	}
-	by := a.lanes.shed
-	a.lanes.shed = nil
+	by := maps.Clone(a.lanes.shed)
 	if by == nil {
 		by = map[uint32]uint64{}
 	}

@@ -10,6 +10,8 @@ import (
 // counts while it runs, and a stop.
 type Tracing interface {
 	Stats() Stats
+	// ShedByProcess is the copies each process had shed (Agent.ShedByProcess).
+	ShedByProcess() (map[uint32]uint64, error)
 	// Stop detaches the probes and returns what Run returned.
 	Stop() error
 }

@@ -148,7 +148,7 @@ func Replay(ctx context.Context, cfg Config, traces []string, maxGap time.Durati
 	}
 	defer stopAgent()
 	defer func() { stats = ag.Stats() }()
-	drops := func(pids ...uint32) uint64 { return col.Lost(pids...) + ag.Stats().Engine.LostAny }
+	drops := func(pids ...uint32) uint64 { return col.Lost(pids...) + ag.Stats().Engine.LostAny + shedOf(ag, pids) }
 
 	for i, t := range parsed {
 		r := ReplayResult{Trace: t.Name, CUPTI: kineto.CountCopies(t.Copies), InGraphs: len(t.InGraphs), NoCall: len(t.NoCall),

@@ -219,9 +219,27 @@ func (c *Collector) Lost(pids ...uint32) uint64 {
 	return n
 }
 
+// shedOf is the copies of pids whose events BPF shed (agent.ShedByProcess,
+// docs/design.md 3.3 "Shedding"): a row's records lack them as they lack
+// lost events.
+func shedOf(ag agent.Tracing, pids []uint32) uint64 {
+	if len(pids) == 0 {
+		return 0
+	}
+	by, err := ag.ShedByProcess()
+	if err != nil {
+		return 0
+	}
+	var n uint64
+	for _, pid := range pids {
+		n += by[pid]
+	}
+	return n
+}
+
 // lossCount is what a row counts as its drops: the losses its processes
-// said, and every "any process may have lost" (cumulative: rows take the
-// difference). Not the host-wide BPF drop counters: every process using a
+// said, the copies of theirs BPF shed, and every "any process may have
+// lost" (cumulative: rows take the difference). Not the host-wide BPF drop counters: every process using a
 // probed library file fires the probes, and one entered before an attach
 // returns without its entry, which loses nothing of a row's process.
 type lossCount func(pids ...uint32) uint64
@@ -378,7 +396,7 @@ func Run(ctx context.Context, cfg Config) (results []Result, stats agent.Stats, 
 	}
 	defer stopAgent()
 	defer func() { stats = ag.Stats() }() // runs before the agent stops
-	drops := func(pids ...uint32) uint64 { return col.Lost(pids...) + ag.Stats().Engine.LostAny }
+	drops := func(pids ...uint32) uint64 { return col.Lost(pids...) + ag.Stats().Engine.LostAny + shedOf(ag, pids) }
 
 	runOne := func(name, runtime string, start func() (*proc, error)) (Result, error) {
 		before := drops()
