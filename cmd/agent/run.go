@@ -79,8 +79,8 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		return code
 	}
 	flagErr := errors.Join(checkRoot("path.procfs", *procRoot), checkRoot("path.sysfs", *sysRoot), checkRootFS(*rootFS), checkLibs(libs), checkRing(*ring),
-		positive("rescan-interval", *rescan), notNegative("host-check-interval", mc.HostCheckInterval), notNegative("spans.hold", tc.Hold),
-		notNegative("spans.max-hold", tc.MaxHold), positive("otlp.index-window", tc.Index.Window), positive("evaluate-interval", mc.EvaluateInterval))
+		positive("rescan-interval", *rescan), notNegative("host-check-interval", mc.HostCheckInterval), positive("spans.hold", tc.Hold),
+		positive("spans.max-hold", tc.MaxHold), positive("otlp.index-window", tc.Index.Window), positive("evaluate-interval", mc.EvaluateInterval))
 	if r := mc.ReadyMaxDropRatio; !(r > 0 && r <= 1) {
 		flagErr = errors.Join(flagErr, fmt.Errorf("--ready.max-drop-ratio %g: must be in (0, 1]", r))
 	}

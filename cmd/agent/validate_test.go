@@ -91,7 +91,10 @@ func TestFlagsSayNo(t *testing.T) {
 		{[]string{"run", "--ring-bytes", "1024"}, "agent run: --ring-bytes 1024: want a power of two from"},
 		{[]string{"run", "--rescan-interval", "-1s"}, "agent run: --rescan-interval -1s: must be positive"},
 		{[]string{"run", "--evaluate-interval", "0s"}, "agent run: --evaluate-interval 0s: must be positive"},
-		{[]string{"run", "--spans.hold", "-5s"}, "agent run: --spans.hold -5s: must not be negative"},
+		{[]string{"run", "--spans.hold", "-5s"}, "agent run: --spans.hold -5s: must be positive"},
+		// 0 would have become the exporter's 15 s default, silently.
+		{[]string{"run", "--spans.hold", "0"}, "agent run: --spans.hold 0s: must be positive"},
+		{[]string{"run", "--spans.max-hold", "0"}, "agent run: --spans.max-hold 0s: must be positive"},
 		{[]string{"run", "--otlp.index-max-spans", "-1"}, "agent run: --otlp.index-max-spans -1: must not be negative"},
 		{[]string{"run", "--otlp.index-max-bytes", "0"}, "agent run: --otlp.index-max-bytes 0: must be positive"},
 		{[]string{"run", "--otlp.index-max-bytes", "off"}, "agent run: --otlp.index-max-bytes off: needs --otlp.index-max-spans"},
