@@ -206,7 +206,7 @@ func (c *container) stop(t *testing.T) error {
 // hostPID is the container's first process as the host sees it.
 func (c *container) hostPID(t *testing.T) int {
 	t.Helper()
-	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
 		out, err := podman("inspect", "--format", "{{.State.Pid}}", c.name).Output()
 		if pid, _ := strconv.Atoi(strings.TrimSpace(string(out))); err == nil && pid > 0 {
 			return pid
@@ -477,7 +477,10 @@ func TestContainerSidecar(t *testing.T) {
 	out := outDir(t)
 	tag := strconv.Itoa(os.Getpid())
 	pod := "lw-e2e-pod-" + tag
-	startContainer(t, pod, img.work, "/pause", "-P")
+	holder := startContainer(t, pod, img.work, "/pause", "-P")
+	// `podman run` returns before the container exists: the containers
+	// joining its PID namespace start once it runs, or podman finds none.
+	holder.hostPID(t)
 	agent := startContainer(t, "lw-e2e-sidecar-"+tag, agentArgs(img, ref, out, imageCaps, "--pid", "container:"+pod)...)
 	logShows(t, agent.log, runningRE, 60*time.Second)
 	logShows(t, agent.log, regexp.MustCompile(`msg="in a PID namespace of its own`), time.Second)
