@@ -642,7 +642,7 @@ func (a *Agent) unsureBeforeAttach(pid int) {
 	if !fromStart {
 		return
 	}
-	if v, err := a.probes.VerifiedOf(uint32(pid)); err != nil || !v.Found || v.Broken == 0 || v.Broken < since {
+	if v, err := a.probes.VerifiedOf(uint32(pid)); err != nil || !v.BrokenSince(since) {
 		return
 	}
 	a.procMu.Lock()
@@ -707,7 +707,7 @@ func (a *Agent) lateAttach(pid int, since, attached uint64, held bool) attachVer
 		case err != nil:
 			a.log.Debug("read the hold map", "pid", pid, "err", err)
 			return attachLate
-		case v.Found && v.Broken >= since && v.Broken != 0:
+		case v.BrokenSince(since):
 			return attachLate
 		case v.Found && v.OK >= attached:
 			return attachProven

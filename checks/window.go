@@ -204,7 +204,7 @@ func (w *Window) Transfer(t *correlate.Transfer) {
 		return
 	}
 	var c *copyTallies
-	p := (*procWindow)(nil)
+	var p *procWindow
 	if t.Direction == correlate.DirH2D || t.Direction == correlate.DirD2H {
 		c = w.tallies(t)
 		p = c.proc

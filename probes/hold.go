@@ -117,6 +117,10 @@ type Verified struct {
 	Found      bool // the process has an entry
 }
 
+// BrokenSince says the process went on unproven (a hold that gave up) at
+// or after t.
+func (v Verified) BrokenSince(t uint64) bool { return v.Found && v.Broken != 0 && v.Broken >= t }
+
 // VerifiedOf reads pid's entry.
 func (p *Probes) VerifiedOf(pid uint32) (Verified, error) {
 	if p.hold == nil {
