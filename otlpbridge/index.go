@@ -124,6 +124,7 @@ type entry struct {
 	topTid     uint32  // ... and its thread
 	adopted    bool
 	dead       bool
+	ttft       int64 // ns: the span's own time-to-first-token attribute (TTFTAttr), 0 none
 }
 
 // traceInfo is what the trace-scope spans of one trace say.
@@ -135,6 +136,11 @@ type traceInfo struct {
 	end     int64
 	cost    int64
 	dead    bool
+	// The request span's own times, and the end of the trace's first
+	// forward slices of each kind (SGLang's time to first token), Unix ns;
+	// 0 not seen.
+	reqStart, reqEnd, reqTTFT int64
+	prefillEnd, decodeEnd     int64
 }
 
 // roomReq is a request span holding a bootstrap room.
@@ -367,6 +373,16 @@ func (x *Index) add(sp *tracepb.Span, res []*commonpb.KeyValue, wall int64) {
 		v, _ := attr(attrs, r.Room)
 		e.room = normRoom(v)
 	}
+	if r.Request != "" {
+		if v, ok := attr(attrs, TTFTAttr); ok {
+			if sec, err := strconv.ParseFloat(v, 64); err == nil && sec > 0 && sec < 1e6 {
+				e.ttft = int64(sec * 1e9)
+			}
+		}
+	}
+	if r.Scope == ScopeSlice {
+		x.firstForward(sp.GetName(), e)
+	}
 	switch r.Scope {
 	case ScopeTrace:
 		if e.request == "" && e.room == "" {
@@ -470,16 +486,23 @@ func treeOf[K comparable](m map[K]*ivTree, k K) *ivTree {
 	return t
 }
 
-// addTrace notes the request and room a trace-scope span names.
-func (x *Index) addTrace(e *entry) {
-	ti := x.traces[e.ref.TraceID]
+// traceOf is what the index knows of a trace, made when first needed.
+func (x *Index) traceOf(id [16]byte) *traceInfo {
+	ti := x.traces[id]
 	if ti == nil {
-		ti = &traceInfo{id: e.ref.TraceID, cost: traceBytes}
+		ti = &traceInfo{id: id, cost: traceBytes}
 		x.traces[ti.id] = ti
 		x.keep(stored{ti: ti}, ti.cost)
 	}
+	return ti
+}
+
+// addTrace notes the request and room a trace-scope span names.
+func (x *Index) addTrace(e *entry) {
+	ti := x.traceOf(e.ref.TraceID)
 	if e.request != "" {
 		ti.request, ti.ref = e.request, e.ref
+		ti.reqStart, ti.reqEnd, ti.reqTTFT = e.start, e.end, e.ttft
 	}
 	if e.room != "" {
 		ti.room = e.room
@@ -489,6 +512,77 @@ func (x *Index) addTrace(e *entry) {
 	if ti.request != "" && ti.room != "" { // on one span (current) or two (October 2025)
 		x.addRoom(ti.room, ti.request, ti.end)
 	}
+}
+
+// Slices whose end is a request's first token on SGLang: the forward pass
+// that ran its prefill samples it; a PD decode server, which runs no
+// prefill, has it at the end of its first decode pass.
+const (
+	SlicePrefill = "prefill_forward"
+	SliceDecode  = "decode_forward"
+)
+
+// TTFTAttr is the attribute a request span states its time to first token
+// in, seconds (vLLM's llm_request).
+const TTFTAttr = "gen_ai.latency.time_to_first_token"
+
+// firstForward notes the end of a trace's first prefill or decode pass.
+func (x *Index) firstForward(name string, e *entry) {
+	var at *int64
+	switch name {
+	case SlicePrefill:
+		at = &x.traceOf(e.ref.TraceID).prefillEnd
+	case SliceDecode:
+		at = &x.traceOf(e.ref.TraceID).decodeEnd
+	default:
+		return
+	}
+	if *at == 0 || e.end < *at {
+		*at = e.end
+	}
+	ti := x.traces[e.ref.TraceID]
+	ti.end = max(ti.end, e.end)
+}
+
+// RequestSpan is a request's own span as the server exported it.
+type RequestSpan struct {
+	Ref        SpanRef
+	Start, End int64 // Unix ns
+	// TTFT is its time to first token, ns, and TTFTFrom where it comes
+	// from: TTFTAttr (the span says it), SlicePrefill or SliceDecode (from
+	// the span's start to that slice's first end); 0 and "" unknown.
+	TTFT     int64
+	TTFTFrom string
+}
+
+// RequestSpan returns the span of the request whose span ref (an
+// Attribution's Parent or Links) is: a process-scope request span itself
+// (vLLM's llm_request), else the request span of ref's trace (SGLang's
+// `Req …`). False while that span is not in the index.
+func (x *Index) RequestSpan(ref SpanRef) (RequestSpan, bool) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if e := x.byRef[ref]; e != nil && e.rule.Scope == ScopeProcess {
+		r := RequestSpan{Ref: e.ref, Start: e.start, End: e.end, TTFT: e.ttft}
+		if r.TTFT > 0 {
+			r.TTFTFrom = TTFTAttr
+		}
+		return r, true
+	}
+	ti := x.traces[ref.TraceID]
+	if ti == nil || !ti.ref.Valid() {
+		return RequestSpan{}, false
+	}
+	r := RequestSpan{Ref: ti.ref, Start: ti.reqStart, End: ti.reqEnd}
+	switch {
+	case ti.reqTTFT > 0:
+		r.TTFT, r.TTFTFrom = ti.reqTTFT, TTFTAttr
+	case ti.prefillEnd > ti.reqStart:
+		r.TTFT, r.TTFTFrom = ti.prefillEnd-ti.reqStart, SlicePrefill
+	case ti.decodeEnd > ti.reqStart:
+		r.TTFT, r.TTFTFrom = ti.decodeEnd-ti.reqStart, SliceDecode
+	}
+	return r, true
 }
 
 // keep charges a new stored thing to the budget.
