@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -31,15 +32,18 @@ const (
 	// SpansBatched makes one span per run of consecutive transfers of the
 	// same process and stream with the same direction, layer and request.
 	SpansBatched SpanMode = "batched"
+	// SpansSummary makes no transfer spans: one lanewatch.kv span per
+	// request sums up its transfers (and findings still get their spans).
+	SpansSummary SpanMode = "summary"
 )
 
 // ParseSpanMode parses a --spans value.
 func ParseSpanMode(s string) (SpanMode, error) {
 	switch m := SpanMode(s); m {
-	case SpansOff, SpansPerTransfer, SpansBatched:
+	case SpansOff, SpansPerTransfer, SpansBatched, SpansSummary:
 		return m, nil
 	}
-	return "", fmt.Errorf("span mode %q: want per-transfer, batched or off", s)
+	return "", fmt.Errorf("span mode %q: want per-transfer, batched, summary or off", s)
 }
 
 // Span attributes, all in the lanewatch.* namespace (docs/operating.md, "Traces").
@@ -136,7 +140,17 @@ type SpansConfig struct {
 	// request); past it the oldest waiting ones, then the oldest held, are
 	// released early (counted). Default 1<<18.
 	MaxPending int
-	Logger     *slog.Logger
+	// ExportUnattributed makes spans of transfers no sampled request
+	// covers (the server sent no span for them: not covered, no spans,
+	// another host's, still open at MaxHold). Off, they are counted
+	// (SpansStats.Withheld) and not exported: at 1% sampling they would be
+	// 99% of the spans. Ambiguous ones (covered by more spans than a batch
+	// could be told from) are exported either way.
+	ExportUnattributed bool
+	// Requests receives each request's summary (the request histograms);
+	// nil none.
+	Requests RequestSink
+	Logger   *slog.Logger
 }
 
 // SpansStats are the span exporter's counters.
@@ -153,6 +167,14 @@ type SpansStats struct {
 	// Unattributed counts the transfers whose span names no request, by
 	// reason (UnattributedReasons).
 	Unattributed map[string]uint64
+	// Withheld counts, by the same reasons, those of them no span was made
+	// for (SpansConfig.ExportUnattributed off).
+	Withheld map[string]uint64
+	// Summaries counts requests summed up (lanewatch.kv spans);
+	// SummariesEarly those summed up before their end because maxRequests
+	// were gathered; Gathering those being gathered now.
+	Summaries, SummariesEarly uint64
+	Gathering                 int
 }
 
 // Spans is a correlate.Sink that turns transfers into OTel spans, backdated
@@ -182,6 +204,13 @@ type Spans struct {
 	order   []*run
 	free    []*run
 	attrs   []attribute.KeyValue
+
+	// Per-request summaries (requests.go), Release's own too.
+	reqs     map[reqKey]*request
+	reqOrder []reqKey // in order of their first transfer, for the bound
+	noReq    []noRequest
+	noReqAt  int
+	active   []correlate.Finding // the latest evaluation's findings, under mu
 }
 
 // held is a transfer with its latest attribution.
@@ -209,7 +238,8 @@ func NewSpans(cfg SpansConfig) *Spans {
 	if cfg.Mode == "" {
 		cfg.Mode = SpansBatched
 	}
-	return &Spans{cfg: cfg, runs: map[runKey]*run{}, activeFindings: map[string]bool{}, stats: SpansStats{Unattributed: map[string]uint64{}}}
+	return &Spans{cfg: cfg, runs: map[runKey]*run{}, activeFindings: map[string]bool{}, reqs: map[reqKey]*request{},
+		stats: SpansStats{Unattributed: map[string]uint64{}, Withheld: map[string]uint64{}}}
 }
 
 // Transfer queues a copy of t. It never blocks on export.
@@ -229,10 +259,7 @@ func (s *Spans) Stats() SpansStats {
 	defer s.mu.Unlock()
 	st := s.stats
 	st.Waiting, st.Held = s.nwait, s.nwait+len(s.pending)
-	st.Unattributed = make(map[string]uint64, len(s.stats.Unattributed))
-	for k, v := range s.stats.Unattributed {
-		st.Unattributed[k] = v
-	}
+	st.Unattributed, st.Withheld = maps.Clone(s.stats.Unattributed), maps.Clone(s.stats.Withheld)
 	return st
 }
 
@@ -323,23 +350,34 @@ func (s *Spans) Release(now time.Time) int {
 	s.stats.Late += uint64(late)
 	s.mu.Unlock()
 	clear(s.work) // drop string references
-	if len(ready) == 0 {
-		return 0
+	spans := 0
+	if len(ready) > 0 {
+		// Late transfers rejoin in submit order, so runs stay runs.
+		slices.SortStableFunc(ready, func(a, b held) int { return cmp.Compare(a.t.SubmitNs, b.t.SubmitNs) })
+		var ex exported
+		spans, ex = s.export(ready)
+		clear(s.ready)
+		s.mu.Lock()
+		s.stats.Spans += uint64(spans)
+		s.stats.Attributed += ex.attributed
+		s.stats.Batched += ex.batched
+		s.stats.Incomplete += ex.incomplete
+		for r, c := range ex.none {
+			s.stats.Unattributed[r] += c
+		}
+		for r, c := range ex.withheld {
+			s.stats.Withheld[r] += c
+		}
+		s.mu.Unlock()
 	}
-	// Late transfers rejoin in submit order, so runs stay runs.
-	slices.SortStableFunc(ready, func(a, b held) int { return cmp.Compare(a.t.SubmitNs, b.t.SubmitNs) })
-	spans, attributed, batched, incomplete, none := s.export(ready)
-	clear(s.ready)
+	made, early := s.summarize(cut, maxCut, flush)
 	s.mu.Lock()
-	s.stats.Spans += uint64(spans)
-	s.stats.Attributed += attributed
-	s.stats.Batched += batched
-	s.stats.Incomplete += incomplete
-	for r, c := range none {
-		s.stats.Unattributed[r] += c
-	}
+	s.stats.Spans += uint64(made)
+	s.stats.Summaries += uint64(made)
+	s.stats.SummariesEarly += uint64(early)
+	s.stats.Gathering = len(s.reqs)
 	s.mu.Unlock()
-	return spans
+	return spans + made
 }
 
 // generation is the attributor's, when it has one: nothing to ask again
@@ -413,24 +451,48 @@ func sameAttribution(a, b *otlpbridge.Attribution) bool {
 	return true
 }
 
-func (s *Spans) export(hs []held) (spans int, attributed, batched, incomplete uint64, none map[string]uint64) {
-	none = map[string]uint64{}
+// exported counts what export did with the transfers it was given.
+type exported struct {
+	attributed, batched, incomplete uint64
+	none, withheld                  map[string]uint64 // by reason
+}
+
+func (s *Spans) export(hs []held) (spans int, ex exported) {
+	ex.none, ex.withheld = map[string]uint64{}, map[string]uint64{}
 	for i := range hs {
 		t, a := &hs[i].t, hs[i].a
+		from := s.wall(t.SubmitNs)
+		to := from
+		if t.CompleteNs != 0 {
+			to = s.wall(t.CompleteNs)
+		}
+		one := a.Request != "" || a.Parent.Valid()
 		switch {
 		case a.Batch > 1:
-			batched++
-		case a.Request != "" || a.Parent.Valid():
-			attributed++
+			ex.batched++
+			for j, l := range a.Links {
+				s.gather(l, a.Requests[j]).share(t, from, to)
+			}
+		case one:
+			ex.attributed++
+			s.gather(a.Parent, a.Request).add(t, from, to, hs[i].reason != "")
 		default:
 			r := a.Reason
 			if hs[i].reason != "" {
 				r = hs[i].reason
 			}
-			none[r]++
+			ex.none[r]++
+			s.noRequest(t.PID, from)
+			if !s.cfg.ExportUnattributed && r != otlpbridge.ReasonAmbiguous && r != ReasonNoAttributor {
+				ex.withheld[r]++ // no sampled request covers it: counted, not exported
+				continue
+			}
 		}
-		if hs[i].reason != "" && (a.Batch > 1 || a.Request != "" || a.Parent.Valid()) {
-			incomplete++
+		if hs[i].reason != "" && (a.Batch > 1 || one) {
+			ex.incomplete++
+		}
+		if s.cfg.Mode == SpansSummary {
+			continue
 		}
 		k := runKey{t.PID, t.Stream}
 		r := s.runs[k]
@@ -484,7 +546,7 @@ func (s *Spans) export(hs []held) (spans int, attributed, batched, incomplete ui
 		s.free = append(s.free, r)
 	}
 	s.order = s.order[:0]
-	return spans, attributed, batched, incomplete, none
+	return spans, ex
 }
 
 func (s *Spans) newRun() *run {
@@ -631,6 +693,7 @@ func (s *Spans) Findings(fs []correlate.Finding, at time.Time) int {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.active = slices.Clone(fs) // the summaries name the findings about their processes
 	now := map[string]bool{}
 	made := 0
 	for _, f := range fs {

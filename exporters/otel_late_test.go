@@ -40,6 +40,18 @@ func copyAt(pid, tid uint32, s float64, layer int) *correlate.Transfer {
 		SubmitNs: uint64(sec(s)), CompleteNs: uint64(sec(s) + 1000), BatchIndex: -1, Layer: layer}
 }
 
+// transferSpans are the spans of transfers (and findings) recorded: not the
+// requests' summaries.
+func transferSpans(mem *tracetest.InMemoryExporter) tracetest.SpanStubs {
+	var out tracetest.SpanStubs
+	for _, sp := range mem.GetSpans() {
+		if sp.Name != "lanewatch.kv" {
+			out = append(out, sp)
+		}
+	}
+	return out
+}
+
 func attrs(sp tracetest.SpanStub) map[attribute.Key]string {
 	m := map[attribute.Key]string{}
 	for _, a := range sp.Attributes {
@@ -129,7 +141,8 @@ func TestOpenRequestLimits(t *testing.T) {
 	x := otlpbridge.NewIndex(otlpbridge.IndexConfig{Procs: hostProcs{host: machineID}, Window: time.Hour})
 	mem := tracetest.NewInMemoryExporter()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(mem))
-	s := NewSpans(SpansConfig{Tracer: tp.Tracer("t"), Mode: SpansPerTransfer, Attributor: x, Hold: 10 * time.Second, MaxHold: time.Minute, MaxPending: 4})
+	s := NewSpans(SpansConfig{Tracer: tp.Tracer("t"), Mode: SpansPerTransfer, Attributor: x, Hold: 10 * time.Second, MaxHold: time.Minute, MaxPending: 4,
+		ExportUnattributed: true})
 
 	// Request A is complete; request B's first stage arrived (its thread
 	// span is running): B stays open.
@@ -153,7 +166,7 @@ func TestOpenRequestLimits(t *testing.T) {
 	if st.Waiting != 0 || st.Attributed != 2 || st.Incomplete != 1 || st.Unattributed[ReasonOpenTimeout] != 1 {
 		t.Fatalf("after MaxHold: %+v", st)
 	}
-	got := mem.GetSpans()
+	got := transferSpans(mem)
 	if a := attrs(got[1]); a[AttrRequest] != "aaaa" || a[AttrIncomplete] != "true" || a[AttrAttrReason] != ReasonOpenTimeout {
 		t.Errorf("attributed while B open: %v", a)
 	}
@@ -282,7 +295,7 @@ func TestStopBoundsRelease(t *testing.T) {
 	mem := tracetest.NewInMemoryExporter()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(mem))
 	a := &stopper{at: 10}
-	s := NewSpans(SpansConfig{Tracer: tp.Tracer("t"), Mode: SpansPerTransfer, Attributor: a, Hold: time.Second})
+	s := NewSpans(SpansConfig{Tracer: tp.Tracer("t"), Mode: SpansPerTransfer, Attributor: a, Hold: time.Second, ExportUnattributed: true})
 	a.s = s
 	for i := range 1000 {
 		s.Transfer(copyAt(7, 7, float64(i)*0.001, i))

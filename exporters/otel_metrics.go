@@ -19,6 +19,12 @@ var (
 		"Transfer spans attributed while a request that may also cover them was still open (--spans.max-hold, the held budget, exit).", nil, nil)
 	descSpanEarly = prometheus.NewDesc("lanewatch_span_early_releases_total",
 		"Transfers released before --spans.hold because the held budget was full.", nil, nil)
+	descSpanWithheld = prometheus.NewDesc("lanewatch_span_withheld_transfers_total",
+		"Transfers naming no request that no span was made for: no request the server sampled covers them (--spans.export-unattributed off), by reason as in lanewatch_span_unattributed_total.",
+		[]string{"reason"}, nil)
+	descRequestSummaries = prometheus.NewDesc("lanewatch_request_summaries_total",
+		"Requests summed up in a lanewatch.kv span, by when: settled (their span ended and their transfers left the hold), early (before, to keep at most 16384 requests gathered).",
+		[]string{"when"}, nil)
 	descSpanHeld = prometheus.NewDesc("lanewatch_span_transfers_held",
 		"Transfers held before becoming spans: hold (waiting --spans.hold for the server's spans), open (past it, waiting for a request still open).",
 		[]string{"state"}, nil)
@@ -29,7 +35,8 @@ type SpansCollector struct{ S *Spans }
 
 // Describe implements Collector.
 func (SpansCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descSpanTransfers, descSpanUnattributed, descSpanIncomplete, descSpanEarly, descSpanHeld} {
+	for _, d := range []*prometheus.Desc{descSpanTransfers, descSpanUnattributed, descSpanWithheld, descSpanIncomplete, descSpanEarly, descSpanHeld,
+		descRequestSummaries} {
 		ch <- d
 	}
 }
@@ -40,7 +47,10 @@ func (c SpansCollector) Update(ch chan<- prometheus.Metric) error {
 	var none uint64
 	for _, r := range UnattributedReasons {
 		ch <- prometheus.MustNewConstMetric(descSpanUnattributed, prometheus.CounterValue, float64(st.Unattributed[r]), r)
+		ch <- prometheus.MustNewConstMetric(descSpanWithheld, prometheus.CounterValue, float64(st.Withheld[r]), r)
 	}
+	ch <- prometheus.MustNewConstMetric(descRequestSummaries, prometheus.CounterValue, float64(st.Summaries-st.SummariesEarly), "settled")
+	ch <- prometheus.MustNewConstMetric(descRequestSummaries, prometheus.CounterValue, float64(st.SummariesEarly), "early")
 	for _, v := range st.Unattributed {
 		none += v
 	}

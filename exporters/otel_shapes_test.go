@@ -96,10 +96,10 @@ func TestEveryShape(t *testing.T) {
 		x.AddAt(c.spans, time.Unix(0, sec(11)))
 		mem := tracetest.NewInMemoryExporter()
 		tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(mem))
-		s := NewSpans(SpansConfig{Tracer: tp.Tracer("t"), Attributor: x, Hold: time.Second})
+		s := NewSpans(SpansConfig{Tracer: tp.Tracer("t"), Attributor: x, Hold: time.Second, ExportUnattributed: true})
 		s.Transfer(copyAt(c.pid, c.tid, 5, i))
 		s.Release(time.Unix(0, sec(12)))
-		got := mem.GetSpans()
+		got := transferSpans(mem)
 		if len(got) != 1 {
 			t.Errorf("%s: %d spans", c.name, len(got))
 			continue
