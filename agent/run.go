@@ -84,6 +84,9 @@ type TracesConfig struct {
 	Spans                  exporters.SpanMode
 	Hold                   time.Duration // a transfer waits this for the server's spans
 	MaxHold                time.Duration // ... and at most this while a request that may cover it is open
+	// ExportUnattributed makes spans of the transfers no request the
+	// server sampled covers, too (exporters.SpansConfig).
+	ExportUnattributed bool
 
 	// Limits bound the receivers; a zero DecodeBudget is sized from
 	// RunConfig.MemoryLimit (otlpbridge.DecodeBudgetFor).
@@ -150,6 +153,9 @@ func Run(ctx context.Context, cfg RunConfig) (err error) {
 		return err
 	}
 	mx.onVerdict = tr.verdict
+	if rs, ok := any(mx.exp).(exporters.RequestSink); ok && mx.exp != nil {
+		tr.requests.set(rs) // the request histograms
+	}
 	if cfg.Trace.Devices == nil {
 		cfg.Trace.Devices = HostDeviceMap(cfg.Env, cfg.SysRoot, mx.gpu, log)
 	}
@@ -509,15 +515,16 @@ func (m *metrics) publish(v judge.Verdict) {
 
 // traces is the running OTLP bridge and span exporter.
 type traces struct {
-	log    *slog.Logger
-	bridge *otlpbridge.Bridge
-	spans  *exporters.Spans
-	sent   *exporters.CountingExporter // the spans' exporter
-	stopTP func(context.Context) error
-	cancel context.CancelFunc
-	done   chan struct{}
-	once   sync.Once
-	err    error
+	requests lateRequests // where the requests' summaries go besides their spans
+	log      *slog.Logger
+	bridge   *otlpbridge.Bridge
+	spans    *exporters.Spans
+	sent     *exporters.CountingExporter // the spans' exporter
+	stopTP   func(context.Context) error
+	cancel   context.CancelFunc
+	done     chan struct{}
+	once     sync.Once
+	err      error
 }
 
 // startTraces opens the bridge's listeners and the span exporter. Either
@@ -574,7 +581,7 @@ func startTraces(cfg RunConfig, place func(uint32) checks.Placement, log *slog.L
 	t.stopTP = tp.Shutdown
 	clock := otlpbridge.NewClock()
 	sc := exporters.SpansConfig{Tracer: tp.Tracer("github.com/lanewatch/lanewatch"), Mode: tc.Spans, Wall: clock.Wall, Hold: tc.Hold,
-		MaxHold: tc.MaxHold, Logger: log}
+		MaxHold: tc.MaxHold, ExportUnattributed: tc.ExportUnattributed, Requests: &t.requests, Logger: log}
 	if place != nil {
 		if paths, err := NewPaths(cfg.SysRoot, place); err != nil {
 			log.Warn("transfer spans without topology", "err", err)
@@ -605,6 +612,21 @@ func startTraces(cfg RunConfig, place func(uint32) checks.Placement, log *slog.L
 	}()
 	log.Info("transfer spans", "mode", tc.Spans, "upstream", tc.Upstream.Endpoint, "hold", tc.Hold, "max_hold", max(tc.MaxHold, tc.Hold))
 	return t, nil
+}
+
+// lateRequests passes the requests' summaries on to a sink set once the
+// metrics exist (after the span exporter started).
+type lateRequests struct {
+	sink atomic.Pointer[exporters.RequestSink]
+}
+
+func (l *lateRequests) set(s exporters.RequestSink) { l.sink.Store(&s) }
+
+// RequestKV implements exporters.RequestSink.
+func (l *lateRequests) RequestKV(r *exporters.RequestKV) {
+	if s := l.sink.Load(); s != nil {
+		(*s).RequestKV(r)
+	}
 }
 
 // collectors are the metrics of the bridge and the span exporter.
@@ -656,8 +678,13 @@ func (t *traces) shutdown() error {
 				none = append(none, "unattributed_"+r, n)
 			}
 		}
+		var withheld uint64
+		for _, n := range st.Withheld {
+			withheld += n
+		}
 		t.log.Info("transfer spans", append([]any{"transfers", st.Transfers, "spans", st.Spans, "attributed", st.Attributed, "batch", st.Batched,
-			"late", st.Late, "incomplete", st.Incomplete, "early_release", st.EarlyRelease}, none...)...)
+			"late", st.Late, "incomplete", st.Incomplete, "early_release", st.EarlyRelease, "withheld", withheld,
+			"request_summaries", st.Summaries}, none...)...)
 	}
 	if t.stopTP != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -60,7 +60,8 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	var tc agent.TracesConfig
 	fs.StringVar(&tc.GRPCListen, "otlp.grpc-listen", otlpbridge.DefaultGRPCListen, "receive the inference server's OTLP traces over gRPC here (\"\": off); forwarded unchanged to OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT")
 	fs.StringVar(&tc.HTTPListen, "otlp.http-listen", otlpbridge.DefaultHTTPListen, "receive OTLP/HTTP traces (POST /v1/traces, protobuf or JSON) here (\"\": off)")
-	spans := fs.String("spans", string(exporters.SpansBatched), "transfer spans: per-transfer, batched (one span per run of transfers with the same stream, direction, layer and request) or off")
+	spans := fs.String("spans", string(exporters.SpansBatched), "transfer spans: per-transfer, batched (one span per run of transfers with the same stream, direction, layer and request), summary (no transfer spans: one lanewatch.kv span per request sums its transfers up) or off; every mode but off also makes the lanewatch.kv span of each request")
+	fs.BoolVar(&tc.ExportUnattributed, "spans.export-unattributed", false, "also make spans of transfers no request the server sampled covers (servers export only sampled requests: at 1% sampling these would be 99% of the spans); off, they are counted in lanewatch_span_withheld_transfers_total. Without an OTLP receiver no transfer can be attributed and all are exported")
 	fs.DurationVar(&tc.Hold, "spans.hold", 15*time.Second, "how long a transfer waits for the server's spans before it is attributed")
 	fs.DurationVar(&tc.MaxHold, "spans.max-hold", 5*time.Minute, "how long a transfer waits at most, past --spans.hold, while a request that may cover it is still open (servers export a request's spans when it ends); the held transfers stay within their budget")
 	fs.DurationVar(&tc.Index.Window, "otlp.index-window", 2*time.Minute, "how long received spans are kept for attribution after they end (an end later than arrival + this is clamped to it)")
