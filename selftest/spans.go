@@ -27,11 +27,19 @@ import (
 type SpanRequest struct {
 	ID     string
 	Parent otlpbridge.SpanRef // the innermost span of the request covering the copy: a forward slice, a thread span (SGLang) or the request span (vLLM)
+	// Span is the request's own span (SGLang's ` Req …`, vLLM's
+	// llm_request), Start and End its times (Unix ns): its lanewatch.kv
+	// summary hangs under it.
+	Span       otlpbridge.SpanRef
+	Start, End int64
 }
 
 func ref(r shapes.Ref) otlpbridge.SpanRef {
 	return otlpbridge.SpanRef{TraceID: r.TraceID, SpanID: r.SpanID}
 }
+
+// Copies returns the truth's copies in order.
+func Copies(truth []TruthCall) []TruthCall { return copies(truth) }
 
 // copies returns the truth's copies in order.
 func copies(truth []TruthCall) []TruthCall {
@@ -110,6 +118,12 @@ func sglangSpans(truth []TruthCall, offset int64, v shapes.SGLangVersion) (*coll
 	sched := shapes.SGLangThread{Label: "Scheduler", TID: cs[0].TID, HostID: HostID(), TP: shapes.Rank(0)}
 	tok := shapes.SGLangThread{Label: "Tokenizer", TID: cs[0].PID + 1_000_000, HostID: sched.HostID} // another process's thread
 	first, last := int64(cs[0].TCallNs)-1000+offset, int64(cs[len(cs)-1].TReturnNs)+1000+offset
+	// The request ends after its loads did: the copy engine may still run
+	// the last copy after its call returned.
+	done := last
+	for _, c := range cs {
+		done = max(done, int64(c.EngineEndNs)+1000+offset)
+	}
 	per := make([]SpanRequest, len(cs))
 	var spans []*tracepb.Span
 	for g, idx := range groups {
@@ -125,7 +139,7 @@ func sglangSpans(truth []TruthCall, offset int64, v shapes.SGLangVersion) (*coll
 			}
 		}
 		rid := fmt.Sprintf("5e1f7e57%08x%016x", cs[0].PID, g)
-		req, rs := s.Request("unified", rid, 0, nil, first-5000, last+5000)
+		req, rs := s.Request("unified", rid, 0, nil, first-5000, done+5000)
 		_, tsp := s.Thread(req, tok, first-5000, first-4000)
 		spans = append(append(spans, rs...), tsp)
 		var parent shapes.Ref
@@ -145,7 +159,7 @@ func sglangSpans(truth []TruthCall, offset int64, v shapes.SGLangVersion) (*coll
 			parent = fw
 		}
 		for _, i := range idx {
-			per[i] = SpanRequest{ID: rid, Parent: ref(parent)}
+			per[i] = SpanRequest{ID: rid, Parent: ref(parent), Span: ref(req), Start: first - 5000, End: done + 5000}
 		}
 	}
 	return &collectorpb.ExportTraceServiceRequest{ResourceSpans: []*tracepb.ResourceSpans{
@@ -153,7 +167,7 @@ func sglangSpans(truth []TruthCall, offset int64, v shapes.SGLangVersion) (*coll
 }
 
 // VLLMSpans makes n overlapping `llm_request` spans of the current vLLM
-// (otlpbridge/shapes), each covering every copy: a batch. The scenario's
+// (otlpbridge/shapes), each covering every copy: a batch when n > 1. The scenario's
 // process stands for the API server (resource vllm.process_id), so its
 // copies are in the instance's process tree.
 func VLLMSpans(truth []TruthCall, offset int64, n int) (*collectorpb.ExportTraceServiceRequest, []SpanRequest) {
@@ -162,7 +176,12 @@ func VLLMSpans(truth []TruthCall, offset int64, n int) (*collectorpb.ExportTrace
 		return &collectorpb.ExportTraceServiceRequest{}, nil
 	}
 	ids := shapes.NewIDs(uint32(cs[0].PID) ^ 0x5a5a)
+	// A request ends after its loads ran: the copy engine may still run
+	// them after their calls returned.
 	start, end := int64(cs[0].TCallNs)-10_000, int64(cs[len(cs)-1].TReturnNs)+10_000
+	for _, c := range cs {
+		end = max(end, int64(c.EngineEndNs)+10_000)
+	}
 	var spans []*tracepb.Span
 	var reqs []SpanRequest
 	for i := range n {
@@ -170,10 +189,136 @@ func VLLMSpans(truth []TruthCall, offset int64, n int) (*collectorpb.ExportTrace
 		r, sp := shapes.VLLMSpan(shapes.VLLMCurrent, ids, shapes.VLLMRequest{ID: id, Arrival: start + offset - int64(i)*1000,
 			Finish: end + offset + int64(i)*1000, PromptTokens: 128, Gen: 16, TTFT: 0.05, E2E: 0.1, Prefill: 0.04, Decode: 0.05, Inference: 0.09})
 		spans = append(spans, sp)
-		reqs = append(reqs, SpanRequest{ID: id, Parent: ref(r)})
+		reqs = append(reqs, SpanRequest{ID: id, Parent: ref(r), Span: ref(r), Start: start + offset - int64(i)*1000, End: end + offset + int64(i)*1000})
 	}
 	return &collectorpb.ExportTraceServiceRequest{ResourceSpans: []*tracepb.ResourceSpans{
 		shapes.Batch(shapes.VLLMResource(shapes.VLLMCurrent, cs[0].PID), shapes.VLLMScope(shapes.VLLMCurrent), spans...)}}, reqs
+}
+
+// inTurn splits the truth's copies into n requests by layer, one after the
+// other: it returns the copies and, per request, the indexes of its copies.
+func inTurn(truth []TruthCall, n int) (cs []TruthCall, groups [][]int) {
+	cs = copies(truth)
+	maxLayer := 0
+	for _, c := range cs {
+		maxLayer = max(maxLayer, c.Layer)
+	}
+	groups = make([][]int, n)
+	for i, c := range cs {
+		g := min(c.Layer*n/(maxLayer+1), n-1)
+		groups[g] = append(groups[g], i)
+	}
+	return cs, groups
+}
+
+// SGLangSpansSampled makes what the current SGLang exports when it samples
+// its traces, for the scenario run as n requests one after the other on one
+// unified server (the copies split by layer): each request's scheduler
+// thread span runs from its first copy to its last, its prefill_forward
+// covers them, its ` Req …` comes from the tokenizer; only the requests
+// sampled says yes to are exported. Per copy of the truth in order, its
+// request, with no ID for an unsampled one's.
+func SGLangSpansSampled(truth []TruthCall, offset int64, n int, sampled func(int) bool) (*collectorpb.ExportTraceServiceRequest, []SpanRequest) {
+	cs, groups := inTurn(truth, n)
+	if len(cs) == 0 {
+		return &collectorpb.ExportTraceServiceRequest{}, nil
+	}
+	s := shapes.SGLang{Version: shapes.SGLangCurrent, IDs: shapes.NewIDs(uint32(cs[0].PID) ^ 0x5a3e)}
+	sched := shapes.SGLangThread{Label: "Scheduler", TID: cs[0].TID, HostID: HostID(), TP: shapes.Rank(0)}
+	tok := shapes.SGLangThread{Label: "Tokenizer", TID: cs[0].PID + 1_000_000, HostID: sched.HostID}
+	per := make([]SpanRequest, len(cs))
+	var spans []*tracepb.Span
+	for g, idx := range groups {
+		if len(idx) == 0 || !sampled(g) {
+			continue
+		}
+		// Copies of one request run back to back; the next request's
+		// first copy starts after this one's last returned.
+		// Its scheduler's spans cover its calls exactly (the next
+		// request's first call starts after this one's last returned); the
+		// request ends once its loads did.
+		start, end := int64(cs[idx[0]].TCallNs)+offset, int64(cs[idx[len(idx)-1]].TReturnNs)+offset
+		done := end
+		for _, i := range idx {
+			done = max(done, int64(cs[i].EngineEndNs)+offset)
+		}
+		rid := fmt.Sprintf("5a3e1ed0%08x%016x", cs[0].PID, g)
+		req, rs := s.Request("unified", rid, 0, nil, start-2000, done+1000)
+		_, tsp := s.Thread(req, tok, start-2000, start-1000)
+		th, sp := s.Thread(req, sched, start, end)
+		fw, f := s.Slice(th, "prefill_forward", start, end)
+		spans = append(append(spans, rs...), tsp, sp, f)
+		for _, i := range idx {
+			per[i] = SpanRequest{ID: rid, Parent: ref(fw), Span: ref(req), Start: start - 2000, End: done + 1000}
+		}
+	}
+	return &collectorpb.ExportTraceServiceRequest{ResourceSpans: []*tracepb.ResourceSpans{
+		shapes.Batch(shapes.SGLangResource(), shapes.SGLangScope, spans...)}}, per
+}
+
+// CheckKVSummaries checks lanewatch's lanewatch.kv spans against the truth:
+// every request of per has exactly one, under its request span, whose
+// bytes are the truth's copies of that request, and whose wait lies
+// between the longest of those copies (as the copy engine ran it) and the
+// request span's length. Requests of per are named by copy, so a request
+// with no copies is not expected (none gets a summary).
+func CheckKVSummaries(spans []*tracepb.Span, truth []TruthCall, per []SpanRequest) (problems []string, matched int) {
+	cs := copies(truth)
+	type want struct {
+		req     SpanRequest
+		bytes   uint64
+		longest int64
+	}
+	wants := map[string]*want{}
+	for i, c := range cs {
+		if i >= len(per) || per[i].ID == "" {
+			continue
+		}
+		w := wants[per[i].ID]
+		if w == nil {
+			w = &want{req: per[i]}
+			wants[per[i].ID] = w
+		}
+		w.bytes += c.Bytes
+		if c.EngineEndNs > c.EngineStartNs {
+			w.longest = max(w.longest, int64(c.EngineEndNs-c.EngineStartNs))
+		}
+	}
+	got := map[string][]*tracepb.Span{}
+	for _, sp := range spans {
+		if sp.GetName() != "lanewatch.kv" {
+			continue
+		}
+		id, _ := attrText(sp.GetAttributes(), "lanewatch.request.id")
+		if _, ok := wants[id]; ok {
+			got[id] = append(got[id], sp)
+		}
+	}
+	for id, w := range wants {
+		sps := got[id]
+		if len(sps) != 1 {
+			problems = append(problems, fmt.Sprintf("request %s: %d lanewatch.kv spans, want 1", id, len(sps)))
+			continue
+		}
+		sp := sps[0]
+		b, _ := attrText(sp.GetAttributes(), "lanewatch.kv.bytes")
+		waitText, _ := attrText(sp.GetAttributes(), "lanewatch.kv.wait_seconds")
+		wait, err := strconv.ParseFloat(waitText, 64)
+		length := float64(w.req.End-w.req.Start) / 1e9
+		switch {
+		case string(sp.GetTraceId()) != string(w.req.Span.TraceID[:]) || string(sp.GetParentSpanId()) != string(w.req.Span.SpanID[:]):
+			problems = append(problems, fmt.Sprintf("request %s: summary under %x/%x, want its request span %x/%x", id, sp.GetTraceId(),
+				sp.GetParentSpanId(), w.req.Span.TraceID, w.req.Span.SpanID))
+		case b != strconv.FormatUint(w.bytes, 10):
+			problems = append(problems, fmt.Sprintf("request %s: %s bytes, the truth moved %d", id, b, w.bytes))
+		case err != nil || wait < float64(w.longest)/1e9 || wait > length:
+			problems = append(problems, fmt.Sprintf("request %s: waited %q s, want between its longest copy %.6f s and its span %.6f s", id, waitText,
+				float64(w.longest)/1e9, length))
+		default:
+			matched++
+		}
+	}
+	return problems, matched
 }
 
 // TransferSpans returns the spans lanewatch exported (resource
@@ -201,6 +346,8 @@ func attrText(kvs []*commonpb.KeyValue, key string) (string, bool) {
 				return v.StringValue, true
 			case *commonpb.AnyValue_IntValue:
 				return strconv.FormatInt(v.IntValue, 10), true
+			case *commonpb.AnyValue_DoubleValue:
+				return strconv.FormatFloat(v.DoubleValue, 'g', -1, 64), true
 			case *commonpb.AnyValue_ArrayValue:
 				s := ""
 				for i, e := range v.ArrayValue.GetValues() {

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -115,6 +116,41 @@ func runScenario(t *testing.T, refDir, scenario, truth string) []selftest.TruthC
 	return calls
 }
 
+// pausedScenario starts a shell that runs the scenario once told to, so its
+// pid is known before it runs (for --pid); run tells it and returns the
+// truth.
+func pausedScenario(t *testing.T, refDir, scenario, truth string) (int, func() []selftest.TruthCall) {
+	t.Helper()
+	cmd := exec.Command("sh", "-c", `read go && exec "$0" --scenario "$1" --truth "$2"`, filepath.Join(refDir, "bin", "kvpath"), scenario, truth)
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { in.Close(); cmd.Wait() })
+	return cmd.Process.Pid, func() []selftest.TruthCall {
+		fmt.Fprintln(in, "go")
+		in.Close()
+		if err := cmd.Wait(); err != nil {
+			t.Fatalf("%s: %v\n%s", scenario, err, out.String())
+		}
+		f, err := os.Open(truth)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		calls, err := selftest.ReadTruth(f, truth)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return calls
+	}
+}
+
 // TestRunTraces is the traces acceptance test: `agent run` with its OTLP
 // bridge on loopback, a fake upstream collector, the reference path's
 // hicache-load twice while SGLang-shaped (gRPC) and vLLM-shaped (HTTP JSON)
@@ -143,9 +179,12 @@ func TestRunTraces(t *testing.T) {
 
 	sgTruth := runScenario(t, refDir, "hicache-load", filepath.Join(tmp, "sglang.jsonl"))
 	vlTruth := runScenario(t, refDir, "hicache-load", filepath.Join(tmp, "vllm.jsonl"))
+	v1Truth := runScenario(t, refDir, "hicache-load", filepath.Join(tmp, "vllm1.jsonl"))
 	offset := otlpbridge.NewClock().Offset()
 	sg, per := selftest.SGLangSpans(sgTruth, offset)
 	vl, vreqs := selftest.VLLMSpans(vlTruth, offset, 2)
+	v1, v1reqs := selftest.VLLMSpans(v1Truth, offset, 1) // one request: no batch
+	vl.ResourceSpans = append(vl.ResourceSpans, v1.ResourceSpans...)
 
 	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -194,6 +233,38 @@ func TestRunTraces(t *testing.T) {
 		t.Error("SGLang:", p)
 	}
 	t.Logf("SGLang: %d transfer spans matched the truth's request, layer, trace and parent", matched)
+
+	// One lanewatch.kv summary per request: the SGLang requests' and the
+	// lone vLLM request's bytes are the truth's, their waits between their
+	// longest copy and their span.
+	kvProblems, kvMatched := selftest.CheckKVSummaries(spans, sgTruth, per)
+	v1per := slices.Repeat(v1reqs, len(selftest.Copies(v1Truth)))
+	vp, vm := selftest.CheckKVSummaries(spans, v1Truth, v1per)
+	for _, p := range append(kvProblems, vp...) {
+		t.Error("lanewatch.kv:", p)
+	}
+	if kvMatched != 2 || vm != 1 {
+		t.Errorf("lanewatch.kv: %d SGLang and %d vLLM summaries matched the truth, want 2 and 1", kvMatched, vm)
+	}
+	// The batch's requests each say they shared its transfers.
+	for _, r := range vreqs {
+		n := 0
+		for _, sp := range spans {
+			at := map[string]string{}
+			for _, kv := range sp.GetAttributes() {
+				at[kv.GetKey()] = attrString(kv.GetValue())
+			}
+			if sp.GetName() == "lanewatch.kv" && at["lanewatch.request.id"] == r.ID {
+				n++
+				if at["lanewatch.kv.bytes"] != "0" || at["lanewatch.kv.shared_transfers"] == "" || at["lanewatch.kv.ttft_source"] != "gen_ai.latency.time_to_first_token" {
+					t.Errorf("vLLM batch request %s: summary %v, want no bytes of its own, shared transfers and vLLM's TTFT", r.ID, at)
+				}
+			}
+		}
+		if n != 1 {
+			t.Errorf("vLLM batch request %s: %d summaries, want 1", r.ID, n)
+		}
+	}
 
 	// vLLM: no thread; both overlapping requests cover every copy → batch.
 	vpid := strconv.FormatUint(uint64(vlTruth[0].PID), 10)
@@ -308,4 +379,90 @@ func hexIDs(t *testing.T, b []byte) []byte {
 		t.Fatal(err)
 	}
 	return out
+}
+
+// TestRunTracesSampled: a server sampling half its requests sends spans
+// for those only. By default the unsampled half's transfers make no span
+// and are counted (withheld); the sampled half's are attributed and summed
+// up, their bytes the truth's. With --spans summary the only spans per
+// request are the sampled requests' lanewatch.kv.
+func TestRunTracesSampled(t *testing.T) {
+	testenv.RequireRoot(t)
+	refDir := testenv.RefDir(t)
+	const requests = 8
+	sampled := func(g int) bool { return g%2 == 0 }
+	for _, mode := range []string{"batched", "summary"} {
+		t.Run(mode, func(t *testing.T) {
+			rec, err := otlpbridge.NewRecorder()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer rec.Close()
+			t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://"+rec.Addr())
+			t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+			t.Setenv("OTEL_EXPORTER_OTLP_INSECURE", "true")
+			grpcAddr, tmp := freePort(t), t.TempDir()
+			// Only the scenario's process: the counts are of its transfers
+			// alone, whatever else runs on the host.
+			pid, run := pausedScenario(t, refDir, "hicache-load", filepath.Join(tmp, "truth.jsonl"))
+			a := startAgent(t, 30*time.Second, "--output", "off", "--spans", mode, "--pid", strconv.Itoa(pid),
+				"--lib", filepath.Join(refDir, "lib", "libcuda.so.1"), "--lib", filepath.Join(refDir, "plain", "libcudart.so.12"),
+				"--otlp.grpc-listen", grpcAddr, "--otlp.http-listen", "", "--spans.hold", "1h", "--web.listen-address", freePort(t))
+			truth := run()
+			sent, per := selftest.SGLangSpansSampled(truth, otlpbridge.NewClock().Offset(), requests, sampled)
+			conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			if _, err := collectorpb.NewTraceServiceClient(conn).Export(context.Background(), sent); err != nil {
+				t.Fatalf("send SGLang spans: %v", err)
+			}
+			time.Sleep(time.Second)
+			a.stop(t, time.Minute)
+			line := grepLines(a.stderr.String(), "transfer spans")
+			t.Log(line)
+
+			cs := selftest.Copies(truth)
+			unsampled := 0
+			for i := range cs {
+				if per[i].ID == "" {
+					unsampled++
+				}
+			}
+			if int(cs[0].PID) != pid {
+				t.Fatalf("the truth's pid %d is not the paused shell's %d", cs[0].PID, pid)
+			}
+			spans := selftest.TransferSpans(rec.Requests())
+			transfers, summaries := 0, 0
+			for _, sp := range spans {
+				switch at, _ := findAttr(sp.GetAttributes(), "lanewatch.pid"); {
+				case sp.GetName() == "lanewatch.kv":
+					summaries++
+				case at == strconv.Itoa(pid):
+					transfers++
+					if id, _ := findAttr(sp.GetAttributes(), "lanewatch.request.id"); id == "" {
+						t.Errorf("transfer span %s %x names no request: an unsampled request's transfer was exported", sp.GetName(), sp.GetSpanId())
+					}
+				}
+			}
+			wantTransfers := len(cs) - unsampled // one span per layer: each layer is its own run
+			if mode == "summary" {
+				wantTransfers = 0
+			}
+			if transfers != wantTransfers || summaries != requests/2 {
+				t.Errorf("%d transfer spans and %d summaries, want %d and %d", transfers, summaries, wantTransfers, requests/2)
+			}
+			if !strings.Contains(line, fmt.Sprintf("withheld=%d ", unsampled)) {
+				t.Errorf("the unsampled requests' %d transfers were not counted as withheld: %s", unsampled, line)
+			}
+			problems, matched := selftest.CheckKVSummaries(spans, truth, per)
+			for _, p := range problems {
+				t.Error("lanewatch.kv:", p)
+			}
+			if matched != requests/2 {
+				t.Errorf("%d summaries matched the truth, want %d", matched, requests/2)
+			}
+		})
+	}
 }
