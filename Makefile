@@ -69,6 +69,7 @@ bench: build nvidia-libs ## per-call probe cost (reference stack: none / bpftrac
 	$(SUDO) $(GO) test -p 1 -run '^$$' -bench . -benchtime 1x -count 1 ./probes ./agent
 	{ $(GO) test -run '^$$' -bench Pipeline -benchmem -cpu 1 ./correlate; $(SUDO) $(GO) test -run '^$$' -bench AgentHandle -benchmem -cpu 1 ./agent; } | awk '{print} $$1 ~ /^BenchmarkPipeline(-[0-9]+)?$$/{p=$$3} $$1 ~ /^BenchmarkAgentHandle/{for (i=1;i<NF;i++) if ($$(i+1)=="cpu-ns/event") a=$$i} END{if (p > 0 && a > 0) printf "the agent'"'"'s CPU per event (handle, page stage, metrics, evaluator) / BenchmarkPipeline: %.1fx\n", a/p}'
 	$(GO) test -run '^$$' -bench CorrelateExport -cpu 1 ./exporters   # correlate + batched spans: events/s, spans per 1 000 transfers
+	$(GO) test -run '^$$' -bench SpanVolume -benchtime 1x ./exporters   # spans per second per node at 20 requests/s, by span mode and sampling (docs/measurements.md, "Trace volume")
 	$(GO) test -run '^$$' -bench Attribute -cpu 1 ./otlpbridge | awk '{print} /spans=/{ns[++n]=$$3} END{if (n == 3) printf "attribution ns/op ratio 10k/1k %.2f, 100k/1k %.2f (flat: ~1; a scan per transfer: 10, 100)\n", ns[2]/ns[1], ns[3]/ns[1]}'
 	$(SUDO) ./bin/agent selftest | tail -n 3
 	$(MAKE) rss
