@@ -457,7 +457,8 @@ func CheckAttribution(x *otlpbridge.Index, got []correlate.Transfer, truth []Tru
 // forwarding to an in-process collector, feeds the agent's transfers to the
 // span exporter, and checks the collector's view: the server's spans
 // unchanged, every transfer span in its request's trace under the thread
-// span, with the truth's request and layer.
+// span, with the truth's request and layer, and one lanewatch.kv summary
+// per request with the truth's bytes.
 func spansCheck(ctx context.Context, kvpath, truthPath string, col *Collector, cfg Config) Result {
 	res := Result{Scenario: "hicache-spans", Runtime: "plain", Overlap: "-"}
 	fail := func(err error) Result {
@@ -496,6 +497,9 @@ func spansCheck(ctx context.Context, kvpath, truthPath string, col *Collector, c
 	}
 	problems, matched := CheckSGLangSpans(TransferSpans(reqs), truth, per)
 	res.WantRecords, res.Got = len(copies(truth)), matched
+	// One lanewatch.kv per request, its bytes the truth's.
+	kv, _ := CheckKVSummaries(TransferSpans(reqs), truth, per)
+	problems = append(problems, kv...)
 	// The first release's form (root `Req …`, no slices), on the same
 	// transfers, through the rules alone.
 	sept, perSept := SGLangSpansSept2025(truth, clock.Offset())
