@@ -581,7 +581,7 @@ func startTraces(cfg RunConfig, place func(uint32) checks.Placement, log *slog.L
 	t.stopTP = tp.Shutdown
 	clock := otlpbridge.NewClock()
 	sc := exporters.SpansConfig{Tracer: tp.Tracer("github.com/lanewatch/lanewatch"), Mode: tc.Spans, Wall: clock.Wall, Hold: tc.Hold,
-		MaxHold: tc.MaxHold, ExportUnattributed: tc.ExportUnattributed, Requests: &t.requests, Logger: log}
+		MaxHold: tc.MaxHold, ExportUnattributed: tc.ExportUnattributed, Requests: &t.requests, StorageReads: cfg.Trace.Storage != nil, Logger: log}
 	if place != nil {
 		if paths, err := NewPaths(cfg.SysRoot, place); err != nil {
 			log.Warn("transfer spans without topology", "err", err)
@@ -593,6 +593,9 @@ func startTraces(cfg RunConfig, place func(uint32) checks.Placement, log *slog.L
 		sc.Attributor = t.bridge.Index()
 	}
 	t.spans = exporters.NewSpans(sc)
+	if cfg.Trace.Storage != nil {
+		cfg.Trace.Storage.OnPoolRead(t.spans.StorageRead) // their requests' summaries
+	}
 	go func() {
 		defer close(t.done)
 		release := time.NewTicker(250 * time.Millisecond)

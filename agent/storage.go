@@ -52,6 +52,9 @@ type StorageReads struct {
 	// kind classifies a buffer against the process's registrations; set by
 	// the agent it is given to (Config.Storage).
 	kind atomic.Pointer[func(pid uint32, addr uint64) event.MemKind]
+	// poolRead is told of each read from a block device into a pinned
+	// pool (the requests' summaries: exporters.Spans.StorageRead).
+	poolRead atomic.Pointer[func(pid, tid uint32, at, bytes uint64)]
 
 	mu      sync.Mutex
 	files   map[fdKey]fileInfo
@@ -106,6 +109,10 @@ func NewStorageReads(cfg StorageConfig) (*StorageReads, error) {
 	go s.read()
 	return s, nil
 }
+
+// OnPoolRead has f told of every read from a block device into a pinned
+// pool from now on.
+func (s *StorageReads) OnPoolRead(f func(pid, tid uint32, at, bytes uint64)) { s.poolRead.Store(&f) }
 
 // read resolves each reported read until Close.
 func (s *StorageReads) read() {
@@ -209,6 +216,9 @@ func (s *StorageReads) add(r probes.StorageRead) {
 	pool := false
 	if k := s.kind.Load(); k != nil {
 		pool = (*k)(r.PID, r.Buf) == event.MemPinned
+	}
+	if fn := s.poolRead.Load(); pool && r.Bytes > 0 && fn != nil {
+		(*fn)(r.PID, r.TID, r.Time, uint64(r.Bytes))
 	}
 	fk := flowKey{r.PID, f.device}
 	fl := s.flows[fk]

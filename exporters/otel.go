@@ -150,6 +150,9 @@ type SpansConfig struct {
 	// Requests receives each request's summary (the request histograms);
 	// nil none.
 	Requests RequestSink
+	// StorageReads: storage reads are fed (StorageRead), so a summary's
+	// lanewatch.kv.bytes.storage is known.
+	StorageReads bool
 	Logger   *slog.Logger
 }
 
@@ -175,6 +178,7 @@ type SpansStats struct {
 	// were gathered; Gathering those being gathered now.
 	Summaries, SummariesEarly uint64
 	Gathering                 int
+	StorageReads              uint64 // storage reads queued for the summaries
 }
 
 // Spans is a correlate.Sink that turns transfers into OTel spans, backdated
@@ -467,6 +471,12 @@ func (s *Spans) export(hs []held) (spans int, ex exported) {
 			to = s.wall(t.CompleteNs)
 		}
 		one := a.Request != "" || a.Parent.Valid()
+		if t.Direction == DirStorageRead { // a summary's only
+			if one && a.Batch <= 1 {
+				s.gather(a.Parent, a.Request).read(t, from)
+			}
+			continue
+		}
 		switch {
 		case a.Batch > 1:
 			ex.batched++

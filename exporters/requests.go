@@ -195,6 +195,25 @@ type request struct {
 	sizes [2]correlate.SizeHistogram // H2D, D2H
 }
 
+// DirStorageRead is the direction of a storage read queued by
+// Spans.StorageRead: it only counts in its request's summary.
+const DirStorageRead = "storage_read"
+
+// StorageRead queues a read of bytes from a block device into process
+// pid's pinned pool, returned at CLOCK_MONOTONIC ns at, for the summary of
+// the request it served (lanewatch.kv.bytes.storage). It makes no span; the
+// read's duration is not known, so it adds no wait.
+func (s *Spans) StorageRead(pid, tid uint32, at, bytes uint64) {
+	if s.cfg.Mode == SpansOff {
+		return
+	}
+	s.mu.Lock()
+	s.stats.StorageReads++
+	s.pending = append(s.pending, correlate.Transfer{PID: pid, TID: tid, Direction: DirStorageRead, Bytes: bytes, SubmitNs: at,
+		CompleteNs: at, BatchIndex: -1, Layer: -1})
+	s.mu.Unlock()
+}
+
 // kvKind is what a transfer did for its request; false: it is no KV path
 // movement (a copy within a GPU or within host memory, or of unknown
 // direction).
@@ -208,6 +227,8 @@ func kvKind(t *correlate.Transfer) (KVKind, bool) {
 		return KVRDMAOut, true
 	case correlate.DirRDMARead, correlate.DirRecv:
 		return KVRDMAIn, true
+	case DirStorageRead:
+		return KVStorage, true
 	}
 	return 0, false
 }
@@ -245,6 +266,12 @@ func (r *request) add(t *correlate.Transfer, from, to int64, incomplete bool) {
 	if !t.BytesUnknown {
 		r.sizes[k].Add(t.Bytes)
 	}
+}
+
+// read counts a storage read into its pool for this request.
+func (r *request) read(t *correlate.Transfer, at int64) {
+	r.kv.Bytes[KVStorage] += t.Bytes
+	r.span(t.PID, at, at)
 }
 
 // share counts a transfer that served a batch this request was in.
@@ -507,8 +534,8 @@ func (s *Spans) summary(r *request) {
 		at = append(at, AttrRequest.String(kv.Request))
 	}
 	for k, name := range KVKindNames {
-		if KVKind(k) == KVStorage {
-			continue // storage reads are not attributed to requests (docs/design.md §9)
+		if KVKind(k) == KVStorage && !s.cfg.StorageReads {
+			continue // not traced: unknown, not zero
 		}
 		at = append(at, attribute.Int64("lanewatch.kv.bytes."+name, int64(kv.Bytes[k])))
 		if kv.Bytes[k] > 0 {

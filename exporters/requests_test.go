@@ -237,3 +237,45 @@ func TestRequestSummaryNoRequestSpan(t *testing.T) {
 			a, got[0].Parent.SpanID(), got[0].StartTime, got[0].EndTime, th.SpanID)
 	}
 }
+
+// TestRequestSummaryStorage: storage reads into the pool count in the
+// summary of the request they served (bytes, no wait: their duration is not
+// known) and make no span; without the storage tracer the kind is absent,
+// not zero.
+func TestRequestSummaryStorage(t *testing.T) {
+	for _, traced := range []bool{true, false} {
+		s0 := shapes.SGLang{Version: shapes.SGLangCurrent, IDs: shapes.NewIDs(27)}
+		req, rs := s0.Request("unified", "eeee", 0, nil, sec(0), sec(10))
+		_, ts := s0.Thread(req, shapes.SGLangThread{Label: "Scheduler", TID: 88, HostID: machineID, TP: shapes.Rank(0)}, sec(0.1), sec(9.9))
+		x := otlpbridge.NewIndex(otlpbridge.IndexConfig{Procs: hostProcs{host: machineID}, Window: time.Hour})
+		addSpans(x, 11, append(rs, ts)...)
+		mem := tracetest.NewInMemoryExporter()
+		tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(mem))
+		s := NewSpans(SpansConfig{Tracer: tp.Tracer("t"), Attributor: x, Hold: time.Second, StorageReads: traced})
+		reads := uint64(0)
+		if traced {
+			s.StorageRead(88, 88, uint64(sec(1)), 64<<20)
+			s.StorageRead(99, 99, uint64(sec(1)), 1<<20) // another process: no request
+			reads = 2
+		}
+		s.Transfer(moved(88, correlate.DirH2D, 1<<20, 2, 3))
+		s.Release(time.Unix(0, sec(30)))
+		got := mem.GetSpans()
+		if len(got) != 2 {
+			t.Fatalf("traced %v: %d spans, want the transfer's and the summary", traced, len(got))
+		}
+		a := attrs(summaries(mem)["eeee"])
+		want := map[attribute.Key]string{"lanewatch.kv.bytes.storage": "67108864", AttrKVBytes: "68157440", AttrKVTransfers: "1", AttrKVWait: "1"}
+		if !traced {
+			want = map[attribute.Key]string{"lanewatch.kv.bytes.storage": "", AttrKVBytes: "1048576", AttrKVTransfers: "1", AttrKVWait: "1"}
+		}
+		for k, v := range want {
+			if a[k] != v {
+				t.Errorf("traced %v: %s = %q, want %q", traced, k, a[k], v)
+			}
+		}
+		if st := s.Stats(); st.Unattributed[otlpbridge.ReasonNotCovered] != 0 || st.StorageReads != reads {
+			t.Errorf("traced %v: stats %+v: a storage read is no transfer", traced, st)
+		}
+	}
+}
