@@ -320,7 +320,14 @@ func TestPromtoolCheckRequestMetrics(t *testing.T) {
 // OpenMetrics by itself), parses the scrape, and answers
 // query_exemplars with the requests' trace ids.
 func TestPrometheusStoresExemplars(t *testing.T) {
-	m, reg := requestMetricsFed()
+	// The agent's whole registry: every family of it must parse as
+	// OpenMetrics, or the target is down.
+	m := NewMetrics(testHealth)
+	feed(m)
+	for _, s := range requestShapes {
+		m.RequestKV(&s.r)
+	}
+	reg := NewRegistry(m, nil, nil)
 	// Exemplars timestamped now, inside the query's range.
 	now := time.Now()
 	m.RequestKV(&RequestKV{Trace: traceID(0xc1), Span: spanID(0xd1), End: now.UnixNano(),
@@ -373,9 +380,15 @@ scrape_configs:
 			t.Errorf("Prometheus has no exemplar of trace %s on %s within 60s; last answer: %s", trace, k, last)
 		}
 	}
-	// The scrape parsed: the target is up with no error.
-	res, err := prom.Query(`up{job="lanewatch"}`)
-	if err != nil || len(res) != 1 || !strings.HasSuffix(fmt.Sprint(res), ":1]") {
-		t.Errorf("up: %v %v", res, err)
+	// The scrape parsed: the target is up, and a series of the window is in.
+	for q, want := range map[string]string{`up{job="lanewatch"}`: "1", `lanewatch_window_events_lost{job="lanewatch"}`: "5"} {
+		res, err := prom.Query(q)
+		var got []string
+		for _, v := range res {
+			got = append(got, v)
+		}
+		if err != nil || len(got) != 1 || got[0] != want {
+			t.Errorf("%s: %v %v, want one series at %s", q, res, err, want)
+		}
 	}
 }
