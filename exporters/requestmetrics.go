@@ -86,10 +86,10 @@ func (h *exemplarHistogram) metric(desc *prometheus.Desc, bounds []float64, labe
 // requestMetrics are the per-request KV series. They have a lock of their
 // own: a summary per request must not wait behind the per-transfer counts.
 type requestMetrics struct {
-	mu       sync.Mutex
-	kv       [NumKVKinds + 1]*exemplarHistogram // by KVKind; NumKVKinds: all
-	share    *exemplarHistogram
-	ttftKnow [2]uint64 // unknown, known
+	mu        sync.Mutex
+	kv        [NumKVKinds + 1]*exemplarHistogram // by KVKind; NumKVKinds: all
+	share     *exemplarHistogram
+	summaries [2]uint64 // requests summarised: [0] TTFT unknown, [1] known
 }
 
 func newRequestMetrics() *requestMetrics {
@@ -102,8 +102,8 @@ func newRequestMetrics() *requestMetrics {
 
 // RequestKV observes one request's summary: its KV wait, overall and by
 // each kind it moved, and its KV share of TTFT where that is known. The
-// exemplars' timestamp is the request span's end (the scrape's time when
-// unknown). It implements RequestSink.
+// exemplars' timestamp is the request span's end (the time of the call
+// when unknown). It implements RequestSink.
 func (m *Metrics) RequestKV(r *RequestKV) {
 	at := r.End
 	if at <= 0 {
@@ -121,9 +121,9 @@ func (m *Metrics) RequestKV(r *RequestKV) {
 	}
 	if share, ok := r.TTFTShare(); ok {
 		q.share.observe(ttftShareBuckets, share, e)
-		q.ttftKnow[1]++
+		q.summaries[1]++
 	} else {
-		q.ttftKnow[0]++
+		q.summaries[0]++
 	}
 }
 
@@ -138,6 +138,6 @@ func (q *requestMetrics) collect(ch chan<- prometheus.Metric) {
 		ch <- h.metric(descRequestKV, requestKVBuckets, kind)
 	}
 	ch <- q.share.metric(descRequestTTFTShare, ttftShareBuckets)
-	ch <- prometheus.MustNewConstMetric(descRequestSummaries, prometheus.CounterValue, float64(q.ttftKnow[0]), "unknown")
-	ch <- prometheus.MustNewConstMetric(descRequestSummaries, prometheus.CounterValue, float64(q.ttftKnow[1]), "known")
+	ch <- prometheus.MustNewConstMetric(descRequestSummaries, prometheus.CounterValue, float64(q.summaries[0]), "unknown")
+	ch <- prometheus.MustNewConstMetric(descRequestSummaries, prometheus.CounterValue, float64(q.summaries[1]), "known")
 }

@@ -392,3 +392,33 @@ scrape_configs:
 		}
 	}
 }
+
+// Summaries arrive from the span exporter's goroutine while scrapes run:
+// every one is counted (go test -race checks the locking).
+func TestRequestKVWhileScraping(t *testing.T) {
+	m := NewMetrics(nil)
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(m)
+	const n = 2000
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := range n {
+			r := requestShapes[i%len(requestShapes)].r
+			m.RequestKV(&r)
+		}
+	}()
+	for scraping := true; scraping; {
+		select {
+		case <-done:
+			scraping = false
+		default:
+		}
+		if _, err := reg.Gather(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if count, _, _ := histogramOf(t, reg, "lanewatch_request_kv_seconds", map[string]string{"kind": "all"}); count != n {
+		t.Errorf("%d requests observed, want %d", count, n)
+	}
+}
