@@ -356,8 +356,7 @@ func listenMetrics(cfg RunConfig, place func(uint32) checks.Placement, extra map
 		log.Warn("metrics are served beyond loopback", "address", m.ln.Addr().String())
 	}
 	mux := http.NewServeMux()
-	mux.Handle(mc.Path, promhttp.InstrumentMetricHandler(reg, promhttp.HandlerFor(reg, promhttp.HandlerOpts{
-		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelError), Registry: reg})))
+	mux.Handle(mc.Path, promhttp.InstrumentMetricHandler(reg, exporters.Handler(reg, log)))
 	ready := &readiness{maxDropRatio: cmp.Or(mc.ReadyMaxDropRatio, DefaultReadyMaxDropRatio), now: time.Now}
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { serveAlive(w) })
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {

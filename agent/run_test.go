@@ -101,6 +101,21 @@ func TestRunWithoutAGPUInSysfs(t *testing.T) {
 	if strings.Contains(logs.String(), `rule=same-direction-overlap`) {
 		t.Error("same-direction-overlap fired without a known link")
 	}
+	// The scrape above asked for no format and got the text format; asked
+	// for OpenMetrics (as Prometheus asks), the agent sends it, the
+	// format that carries the request histograms' exemplars.
+	req, _ := http.NewRequest(http.MethodGet, "http://"+addr[1]+"/metrics", nil)
+	req.Header.Set("Accept", "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	om, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "application/openmetrics-text") || !strings.HasSuffix(string(om), "# EOF\n") ||
+		!strings.Contains(string(om), "# TYPE lanewatch_request_kv_seconds histogram\n") {
+		t.Errorf("asked for OpenMetrics, got %q:\n%s", ct, grepLines(string(om), "lanewatch_request_kv_seconds"))
+	}
 }
 
 func grepLines(s, sub string) string {

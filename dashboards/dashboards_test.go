@@ -30,8 +30,9 @@ type panel struct {
 		H, W, X, Y int
 	} `json:"gridPos"`
 	Targets []struct {
-		RefID string `json:"refId"`
-		Expr  string `json:"expr"`
+		RefID    string `json:"refId"`
+		Expr     string `json:"expr"`
+		Exemplar bool   `json:"exemplar"`
 	} `json:"targets"`
 }
 
@@ -132,6 +133,46 @@ func TestDashboardShape(t *testing.T) {
 	}
 	if len(d.Annotations.List) == 0 || !strings.Contains(d.Annotations.List[0].Expr, "lanewatch_findings") {
 		t.Error("findings are not shown as annotations")
+	}
+}
+
+// The row issue 24 asks for: the KV share of TTFT as a histogram, the
+// slowest requests' KV wait with exemplars (Grafana draws them and links
+// each to its trace), and the findings beside them.
+func TestKVPathRow(t *testing.T) {
+	d := load(t)
+	var row []panel
+	in := false
+	for _, p := range d.Panels {
+		if p.Type == "row" {
+			in = strings.HasPrefix(p.Title, "TTFT and the KV path")
+			continue
+		}
+		if in {
+			row = append(row, p)
+		}
+	}
+	type want struct {
+		what, expr string
+		exemplar   bool
+	}
+	for _, w := range []want{
+		{"the TTFT share histogram", "lanewatch_request_kv_ttft_share_bucket{", true},
+		{"the slowest requests' KV wait, linked to their traces", `histogram_quantile(0.99, sum by (le) (rate(lanewatch_request_kv_seconds_bucket{instance=~"$instance",kind="all"}`, true},
+		{"the requests summarised", "lanewatch_request_kv_summaries_total{", false},
+		{"the findings behind them", "lanewatch_finding_windows_total{", false},
+	} {
+		found := false
+		for _, p := range row {
+			for _, tg := range p.Targets {
+				if strings.Contains(tg.Expr, w.expr) && (tg.Exemplar || !w.exemplar) {
+					found = true
+				}
+			}
+		}
+		if !found {
+			t.Errorf("row \"TTFT and the KV path\" (%d panels) does not show %s: no query with %s (exemplars %v)", len(row), w.what, w.expr, w.exemplar)
+		}
 	}
 }
 

@@ -3,6 +3,7 @@ package exporters
 import (
 	"log/slog"
 	"maps"
+	"net/http"
 	"path/filepath"
 	"sort"
 	"sync"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/lanewatch/lanewatch/correlate"
 	"github.com/lanewatch/lanewatch/event"
@@ -49,6 +51,8 @@ type Metrics struct {
 	fired map[findingKey]uint64
 
 	rules ruleSeries // the window rules' series (ruleseries.go)
+
+	requests *requestMetrics // per-request KV summaries (requestmetrics.go)
 
 	// last is the latest copy's series: transfers come in bursts of one
 	// kind, and each then counts without hashing its labels.
@@ -346,6 +350,7 @@ func NewMetrics(health func() Health, rules ...Desc) *Metrics {
 		xfers:     map[xferKey]*transferCount{},
 		xferLat:   map[string]*histogram{},
 		fired:     map[findingKey]uint64{},
+		requests:  newRequestMetrics(),
 	}
 	for _, r := range correlate.Rules {
 		for _, sev := range r.Severities {
@@ -377,6 +382,15 @@ func NewRegistry(m *Metrics, scrapers map[string]Collector, log *slog.Logger) *p
 		reg.MustRegister(scrape{collectors: scrapers, log: log})
 	}
 	return reg
+}
+
+// Handler serves a scrape of reg: in the classic text format, which old
+// scrapers get unchanged, or as OpenMetrics to a scraper that asks for it
+// (Prometheus does by itself), which alone carries the request histograms'
+// exemplars. Errors go to log.
+func Handler(reg *prometheus.Registry, log *slog.Logger) http.Handler {
+	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelError), Registry: reg, EnableOpenMetrics: true})
 }
 
 // transferCount is the series of k, created at zero; past maxSeries, the
@@ -526,6 +540,7 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 		descEvalDuration, descEvalTime, descWindowLost, descWindowIncomplete,
 		descEvents, descDrops, descAttached, descAttachFailures, descUnprobed, descProbedLibraries, descLibraryDetaches, descLoaderHolds, descLoaderHoldSeconds, descCallerUnclassified, descPending, descPageLookups,
 		descLaneCopies, descLaneBytes, descLaneShed, descLaneUncounted,
+		descRequestKV, descRequestTTFTShare, descRequestSummaries,
 	} {
 		ch <- d
 	}
@@ -539,6 +554,7 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	m.collectCounts(ch)
 	m.collectWindow(ch)
 	m.collectRules(ch)
+	m.requests.collect(ch)
 	if m.health != nil {
 		collectHealth(ch, m.health())
 	}

@@ -61,6 +61,13 @@ type Server struct {
 // config so that relative rule_files entries resolve.
 func Start(tb testing.TB, config string, ruleFiles ...string) *Server {
 	tb.Helper()
+	return StartWithFlags(tb, nil, config, ruleFiles...)
+}
+
+// StartWithFlags is Start with further command-line flags
+// (--enable-feature=exemplar-storage).
+func StartWithFlags(tb testing.TB, flags []string, config string, ruleFiles ...string) *Server {
+	tb.Helper()
 	bin := Tool(tb, "prometheus")
 	dir := tb.TempDir()
 	for _, rf := range ruleFiles {
@@ -78,8 +85,8 @@ func Start(tb testing.TB, config string, ruleFiles ...string) *Server {
 	}
 	addr := FreePort(tb)
 	s := &Server{URL: "http://" + addr, log: &strings.Builder{}}
-	s.cmd = exec.Command(bin, "--config.file="+cfg, "--storage.tsdb.path="+filepath.Join(dir, "data"),
-		"--web.listen-address="+addr, "--log.level=warn")
+	s.cmd = exec.Command(bin, append([]string{"--config.file=" + cfg, "--storage.tsdb.path=" + filepath.Join(dir, "data"),
+		"--web.listen-address=" + addr, "--log.level=warn"}, flags...)...)
 	s.cmd.Stdout, s.cmd.Stderr = s.log, s.log
 	if err := s.cmd.Start(); err != nil {
 		tb.Fatalf("start prometheus: %v", err)
@@ -168,6 +175,38 @@ func (s *Server) Query(q string) (map[string]string, error) {
 	out := map[string]string{}
 	for _, r := range d.Result {
 		out[fmt.Sprint(r.Metric)] = fmt.Sprint(r.Value[1])
+	}
+	return out, nil
+}
+
+// Exemplar is one exemplar of /api/v1/query_exemplars, with its series.
+type Exemplar struct {
+	Series map[string]string
+	Labels map[string]string
+	Value  string
+	Time   float64 // Unix seconds
+}
+
+// Exemplars lists the exemplars of the series q selects between start and
+// end (the server needs --enable-feature=exemplar-storage).
+func (s *Server) Exemplars(q string, start, end time.Time) ([]Exemplar, error) {
+	var d []struct {
+		SeriesLabels map[string]string `json:"seriesLabels"`
+		Exemplars    []struct {
+			Labels    map[string]string `json:"labels"`
+			Value     string            `json:"value"`
+			Timestamp float64           `json:"timestamp"`
+		} `json:"exemplars"`
+	}
+	params := url.Values{"query": {q}, "start": {fmt.Sprint(start.Unix())}, "end": {fmt.Sprint(end.Unix())}}
+	if err := s.API("/api/v1/query_exemplars", params, &d); err != nil {
+		return nil, err
+	}
+	var out []Exemplar
+	for _, ser := range d {
+		for _, e := range ser.Exemplars {
+			out = append(out, Exemplar{Series: ser.SeriesLabels, Labels: e.Labels, Value: e.Value, Time: e.Timestamp})
+		}
 	}
 	return out, nil
 }
