@@ -153,7 +153,7 @@ type SpansConfig struct {
 	// StorageReads: storage reads are fed (StorageRead), so a summary's
 	// lanewatch.kv.bytes.storage is known.
 	StorageReads bool
-	Logger   *slog.Logger
+	Logger       *slog.Logger
 }
 
 // SpansStats are the span exporter's counters.
