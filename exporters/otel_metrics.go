@@ -22,7 +22,7 @@ var (
 	descSpanWithheld = prometheus.NewDesc("lanewatch_span_withheld_transfers_total",
 		"Transfers naming no request that no span was made for: no request the server sampled covers them (--spans.export-unattributed off), by reason as in lanewatch_span_unattributed_total.",
 		[]string{"reason"}, nil)
-	descRequestSummaries = prometheus.NewDesc("lanewatch_request_summaries_total",
+	descSpanSummaries = prometheus.NewDesc("lanewatch_span_request_summaries_total",
 		"Requests summed up in a lanewatch.kv span, by when: settled (their span ended and their transfers left the hold), early (before, to keep at most 16384 requests gathered).",
 		[]string{"when"}, nil)
 	descSpanHeld = prometheus.NewDesc("lanewatch_span_transfers_held",
@@ -36,7 +36,7 @@ type SpansCollector struct{ S *Spans }
 // Describe implements Collector.
 func (SpansCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descSpanTransfers, descSpanUnattributed, descSpanWithheld, descSpanIncomplete, descSpanEarly, descSpanHeld,
-		descRequestSummaries} {
+		descSpanSummaries} {
 		ch <- d
 	}
 }
@@ -49,8 +49,8 @@ func (c SpansCollector) Update(ch chan<- prometheus.Metric) error {
 		ch <- prometheus.MustNewConstMetric(descSpanUnattributed, prometheus.CounterValue, float64(st.Unattributed[r]), r)
 		ch <- prometheus.MustNewConstMetric(descSpanWithheld, prometheus.CounterValue, float64(st.Withheld[r]), r)
 	}
-	ch <- prometheus.MustNewConstMetric(descRequestSummaries, prometheus.CounterValue, float64(st.Summaries-st.SummariesEarly), "settled")
-	ch <- prometheus.MustNewConstMetric(descRequestSummaries, prometheus.CounterValue, float64(st.SummariesEarly), "early")
+	ch <- prometheus.MustNewConstMetric(descSpanSummaries, prometheus.CounterValue, float64(st.Summaries-st.SummariesEarly), "settled")
+	ch <- prometheus.MustNewConstMetric(descSpanSummaries, prometheus.CounterValue, float64(st.SummariesEarly), "early")
 	for _, v := range st.Unattributed {
 		none += v
 	}
