@@ -153,8 +153,8 @@ func Run(ctx context.Context, cfg RunConfig) (err error) {
 		return err
 	}
 	mx.onVerdict = tr.verdict
-	if rs, ok := any(mx.exp).(exporters.RequestSink); ok && mx.exp != nil {
-		tr.requests.set(rs) // the request histograms
+	if mx.exp != nil {
+		tr.requests.set(mx.exp) // the request histograms
 	}
 	if cfg.Trace.Devices == nil {
 		cfg.Trace.Devices = HostDeviceMap(cfg.Env, cfg.SysRoot, mx.gpu, log)

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -22,6 +23,7 @@ import (
 
 	collectorpb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
+	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -29,6 +31,7 @@ import (
 
 	"github.com/lanewatch/lanewatch/internal/testenv"
 	"github.com/lanewatch/lanewatch/otlpbridge"
+	"github.com/lanewatch/lanewatch/otlpbridge/shapes"
 	"github.com/lanewatch/lanewatch/selftest"
 )
 
@@ -464,5 +467,103 @@ func TestRunTracesSampled(t *testing.T) {
 				t.Errorf("%d summaries matched the truth, want %d", matched, requests/2)
 			}
 		})
+	}
+}
+
+// TestRunRequestMetrics: the request histograms of a running agent, scraped
+// as OpenMetrics, count each summed-up request and carry exemplars naming
+// the requests' traces. A request of the server that started before the
+// scenario and is still open (its prefill_waiting slice came, its thread and
+// request spans not yet) holds every transfer until the scenario's spans
+// are in, so the order does not depend on timing.
+func TestRunRequestMetrics(t *testing.T) {
+	testenv.RequireRoot(t)
+	refDir := testenv.RefDir(t)
+	rec, err := otlpbridge.NewRecorder()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rec.Close()
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://"+rec.Addr())
+	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+	t.Setenv("OTEL_EXPORTER_OTLP_INSECURE", "true")
+	grpcAddr, web, tmp := freePort(t), freePort(t), t.TempDir()
+	pid, run := pausedScenario(t, refDir, "hicache-load", filepath.Join(tmp, "truth.jsonl"))
+	startAgent(t, 30*time.Second, "--output", "off", "--pid", strconv.Itoa(pid),
+		"--lib", filepath.Join(refDir, "lib", "libcuda.so.1"), "--lib", filepath.Join(refDir, "plain", "libcudart.so.12"),
+		"--otlp.grpc-listen", grpcAddr, "--otlp.http-listen", "", "--spans.hold", "1s", "--spans.max-hold", "10m", "--web.listen-address", web)
+	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	send := func(req *collectorpb.ExportTraceServiceRequest) {
+		t.Helper()
+		if _, err := collectorpb.NewTraceServiceClient(conn).Export(context.Background(), req); err != nil {
+			t.Fatalf("send spans: %v", err)
+		}
+	}
+	// The open request: another thread's, from before the scenario to
+	// after it.
+	now := time.Now().UnixNano()
+	sg := shapes.SGLang{Version: shapes.SGLangCurrent, IDs: shapes.NewIDs(uint32(pid) ^ 0x0be1)}
+	openReq, openRS := sg.Request("unified", "0be1open", 0, nil, now-int64(time.Second), now+int64(time.Minute))
+	openTh, openTS := sg.Thread(openReq, shapes.SGLangThread{Label: "Scheduler", TID: uint32(pid) + 1_000_000, HostID: selftest.HostID(), TP: shapes.Rank(0)},
+		now-int64(time.Second), now+int64(time.Minute))
+	_, waiting := sg.Slice(openTh, "prefill_waiting", now-int64(time.Second), now)
+	batch := func(spans ...*tracepb.Span) *collectorpb.ExportTraceServiceRequest {
+		return &collectorpb.ExportTraceServiceRequest{ResourceSpans: []*tracepb.ResourceSpans{shapes.Batch(shapes.SGLangResource(), shapes.SGLangScope, spans...)}}
+	}
+	send(batch(waiting))
+
+	truth := run()
+	const requests = 4
+	sent, per := selftest.SGLangSpansSampled(truth, otlpbridge.NewClock().Offset(), requests, func(int) bool { return true })
+	send(sent)
+	send(batch(append([]*tracepb.Span{openTS}, openRS...)...)) // the open request ends: the transfers are attributed
+
+	traces := map[string]bool{}
+	for _, p := range per {
+		traces[hex.EncodeToString(p.Span.TraceID[:])] = true
+	}
+	var body string
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(200 * time.Millisecond) {
+		req, _ := http.NewRequest("GET", "http://"+web+"/metrics", nil)
+		req.Header.Set("Accept", "application/openmetrics-text; version=1.0.0")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		body = string(b)
+		if strings.Contains(body, fmt.Sprintf(`lanewatch_request_kv_summaries_total{ttft="known"} %d`, requests)) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no %d requests summed up in /metrics:\n%s", requests, grepLines(body, "lanewatch_request_kv", "lanewatch_span"))
+		}
+	}
+	// Every exemplar names one of the requests' traces.
+	exemplars := 0
+	for _, l := range strings.Split(body, "\n") {
+		if !strings.HasPrefix(l, "lanewatch_request_kv_seconds_bucket") && !strings.HasPrefix(l, "lanewatch_request_kv_ttft_share_bucket") {
+			continue
+		}
+		_, ex, ok := strings.Cut(l, ` # {`)
+		if !ok {
+			continue
+		}
+		id, _, _ := strings.Cut(strings.TrimPrefix(ex[strings.Index(ex, `trace_id="`):], `trace_id="`), `"`)
+		if !traces[id] {
+			t.Errorf("exemplar of trace %s, not one of the requests': %s", id, l)
+		}
+		exemplars++
+	}
+	if exemplars == 0 {
+		t.Errorf("no exemplars on the request histograms:\n%s", grepLines(body, "lanewatch_request_kv"))
+	}
+	if !strings.Contains(body, fmt.Sprintf(`lanewatch_request_kv_seconds_count{kind="h2d"} %d`, requests)) {
+		t.Errorf("want %d requests' H2D waits:\n%s", requests, grepLines(body, "lanewatch_request_kv_seconds_count"))
 	}
 }
