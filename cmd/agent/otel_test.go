@@ -93,6 +93,21 @@ func (a *inProcessAgent) stop(t *testing.T, limit time.Duration) {
 	}
 }
 
+// upstream is an OTLP collector that records what it receives, set as the
+// upstream of the agents the test starts (OTEL_EXPORTER_OTLP_*).
+func upstream(t *testing.T) *otlpbridge.Recorder {
+	t.Helper()
+	rec, err := otlpbridge.NewRecorder()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rec.Close)
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://"+rec.Addr())
+	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+	t.Setenv("OTEL_EXPORTER_OTLP_INSECURE", "true")
+	return rec
+}
+
 func freePort(t *testing.T) string {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -163,14 +178,7 @@ func pausedScenario(t *testing.T, refDir, scenario, truth string) (int, func() [
 func TestRunTraces(t *testing.T) {
 	testenv.RequireRoot(t)
 	refDir := testenv.RefDir(t)
-	rec, err := otlpbridge.NewRecorder()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rec.Close()
-	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://"+rec.Addr())
-	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
-	t.Setenv("OTEL_EXPORTER_OTLP_INSECURE", "true")
+	rec := upstream(t)
 	t.Setenv("OTEL_RESOURCE_ATTRIBUTES", "deployment.environment=e2e")
 	grpcAddr, httpAddr := freePort(t), freePort(t)
 	tmp := t.TempDir()
@@ -396,14 +404,7 @@ func TestRunTracesSampled(t *testing.T) {
 	sampled := func(g int) bool { return g%2 == 0 }
 	for _, mode := range []string{"batched", "summary"} {
 		t.Run(mode, func(t *testing.T) {
-			rec, err := otlpbridge.NewRecorder()
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer rec.Close()
-			t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://"+rec.Addr())
-			t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
-			t.Setenv("OTEL_EXPORTER_OTLP_INSECURE", "true")
+			rec := upstream(t)
 			grpcAddr, tmp := freePort(t), t.TempDir()
 			// Only the scenario's process: the counts are of its transfers
 			// alone, whatever else runs on the host.
@@ -479,14 +480,7 @@ func TestRunTracesSampled(t *testing.T) {
 func TestRunRequestMetrics(t *testing.T) {
 	testenv.RequireRoot(t)
 	refDir := testenv.RefDir(t)
-	rec, err := otlpbridge.NewRecorder()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rec.Close()
-	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://"+rec.Addr())
-	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
-	t.Setenv("OTEL_EXPORTER_OTLP_INSECURE", "true")
+	upstream(t)
 	grpcAddr, web, tmp := freePort(t), freePort(t), t.TempDir()
 	pid, run := pausedScenario(t, refDir, "hicache-load", filepath.Join(tmp, "truth.jsonl"))
 	startAgent(t, 30*time.Second, "--output", "off", "--pid", strconv.Itoa(pid),

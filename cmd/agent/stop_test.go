@@ -16,7 +16,6 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/lanewatch/lanewatch/internal/testenv"
-	"github.com/lanewatch/lanewatch/otlpbridge"
 	"github.com/lanewatch/lanewatch/otlpbridge/shapes"
 )
 
@@ -31,14 +30,7 @@ import (
 func TestRunStopsWithFullIndex(t *testing.T) {
 	testenv.RequireRoot(t)
 	refDir := testenv.RefDir(t)
-	rec, err := otlpbridge.NewRecorder()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rec.Close()
-	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://"+rec.Addr())
-	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
-	t.Setenv("OTEL_EXPORTER_OTLP_INSECURE", "true")
+	upstream(t)
 	grpcAddr := freePort(t)
 	tmp := t.TempDir()
 	a := startAgent(t, 30*time.Second, "--output", filepath.Join(tmp, "out.jsonl"),
