@@ -122,12 +122,17 @@ func runScenario(t *testing.T, refDir, scenario, truth string) []selftest.TruthC
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("%s: %v\n%s", scenario, err, out)
 	}
-	f, err := os.Open(truth)
+	return readTruth(t, truth)
+}
+
+func readTruth(t *testing.T, path string) []selftest.TruthCall {
+	t.Helper()
+	f, err := os.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	calls, err := selftest.ReadTruth(f, truth)
+	calls, err := selftest.ReadTruth(f, path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,16 +161,7 @@ func pausedScenario(t *testing.T, refDir, scenario, truth string) (int, func() [
 		if err := cmd.Wait(); err != nil {
 			t.Fatalf("%s: %v\n%s", scenario, err, out.String())
 		}
-		f, err := os.Open(truth)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer f.Close()
-		calls, err := selftest.ReadTruth(f, truth)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return calls
+		return readTruth(t, truth)
 	}
 }
 
