@@ -19,7 +19,7 @@ var (
 
 var (
 	descRequestKV = prometheus.NewDesc("lanewatch_request_kv_seconds",
-		"Time each summarised request (one lanewatch.kv span) waited on the KV movement attributed to it alone: the union of its transfers' intervals inside its span, not their sum, in seconds. Kind all: every kind together; h2d, d2h, rdma_in, rdma_out, storage: the kinds it moved bytes of. Scraped as OpenMetrics, each bucket carries the latest request's trace_id and span_id as an exemplar.",
+		"Time each summarised request (one lanewatch.kv span) waited on the KV movement attributed to it: the union of its transfers' intervals inside its span (a batch's it shared included), not their sum, in seconds. Kind all: every kind together; h2d, d2h, rdma_in, rdma_out: the kinds it moved or waited on (storage reads add bytes to its span, no wait: their duration is not seen). Scraped as OpenMetrics, each bucket carries the latest request's trace_id and span_id as an exemplar.",
 		[]string{"kind"}, nil)
 	descRequestTTFTShare = prometheus.NewDesc("lanewatch_request_kv_ttft_share",
 		"Share (0 to 1) of each summarised request's time to first token it waited on KV movement (lanewatch.kv.ttft_share), for the requests whose server spans give their TTFT. Scraped as OpenMetrics, each bucket carries the latest request's trace_id and span_id as an exemplar.",
@@ -115,7 +115,10 @@ func (m *Metrics) RequestKV(r *RequestKV) {
 	defer q.mu.Unlock()
 	q.kv[NumKVKinds].observe(requestKVBuckets, r.WaitAll.Seconds(), e)
 	for k, b := range r.Bytes {
-		if b > 0 {
+		// A kind it moved bytes of or waited on (a batch's transfers are
+		// in its wait, not its bytes); a storage read's duration is not
+		// seen: no wait to tell.
+		if (b > 0 || r.Wait[k] > 0) && KVKind(k) != KVStorage {
 			q.kv[k].observe(requestKVBuckets, r.Wait[k].Seconds(), e)
 		}
 	}
