@@ -214,6 +214,7 @@ type Spans struct {
 	reqOrder []reqKey // in order of their first transfer, for the bound
 	noReq    []noRequest
 	noReqAt  int
+	ivLeft   int                 // intervals the gathered requests may still keep (maxIntervalsTotal)
 	active   []correlate.Finding // the latest evaluation's findings, under mu
 }
 
@@ -242,7 +243,7 @@ func NewSpans(cfg SpansConfig) *Spans {
 	if cfg.Mode == "" {
 		cfg.Mode = SpansBatched
 	}
-	return &Spans{cfg: cfg, runs: map[runKey]*run{}, activeFindings: map[string]bool{}, reqs: map[reqKey]*request{},
+	return &Spans{cfg: cfg, runs: map[runKey]*run{}, activeFindings: map[string]bool{}, reqs: map[reqKey]*request{}, ivLeft: maxIntervalsTotal,
 		stats: SpansStats{Unattributed: map[string]uint64{}, Withheld: map[string]uint64{}}}
 }
 
@@ -481,11 +482,11 @@ func (s *Spans) export(hs []held) (spans int, ex exported) {
 		case a.Batch > 1:
 			ex.batched++
 			for j, l := range a.Links {
-				s.gather(l, a.Requests[j]).share(t, from, to)
+				s.gather(l, a.Requests[j]).share(t, from, to, &s.ivLeft)
 			}
 		case one:
 			ex.attributed++
-			s.gather(a.Parent, a.Request).add(t, from, to, hs[i].reason != "")
+			s.gather(a.Parent, a.Request).add(t, from, to, hs[i].reason != "", &s.ivLeft)
 		default:
 			r := a.Reason
 			if hs[i].reason != "" {

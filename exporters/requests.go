@@ -120,12 +120,13 @@ type RequestSink interface {
 
 // Bounds of the per-request summaries: requests gathered at once (past it
 // the oldest is summarised early, counted) and disjoint intervals kept per
-// kind (past it the last one grows to cover the next: the wait is then an
-// upper bound, and said so).
+// kind and in all (past either the last one grows to cover the next: the
+// wait is then an upper bound, and said so; 16 MiB at most).
 const (
-	maxRequests  = 16_384
-	maxIntervals = 4096
-	maxNoRequest = 8192 // recent transfers that named no request, to say a summary is partial
+	maxRequests       = 16_384
+	maxIntervals      = 4096
+	maxIntervalsTotal = 1 << 20
+	maxNoRequest      = 8192 // recent transfers that named no request, to say a summary is partial
 )
 
 // reqKey names one request's summary: its trace, and its id (a request
@@ -145,7 +146,9 @@ type intervals struct {
 	capped bool
 }
 
-func (u *intervals) add(from, to int64) {
+// add adds [from, to); left is how many more intervals every request
+// together may keep.
+func (u *intervals) add(from, to int64, left *int) {
 	if to < from {
 		to = from
 	}
@@ -153,13 +156,14 @@ func (u *intervals) add(from, to int64) {
 		u.iv[n-1].to = max(u.iv[n-1].to, to)
 		return
 	}
-	if len(u.iv) >= maxIntervals {
+	if n := len(u.iv); n > 0 && (n >= maxIntervals || *left <= 0) {
 		last := &u.iv[len(u.iv)-1]
 		last.from, last.to = min(last.from, from), max(last.to, to)
 		u.capped = true
 		return
 	}
 	u.iv = append(u.iv, interval{from, to})
+	*left--
 }
 
 // length is the union's length inside [lo, hi).
@@ -234,7 +238,7 @@ func kvKind(t *correlate.Transfer) (KVKind, bool) {
 }
 
 // add counts one transfer attributed to this request alone.
-func (r *request) add(t *correlate.Transfer, from, to int64, incomplete bool) {
+func (r *request) add(t *correlate.Transfer, from, to int64, incomplete bool, left *int) {
 	r.kv.Transfers++
 	r.kv.Incomplete = r.kv.Incomplete || incomplete
 	r.span(t.PID, from, to)
@@ -243,7 +247,7 @@ func (r *request) add(t *correlate.Transfer, from, to int64, incomplete bool) {
 		return
 	}
 	r.kv.Bytes[k] += t.Bytes
-	r.iv[k].add(from, to)
+	r.iv[k].add(from, to, left)
 	if t.Bytes > r.largest.Bytes {
 		r.largest = *t
 	}
@@ -275,12 +279,12 @@ func (r *request) read(t *correlate.Transfer, at int64) {
 }
 
 // share counts a transfer that served a batch this request was in.
-func (r *request) share(t *correlate.Transfer, from, to int64) {
+func (r *request) share(t *correlate.Transfer, from, to int64, left *int) {
 	r.kv.Shared++
 	r.kv.SharedBytes += t.Bytes
 	r.span(t.PID, from, to)
 	if k, ok := kvKind(t); ok {
-		r.iv[k].add(from, to)
+		r.iv[k].add(from, to, left)
 	}
 }
 
@@ -471,6 +475,9 @@ func (s *Spans) summarize(cut, maxCut int64, flush bool) (made, early int) {
 			continue
 		}
 		r.finish(s.cfg.Paths, active)
+		for k := range r.iv {
+			s.ivLeft += len(r.iv[k].iv)
+		}
 		r.kv.NoRequestSpan = !r.known
 		r.kv.Unattributed = s.unattributedIn(r)
 		if s.cfg.Requests != nil {
