@@ -23,6 +23,7 @@ const LivePath = "/api/v1/live"
 // counted, not kept), the flows and findings one answer lists at most.
 const (
 	maxLiveFlows    = 4096
+	maxLiveDirs     = 16 // directions told apart (correlate's are 10)
 	liveFlowsListed = 32
 	maxLiveFindings = 32
 )
@@ -96,10 +97,12 @@ type LiveAgent struct {
 	Uncounted uint64 `json:"uncounted_copies"`
 }
 
+// liveKey is a flow: its direction is an index into liveFlows.dirs, so
+// the key hashes as plain memory.
 type liveKey struct {
-	pid    uint32
 	stream uint64
-	dir    string
+	pid    uint32
+	dir    uint8
 }
 
 type liveCount struct {
@@ -109,16 +112,23 @@ type liveCount struct {
 }
 
 // liveFlows counts the transfers per process, stream and direction, one
-// second at a time (roll): a map update per transfer, no allocation once
-// the first seconds sized the map and slices, bounded by maxLiveFlows.
+// second at a time (roll): a map update per transfer at most, no
+// allocation once the first seconds sized the map and slices, bounded by
+// maxLiveFlows.
 type liveFlows struct {
 	mu      sync.Mutex
 	idx     map[liveKey]int32
 	cur     []liveCount
 	overCap uint64
 	from    time.Time
-	last    liveKey // the last transfer's flow: runs of one stream skip the map
-	lastI   int32   // its index; -1 none
+	dirs    []string // the directions seen, kept across seconds
+	// recent are the last flows' indexes: streams interleaved copy by
+	// copy skip the map. n of them are valid, next is replaced next.
+	recent [4]struct {
+		key liveKey
+		i   int32
+	}
+	n, next int
 
 	prev             []liveCount
 	prevFrom, prevTo time.Time
@@ -128,7 +138,7 @@ type liveFlows struct {
 }
 
 func newLiveFlows(now time.Time) *liveFlows {
-	return &liveFlows{idx: map[liveKey]int32{}, from: now, lastI: -1}
+	return &liveFlows{idx: map[liveKey]int32{}, from: now}
 }
 
 // Transfer counts one transfer. It implements correlate.Sink.
@@ -136,22 +146,12 @@ func (l *liveFlows) Transfer(t *correlate.Transfer) {
 	if t.Failed() {
 		return // nothing moved
 	}
-	k := liveKey{t.PID, t.Stream, t.Direction}
 	l.mu.Lock()
-	i := l.lastI
-	if i < 0 || l.last != k {
-		var ok bool
-		if i, ok = l.idx[k]; !ok {
-			if len(l.cur) >= maxLiveFlows {
-				l.overCap++
-				l.mu.Unlock()
-				return
-			}
-			i = int32(len(l.cur))
-			l.cur = append(l.cur, liveCount{key: k})
-			l.idx[k] = i
-		}
-		l.last, l.lastI = k, i
+	i := l.flow(t)
+	if i < 0 {
+		l.overCap++
+		l.mu.Unlock()
+		return
 	}
 	c := &l.cur[i]
 	c.bytes += t.Bytes
@@ -162,6 +162,38 @@ func (l *liveFlows) Transfer(t *correlate.Transfer) {
 	l.mu.Unlock()
 }
 
+// flow is the index of t's flow in cur, added if new; -1 when it has no
+// room. Caller holds l.mu.
+func (l *liveFlows) flow(t *correlate.Transfer) int32 {
+	d := slices.Index(l.dirs, t.Direction)
+	if d < 0 {
+		if len(l.dirs) == maxLiveDirs {
+			return -1
+		}
+		d = len(l.dirs)
+		l.dirs = append(l.dirs, t.Direction)
+	}
+	k := liveKey{t.Stream, t.PID, uint8(d)}
+	for _, r := range l.recent[:l.n] {
+		if r.key == k {
+			return r.i
+		}
+	}
+	i, ok := l.idx[k]
+	if !ok {
+		if len(l.cur) >= maxLiveFlows {
+			return -1
+		}
+		i = int32(len(l.cur))
+		l.cur = append(l.cur, liveCount{key: k})
+		l.idx[k] = i
+	}
+	l.recent[l.next].key, l.recent[l.next].i = k, i
+	l.next = (l.next + 1) % len(l.recent)
+	l.n = min(l.n+1, len(l.recent))
+	return i
+}
+
 // roll ends the second at now: it becomes the one the view shows.
 func (l *liveFlows) roll(now time.Time) {
 	l.mu.Lock()
@@ -170,7 +202,7 @@ func (l *liveFlows) roll(now time.Time) {
 	l.prevFrom, l.prevTo, l.from = l.from, now, now
 	l.prevOverCap, l.overCap = l.overCap, 0
 	clear(l.idx)
-	l.lastI = -1
+	l.n, l.next = 0, 0
 }
 
 // setFindings keeps the latest window's findings (the verdict's own
@@ -189,11 +221,13 @@ func (l *liveFlows) fill(v *Live, procRoot string) {
 	v.From, v.To, v.OverCap = l.prevFrom, l.prevTo, l.prevOverCap
 	v.FindingsAt = l.findingsAt
 	fs := l.findings
+
+	dirs := slices.Clone(l.dirs)
 	l.mu.Unlock()
 
 	slices.SortFunc(flows, func(a, b liveCount) int {
 		return cmp.Or(cmp.Compare(b.bytes, a.bytes), cmp.Compare(b.copies, a.copies), cmp.Compare(a.key.pid, b.key.pid),
-			cmp.Compare(a.key.stream, b.key.stream), cmp.Compare(a.key.dir, b.key.dir))
+			cmp.Compare(a.key.stream, b.key.stream), cmp.Compare(dirs[a.key.dir], dirs[b.key.dir]))
 	})
 	if len(flows) > liveFlowsListed {
 		v.Omitted, flows = len(flows)-liveFlowsListed, flows[:liveFlowsListed]
@@ -207,7 +241,7 @@ func (l *liveFlows) fill(v *Live, procRoot string) {
 			comm = readComm(procRoot, f.key.pid)
 			comms[f.key.pid] = comm
 		}
-		lf := LiveFlow{PID: f.key.pid, Comm: comm, Stream: "0x" + strconv.FormatUint(f.key.stream, 16), Direction: f.key.dir,
+		lf := LiveFlow{PID: f.key.pid, Comm: comm, Stream: "0x" + strconv.FormatUint(f.key.stream, 16), Direction: dirs[f.key.dir],
 			GPU: f.gpu, Bytes: f.bytes, Copies: f.copies}
 		if secs > 0 {
 			lf.Bps = float64(f.bytes) / secs

@@ -79,6 +79,18 @@ func TestLiveFlows(t *testing.T) {
 	if len(l.idx) != 0 || len(l.cur) != 0 {
 		t.Errorf("a new second holds %d flows", len(l.cur))
 	}
+
+	// Directions are told apart up to maxLiveDirs; a transfer of another
+	// is counted, not kept.
+	for i := range maxLiveDirs + 1 {
+		xfer(1, 1, "dir"+strconv.Itoa(i), 1)
+	}
+	l.roll(t0.Add(5 * time.Second))
+	v = Live{}
+	l.fill(&v, t.TempDir())
+	if v.OverCap != 4 || len(v.Flows) != maxLiveDirs-3 { // after H2D, D2H and D2D, 13 new ones fit
+		t.Errorf("directions: over cap %d (want 4), %d flows (want %d)", v.OverCap, len(v.Flows), maxLiveDirs-3)
+	}
 }
 
 // GET /api/v1/live answers JSON with the processes' names, the latest
@@ -133,5 +145,21 @@ func TestServeLive(t *testing.T) {
 	post.Body.Close()
 	if post.StatusCode != http.StatusMethodNotAllowed {
 		t.Errorf("POST: %d", post.StatusCode)
+	}
+}
+
+// BenchmarkLiveFlows is the live view's cost per transfer: two streams of
+// one process interleaved copy by copy (link-trains-up's shape, the map
+// asked at each switch), a second rolled per 400 000 transfers.
+func BenchmarkLiveFlows(b *testing.B) {
+	l := newLiveFlows(time.Now())
+	ts := []correlate.Transfer{{PID: 7, Stream: 0xa, Direction: "H2D", Bytes: 1 << 20, GPU: "0000:18:00.0"},
+		{PID: 7, Stream: 0xb, Direction: "H2D", Bytes: 1 << 20, GPU: "0000:18:00.0"}}
+	b.ReportAllocs()
+	for i := range b.N {
+		l.Transfer(&ts[i&1])
+		if i%evalEvery == evalEvery-1 {
+			l.roll(time.Now())
+		}
 	}
 }
