@@ -31,7 +31,7 @@ const (
 	seriesCapacity     = "lanewatch_lane_capacity_bytes_per_second"
 	seriesSummaries    = "lanewatch_request_kv_summaries_total"
 	seriesTTFTShare    = "lanewatch_request_kv_ttft_share"
-	topMaxLanes        = 6 // rows for lanes on a screen; the others are counted
+	topMaxLanes        = 6 // rows for lanes on a screen at most; the others are counted
 	topMaxFindings     = 4 // ... for findings
 	topDefaultWidth    = 80
 	topDefaultHeight   = 24
@@ -355,11 +355,13 @@ func render(addr string, prev, cur *topSample, readErr error, width, height int)
 		return fit(append(out, foot), width, 0)
 	}
 	// A screen: every section keeps its head; lanes and findings get at
-	// most their share, flows the rest.
-	lanes = capRows(lanes, 1+topMaxLanes, "lanes")
-	findings = capRows(findings, 1+topMaxFindings, "findings")
-	rest := height - len(head) - len(lanes) - 1 - len(findings) - 1
-	flows = capRows(flows, max(rest, 2), "flows")
+	// most their share of the rows left, flows the rest.
+	body := height - len(head) - 5 // the lanes', flows' and findings' heads, requests, the agent
+	laneRows := min(len(lanes)-1, topMaxLanes, max(body/3, 1))
+	findingRows := min(len(findings)-1, topMaxFindings, max(body/4, 1))
+	lanes = capRows(lanes, laneRows, "lanes")
+	findings = capRows(findings, findingRows, "findings")
+	flows = capRows(flows, max(body-laneRows-findingRows, 1), "flows")
 	out := append(head, lanes...)
 	out = append(out, req)
 	out = append(out, flows...)
@@ -367,12 +369,16 @@ func render(addr string, prev, cur *topSample, readErr error, width, height int)
 	return fit(append(out, foot), width, height)
 }
 
-// capRows keeps at most n rows, the last saying how many were left out.
+// capRows keeps a section's head (rows[0]) and at most n rows under it,
+// the last of them saying how many were left out.
 func capRows(rows []string, n int, what string) []string {
-	if len(rows) <= n {
+	if len(rows)-1 <= n {
 		return rows
 	}
-	return append(rows[:n-1:n-1], fmt.Sprintf("  … %d more %s", len(rows)-n+1, what))
+	if n < 1 {
+		return rows[:1]
+	}
+	return append(rows[:n:n], fmt.Sprintf("  … %d more %s", len(rows)-n, what))
 }
 
 // fit cuts lines to width-1 runes (the last column is never written: a

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -143,6 +144,31 @@ func readTop(t *testing.T, screen string, wallToMono int64) (topReading, bool) {
 	return topReading{from: to - int64(over*1e9), to: to, gbs: gbs, capacity: lane[2], screen: screen}, true
 }
 
+// recordTopSamples writes two readings of the agent at addr, a second
+// apart, into dir: live1.json, metrics1.txt, live2.json, metrics2.txt
+// (LW_TOP_SAMPLES=testdata/top: the samples TestTopRender reads).
+func recordTopSamples(t *testing.T, addr, dir string) {
+	for i := 1; i <= 2; i++ {
+		for name, path := range map[string]string{"live%d.json": "/api/v1/live", "metrics%d.txt": "/metrics"} {
+			resp, err := http.Get("http://" + addr + path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf(name, i)), b, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if i == 1 {
+			time.Sleep(time.Second)
+		}
+	}
+}
+
 // TestTopUnderTmux is agent top's acceptance test: `agent run` on the
 // reference path traces link-trains-up (two streams of 1 MiB H2D copies
 // sharing a 1 GB/s reference lane, about 8 s) on a host whose one GPU is
@@ -207,6 +233,9 @@ func TestTopUnderTmux(t *testing.T) {
 		}
 		if r, ok := readTop(t, screen, wallToMono); ok {
 			readings[r.to] = r
+			if dir := os.Getenv("LW_TOP_SAMPLES"); dir != "" && len(readings) == 3 {
+				recordTopSamples(t, addr, dir)
+			}
 		}
 		alternate = alternate || strings.TrimSpace(tm.run("display-message", "-p", "-t", "top", "#{alternate_on}")) == "1"
 	}
