@@ -453,9 +453,10 @@ func (t *top) screen(ctx context.Context, interval time.Duration, term *terminal
 		return 1
 	}
 	defer restore()
-	quit := make(chan struct{})
-	go func() { // keys: q, Q, Ctrl-C (delivered as a byte when ISIG is off), or the terminal gone
-		defer close(quit)
+	ctx, quit := context.WithCancel(ctx)
+	defer quit()
+	go func() { // keys: q, Q, Ctrl-C (a byte here when ISIG is off), or the terminal gone
+		defer quit()
 		var b [64]byte
 		for {
 			n, err := term.in.Read(b[:])
@@ -470,26 +471,24 @@ func (t *top) screen(ctx context.Context, interval time.Duration, term *terminal
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	var prev, cur *topSample
-	var readErr error
 	for {
-		w, h := term.size()
-		term.draw(render(t.addr, prev, cur, readErr, w, h))
-		select {
-		case <-ctx.Done():
-			return 0
-		case <-quit:
-			return 0
-		case <-resize:
-			continue // redraw at the new size
-		case <-tick.C:
-		}
-		s, err := t.read(ctx)
+		s, readErr := t.read(ctx) // a key that quits cancels the read too
 		if ctx.Err() != nil {
 			return 0
 		}
-		readErr = err
 		if s != nil {
 			prev, cur = cur, s
+		}
+		for waiting := true; waiting; {
+			w, h := term.size()
+			term.draw(render(t.addr, prev, cur, readErr, w, h))
+			select {
+			case <-ctx.Done():
+				return 0
+			case <-resize: // redraw at the new size
+			case <-tick.C:
+				waiting = false
+			}
 		}
 	}
 }
