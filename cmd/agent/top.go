@@ -227,7 +227,7 @@ func render(addr string, prev, cur *topSample, readErr error, width, height int)
 	title := "lanewatch top  " + addr
 	if cur != nil {
 		title += "  " + cur.live.At.Local().Format("15:04:05.000")
-		if prev != nil {
+		if prev != nil && cur.live.At.After(prev.live.At) {
 			title += fmt.Sprintf("  rates over %.3f s", cur.live.At.Sub(prev.live.At).Seconds())
 		}
 	}
@@ -264,22 +264,20 @@ func render(addr string, prev, cur *topSample, readErr error, width, height int)
 		gpu := cmp.Or(l.GPU, "unknown")
 		rate, copies := "…", ""
 		var bps float64
-		if prev != nil && secs > 0 {
-			b := before[laneID{l.GPU, l.Direction}] // a lane new since prev started from zero
-			if l.Bytes < b.Bytes || l.Copies < b.Copies {
-				rate = "reset" // the agent restarted
-			} else {
-				bps = float64(l.Bytes-b.Bytes) / secs
-				rate = fmt.Sprintf("%.2f", bps/1e9)
-				copies = fmt.Sprintf("%.0f", float64(l.Copies-b.Copies)/secs)
-			}
+		// A rate needs the lane in both reads, its counters grown: a lane
+		// can appear with bytes counted before (a stream placed on its GPU
+		// late moves them from unknown), and shrink (the agent restarted).
+		if b, ok := before[laneID{l.GPU, l.Direction}]; ok && secs > 0 && l.Bytes >= b.Bytes && l.Copies >= b.Copies {
+			bps = float64(l.Bytes-b.Bytes) / secs
+			rate = fmt.Sprintf("%.2f", bps/1e9)
+			copies = fmt.Sprintf("%.0f", float64(l.Copies-b.Copies)/secs)
 		}
 		capacity, use := "", ""
 		if cd := capacityDir(l.Direction); cd == "" {
 			capacity = "not a lane"
 		} else if c, ok := cur.caps[laneID{gpu, cd}]; ok {
 			capacity = fmt.Sprintf("%.2f", c/1e9)
-			if rate != "…" && rate != "reset" {
+			if rate != "…" {
 				use = fmt.Sprintf("%.0f%%", 100*bps/c)
 			}
 		} else {

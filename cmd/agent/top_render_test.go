@@ -89,6 +89,14 @@ func TestTopRender(t *testing.T) {
 		t.Errorf("first refresh, line mode:\n%s", first)
 	}
 
+	// A lane not in the previous read has no rate yet: its counters may
+	// hold bytes of copies placed on its GPU late.
+	moved := *cur
+	moved.live.Lanes = []agent.LiveLane{{GPU: "0000:3b:00.0", Direction: "H2D", Copies: l2.Copies, Bytes: l2.Bytes}}
+	if got := strings.Join(render("a:1", prev, &moved, nil, 80, 24), "\n"); !regexp.MustCompile(`(?m)^0000:3b:00\.0\s+H2D\s+…\s`).MatchString(got) {
+		t.Errorf("a lane new since the last read:\n%s", got)
+	}
+
 	// Requests, where the agent summarises them: 30 in a second, 20 with a
 	// TTFT whose mean share grew by 5 over 20 (25%).
 	withReq := func(s *topSample, metrics string, extra string) *topSample {
