@@ -1,12 +1,16 @@
 package main
 
 import (
+	"bytes"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"unicode/utf8"
 
@@ -239,4 +243,51 @@ func FuzzTopParse(f *testing.F) {
 			render("a:1", prev, s, nil, 0, 0)
 		}
 	})
+}
+
+// agent top --once reads twice an --interval apart and prints one block of
+// lines; an agent that does not answer is exit 1. The agent here serves
+// the recorded answers in their order.
+func TestTopOnce(t *testing.T) {
+	var lives, metrics [][]byte
+	for i := 1; i <= 2; i++ {
+		for _, f := range []struct {
+			name string
+			into *[][]byte
+		}{{"live%d.json", &lives}, {"metrics%d.txt", &metrics}} {
+			b, err := os.ReadFile(filepath.Join("testdata", "top", fmt.Sprintf(f.name, i)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			*f.into = append(*f.into, b)
+		}
+	}
+	var nLive, nMetrics atomic.Int32
+	mux := http.NewServeMux()
+	mux.HandleFunc(agent.LivePath, func(w http.ResponseWriter, _ *http.Request) {
+		w.Write(lives[min(nLive.Add(1)-1, 1)])
+	})
+	mux.HandleFunc("/metrics", func(w http.ResponseWriter, _ *http.Request) {
+		w.Write(metrics[min(nMetrics.Add(1)-1, 1)])
+	})
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	addr := strings.TrimPrefix(srv.URL, "http://")
+
+	var out, errb bytes.Buffer
+	if code := realMain([]string{"top", "--once", "--interval", "10ms", "--web.listen-address", addr}, &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	if !regexp.MustCompile(`(?m)^0000:18:00\.0\s+H2D\s+0\.98\s+31\.51\s+3%\s+931$`).MatchString(out.String()) ||
+		strings.Contains(out.String(), "\x1b") || nLive.Load() != 2 || nMetrics.Load() != 2 {
+		t.Errorf("%d live views, %d scrapes read; printed:\n%s", nLive.Load(), nMetrics.Load(), out.String())
+	}
+
+	srv.Close()
+	out.Reset()
+	errb.Reset()
+	if code := realMain([]string{"top", "--once", "--web.listen-address", addr}, &out, &errb); code != 1 ||
+		!strings.HasPrefix(errb.String(), "agent top: Get \"http://"+addr+agent.LivePath+"\"") || out.Len() != 0 {
+		t.Errorf("no agent: exit %d, stdout %q, stderr %q", code, out.String(), errb.String())
+	}
 }
