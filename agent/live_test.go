@@ -163,3 +163,38 @@ func BenchmarkLiveFlows(b *testing.B) {
 		}
 	}
 }
+
+// The page locator's goroutine and the reading one both hand transfers on
+// while the second rolls and the server reads: go test -race judges it.
+func TestLiveFlowsConcurrent(t *testing.T) {
+	l := newLiveFlows(time.Now())
+	done := make(chan struct{})
+	for g := range 2 {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			for i := range 20000 {
+				l.Transfer(&correlate.Transfer{PID: uint32(g), Stream: uint64(i % 7), Direction: "H2D", Bytes: 1})
+			}
+		}()
+	}
+	var total uint64
+	for range 50 {
+		l.roll(time.Now())
+		var v Live
+		l.fill(&v, t.TempDir())
+		for _, f := range v.Flows {
+			total += f.Bytes
+		}
+	}
+	<-done
+	<-done
+	l.roll(time.Now())
+	var v Live
+	l.fill(&v, t.TempDir())
+	for _, f := range v.Flows {
+		total += f.Bytes
+	}
+	if total != 40000 || v.OverCap != 0 {
+		t.Errorf("%d bytes over the seconds, want 40000 (over cap %d)", total, v.OverCap)
+	}
+}
