@@ -84,7 +84,7 @@ type top struct {
 }
 
 // topSample is one reading of the agent: its live view and what agent top
-// takes from /metrics, read at the top's own time At.
+// takes from /metrics; at is when agent top began reading it.
 type topSample struct {
 	at   time.Time
 	live agent.Live
