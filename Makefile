@@ -62,8 +62,8 @@ docs: ## write docs/rules.md, docs/metrics.md and docs/flags.md from the code (c
 jaeger-e2e: build ## the traces section's end-to-end check against a real Jaeger v2 (first run builds Jaeger into .cache/jaeger: minutes)
 	$(SUDO) bash scripts/jaeger-e2e.sh
 
-run: build ## run the selftest on the reference data path with a live view: a line per second, then the table
-	$(SUDO) ./bin/agent selftest --live
+run: build ## agent run on a reference KV load with agent top's live view (a block of lines per second), then the selftest's table
+	$(SUDO) bash scripts/run.sh
 
 bench: build nvidia-libs ## per-call probe cost (reference stack: none / bpftrace-equivalent pair / bpftrace / lanewatch; NVIDIA's drivers: none / empty program / lanewatch; a UCX put: the same), the whole agent run beside 1 and 2 full-speed copiers and a burst (events/s, drops, agent CPU per event, added ns per call; CPU per event per output: metrics only, JSONL, spans), the agent's UCX records/s at a perftest's full rate, pipeline throughput and the agent's CPU per event beside it (BenchmarkAgentHandle), span attribution cost vs spans held, agent peak RSS (selftest; make rss)
 	$(SUDO) $(GO) test -p 1 -run '^$$' -bench . -benchtime 1x -count 1 ./probes ./agent

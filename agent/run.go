@@ -276,6 +276,7 @@ type metrics struct {
 	agent     atomic.Pointer[Agent] // set once the tracer is loaded
 	skipped   map[string]bool       // window checks skipped, logged once per scope and reason
 	links     *LinkWatch            // GPU link states read under load, for HostJudge; nil without counters
+	live      *liveFlows            // the live view's flows and findings (live.go)
 }
 
 // listenMetrics builds the metrics and binds the listener.
@@ -287,7 +288,7 @@ func listenMetrics(cfg RunConfig, place func(uint32) checks.Placement, extra map
 	if mc.EvaluateInterval <= 0 {
 		return nil, fmt.Errorf("--evaluate-interval %s: must be positive", mc.EvaluateInterval)
 	}
-	m := &metrics{cfg: cfg, log: log, skipped: map[string]bool{}}
+	m := &metrics{cfg: cfg, log: log, skipped: map[string]bool{}, live: newLiveFlows(time.Now())}
 	m.exp = exporters.NewMetrics(m.health, judge.Descs()...)
 	gpu, err := OpenGPU(mc.GPU)
 	switch {
@@ -358,6 +359,7 @@ func listenMetrics(cfg RunConfig, place func(uint32) checks.Placement, extra map
 	mux := http.NewServeMux()
 	mux.Handle(mc.Path, promhttp.InstrumentMetricHandler(reg, exporters.Handler(reg, log)))
 	ready := &readiness{maxDropRatio: cmp.Or(mc.ReadyMaxDropRatio, DefaultReadyMaxDropRatio), now: time.Now}
+	mux.HandleFunc(LivePath, m.serveLive)
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { serveAlive(w) })
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
 		var src healthSource
@@ -371,7 +373,7 @@ func listenMetrics(cfg RunConfig, place func(uint32) checks.Placement, extra map
 			http.NotFound(w, r)
 			return
 		}
-		fmt.Fprintf(w, "<html><head><title>lanewatch</title></head><body><h1>lanewatch</h1><p><a href=%q>Metrics</a> <a href=/healthz>Alive</a> <a href=/readyz>Ready</a></p></body></html>\n", mc.Path)
+		fmt.Fprintf(w, "<html><head><title>lanewatch</title></head><body><h1>lanewatch</h1><p><a href=%q>Metrics</a> <a href=/healthz>Alive</a> <a href=/readyz>Ready</a> <a href=%s>Live</a></p></body></html>\n", mc.Path, LivePath)
 	})
 	m.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: time.Minute, ErrorLog: limited.lineLogger("metrics server")}
 	return m, nil
@@ -382,7 +384,7 @@ func (m *metrics) tee(sink correlate.Sink) correlate.Sink {
 	if m.exp == nil {
 		return correlate.Tee(sink)
 	}
-	return correlate.Tee(sink, m.exp, m.eval)
+	return correlate.Tee(sink, m.exp, m.eval, m.live)
 }
 
 // serve starts serving and evaluating until ctx is done; the returned
@@ -397,7 +399,11 @@ func (m *metrics) serve(ctx context.Context, ag *Agent, wg *sync.WaitGroup) (sto
 		loads = m.links.Take
 	}
 	m.eval.SetHostFindings(ag.HostJudge(m.cfg.Trace.ProcRoot, m.cfg.SysRoot, m.cfg.Env, m.cfg.Metrics.HostCheckInterval, m.log, loads))
-	wg.Add(2)
+	wg.Add(3)
+	go func() {
+		defer wg.Done()
+		every(ctx, time.Second, m.live.roll) // the live view's seconds
+	}()
 	go func() {
 		defer wg.Done()
 		if err := m.srv.Serve(m.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -489,6 +495,7 @@ func (m *metrics) publish(v judge.Verdict) {
 	}
 	m.exp.SetWindow(w)
 	m.exp.SetRuleSeries(v.Series)
+	m.live.setFindings(v.At, v.Findings)
 	if m.onVerdict != nil {
 		m.onVerdict(v)
 	}

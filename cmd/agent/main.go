@@ -32,6 +32,7 @@ Usage:
   agent run      [flags]   trace every CUDA process on this host, one JSON record per transfer
   agent diagnose [flags]   one-shot checklist: topology, links, IOMMU, NUMA, pools, and (--sample) live transfers
   agent topo     [flags]   the GPU/NIC/NVMe relation matrix and the GPU → nearest RDMA device map
+  agent top      [flags]   a terminal view of a running agent: lane rates, top processes, requests, findings
   agent selftest [flags]   run the bundled reference KV data path under the probes and check every record
   agent selftest --replay [--json] FILE...
                            replay PyTorch profiler (Kineto) traces through the reference runtime under the probes
@@ -106,7 +107,7 @@ func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
 var commands = []struct {
 	name string
 	run  func(args []string, stdout, stderr io.Writer) int
-}{{"run", cmdRun}, {"diagnose", cmdDiagnose}, {"topo", cmdTopo}, {"selftest", cmdSelftest}, {"probes", cmdProbes}}
+}{{"run", cmdRun}, {"diagnose", cmdDiagnose}, {"topo", cmdTopo}, {"top", cmdTop}, {"selftest", cmdSelftest}, {"probes", cmdProbes}}
 
 // flagSet is a command's flag set with the text its usage opens with.
 type flagSet struct {

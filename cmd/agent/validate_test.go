@@ -114,6 +114,9 @@ func TestFlagsSayNo(t *testing.T) {
 		{[]string{"diagnose", "--lib", text}, "agent diagnose: --lib " + text + ": not an ELF file"},
 		{[]string{"diagnose", "--path.sysfs", ""}, "agent diagnose: --path.sysfs is empty"},
 		{[]string{"topo", "--path.sysfs", "/no/such/dir"}, "agent topo: --path.sysfs: stat /no/such/dir: no such file or directory"},
+		{[]string{"top", "--interval", "0s"}, "agent top: --interval 0s: must be positive"},
+		{[]string{"top", "--web.listen-address", ""}, "agent top: --web.listen-address is empty: the agent serves no metrics to read"},
+		{[]string{"top", "--web.listen-address", "localhost"}, "agent top: --web.listen-address localhost: address localhost: missing port in address"},
 	} {
 		var out, errb bytes.Buffer
 		args := append(tc.args, off...)
@@ -139,7 +142,7 @@ func TestFlagsSayNo(t *testing.T) {
 		strings.Count(errb.String(), "agent run: ") != 3 {
 		t.Errorf("three bad flags: exit %d, stderr %q", code, errb.String())
 	}
-	for _, cmd := range []string{"run", "diagnose", "topo", "selftest", "probes"} {
+	for _, cmd := range []string{"run", "diagnose", "topo", "top", "selftest", "probes"} {
 		var out, errb bytes.Buffer
 		if code := realMain([]string{cmd, "-h"}, &out, &errb); code != 0 || !strings.Contains(errb.String(), "Usage: agent "+cmd) {
 			t.Errorf("%s -h: exit %d, stderr %q", cmd, code, errb.String())
