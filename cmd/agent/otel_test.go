@@ -556,4 +556,18 @@ func TestRunRequestMetrics(t *testing.T) {
 	if !strings.Contains(body, fmt.Sprintf(`lanewatch_request_kv_seconds_count{kind="h2d"} %d`, requests)) {
 		t.Errorf("want %d requests' H2D waits:\n%s", requests, grepLines(body, "lanewatch_request_kv_seconds_count"))
 	}
+	// agent top reads the same series from the text format.
+	resp, err := http.Get("http://" + web + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	text, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	var s topSample
+	if err := parseTopMetrics(text, "/metrics", &s); err != nil {
+		t.Fatal(err)
+	}
+	if !s.requests || s.summaries != requests || s.shareCount != requests {
+		t.Errorf("agent top read requests %v, %v summarised, %v with a TTFT share; want %d and %d", s.requests, s.summaries, s.shareCount, requests, requests)
+	}
 }
