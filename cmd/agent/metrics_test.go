@@ -27,6 +27,37 @@ type agentLog struct {
 	lines chan string
 }
 
+// agentProcess starts `agent run args...` as a process of its own (this
+// test binary as the agent), stopped with SIGINT when the test ends, and
+// returns its metrics address once its probes are attached, and its log.
+func agentProcess(t *testing.T, args ...string) (addr string, logs *agentLog) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], append([]string{"run"}, args...)...)
+	cmd.Env = append(os.Environ(), "LW_AGENT_MAIN=1")
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGINT)
+		done := make(chan struct{})
+		go func() { cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			cmd.Process.Kill()
+			<-done
+		}
+	})
+	logs = newAgentLog(stderr)
+	addr = logs.waitFor(t, regexp.MustCompile(`msg="serving metrics" address=(127\.0\.0\.1:\d+)`), 30*time.Second)[1]
+	logs.waitFor(t, regexp.MustCompile(`lanewatch running`), 30*time.Second)
+	return addr, logs
+}
+
 func newAgentLog(r io.Reader) *agentLog {
 	l := &agentLog{lines: make(chan string, 1024)}
 	go func() {
@@ -139,33 +170,11 @@ func TestPrometheusAlertsEndToEnd(t *testing.T) {
 		pids = append(pids, strconv.Itoa(h.cmd.Process.Pid))
 	}
 
-	agentCmd := exec.Command(os.Args[0], "run", "--output", filepath.Join(dir, "transfers.jsonl"),
+	addr, logs := agentProcess(t, "--output", filepath.Join(dir, "transfers.jsonl"),
 		"--pid", strings.Join(pids, ","),
 		"--lib", filepath.Join(ref, "plain", "libcudart.so.12"), "--lib", filepath.Join(ref, "lib", "libcuda.so.1"),
 		"--web.listen-address", "127.0.0.1:0", "--evaluate-interval", "3s",
 		"--otlp.grpc-listen", "", "--otlp.http-listen", "") // traces are another test's subject
-	agentCmd.Env = append(os.Environ(), "LW_AGENT_MAIN=1")
-	stderr, err := agentCmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := agentCmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		agentCmd.Process.Signal(syscall.SIGINT)
-		done := make(chan struct{})
-		go func() { agentCmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			agentCmd.Process.Kill()
-			<-done
-		}
-	})
-	logs := newAgentLog(stderr)
-	addr := logs.waitFor(t, regexp.MustCompile(`msg="serving metrics" address=(127\.0\.0\.1:\d+)`), 30*time.Second)[1]
-	logs.waitFor(t, regexp.MustCompile(`lanewatch running`), 30*time.Second)
 
 	rules, err := filepath.Abs(filepath.Join("..", "..", "dashboards", "lanewatch.rules.yml"))
 	if err != nil {

@@ -11,7 +11,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -42,33 +41,10 @@ func topHost(t *testing.T) string {
 // metrics address once its probes are attached.
 func topAgent(t *testing.T, ref, sys string, pid int) (addr string, logs *agentLog) {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "run", "--output", os.DevNull, "--pid", strconv.Itoa(pid),
+	return agentProcess(t, "--output", os.DevNull, "--pid", strconv.Itoa(pid),
 		"--lib", filepath.Join(ref, "plain", "libcudart.so.12"), "--lib", filepath.Join(ref, "lib", "libcuda.so.1"),
 		"--path.sysfs", sys, "--gpu-counters", "off", "--web.listen-address", "127.0.0.1:0", "--evaluate-interval", "1s",
 		"--otlp.grpc-listen", "", "--otlp.http-listen", "")
-	cmd.Env = append(os.Environ(), "LW_AGENT_MAIN=1")
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cmd.Process.Signal(syscall.SIGINT)
-		done := make(chan struct{})
-		go func() { cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			cmd.Process.Kill()
-			<-done
-		}
-	})
-	logs = newAgentLog(stderr)
-	addr = logs.waitFor(t, regexp.MustCompile(`msg="serving metrics" address=(127\.0\.0\.1:\d+)`), 30*time.Second)[1]
-	logs.waitFor(t, regexp.MustCompile(`lanewatch running`), 30*time.Second)
-	return addr, logs
 }
 
 // tmuxServer is a tmux server of the test's own: its own socket, an empty
