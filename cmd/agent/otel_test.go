@@ -253,6 +253,18 @@ func TestRunTraces(t *testing.T) {
 	if kvMatched != 2 || vm != 1 {
 		t.Errorf("lanewatch.kv: %d SGLang and %d vLLM summaries matched the truth, want 2 and 1", kvMatched, vm)
 	}
+	t.Logf("lanewatch.kv: %d SGLang and %d vLLM summaries matched the truth's bytes, parent and wait bounds", kvMatched, vm)
+	for _, sp := range spans {
+		if sp.GetName() == "lanewatch.kv" {
+			if id, _ := findAttr(sp.GetAttributes(), "lanewatch.request.id"); id == per[0].ID {
+				var kvs []string
+				for _, kv := range sp.GetAttributes() {
+					kvs = append(kvs, kv.GetKey()+"="+attrString(kv.GetValue()))
+				}
+				t.Logf("request %s: %s", id, strings.Join(kvs, " "))
+			}
+		}
+	}
 	// The batch's requests each say they shared its transfers.
 	for _, r := range vreqs {
 		n := 0
@@ -567,6 +579,7 @@ func TestRunRequestMetrics(t *testing.T) {
 	if err := parseTopMetrics(text, "/metrics", &s); err != nil {
 		t.Fatal(err)
 	}
+	t.Logf("%d requests summed up, %d exemplars on the request histograms naming their traces", requests, exemplars)
 	if !s.requests || s.summaries != requests || s.shareCount != requests {
 		t.Errorf("agent top read requests %v, %v summarised, %v with a TTFT share; want %d and %d", s.requests, s.summaries, s.shareCount, requests, requests)
 	}
