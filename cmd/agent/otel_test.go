@@ -579,6 +579,10 @@ func TestRunRequestMetrics(t *testing.T) {
 	if err := parseTopMetrics(text, "/metrics", &s); err != nil {
 		t.Fatal(err)
 	}
+	// The open request moved nothing: it gets no summary (none, not a zero).
+	if !strings.Contains(body, `lanewatch_request_kv_summaries_total{ttft="unknown"} 0`) {
+		t.Errorf("a request without transfers was summed up:\n%s", grepLines(body, "lanewatch_request_kv_summaries_total"))
+	}
 	t.Logf("%d requests summed up, %d exemplars on the request histograms naming their traces", requests, exemplars)
 	if !s.requests || s.summaries != requests || s.shareCount != requests {
 		t.Errorf("agent top read requests %v, %v summarised, %v with a TTFT share; want %d and %d", s.requests, s.summaries, s.shareCount, requests, requests)
