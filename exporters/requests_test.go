@@ -303,3 +303,48 @@ func TestIntervalsBound(t *testing.T) {
 		t.Errorf("union inside [0,35) %v, capped %v; want 27, not capped", got, exact.capped)
 	}
 }
+
+// TestRequestSummaryFindings: a request's summary names what applied to its
+// transfers: pageable bulk copies of its own, and the last evaluation's
+// WARN/FAIL findings about its process (not another's whose pid it
+// begins with); a healthy request (pinned copies, no finding about its
+// process) names none.
+func TestRequestSummaryFindings(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		mem      event.MemKind
+		active   []correlate.Finding
+		findings string
+	}{
+		{"healthy", event.MemPinned, []correlate.Finding{{Rule: "remote-numa-pool", Severity: correlate.SevWarn, Subject: "pid 42 pool 0x7f00+64 MiB"},
+			{Rule: "link-underused", Severity: correlate.SevInfo, Subject: "pid 4242 H2D"}}, ""},
+		{"pageable, far pool", event.MemPageable, []correlate.Finding{{Rule: "remote-numa-pool", Severity: correlate.SevWarn, Subject: "pid 4242 pool 0x7f00+64 MiB"}},
+			`["pageable-copy:fail","remote-numa-pool:warn"]`},
+	} {
+		s0 := shapes.SGLang{Version: shapes.SGLangCurrent, IDs: shapes.NewIDs(28)}
+		req, rs := s0.Request("unified", "ffff", 0, nil, sec(0), sec(10))
+		_, ts := s0.Thread(req, shapes.SGLangThread{Label: "Scheduler", TID: 4242, HostID: machineID, TP: shapes.Rank(0)}, sec(0.1), sec(9.9))
+		x := otlpbridge.NewIndex(otlpbridge.IndexConfig{Procs: hostProcs{host: machineID}, Window: time.Hour})
+		addSpans(x, 11, append(rs, ts)...)
+		mem := tracetest.NewInMemoryExporter()
+		tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(mem))
+		s := NewSpans(SpansConfig{Tracer: tp.Tracer("t"), Mode: SpansSummary, Attributor: x, Hold: time.Second})
+		for i := range 4 {
+			tr := moved(4242, correlate.DirH2D, 4<<20, 1+float64(i), 1.5+float64(i))
+			tr.HostMem = c.mem
+			s.Transfer(tr)
+		}
+		s.Findings(c.active, time.Unix(0, sec(8)))
+		s.Release(time.Unix(0, sec(30)))
+		got := summaries(mem)["ffff"]
+		var fs string
+		for _, a := range got.Attributes {
+			if a.Key == AttrKVFindings {
+				fs = a.Value.Emit()
+			}
+		}
+		if fs != c.findings {
+			t.Errorf("%s: findings %q, want %q", c.name, fs, c.findings)
+		}
+	}
+}
