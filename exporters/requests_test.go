@@ -340,7 +340,7 @@ func TestRequestSummaryFindings(t *testing.T) {
 		var fs string
 		for _, a := range got.Attributes {
 			if a.Key == AttrKVFindings {
-				fs = a.Value.Emit()
+				fs = a.Value.String()
 			}
 		}
 		if fs != c.findings {
