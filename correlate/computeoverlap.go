@@ -246,8 +246,13 @@ func ComputeOverlap(in ComputeInput) ComputeReport {
 	return r
 }
 
-// tspan is an interval [lo, hi) of CLOCK_MONOTONIC ns.
-type tspan struct{ lo, hi uint64 }
+// Interval is [Lo, Hi) in ns (CLOCK_MONOTONIC here; the request summaries' Unix ns).
+type Interval struct{ Lo, Hi uint64 }
+
+// CoveredNs is how much of [lo, hi) the union of spans covers.
+func CoveredNs(spans []Interval, lo, hi uint64) uint64 {
+	return measure(intersect(union(spans), []Interval{{lo, hi}}))
+}
 
 // kernelKey is a stream of a GPU.
 type kernelKey struct {
@@ -262,7 +267,7 @@ type proof struct{ after, at uint64 }
 // kernelSpans bounds each compute launch's execution: from its entry to the
 // earliest proof of its stream's work done (docs/design.md, "Compute
 // overlap"), else to end.
-func kernelSpans(launches, waits []*Activity, end uint64) map[kernelKey][]tspan {
+func kernelSpans(launches, waits []*Activity, end uint64) map[kernelKey][]Interval {
 	proofs := map[kernelKey][]proof{}
 	var ctx []*Activity
 	for _, w := range waits {
@@ -279,14 +284,14 @@ func kernelSpans(launches, waits []*Activity, end uint64) map[kernelKey][]tspan 
 			ctx = append(ctx, w)
 		}
 	}
-	out := map[kernelKey][]tspan{}
+	out := map[kernelKey][]Interval{}
 	enq := map[kernelKey][]uint64{} // each launch's return: work queued by then
 	for _, l := range launches {
 		k := kernelKey{l.GPU, l.Stream}
 		if _, ok := proofs[k]; !ok {
 			proofs[k] = nil
 		}
-		out[k] = append(out[k], tspan{l.CallNs, 0})
+		out[k] = append(out[k], Interval{l.CallNs, 0})
 		enq[k] = append(enq[k], max(l.ReturnNs, l.CallNs))
 	}
 	for k, ps := range proofs {
@@ -306,7 +311,7 @@ func kernelSpans(launches, waits []*Activity, end uint64) map[kernelKey][]tspan 
 		for i := range spans {
 			// the first proof whose wait began after the launch returned
 			j, _ := slices.BinarySearchFunc(ps, enq[k][i]+1, func(p proof, t uint64) int { return cmp.Compare(p.after, t) })
-			spans[i].hi = max(soonest[j], spans[i].lo)
+			spans[i].Hi = max(soonest[j], spans[i].Lo)
 		}
 	}
 	return out
@@ -314,8 +319,8 @@ func kernelSpans(launches, waits []*Activity, end uint64) map[kernelKey][]tspan 
 
 // loadStreams measures each stream that carried H2D copies: its busy time
 // and the part of it compute on the GPU's other streams may have overlapped.
-func loadStreams(copies []CopySpan, kernels map[kernelKey][]tspan, records map[uint64]int) []LoadStream {
-	busy := map[kernelKey][]tspan{}
+func loadStreams(copies []CopySpan, kernels map[kernelKey][]Interval, records map[uint64]int) []LoadStream {
+	busy := map[kernelKey][]Interval{}
 	var out []LoadStream
 	idx := map[kernelKey]int{}
 	for _, c := range copies {
@@ -334,12 +339,12 @@ func loadStreams(copies []CopySpan, kernels map[kernelKey][]tspan, records map[u
 			continue
 		}
 		out[i].Copies++
-		busy[k] = append(busy[k], tspan{c.SubmitNs, c.Complete})
+		busy[k] = append(busy[k], Interval{c.SubmitNs, c.Complete})
 	}
 	for i := range out {
 		k := kernelKey{out[i].GPU, out[i].Stream}
 		b := union(busy[k])
-		var compute []tspan
+		var compute []Interval
 		for kk, ss := range kernels {
 			if kk.gpu == k.gpu && kk.stream != k.stream {
 				compute = append(compute, ss...)
@@ -355,16 +360,16 @@ func loadStreams(copies []CopySpan, kernels map[kernelKey][]tspan, records map[u
 }
 
 // union merges spans into sorted disjoint ones.
-func union(ss []tspan) []tspan {
+func union(ss []Interval) []Interval {
 	ss = slices.Clone(ss)
-	slices.SortFunc(ss, func(a, b tspan) int { return cmp.Compare(a.lo, b.lo) })
-	var out []tspan
+	slices.SortFunc(ss, func(a, b Interval) int { return cmp.Compare(a.Lo, b.Lo) })
+	var out []Interval
 	for _, s := range ss {
-		if s.hi <= s.lo {
+		if s.Hi <= s.Lo {
 			continue
 		}
-		if n := len(out); n > 0 && s.lo <= out[n-1].hi {
-			out[n-1].hi = max(out[n-1].hi, s.hi)
+		if n := len(out); n > 0 && s.Lo <= out[n-1].Hi {
+			out[n-1].Hi = max(out[n-1].Hi, s.Hi)
 			continue
 		}
 		out = append(out, s)
@@ -372,15 +377,15 @@ func union(ss []tspan) []tspan {
 	return out
 }
 
-// intersect is the intersection of two sorted disjoint tspan lists.
-func intersect(a, b []tspan) []tspan {
-	var out []tspan
+// intersect is the intersection of two sorted disjoint Interval lists.
+func intersect(a, b []Interval) []Interval {
+	var out []Interval
 	for i, j := 0, 0; i < len(a) && j < len(b); {
-		lo, hi := max(a[i].lo, b[j].lo), min(a[i].hi, b[j].hi)
+		lo, hi := max(a[i].Lo, b[j].Lo), min(a[i].Hi, b[j].Hi)
 		if lo < hi {
-			out = append(out, tspan{lo, hi})
+			out = append(out, Interval{lo, hi})
 		}
-		if a[i].hi < b[j].hi {
+		if a[i].Hi < b[j].Hi {
 			i++
 		} else {
 			j++
@@ -389,10 +394,10 @@ func intersect(a, b []tspan) []tspan {
 	return out
 }
 
-func measure(ss []tspan) uint64 {
+func measure(ss []Interval) uint64 {
 	var n uint64
 	for _, s := range ss {
-		n += s.hi - s.lo
+		n += s.Hi - s.Lo
 	}
 	return n
 }
@@ -480,11 +485,11 @@ func launchesAfter(launches []*Activity) computeAfter {
 }
 
 // loading is when the window's H2D copies were in flight.
-func loading(copies []CopySpan) []tspan {
-	var ss []tspan
+func loading(copies []CopySpan) []Interval {
+	var ss []Interval
 	for _, c := range copies {
 		if c.Direction == DirH2D && c.Complete > c.SubmitNs {
-			ss = append(ss, tspan{c.SubmitNs, c.Complete})
+			ss = append(ss, Interval{c.SubmitNs, c.Complete})
 		}
 	}
 	return union(ss)
@@ -493,7 +498,7 @@ func loading(copies []CopySpan) []tspan {
 // hostWaits totals the window's host waits per thread and API: the
 // synchronisations and the element reads (`.item()`), and how much of
 // them fell while loads were in flight.
-func hostWaits(copies []CopySpan, waits []*Activity, loads []tspan) []HostWait {
+func hostWaits(copies []CopySpan, waits []*Activity, loads []Interval) []HostWait {
 	type key struct {
 		tid uint32
 		api string
@@ -506,7 +511,7 @@ func hostWaits(copies []CopySpan, waits []*Activity, loads []tspan) []HostWait {
 		}
 		m[k].Count++
 		m[k].Ns += ns
-		m[k].LoadingNs += measure(intersect([]tspan{{from, from + ns}}, loads))
+		m[k].LoadingNs += measure(intersect([]Interval{{from, from + ns}}, loads))
 		m[k].Bytes += bytes
 	}
 	for _, w := range waits {

@@ -174,18 +174,18 @@ func TestKernelSpans(t *testing.T) {
 		{"other GPU's context", Activity{Op: event.OpCtxSync, GPU: "h", CallNs: 200, ReturnNs: 250}, 900},
 	} {
 		spans := kernelSpans([]*Activity{l}, []*Activity{&c.wait}, 900)
-		if got := spans[kernelKey{"g", 1}]; len(got) != 1 || got[0] != (tspan{100, c.want}) {
+		if got := spans[kernelKey{"g", 1}]; len(got) != 1 || got[0] != (Interval{100, c.want}) {
 			t.Errorf("%s: %v, want [100 %d]", c.name, got, c.want)
 		}
 	}
 }
 
 func TestSpanAlgebra(t *testing.T) {
-	u := union([]tspan{{5, 10}, {0, 3}, {2, 4}, {9, 12}, {20, 20}})
-	if len(u) != 2 || u[0] != (tspan{0, 4}) || u[1] != (tspan{5, 12}) || measure(u) != 11 {
+	u := union([]Interval{{5, 10}, {0, 3}, {2, 4}, {9, 12}, {20, 20}})
+	if len(u) != 2 || u[0] != (Interval{0, 4}) || u[1] != (Interval{5, 12}) || measure(u) != 11 {
 		t.Fatalf("union %v", u)
 	}
-	x := intersect(u, []tspan{{3, 6}, {11, 30}})
+	x := intersect(u, []Interval{{3, 6}, {11, 30}})
 	if measure(x) != 3 {
 		t.Fatalf("intersect %v", x)
 	}

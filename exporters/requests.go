@@ -1,7 +1,6 @@
 package exporters
 
 import (
-	"cmp"
 	"context"
 	"slices"
 	"strconv"
@@ -137,51 +136,37 @@ type reqKey struct {
 	request string
 }
 
-// interval is [from, to) Unix ns.
-type interval struct{ from, to int64 }
-
-// intervals is a union of intervals as transfers add them, mostly in order.
+// intervals is a union of intervals (Unix ns) as transfers add them,
+// mostly in order: one that starts inside the last grows it.
 type intervals struct {
-	iv     []interval
+	iv     []correlate.Interval
 	capped bool
 }
 
 // add adds [from, to); left is how many more intervals every request
 // together may keep.
 func (u *intervals) add(from, to int64, left *int) {
-	if to < from {
-		to = from
-	}
-	if n := len(u.iv); n > 0 && from >= u.iv[n-1].from && from <= u.iv[n-1].to {
-		u.iv[n-1].to = max(u.iv[n-1].to, to)
-		return
-	}
-	if n := len(u.iv); n > 0 && (n >= maxIntervals || *left <= 0) {
-		last := &u.iv[len(u.iv)-1]
-		last.from, last.to = min(last.from, from), max(last.to, to)
+	v := correlate.Interval{Lo: uint64(from), Hi: uint64(max(from, to))}
+	n := len(u.iv)
+	switch {
+	case n > 0 && v.Lo >= u.iv[n-1].Lo && v.Lo <= u.iv[n-1].Hi:
+		u.iv[n-1].Hi = max(u.iv[n-1].Hi, v.Hi)
+	case n > 0 && (n >= maxIntervals || *left <= 0):
+		last := &u.iv[n-1]
+		last.Lo, last.Hi = min(last.Lo, v.Lo), max(last.Hi, v.Hi)
 		u.capped = true
-		return
+	default:
+		u.iv = append(u.iv, v)
+		*left--
 	}
-	u.iv = append(u.iv, interval{from, to})
-	*left--
 }
 
-// length is the union's length inside [lo, hi).
-func unionLength(iv []interval, lo, hi int64) time.Duration {
-	if len(iv) == 0 {
+// covered is how much of [lo, hi) (Unix ns) the union of iv covers.
+func covered(iv []correlate.Interval, lo, hi int64) time.Duration {
+	if hi <= lo {
 		return 0
 	}
-	iv = slices.Clone(iv)
-	slices.SortFunc(iv, func(a, b interval) int { return cmp.Compare(a.from, b.from) })
-	var total, at int64 = 0, lo
-	for _, v := range iv {
-		from, to := max(v.from, at), min(v.to, hi)
-		if to > from {
-			total += to - from
-			at = to
-		}
-	}
-	return time.Duration(total)
+	return time.Duration(correlate.CoveredNs(iv, uint64(max(lo, 0)), uint64(hi)))
 }
 
 // request gathers one request's transfers until its summary is made.
@@ -323,16 +308,16 @@ func (r *request) finish(paths PathResolver, active []correlate.Finding) {
 	if !r.known {
 		kv.Start, kv.End = r.first, r.last
 	}
-	var all []interval
+	var all []correlate.Interval
 	capped := false
 	for k := range r.iv {
-		kv.Wait[k] = unionLength(r.iv[k].iv, kv.Start, kv.End)
+		kv.Wait[k] = covered(r.iv[k].iv, kv.Start, kv.End)
 		all = append(all, r.iv[k].iv...)
 		capped = capped || r.iv[k].capped
 	}
-	kv.WaitAll = unionLength(all, kv.Start, kv.End)
+	kv.WaitAll = covered(all, kv.Start, kv.End)
 	if kv.TTFTSource != "" {
-		kv.TTFTWait = unionLength(all, kv.Start, kv.Start+int64(kv.TTFT))
+		kv.TTFTWait = covered(all, kv.Start, kv.Start+int64(kv.TTFT))
 	}
 	if kv.WaitAll > 0 {
 		kv.RateBps = float64(kv.KVBytes()+kv.SharedBytes) / kv.WaitAll.Seconds()
@@ -366,22 +351,11 @@ func (r *request) finish(paths PathResolver, active []correlate.Finding) {
 	kv.Incomplete = kv.Incomplete || capped
 }
 
-// namesPID reports whether a finding's subject is about process pid
-// ("pid 42 …", "… pid 42").
+// namesPID reports whether a finding is about process pid: the rules
+// name a process's findings "pid N …" (correlate's subjects).
 func namesPID(subject string, pid uint32) bool {
-	p := "pid " + strconv.FormatUint(uint64(pid), 10)
-	for i := strings.Index(subject, p); i >= 0; {
-		end := i + len(p)
-		if (i == 0 || subject[i-1] == ' ' || subject[i-1] == '(') && (end == len(subject) || subject[end] < '0' || subject[end] > '9') {
-			return true
-		}
-		j := strings.Index(subject[end:], p)
-		if j < 0 {
-			break
-		}
-		i = end + j
-	}
-	return false
+	rest, ok := strings.CutPrefix(subject, "pid "+strconv.FormatUint(uint64(pid), 10))
+	return ok && (rest == "" || rest[0] < '0' || rest[0] > '9')
 }
 
 // noRequest is a recent transfer that named no request: a summary counts

@@ -286,20 +286,20 @@ func TestRequestSummaryStorage(t *testing.T) {
 func TestIntervalsBound(t *testing.T) {
 	left := 3
 	var u intervals
-	for _, v := range []interval{{0, 10}, {5, 12}, {20, 30}, {40, 50}, {60, 70}, {80, 90}} {
-		u.add(v.from, v.to, &left)
+	for _, v := range [][2]int64{{0, 10}, {5, 12}, {20, 30}, {40, 50}, {60, 70}, {80, 90}} {
+		u.add(v[0], v[1], &left)
 	}
 	// Kept: [0,12], [20,30], [40,50]; then the budget is spent and [40,50]
 	// grows to [40,90]: 12+10+50.
-	if got := unionLength(u.iv, 0, 100); got != 72 || !u.capped || left != 0 {
+	if got := covered(u.iv, 0, 100); got != 72 || !u.capped || left != 0 {
 		t.Errorf("union %v, capped %v, left %d; want 72 (an upper bound of the exact 52), capped, 0 left", got, u.capped, left)
 	}
 	left = 10
 	var exact intervals
-	for _, v := range []interval{{20, 30}, {0, 10}, {5, 12}, {25, 40}} { // out of order
-		exact.add(v.from, v.to, &left)
+	for _, v := range [][2]int64{{20, 30}, {0, 10}, {5, 12}, {25, 40}} { // out of order
+		exact.add(v[0], v[1], &left)
 	}
-	if got := unionLength(exact.iv, 0, 35); got != 12+15 || exact.capped {
+	if got := covered(exact.iv, 0, 35); got != 12+15 || exact.capped {
 		t.Errorf("union inside [0,35) %v, capped %v; want 27, not capped", got, exact.capped)
 	}
 }

@@ -67,19 +67,8 @@ func HostID() string {
 // half of the layers serves request 0, the rest request 1. It returns the
 // copies, the groups (indexes into them) and the instant between the groups.
 func twoRequests(truth []TruthCall) (cs []TruthCall, groups [2][]int, mid int64) {
-	cs = copies(truth)
-	maxLayer := 0
-	for _, c := range cs {
-		maxLayer = max(maxLayer, c.Layer)
-	}
-	split := maxLayer/2 + 1
-	for i, c := range cs {
-		g := 0
-		if c.Layer >= split {
-			g = 1
-		}
-		groups[g] = append(groups[g], i)
-	}
+	cs, split := inTurn(truth, 2)
+	groups = [2][]int(split)
 	if len(groups[0]) > 0 && len(groups[1]) > 0 {
 		mid = (int64(cs[groups[0][len(groups[0])-1]].TReturnNs) + int64(cs[groups[1][0]].TCallNs)) / 2
 	}
@@ -205,7 +194,7 @@ func inTurn(truth []TruthCall, n int) (cs []TruthCall, groups [][]int) {
 	}
 	groups = make([][]int, n)
 	for i, c := range cs {
-		g := min(c.Layer*n/(maxLayer+1), n-1)
+		g := min(max(c.Layer, 0)*n/(maxLayer+1), n-1) // a copy of no layer (-1) serves the first
 		groups[g] = append(groups[g], i)
 	}
 	return cs, groups

@@ -109,6 +109,7 @@ type heldScenario struct {
 	cmd   *exec.Cmd
 	stdin io.WriteCloser
 	out   *strings.Builder
+	truth string // its truth file
 }
 
 func holdScenario(t *testing.T, ref, scenario, dir string) *heldScenario {
@@ -120,7 +121,7 @@ func holdScenario(t *testing.T, ref, scenario, dir string) *heldScenario {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := &heldScenario{cmd: cmd, stdin: stdin, out: &strings.Builder{}}
+	h := &heldScenario{cmd: cmd, stdin: stdin, out: &strings.Builder{}, truth: truth}
 	cmd.Stdout, cmd.Stderr = h.out, h.out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

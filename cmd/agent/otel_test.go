@@ -139,32 +139,6 @@ func readTruth(t *testing.T, path string) []selftest.TruthCall {
 	return calls
 }
 
-// pausedScenario starts a shell that runs the scenario once told to, so its
-// pid is known before it runs (for --pid); run tells it and returns the
-// truth.
-func pausedScenario(t *testing.T, refDir, scenario, truth string) (int, func() []selftest.TruthCall) {
-	t.Helper()
-	cmd := exec.Command("sh", "-c", `read go && exec "$0" --scenario "$1" --truth "$2"`, filepath.Join(refDir, "bin", "kvpath"), scenario, truth)
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { in.Close(); cmd.Wait() })
-	return cmd.Process.Pid, func() []selftest.TruthCall {
-		fmt.Fprintln(in, "go")
-		in.Close()
-		if err := cmd.Wait(); err != nil {
-			t.Fatalf("%s: %v\n%s", scenario, err, out.String())
-		}
-		return readTruth(t, truth)
-	}
-}
-
 // TestRunTraces is the traces acceptance test: `agent run` with its OTLP
 // bridge on loopback, a fake upstream collector, the reference path's
 // hicache-load twice while SGLang-shaped (gRPC) and vLLM-shaped (HTTP JSON)
@@ -416,11 +390,13 @@ func TestRunTracesSampled(t *testing.T) {
 			grpcAddr, tmp := freePort(t), t.TempDir()
 			// Only the scenario's process: the counts are of its transfers
 			// alone, whatever else runs on the host.
-			pid, run := pausedScenario(t, refDir, "hicache-load", filepath.Join(tmp, "truth.jsonl"))
+			held := holdScenario(t, refDir, "hicache-load", tmp)
+			pid := held.cmd.Process.Pid
 			a := startAgent(t, 30*time.Second, "--output", "off", "--spans", mode, "--pid", strconv.Itoa(pid),
 				"--lib", filepath.Join(refDir, "lib", "libcuda.so.1"), "--lib", filepath.Join(refDir, "plain", "libcudart.so.12"),
 				"--otlp.grpc-listen", grpcAddr, "--otlp.http-listen", "", "--spans.hold", "1h", "--web.listen-address", freePort(t))
-			truth := run()
+			held.run(t)
+			truth := readTruth(t, held.truth)
 			sent, per := selftest.SGLangSpansSampled(truth, otlpbridge.NewClock().Offset(), requests, sampled)
 			conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 			if err != nil {
@@ -490,7 +466,8 @@ func TestRunRequestMetrics(t *testing.T) {
 	refDir := testenv.RefDir(t)
 	upstream(t)
 	grpcAddr, web, tmp := freePort(t), freePort(t), t.TempDir()
-	pid, run := pausedScenario(t, refDir, "hicache-load", filepath.Join(tmp, "truth.jsonl"))
+	held := holdScenario(t, refDir, "hicache-load", tmp)
+	pid := held.cmd.Process.Pid
 	startAgent(t, 30*time.Second, "--output", "off", "--pid", strconv.Itoa(pid),
 		"--lib", filepath.Join(refDir, "lib", "libcuda.so.1"), "--lib", filepath.Join(refDir, "plain", "libcudart.so.12"),
 		"--otlp.grpc-listen", grpcAddr, "--otlp.http-listen", "", "--spans.hold", "1s", "--spans.max-hold", "10m", "--web.listen-address", web)
@@ -518,7 +495,8 @@ func TestRunRequestMetrics(t *testing.T) {
 	}
 	send(batch(waiting))
 
-	truth := run()
+	held.run(t)
+	truth := readTruth(t, held.truth)
 	const requests = 4
 	sent, per := selftest.SGLangSpansSampled(truth, otlpbridge.NewClock().Offset(), requests, func(int) bool { return true })
 	send(sent)
